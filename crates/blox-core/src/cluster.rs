@@ -1,0 +1,434 @@
+//! `ClusterState`: the nodes and a per-GPU table (global id, node, local id, type,
+//! free/busy, running job). Queries the hot path needs are plain Rust over dense
+//! vectors; nothing here allocates per call beyond the returned collection.
+
+use crate::ids::{GpuId, JobId, NodeId};
+use crate::job_state::JobState;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a node offers (one entry of the cluster description).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    /// GPU model name, e.g. `"V100"`; Gavel-style policies key throughput on it.
+    #[serde(default = "default_gpu_type")]
+    pub gpu_type: String,
+    /// GPUs on the node.
+    pub gpus: u32,
+    /// Memory per GPU, GiB.
+    #[serde(default = "default_gpu_mem")]
+    pub gpu_mem_gb: f64,
+    /// CPU cores of the node (Synergy-style policies use them).
+    #[serde(default = "default_cpus")]
+    pub cpus: u32,
+    /// Host memory, GiB.
+    #[serde(default = "default_host_mem")]
+    pub host_mem_gb: f64,
+    /// Network bandwidth to other nodes, Gbit/s.
+    #[serde(default = "default_inter_bw")]
+    pub inter_node_bw_gbps: f64,
+    /// GPU-to-GPU bandwidth inside the node, GB/s.
+    #[serde(default = "default_intra_bw")]
+    pub intra_node_bw_gbps: f64,
+}
+
+fn default_gpu_type() -> String {
+    "V100".into()
+}
+fn default_gpu_mem() -> f64 {
+    16.0
+}
+fn default_cpus() -> u32 {
+    32
+}
+fn default_host_mem() -> f64 {
+    244.0
+}
+fn default_inter_bw() -> f64 {
+    25.0
+}
+fn default_intra_bw() -> f64 {
+    300.0
+}
+
+impl NodeSpec {
+    /// A node with `gpus` GPUs and defaults for the rest (V100, 16 GiB).
+    pub fn with_gpus(gpus: u32) -> Self {
+        NodeSpec {
+            gpu_type: default_gpu_type(),
+            gpus,
+            gpu_mem_gb: default_gpu_mem(),
+            cpus: default_cpus(),
+            host_mem_gb: default_host_mem(),
+            inter_node_bw_gbps: default_inter_bw(),
+            intra_node_bw_gbps: default_intra_bw(),
+        }
+    }
+}
+
+/// A node of the cluster.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub id: NodeId,
+    pub spec: NodeSpec,
+    /// Global ids of its GPUs, by local id.
+    pub gpus: Vec<GpuId>,
+    /// False once removed (failure or scale-down); its GPUs are then offline too.
+    pub online: bool,
+}
+
+/// One row of the per-GPU table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub id: GpuId,
+    pub node: NodeId,
+    /// Index of the GPU inside its node (`CUDA_VISIBLE_DEVICES` on a real node).
+    pub local_id: u32,
+    /// Free memory, GiB (the whole GPU while no job holds it).
+    pub free_mem_gb: f64,
+    /// The job holding this GPU, if any.
+    pub job: Option<JobId>,
+    pub online: bool,
+}
+
+/// Errors from changing the GPU table.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ClusterError {
+    #[error("{gpu} does not exist in this cluster")]
+    NoSuchGpu { gpu: GpuId },
+    #[error("{gpu} is offline")]
+    Offline { gpu: GpuId },
+    #[error("{gpu} is already held by {holder}; {job} cannot take it")]
+    Busy {
+        gpu: GpuId,
+        holder: JobId,
+        job: JobId,
+    },
+    #[error("{gpu} appears twice in the allocation of {job}")]
+    Duplicate { gpu: GpuId, job: JobId },
+    #[error("{node} does not exist in this cluster")]
+    NoSuchNode { node: NodeId },
+    #[error("cluster invariant broken: {0}")]
+    Invariant(String),
+}
+
+/// The cluster: nodes and GPUs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClusterState {
+    nodes: Vec<Node>,
+    gpus: Vec<Gpu>,
+    free: u32,
+    online: u32,
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `nodes` identical nodes of `gpus_per_node` GPUs each.
+    pub fn homogeneous(nodes: u32, gpus_per_node: u32) -> Self {
+        let mut c = ClusterState::new();
+        for _ in 0..nodes {
+            c.add_node(NodeSpec::with_gpus(gpus_per_node));
+        }
+        c
+    }
+
+    /// Adds a node and returns its id (cluster management: scale-up, a worker joins).
+    pub fn add_node(&mut self, spec: NodeSpec) -> NodeId {
+        let node = NodeId(self.nodes.len() as u32);
+        let mut ids = Vec::with_capacity(spec.gpus as usize);
+        for local in 0..spec.gpus {
+            let id = GpuId(self.gpus.len() as u32);
+            self.gpus.push(Gpu {
+                id,
+                node,
+                local_id: local,
+                free_mem_gb: spec.gpu_mem_gb,
+                job: None,
+                online: true,
+            });
+            ids.push(id);
+        }
+        self.free += spec.gpus;
+        self.online += spec.gpus;
+        self.nodes.push(Node {
+            id: node,
+            spec,
+            gpus: ids,
+            online: true,
+        });
+        node
+    }
+
+    /// Takes a node offline; returns the jobs that held GPUs on it (their GPUs are
+    /// released here; the caller requeues them).
+    pub fn remove_node(&mut self, node: NodeId) -> Result<Vec<JobId>, ClusterError> {
+        let n = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ClusterError::NoSuchNode { node })?;
+        if !n.online {
+            return Ok(Vec::new());
+        }
+        n.online = false;
+        let mut affected = Vec::new();
+        for gid in n.gpus.clone() {
+            let g = &mut self.gpus[gid.index()];
+            if let Some(j) = g.job.take() {
+                if !affected.contains(&j) {
+                    affected.push(j);
+                }
+            } else {
+                self.free -= 1;
+            }
+            g.online = false;
+            self.online -= 1;
+        }
+        // Jobs spanning this node lose their other GPUs too.
+        for j in &affected {
+            self.release_job(*j);
+        }
+        Ok(affected)
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id.index())
+    }
+
+    /// Every GPU ever added, online or not, by global id.
+    pub fn gpus(&self) -> &[Gpu] {
+        &self.gpus
+    }
+
+    pub fn gpu(&self, id: GpuId) -> Option<&Gpu> {
+        self.gpus.get(id.index())
+    }
+
+    /// GPU type of a GPU (its node's).
+    pub fn gpu_type(&self, id: GpuId) -> Option<&str> {
+        self.gpu(id)
+            .map(|g| self.nodes[g.node.index()].spec.gpu_type.as_str())
+    }
+
+    /// Online GPUs.
+    pub fn num_gpus(&self) -> u32 {
+        self.online
+    }
+
+    /// Online GPUs held by no job.
+    pub fn num_free(&self) -> u32 {
+        self.free
+    }
+
+    pub fn num_busy(&self) -> u32 {
+        self.online - self.free
+    }
+
+    /// Free online GPUs in global-id order.
+    pub fn free_gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
+        self.gpus
+            .iter()
+            .filter(|g| g.online && g.job.is_none())
+            .map(|g| g.id)
+    }
+
+    /// Free GPUs of one node, by local id.
+    pub fn free_gpus_on(&self, node: NodeId) -> impl Iterator<Item = GpuId> + '_ {
+        self.nodes[node.index()].gpus.iter().copied().filter(|g| {
+            let g = &self.gpus[g.index()];
+            g.online && g.job.is_none()
+        })
+    }
+
+    /// Number of distinct nodes a set of GPUs spans.
+    pub fn nodes_spanned(&self, gpus: &[GpuId]) -> usize {
+        let mut nodes: Vec<NodeId> = gpus
+            .iter()
+            .filter_map(|g| self.gpu(*g).map(|g| g.node))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.len()
+    }
+
+    /// Checks that `job` may take exactly `gpus` (exist, online, free or already its
+    /// own, no duplicates) without changing anything.
+    pub fn check_assignable(&self, job: JobId, gpus: &[GpuId]) -> Result<(), ClusterError> {
+        let mut seen = std::collections::HashSet::with_capacity(gpus.len());
+        for &gpu in gpus {
+            let g = self.gpu(gpu).ok_or(ClusterError::NoSuchGpu { gpu })?;
+            if !g.online {
+                return Err(ClusterError::Offline { gpu });
+            }
+            if let Some(holder) = g.job {
+                if holder != job {
+                    return Err(ClusterError::Busy { gpu, holder, job });
+                }
+            }
+            if !seen.insert(gpu) {
+                return Err(ClusterError::Duplicate { gpu, job });
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives `gpus` to `job`. All-or-nothing: on error nothing changed.
+    pub fn assign(&mut self, job: JobId, gpus: &[GpuId]) -> Result<(), ClusterError> {
+        self.check_assignable(job, gpus)?;
+        for &gpu in gpus {
+            let g = &mut self.gpus[gpu.index()];
+            if g.job.is_none() {
+                g.job = Some(job);
+                g.free_mem_gb = 0.0;
+                self.free -= 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the given GPUs if `job` holds them.
+    pub fn release(&mut self, job: JobId, gpus: &[GpuId]) {
+        for &gpu in gpus {
+            if let Some(g) = self.gpus.get_mut(gpu.index()) {
+                if g.job == Some(job) {
+                    g.job = None;
+                    g.free_mem_gb = self.nodes[g.node.index()].spec.gpu_mem_gb;
+                    if g.online {
+                        self.free += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Frees every GPU held by `job` (O(GPUs); prefer `release` with the allocation).
+    pub fn release_job(&mut self, job: JobId) {
+        let held: Vec<GpuId> = self
+            .gpus
+            .iter()
+            .filter(|g| g.job == Some(job))
+            .map(|g| g.id)
+            .collect();
+        self.release(job, &held);
+    }
+
+    /// Jobs holding GPUs and which GPUs, from the table.
+    pub fn holders(&self) -> BTreeMap<JobId, Vec<GpuId>> {
+        let mut out: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
+        for g in &self.gpus {
+            if let Some(j) = g.job {
+                out.entry(j).or_default().push(g.id);
+            }
+        }
+        out
+    }
+
+    /// The loop's invariants: the counters match the table; every running job holds
+    /// exactly its allocation; no GPU is held by a job that is not running. (A GPU
+    /// cannot be held by two jobs: the table has one holder slot per GPU, and
+    /// `assign` refuses a busy GPU.)
+    pub fn check_invariants(&self, jobs: &JobState) -> Result<(), ClusterError> {
+        let online = self.gpus.iter().filter(|g| g.online).count() as u32;
+        let free = self
+            .gpus
+            .iter()
+            .filter(|g| g.online && g.job.is_none())
+            .count() as u32;
+        if online != self.online || free != self.free {
+            return Err(ClusterError::Invariant(format!(
+                "counters say {} online/{} free, table says {online}/{free}",
+                self.online, self.free
+            )));
+        }
+        let holders = self.holders();
+        for job in jobs.running() {
+            let mut alloc = job.allocation.clone();
+            alloc.sort_unstable();
+            let held = holders.get(&job.id()).cloned().unwrap_or_default();
+            if alloc != held {
+                return Err(ClusterError::Invariant(format!(
+                    "{} is running with allocation {:?} but the GPU table gives it {:?}",
+                    job.id(),
+                    alloc,
+                    held
+                )));
+            }
+        }
+        for (j, gpus) in &holders {
+            if !jobs.get(*j).is_some_and(|job| job.is_running()) {
+                return Err(ClusterError::Invariant(format!(
+                    "{j} holds {gpus:?} but is not a running job"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn busy_gpu_cannot_be_assigned_to_another_job() {
+        let mut c = ClusterState::homogeneous(1, 2);
+        c.assign(JobId(1), &[GpuId(0)]).unwrap();
+        let err = c.assign(JobId(2), &[GpuId(0), GpuId(1)]).unwrap_err();
+        assert_eq!(
+            err,
+            ClusterError::Busy {
+                gpu: GpuId(0),
+                holder: JobId(1),
+                job: JobId(2)
+            }
+        );
+        // All-or-nothing: GPU 1 is still free.
+        assert_eq!(c.num_free(), 1);
+    }
+
+    #[test]
+    fn removing_a_node_frees_the_whole_allocation_of_jobs_on_it() {
+        let mut c = ClusterState::homogeneous(2, 2);
+        c.assign(JobId(5), &[GpuId(1), GpuId(2)]).unwrap();
+        let hit = c.remove_node(NodeId(0)).unwrap();
+        assert_eq!(hit, vec![JobId(5)]);
+        assert_eq!(c.num_gpus(), 2);
+        assert_eq!(c.num_free(), 2);
+    }
+
+    proptest! {
+        // Whatever sequence of assign/release requests arrives, no GPU ever has two
+        // holders and the free counter always matches the table.
+        #[test]
+        fn counters_match_table_under_random_requests(
+            ops in proptest::collection::vec((0u64..6, proptest::collection::vec(0u32..10, 1..4), any::<bool>()), 0..60)
+        ) {
+            let mut c = ClusterState::homogeneous(2, 4);
+            let mut held: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
+            for (job, gpus, release) in ops {
+                let job = JobId(job);
+                let gpus: Vec<GpuId> = gpus.into_iter().map(GpuId).collect();
+                if release {
+                    if let Some(h) = held.remove(&job) { c.release(job, &h); }
+                } else if c.assign(job, &gpus).is_ok() {
+                    let e = held.entry(job).or_default();
+                    for g in gpus { if !e.contains(&g) { e.push(g); } }
+                }
+                let free = c.gpus().iter().filter(|g| g.job.is_none()).count() as u32;
+                prop_assert_eq!(free, c.num_free());
+                let mut all: Vec<GpuId> = held.values().flatten().copied().collect();
+                let n = all.len();
+                all.sort_unstable(); all.dedup();
+                prop_assert_eq!(n, all.len(), "a GPU was given to two jobs");
+            }
+        }
+    }
+}

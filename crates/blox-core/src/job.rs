@@ -1,0 +1,169 @@
+//! One training job as every policy sees it.
+
+use crate::ids::{GpuId, JobId};
+use serde::{Deserialize, Serialize};
+
+/// Where a job is in its life.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Submitted, not yet admitted (lives in the loop's wait queue).
+    Submitted,
+    /// Admitted, holds no GPU (never started, or preempted).
+    Queued,
+    /// Holds GPUs and makes progress.
+    Running,
+    /// Reached its target work.
+    Finished,
+    /// Ended without reaching its target (crash, or terminated by a policy).
+    Failed,
+    /// Never admitted: impossible request or rejected by admission.
+    Rejected,
+}
+
+impl JobStatus {
+    /// True once the job will never run again.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            JobStatus::Finished | JobStatus::Failed | JobStatus::Rejected
+        )
+    }
+
+    /// Lower-case name used in tables (`jobs.csv`'s `status` column).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobStatus::Submitted => "submitted",
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Finished => "finished",
+            JobStatus::Failed => "failed",
+            JobStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// What a submitter says about a job (the immutable part).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: JobId,
+    /// Human name (the trace's `name` column, or the id).
+    pub name: String,
+    /// Submission time, seconds since the start of the run.
+    pub arrival_s: f64,
+    /// GPUs the submitter asked for (the count rigid policies give it).
+    pub requested_gpus: u32,
+    /// Global batch size the submitter asked for, if known.
+    pub batch_size: Option<u32>,
+    pub user: Option<String>,
+    pub model: Option<String>,
+    /// Run time at `requested_gpus` GPUs, when the submitter (or an oracle trace)
+    /// knows it. Policies that need it (SRTF) say so; others must not peek.
+    pub expected_duration_s: Option<f64>,
+}
+
+impl JobSpec {
+    /// A minimal spec: id, arrival and GPU count.
+    pub fn new(id: u64, arrival_s: f64, requested_gpus: u32) -> Self {
+        JobSpec {
+            id: JobId(id),
+            name: id.to_string(),
+            arrival_s,
+            requested_gpus,
+            batch_size: None,
+            user: None,
+            model: None,
+            expected_duration_s: None,
+        }
+    }
+
+    /// Builder: the known run time at the requested GPU count.
+    pub fn with_duration(mut self, duration_s: f64) -> Self {
+        self.expected_duration_s = Some(duration_s);
+        self
+    }
+}
+
+/// A job with everything the loop and the backends record about it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    /// GPU-seconds of service received so far (Σ GPUs × running time).
+    pub attained_service_gpu_s: f64,
+    /// Wall seconds spent holding GPUs.
+    pub run_time_s: f64,
+    /// Fraction of the job's work done, `0.0..=1.0` (reported by the backend).
+    pub progress: f64,
+    /// Time the job first got GPUs.
+    pub first_start_s: Option<f64>,
+    /// Time the job reached a terminal status.
+    pub finish_s: Option<f64>,
+    /// GPUs held now (empty unless `Running`).
+    pub allocation: Vec<GpuId>,
+    /// Global batch size in use now (a policy may change it, e.g. ONES, Pollux).
+    pub current_batch_size: Option<u32>,
+    /// Largest GPU count the job has held so far (Pollux caps growth at 2×).
+    pub max_gpus_so_far: u32,
+    /// Times it was suspended to make room for another job.
+    pub preemptions: u32,
+    /// Times it was restarted on a different allocation (re-allocation).
+    pub restarts: u32,
+    /// Time of the last launch / re-allocation.
+    pub last_launch_s: Option<f64>,
+    /// Why the job ended, for `Failed` and `Rejected`.
+    pub end_reason: Option<String>,
+}
+
+impl Job {
+    pub fn new(spec: JobSpec) -> Self {
+        let batch = spec.batch_size;
+        Job {
+            spec,
+            status: JobStatus::Submitted,
+            attained_service_gpu_s: 0.0,
+            run_time_s: 0.0,
+            progress: 0.0,
+            first_start_s: None,
+            finish_s: None,
+            allocation: Vec::new(),
+            current_batch_size: batch,
+            max_gpus_so_far: 0,
+            preemptions: 0,
+            restarts: 0,
+            last_launch_s: None,
+            end_reason: None,
+        }
+    }
+
+    pub fn id(&self) -> JobId {
+        self.spec.id
+    }
+
+    pub fn arrival_s(&self) -> f64 {
+        self.spec.arrival_s
+    }
+
+    pub fn requested_gpus(&self) -> u32 {
+        self.spec.requested_gpus
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.status == JobStatus::Running
+    }
+
+    /// Remaining run time at the requested GPU count, if the duration is known.
+    pub fn expected_remaining_s(&self) -> Option<f64> {
+        self.spec
+            .expected_duration_s
+            .map(|d| d * (1.0 - self.progress).max(0.0))
+    }
+
+    /// Job completion time, for a finished job.
+    pub fn jct_s(&self) -> Option<f64> {
+        match (self.status == JobStatus::Finished, self.finish_s) {
+            (true, Some(f)) => Some(f - self.spec.arrival_s),
+            _ => None,
+        }
+    }
+}

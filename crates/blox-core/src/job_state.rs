@@ -1,0 +1,261 @@
+//! `JobState`: every admitted, unfinished job plus the record of finished ones, and a
+//! concurrent key→value metric store for what a single policy needs.
+
+use crate::ids::JobId;
+use crate::job::{Job, JobStatus};
+use dashmap::DashMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Per-job key→value metrics (loss, gradient noise scale, throughput fits, …).
+///
+/// Cloning a `MetricStore` shares it (it is a handle); an RPC thread can push into
+/// it while a round runs. [`JobState::fork`] deep-copies it.
+#[derive(Clone, Default, Debug)]
+pub struct MetricStore {
+    inner: Arc<DashMap<JobId, HashMap<String, f64>>>,
+}
+
+impl MetricStore {
+    /// Sets `key` of job `job` to `value`.
+    pub fn set(&self, job: JobId, key: &str, value: f64) {
+        self.inner
+            .entry(job)
+            .or_default()
+            .insert(key.to_owned(), value);
+    }
+
+    /// Adds `delta` to `key` (missing = 0).
+    pub fn add(&self, job: JobId, key: &str, delta: f64) {
+        *self
+            .inner
+            .entry(job)
+            .or_default()
+            .entry(key.to_owned())
+            .or_insert(0.0) += delta;
+    }
+
+    pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
+        self.inner.get(&job).and_then(|m| m.get(key).copied())
+    }
+
+    /// All metrics of one job, sorted by key.
+    pub fn of_job(&self, job: JobId) -> BTreeMap<String, f64> {
+        self.inner
+            .get(&job)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn remove_job(&self, job: JobId) -> BTreeMap<String, f64> {
+        self.inner
+            .remove(&job)
+            .map(|(_, m)| m.into_iter().collect())
+            .unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> BTreeMap<JobId, BTreeMap<String, f64>> {
+        self.inner
+            .iter()
+            .map(|e| {
+                (
+                    *e.key(),
+                    e.value().iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// A new, independent store with the same contents.
+    pub fn deep_clone(&self) -> Self {
+        let out = MetricStore::default();
+        for e in self.inner.iter() {
+            out.inner.insert(*e.key(), e.value().clone());
+        }
+        out
+    }
+}
+
+impl Serialize for MetricStore {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.snapshot().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for MetricStore {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let snap = BTreeMap::<JobId, HashMap<String, f64>>::deserialize(d)?;
+        let out = MetricStore::default();
+        for (k, v) in snap {
+            out.inner.insert(k, v);
+        }
+        Ok(out)
+    }
+}
+
+/// Admitted jobs (queued or running), finished records and per-job metrics.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct JobState {
+    active: BTreeMap<JobId, Job>,
+    finished: Vec<Job>,
+    metrics: MetricStore,
+}
+
+impl Clone for JobState {
+    /// A full, independent copy (what a forked simulation needs).
+    fn clone(&self) -> Self {
+        self.fork()
+    }
+}
+
+impl JobState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deep copy, metrics included, sharing nothing with `self`.
+    pub fn fork(&self) -> Self {
+        JobState {
+            active: self.active.clone(),
+            finished: self.finished.clone(),
+            metrics: self.metrics.deep_clone(),
+        }
+    }
+
+    /// Adds an admitted job (status becomes `Queued` unless already running).
+    pub fn insert(&mut self, mut job: Job) {
+        if job.status == JobStatus::Submitted {
+            job.status = JobStatus::Queued;
+        }
+        self.active.insert(job.id(), job);
+    }
+
+    pub fn get(&self, id: JobId) -> Option<&Job> {
+        self.active.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        self.active.get_mut(&id)
+    }
+
+    /// Admitted, unfinished jobs in id order.
+    pub fn active(&self) -> impl Iterator<Item = &Job> {
+        self.active.values()
+    }
+
+    pub fn active_mut(&mut self) -> impl Iterator<Item = &mut Job> {
+        self.active.values_mut()
+    }
+
+    /// Jobs a scheduler may run this round (queued or running), in id order.
+    pub fn runnable(&self) -> impl Iterator<Item = &Job> {
+        self.active
+            .values()
+            .filter(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
+    }
+
+    pub fn running(&self) -> impl Iterator<Item = &Job> {
+        self.active.values().filter(|j| j.is_running())
+    }
+
+    pub fn queued(&self) -> impl Iterator<Item = &Job> {
+        self.active
+            .values()
+            .filter(|j| j.status == JobStatus::Queued)
+    }
+
+    /// Jobs that have ended (finished, failed or rejected), in the order they ended.
+    pub fn finished(&self) -> &[Job] {
+        &self.finished
+    }
+
+    /// Records a job that never became active (e.g. rejected at submission).
+    pub fn record_ended(&mut self, job: Job) {
+        debug_assert!(job.status.is_terminal());
+        self.finished.push(job);
+    }
+
+    pub fn num_active(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// The concurrent metric store (clone the handle to push from another thread).
+    pub fn metrics(&self) -> &MetricStore {
+        &self.metrics
+    }
+
+    /// Moves every job with a terminal status to the finished record and returns
+    /// their ids (step 3 of the round). Their metrics stay readable.
+    pub fn prune_finished(&mut self) -> Vec<JobId> {
+        let done: Vec<JobId> = self
+            .active
+            .values()
+            .filter(|j| j.status.is_terminal())
+            .map(|j| j.id())
+            .collect();
+        for id in &done {
+            if let Some(job) = self.active.remove(id) {
+                self.finished.push(job);
+            }
+        }
+        done
+    }
+
+    /// Finished record of a job, if it has ended.
+    pub fn finished_job(&self, id: JobId) -> Option<&Job> {
+        self.finished.iter().find(|j| j.id() == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobSpec;
+
+    #[test]
+    fn metrics_can_be_pushed_from_another_thread_while_state_is_read() {
+        let mut state = JobState::new();
+        state.insert(Job::new(JobSpec::new(1, 0.0, 1)));
+        let handle = state.metrics().clone();
+        let t = std::thread::spawn(move || {
+            for i in 0..1000 {
+                handle.add(JobId(1), "iterations", 1.0);
+                handle.set(JobId(1), "loss", 1.0 / (i + 1) as f64);
+            }
+        });
+        // The round keeps reading state while the pusher writes.
+        for _ in 0..100 {
+            assert_eq!(state.runnable().count(), 1);
+        }
+        t.join().unwrap();
+        assert_eq!(state.metrics().get(JobId(1), "iterations"), Some(1000.0));
+    }
+
+    #[test]
+    fn fork_is_independent_of_the_original() {
+        let mut state = JobState::new();
+        state.insert(Job::new(JobSpec::new(7, 0.0, 2)));
+        state.metrics().set(JobId(7), "loss", 2.0);
+        let fork = state.fork();
+        state.metrics().set(JobId(7), "loss", 1.0);
+        state.get_mut(JobId(7)).unwrap().progress = 0.5;
+        assert_eq!(fork.metrics().get(JobId(7), "loss"), Some(2.0));
+        assert_eq!(fork.get(JobId(7)).unwrap().progress, 0.0);
+    }
+
+    #[test]
+    fn prune_moves_terminal_jobs_to_the_record() {
+        let mut state = JobState::new();
+        state.insert(Job::new(JobSpec::new(1, 0.0, 1)));
+        state.insert(Job::new(JobSpec::new(2, 0.0, 1)));
+        state.get_mut(JobId(1)).unwrap().status = JobStatus::Finished;
+        assert_eq!(state.prune_finished(), vec![JobId(1)]);
+        assert_eq!(state.num_active(), 1);
+        assert_eq!(state.finished()[0].id(), JobId(1));
+    }
+}

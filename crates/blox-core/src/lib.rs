@@ -1,0 +1,32 @@
+//! # blox-core
+//!
+//! The vocabulary every blox crate speaks: shared job and cluster state, one trait
+//! per scheduler abstraction (Blox, EuroSys'24, §3), the round loop that chains them,
+//! the registry of named modules, and the TOML config. No I/O, no async, no heavy
+//! dependencies: a policy crate that depends only on `blox-core` builds in seconds.
+
+pub mod cluster;
+pub mod config;
+pub mod ids;
+pub mod job;
+pub mod job_state;
+pub mod module;
+pub mod registry;
+pub mod round;
+
+pub use cluster::{ClusterError, ClusterState, Gpu, Node, NodeSpec};
+pub use config::{Config, ConfigError, ModuleConfig, RunConfig, Section};
+pub use ids::{GpuId, JobId, NodeId};
+pub use job::{Job, JobSpec, JobStatus};
+pub use job_state::{JobState, MetricStore};
+pub use module::{
+    AdmissionDecision, AdmissionPolicy, Assignment, Backend, BackendError, ClusterEvent,
+    ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,
+    PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
+};
+pub use round::{LoopError, Policies, RoundLoop, RoundReport};
+
+/// Re-exported so policy crates can register without depending on `inventory`.
+pub use inventory;
+/// Re-exported for building config sections in code and tests.
+pub use toml;

@@ -1,0 +1,211 @@
+//! The seven abstractions of a scheduler (Blox, EuroSys'24, §3 and Fig. 2) as one
+//! small trait each, and the plain data that flows between them.
+//!
+//! Policies (admission, scheduling, placement) decide; mechanisms (cluster
+//! management, metric collection, preemption, launch) act on a backend — the
+//! simulator or a real cluster. The round loop in [`crate::round`] chains them.
+
+use crate::cluster::ClusterState;
+use crate::ids::{GpuId, JobId};
+use crate::job::{Job, JobSpec};
+use crate::job_state::JobState;
+
+/// What every module may know about the current round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundInfo {
+    /// Round number, from 0.
+    pub round: u64,
+    /// Time at the start of this round, seconds.
+    pub now_s: f64,
+    /// Round length, seconds.
+    pub round_s: f64,
+}
+
+// ---------------------------------------------------------------------------
+// Policies
+// ---------------------------------------------------------------------------
+
+/// What admission decided for this round. Jobs named in neither list stay in the
+/// wait queue (deferred) and are offered again next round, in submission order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AdmissionDecision {
+    pub accept: Vec<JobId>,
+    pub reject: Vec<(JobId, String)>,
+}
+
+/// Admission policy: which submitted jobs enter the scheduler's view.
+pub trait AdmissionPolicy: Send {
+    /// `waiting` is every submitted, not yet admitted job in submission order.
+    fn admit(
+        &mut self,
+        round: &RoundInfo,
+        waiting: &[Job],
+        jobs: &JobState,
+        cluster: &ClusterState,
+    ) -> AdmissionDecision;
+}
+
+/// One entry of a schedule: a job and what it should get.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Demand {
+    pub job: JobId,
+    /// GPUs the job should hold this round.
+    pub gpus: u32,
+    /// Global batch size to run with; `None` keeps the job's current one.
+    pub batch_size: Option<u32>,
+    /// Concrete GPUs chosen by a joint policy (Pollux, ONES); placement policies
+    /// that honour them (`explicit`) pass them through.
+    pub gpu_ids: Option<Vec<GpuId>>,
+}
+
+/// A scheduling decision: jobs in priority order, highest first. A runnable job
+/// missing from it should not hold GPUs this round.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    pub entries: Vec<Demand>,
+}
+
+impl Schedule {
+    /// Each job at its requested GPU count and batch size, in the given order.
+    pub fn in_priority_order<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Self {
+        Schedule {
+            entries: jobs
+                .into_iter()
+                .map(|j| Demand {
+                    job: j.id(),
+                    gpus: j.requested_gpus(),
+                    batch_size: None,
+                    gpu_ids: None,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn job_order(&self) -> Vec<JobId> {
+        self.entries.iter().map(|d| d.job).collect()
+    }
+}
+
+/// Scheduling policy: who runs, in which order, with how many GPUs and which batch.
+pub trait SchedulingPolicy: Send {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule;
+}
+
+/// A job's new allocation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    pub job: JobId,
+    pub gpus: Vec<GpuId>,
+    pub batch_size: Option<u32>,
+}
+
+/// A placement decision. Running jobs in neither list keep their GPUs.
+/// A running job listed in `launch` with other GPUs is restarted there
+/// (re-allocation); with the same GPUs and another batch size it is reconfigured
+/// in place.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placement {
+    /// Running jobs to suspend (checkpoint and release their GPUs).
+    pub preempt: Vec<JobId>,
+    /// Jobs to start, restart or reconfigure.
+    pub launch: Vec<Assignment>,
+}
+
+/// Placement policy: which GPUs each scheduled job gets and whom to preempt.
+pub trait PlacementPolicy: Send {
+    fn place(
+        &mut self,
+        round: &RoundInfo,
+        schedule: &Schedule,
+        jobs: &JobState,
+        cluster: &ClusterState,
+    ) -> Placement;
+}
+
+// ---------------------------------------------------------------------------
+// Mechanisms (what a backend implements)
+// ---------------------------------------------------------------------------
+
+/// An error raised by a backend mechanism (an RPC failed, a process could not
+/// start, …). The loop reports it with the step that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BackendError(pub String);
+
+/// A change a backend reports about the cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterEvent {
+    NodeAdded(crate::cluster::NodeSpec),
+    NodeRemoved(crate::ids::NodeId),
+}
+
+/// Cluster management: nodes joining, failing or leaving (step 1).
+pub trait ClusterManager {
+    /// Cluster changes since the last round; the loop applies them to
+    /// `ClusterState` and requeues jobs that lost GPUs.
+    fn cluster_events(&mut self, round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError>;
+}
+
+/// Metric collection (step 2): fold what jobs reported since the last round into
+/// `JobState` (progress, attained service, completion, per-job metrics).
+pub trait MetricCollector {
+    fn collect_metrics(
+        &mut self,
+        round: &RoundInfo,
+        jobs: &mut JobState,
+    ) -> Result<(), BackendError>;
+}
+
+/// Job submission intake (step 4): jobs submitted since the last round.
+pub trait JobSource {
+    fn poll_submissions(&mut self, round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError>;
+    /// True when no submission can ever arrive again (end of a trace).
+    fn exhausted(&self) -> bool;
+}
+
+/// Preemption mechanism (step 8): suspend a running job, keeping its progress.
+pub trait PreemptionMechanism {
+    fn preempt(&mut self, round: &RoundInfo, job: &Job) -> Result<(), BackendError>;
+}
+
+/// Launch mechanism (step 8): start a job on GPUs, or change its batch size in
+/// place (elastic, no restart).
+pub trait LaunchMechanism {
+    fn launch(
+        &mut self,
+        round: &RoundInfo,
+        job: &Job,
+        gpus: &[GpuId],
+        batch_size: Option<u32>,
+    ) -> Result<(), BackendError>;
+    fn reconfigure(
+        &mut self,
+        round: &RoundInfo,
+        job: &Job,
+        batch_size: u32,
+    ) -> Result<(), BackendError>;
+}
+
+/// The wait (step 9): simulation advances a virtual clock, a real backend sleeps.
+pub trait RoundClock {
+    fn now_s(&self) -> f64;
+    /// Returns once the next round may start. `idle` says that no job is admitted
+    /// or waiting, so a backend may skip ahead to its next event.
+    fn wait_round(&mut self, round_s: f64, idle: bool) -> Result<(), BackendError>;
+}
+
+/// Everything the loop needs from where jobs really run.
+pub trait Backend:
+    ClusterManager + MetricCollector + JobSource + PreemptionMechanism + LaunchMechanism + RoundClock
+{
+}
+
+impl<T> Backend for T where
+    T: ClusterManager
+        + MetricCollector
+        + JobSource
+        + PreemptionMechanism
+        + LaunchMechanism
+        + RoundClock
+{
+}

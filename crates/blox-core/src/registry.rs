@@ -1,0 +1,158 @@
+//! The registry: every module registers a factory under a name with `inventory`,
+//! and configs select modules by that name (Kubernetes' scheduling framework
+//! style: named plugins, a registry of factories, profiles choosing by name).
+//!
+//! A policy in its own crate registers itself with one macro call:
+//!
+//! ```ignore
+//! blox_core::register_scheduling!("my-policy", "what it does", |params| {
+//!     Ok(Box::new(MyPolicy::from_params(params)?))
+//! });
+//! ```
+//!
+//! and becomes selectable once the crate is linked into the binary
+//! (`use my_policy as _;`).
+
+use crate::config::{ConfigError, ModuleConfig, Section};
+use crate::module::{AdmissionPolicy, PlacementPolicy, SchedulingPolicy};
+use crate::round::Policies;
+
+macro_rules! entry_type {
+    ($(#[$doc:meta])* $entry:ident, $trait:ident, $kind:literal, $find:ident, $all:ident) => {
+        $(#[$doc])*
+        pub struct $entry {
+            /// Name used in configs.
+            pub name: &'static str,
+            /// One line for `blox policies`.
+            pub about: &'static str,
+            /// Builds the module from its config section (`policy` removed).
+            pub build: fn(&Section) -> Result<Box<dyn $trait>, ConfigError>,
+        }
+        inventory::collect!($entry);
+
+        /// The registered entry of that name.
+        pub fn $find(name: &str) -> Option<&'static $entry> {
+            inventory::iter::<$entry>().find(|e| e.name == name)
+        }
+
+        /// Every registered entry of this kind, sorted by name.
+        pub fn $all() -> Vec<&'static $entry> {
+            let mut v: Vec<_> = inventory::iter::<$entry>().collect();
+            v.sort_by_key(|e| e.name);
+            v
+        }
+    };
+}
+
+entry_type!(
+    /// A registered admission policy.
+    AdmissionEntry, AdmissionPolicy, "admission", find_admission, admission_entries
+);
+entry_type!(
+    /// A registered scheduling policy.
+    SchedulingEntry, SchedulingPolicy, "scheduling", find_scheduling, scheduling_entries
+);
+entry_type!(
+    /// A registered placement policy.
+    PlacementEntry, PlacementPolicy, "placement", find_placement, placement_entries
+);
+
+/// Registers an admission policy: `register_admission!(name, about, |params| ...)`.
+#[macro_export]
+macro_rules! register_admission {
+    ($name:expr, $about:expr, $build:expr) => {
+        $crate::inventory::submit! {
+            $crate::registry::AdmissionEntry { name: $name, about: $about, build: $build }
+        }
+    };
+}
+
+/// Registers a scheduling policy: `register_scheduling!(name, about, |params| ...)`.
+#[macro_export]
+macro_rules! register_scheduling {
+    ($name:expr, $about:expr, $build:expr) => {
+        $crate::inventory::submit! {
+            $crate::registry::SchedulingEntry { name: $name, about: $about, build: $build }
+        }
+    };
+}
+
+/// Registers a placement policy: `register_placement!(name, about, |params| ...)`.
+#[macro_export]
+macro_rules! register_placement {
+    ($name:expr, $about:expr, $build:expr) => {
+        $crate::inventory::submit! {
+            $crate::registry::PlacementEntry { name: $name, about: $about, build: $build }
+        }
+    };
+}
+
+fn unknown(m: &ModuleConfig, kind: &'static str, known: Vec<&'static str>) -> ConfigError {
+    ConfigError::UnknownModule {
+        file: m.params.file().to_string(),
+        line: m.line,
+        section: kind.to_string(),
+        kind,
+        name: m.policy.clone(),
+        known: if known.is_empty() {
+            "(none — is the policy crate linked?)".into()
+        } else {
+            known.join(", ")
+        },
+    }
+}
+
+/// Builds an admission policy from its config section.
+pub fn build_admission(m: &ModuleConfig) -> Result<Box<dyn AdmissionPolicy>, ConfigError> {
+    let e = find_admission(&m.policy).ok_or_else(|| {
+        unknown(
+            m,
+            "admission",
+            admission_entries().iter().map(|e| e.name).collect(),
+        )
+    })?;
+    (e.build)(&m.params)
+}
+
+/// Builds a scheduling policy from its config section.
+pub fn build_scheduling(m: &ModuleConfig) -> Result<Box<dyn SchedulingPolicy>, ConfigError> {
+    let e = find_scheduling(&m.policy).ok_or_else(|| {
+        unknown(
+            m,
+            "scheduling",
+            scheduling_entries().iter().map(|e| e.name).collect(),
+        )
+    })?;
+    (e.build)(&m.params)
+}
+
+/// Builds a placement policy from its config section.
+pub fn build_placement(m: &ModuleConfig) -> Result<Box<dyn PlacementPolicy>, ConfigError> {
+    let e = find_placement(&m.policy).ok_or_else(|| {
+        unknown(
+            m,
+            "placement",
+            placement_entries().iter().map(|e| e.name).collect(),
+        )
+    })?;
+    (e.build)(&m.params)
+}
+
+/// Builds the three policies a config selects (all names are checked before any
+/// module is built, so a bad name fails before anything runs).
+pub fn build_policies(
+    admission: &ModuleConfig,
+    scheduling: &ModuleConfig,
+    placement: &ModuleConfig,
+) -> Result<Policies, ConfigError> {
+    Ok(Policies {
+        admission: build_admission(admission)?,
+        scheduling: build_scheduling(scheduling)?,
+        placement: build_placement(placement)?,
+        names: (
+            admission.policy.clone(),
+            scheduling.policy.clone(),
+            placement.policy.clone(),
+        ),
+    })
+}

@@ -1,0 +1,427 @@
+//! The round loop, written once for every backend (Blox, EuroSys'24, §3.2 and
+//! Fig. 2): update cluster → collect metrics → prune finished → pop new → admit →
+//! schedule → place → preempt → launch → wait.
+
+use crate::cluster::{ClusterError, ClusterState};
+use crate::ids::{GpuId, JobId};
+use crate::job::{Job, JobStatus};
+use crate::job_state::JobState;
+use crate::module::{
+    AdmissionPolicy, Backend, BackendError, ClusterEvent, Placement, PlacementPolicy, RoundInfo,
+    SchedulingPolicy,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use tracing::{debug, debug_span};
+
+/// A failure of one round. State changes made before the failing step stay.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error("backend failed during {step}: {source}")]
+    Backend {
+        step: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    #[error("{kind} policy `{module}` returned an invalid decision: {reason}")]
+    InvalidDecision {
+        kind: &'static str,
+        module: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+fn backend(step: &'static str) -> impl FnOnce(BackendError) -> LoopError {
+    move |source| LoopError::Backend { step, source }
+}
+
+/// What happened in one round (one row of `rounds.csv`, plus the decisions).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoundReport {
+    pub round: u64,
+    pub time_s: f64,
+    /// GPUs held after this round's launches.
+    pub busy_gpus: u32,
+    /// Online GPUs.
+    pub total_gpus: u32,
+    /// Admitted jobs without GPUs after this round's launches.
+    pub queued_jobs: usize,
+    pub running_jobs: usize,
+    /// Submitted jobs that admission has not accepted yet.
+    pub waiting_jobs: usize,
+    pub launched: Vec<JobId>,
+    pub preempted: Vec<JobId>,
+    /// Jobs that ended during the last round (pruned in this one).
+    pub ended: Vec<JobId>,
+}
+
+/// The three policies of a composed scheduler, with the names they were built from.
+pub struct Policies {
+    pub admission: Box<dyn AdmissionPolicy>,
+    pub scheduling: Box<dyn SchedulingPolicy>,
+    pub placement: Box<dyn PlacementPolicy>,
+    /// Registered names, for messages and reports: (admission, scheduling, placement).
+    pub names: (String, String, String),
+}
+
+/// A composed scheduler: the policies plus the shared state they work on.
+pub struct RoundLoop {
+    pub policies: Policies,
+    pub jobs: JobState,
+    pub cluster: ClusterState,
+    /// Submitted, not yet admitted jobs, in submission order.
+    waiting: Vec<Job>,
+    round: u64,
+    round_s: f64,
+}
+
+impl RoundLoop {
+    pub fn new(policies: Policies, cluster: ClusterState, round_s: f64) -> Self {
+        RoundLoop {
+            policies,
+            jobs: JobState::new(),
+            cluster,
+            waiting: Vec::new(),
+            round: 0,
+            round_s,
+        }
+    }
+
+    pub fn round_s(&self) -> f64 {
+        self.round_s
+    }
+
+    /// Rounds run so far.
+    pub fn rounds(&self) -> u64 {
+        self.round
+    }
+
+    /// Submitted jobs waiting for admission.
+    pub fn waiting(&self) -> &[Job] {
+        &self.waiting
+    }
+
+    /// No admitted job and nobody waiting for admission.
+    pub fn is_idle(&self) -> bool {
+        self.jobs.is_empty() && self.waiting.is_empty()
+    }
+
+    /// Runs one round against `backend` and waits for the next one.
+    pub fn run_round<B: Backend + ?Sized>(&mut self, b: &mut B) -> Result<RoundReport, LoopError> {
+        let info = RoundInfo {
+            round: self.round,
+            now_s: b.now_s(),
+            round_s: self.round_s,
+        };
+        let span = debug_span!("round", n = info.round, t = info.now_s);
+        let _enter = span.enter();
+
+        // 1. Cluster management.
+        for ev in b
+            .cluster_events(&info)
+            .map_err(backend("cluster management"))?
+        {
+            self.apply_cluster_event(&info, ev)?;
+        }
+        // 2. Metric collection.
+        b.collect_metrics(&info, &mut self.jobs)
+            .map_err(backend("metric collection"))?;
+        // 3. Prune finished jobs, freeing their GPUs.
+        let ended_running: Vec<(JobId, Vec<GpuId>)> = self
+            .jobs
+            .active()
+            .filter(|j| j.status.is_terminal())
+            .map(|j| (j.id(), j.allocation.clone()))
+            .collect();
+        for (id, gpus) in &ended_running {
+            self.cluster.release(*id, gpus);
+        }
+        let ended = self.jobs.prune_finished();
+        // 4. Pop newly submitted jobs; impossible requests are rejected here.
+        for spec in b
+            .poll_submissions(&info)
+            .map_err(backend("job submission"))?
+        {
+            let mut job = Job::new(spec);
+            let want = job.requested_gpus();
+            if want == 0 || want > self.cluster.num_gpus() {
+                let reason = if want == 0 {
+                    "asks for 0 GPUs".to_string()
+                } else {
+                    format!(
+                        "asks for {want} GPUs but the cluster has {}",
+                        self.cluster.num_gpus()
+                    )
+                };
+                tracing::warn!(job = %job.id(), "rejected: {reason}");
+                self.end_unadmitted(&mut job, info.now_s, reason);
+                self.jobs.record_ended(job);
+            } else {
+                self.waiting.push(job);
+            }
+        }
+        // 5. Admission.
+        if !self.waiting.is_empty() {
+            self.admit(&info)?;
+        }
+        // 6. Scheduling.
+        let schedule = self
+            .policies
+            .scheduling
+            .schedule(&info, &self.jobs, &self.cluster);
+        // 7. Placement.
+        let placement = self
+            .policies
+            .placement
+            .place(&info, &schedule, &self.jobs, &self.cluster);
+        self.validate(&placement)?;
+        // 8. Preemption, then launch.
+        let (launched, preempted) = self.execute(&info, placement, b)?;
+        self.cluster.check_invariants(&self.jobs)?;
+
+        let running_jobs = self.jobs.running().count();
+        let report = RoundReport {
+            round: info.round,
+            time_s: info.now_s,
+            busy_gpus: self.cluster.num_busy(),
+            total_gpus: self.cluster.num_gpus(),
+            queued_jobs: self.jobs.num_active() - running_jobs,
+            running_jobs,
+            waiting_jobs: self.waiting.len(),
+            launched,
+            preempted,
+            ended,
+        };
+        debug!(
+            busy = report.busy_gpus,
+            running = report.running_jobs,
+            queued = report.queued_jobs,
+            "round done"
+        );
+        // 9. Wait for the next round.
+        self.round += 1;
+        b.wait_round(self.round_s, self.is_idle())
+            .map_err(backend("wait"))?;
+        Ok(report)
+    }
+
+    fn end_unadmitted(&self, job: &mut Job, now_s: f64, reason: String) {
+        job.status = JobStatus::Rejected;
+        job.finish_s = Some(now_s);
+        job.end_reason = Some(reason);
+    }
+
+    fn apply_cluster_event(&mut self, info: &RoundInfo, ev: ClusterEvent) -> Result<(), LoopError> {
+        match ev {
+            ClusterEvent::NodeAdded(spec) => {
+                let id = self.cluster.add_node(spec);
+                tracing::info!(node = %id, "node joined");
+            }
+            ClusterEvent::NodeRemoved(node) => {
+                let hit = self.cluster.remove_node(node)?;
+                tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
+                for id in hit {
+                    if let Some(job) = self.jobs.get_mut(id) {
+                        job.status = JobStatus::Queued;
+                        job.allocation.clear();
+                        job.restarts += 1;
+                        job.last_launch_s = Some(info.now_s);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn admit(&mut self, info: &RoundInfo) -> Result<(), LoopError> {
+        let decision =
+            self.policies
+                .admission
+                .admit(info, &self.waiting, &self.jobs, &self.cluster);
+        let bad = |reason: String| LoopError::InvalidDecision {
+            kind: "admission",
+            module: self.policies.names.0.clone(),
+            reason,
+        };
+        let mut verdict: HashMap<JobId, Option<String>> = HashMap::new();
+        for id in decision.accept {
+            if verdict.insert(id, None).is_some() {
+                return Err(bad(format!("{id} decided twice")));
+            }
+        }
+        for (id, why) in decision.reject {
+            if verdict.insert(id, Some(why)).is_some() {
+                return Err(bad(format!("{id} decided twice")));
+            }
+        }
+        if verdict.len() > self.waiting.len()
+            || verdict
+                .keys()
+                .any(|id| !self.waiting.iter().any(|j| j.id() == *id))
+        {
+            return Err(bad("decided on a job that is not waiting".into()));
+        }
+        let waiting = std::mem::take(&mut self.waiting);
+        for mut job in waiting {
+            match verdict.remove(&job.id()) {
+                None => self.waiting.push(job),
+                Some(None) => self.jobs.insert(job),
+                Some(Some(reason)) => {
+                    self.end_unadmitted(&mut job, info.now_s, reason);
+                    self.jobs.record_ended(job);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a placement against the state before anything is executed: every
+    /// job named exists and is runnable, and the allocations after the decision
+    /// use existing, online GPUs at most once.
+    fn validate(&self, p: &Placement) -> Result<(), LoopError> {
+        let bad = |reason: String| LoopError::InvalidDecision {
+            kind: "placement",
+            module: self.policies.names.2.clone(),
+            reason,
+        };
+        let mut after: BTreeMap<JobId, &[GpuId]> = self
+            .jobs
+            .running()
+            .map(|j| (j.id(), j.allocation.as_slice()))
+            .collect();
+        for id in &p.preempt {
+            if after.remove(id).is_none() {
+                return Err(bad(format!("asks to preempt {id}, which is not running")));
+            }
+        }
+        let mut launched = HashSet::new();
+        for a in &p.launch {
+            let Some(job) = self.jobs.get(a.job) else {
+                return Err(bad(format!(
+                    "launches {}, which is not an admitted job",
+                    a.job
+                )));
+            };
+            if !matches!(job.status, JobStatus::Queued | JobStatus::Running) {
+                return Err(bad(format!(
+                    "launches {} in status {}",
+                    a.job,
+                    job.status.as_str()
+                )));
+            }
+            if a.gpus.is_empty() {
+                return Err(bad(format!("launches {} on no GPU", a.job)));
+            }
+            if !launched.insert(a.job) {
+                return Err(bad(format!("launches {} twice", a.job)));
+            }
+            after.insert(a.job, &a.gpus);
+        }
+        let mut owner: HashMap<GpuId, JobId> = HashMap::new();
+        for (job, gpus) in after {
+            for &g in gpus {
+                match self.cluster.gpu(g) {
+                    None => return Err(bad(format!("gives {job} {g}, which does not exist"))),
+                    Some(gpu) if !gpu.online => {
+                        return Err(bad(format!("gives {job} {g}, which is offline")))
+                    }
+                    _ => {}
+                }
+                if let Some(other) = owner.insert(g, job) {
+                    return Err(bad(format!("gives {g} to both {other} and {job}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn execute<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        p: Placement,
+        b: &mut B,
+    ) -> Result<(Vec<JobId>, Vec<JobId>), LoopError> {
+        let mut preempted = Vec::new();
+        for id in p.preempt {
+            self.suspend(info, id, b)?;
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.preemptions += 1;
+            }
+            preempted.push(id);
+        }
+        // Jobs moving to other GPUs release theirs before anyone takes them.
+        let mut moving = Vec::new();
+        for a in &p.launch {
+            if let Some(job) = self.jobs.get(a.job) {
+                if job.is_running() && !same_gpus(&job.allocation, &a.gpus) {
+                    moving.push(a.job);
+                }
+            }
+        }
+        for id in &moving {
+            self.suspend(info, *id, b)?;
+            if let Some(job) = self.jobs.get_mut(*id) {
+                job.restarts += 1;
+            }
+        }
+        let mut launched = Vec::new();
+        for a in p.launch {
+            let Some(job) = self.jobs.get(a.job) else {
+                continue;
+            };
+            if job.is_running() {
+                // Same GPUs: only the batch size may change (elastic, no restart).
+                if let Some(bs) = a.batch_size {
+                    if job.current_batch_size != Some(bs) {
+                        b.reconfigure(info, job, bs)
+                            .map_err(backend("reconfigure"))?;
+                        self.jobs.get_mut(a.job).unwrap().current_batch_size = Some(bs);
+                    }
+                }
+                continue;
+            }
+            self.cluster.assign(a.job, &a.gpus)?;
+            let job = self.jobs.get(a.job).expect("checked above");
+            b.launch(info, job, &a.gpus, a.batch_size.or(job.current_batch_size))
+                .map_err(backend("launch"))?;
+            let job = self.jobs.get_mut(a.job).expect("checked above");
+            job.status = JobStatus::Running;
+            job.first_start_s.get_or_insert(info.now_s);
+            job.last_launch_s = Some(info.now_s);
+            job.max_gpus_so_far = job.max_gpus_so_far.max(a.gpus.len() as u32);
+            if a.batch_size.is_some() {
+                job.current_batch_size = a.batch_size;
+            }
+            job.allocation = a.gpus;
+            launched.push(a.job);
+        }
+        Ok((launched, preempted))
+    }
+
+    fn suspend<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        id: JobId,
+        b: &mut B,
+    ) -> Result<(), LoopError> {
+        let job = self.jobs.get(id).expect("validated");
+        b.preempt(info, job).map_err(backend("preemption"))?;
+        let job = self.jobs.get_mut(id).expect("validated");
+        let gpus = std::mem::take(&mut job.allocation);
+        job.status = JobStatus::Queued;
+        self.cluster.release(id, &gpus);
+        Ok(())
+    }
+}
+
+fn same_gpus(a: &[GpuId], b: &[GpuId]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut a = a.to_vec();
+    let mut b = b.to_vec();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}

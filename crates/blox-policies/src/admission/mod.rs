@@ -1,0 +1,4 @@
+//! Admission policies: which submitted jobs the scheduler sees (Blox §3.1).
+
+pub mod accept_all;
+pub mod load_based;

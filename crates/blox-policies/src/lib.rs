@@ -1,0 +1,27 @@
+//! # blox-policies
+//!
+//! The built-in modules, one file per policy, grouped by the extension point they
+//! plug into. Each file's name is the policy's registered name (with `-` for `_`),
+//! its doc comment cites the paper section it implements, and its tests state the
+//! policy's defining property.
+//!
+//! | kind | names |
+//! |---|---|
+//! | admission | `accept-all`, `load-based` |
+//! | scheduling | `fifo`, `las`, `srtf` |
+//! | placement | `first-free`, `consolidated`, `explicit` |
+//!
+//! Registration happens at link time (`inventory`); a binary that uses these
+//! policies only by name must still link the crate: call [`link`] or write
+//! `use blox_policies as _;`.
+
+pub mod admission;
+pub mod placement;
+pub mod scheduling;
+
+#[cfg(test)]
+pub(crate) mod test_util;
+
+/// Makes sure this crate is linked into a binary that only refers to its policies
+/// by name (through the registry).
+pub fn link() {}

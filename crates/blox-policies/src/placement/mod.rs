@@ -1,0 +1,8 @@
+//! Placement policies: concrete GPUs for the scheduled jobs, and whom to preempt
+//! (Blox §3.1). `walk` holds the priority walk with preemption that the rigid
+//! placements share; each policy only chooses GPUs.
+
+pub mod consolidated;
+pub mod explicit;
+pub mod first_free;
+pub mod walk;

@@ -1,0 +1,220 @@
+//! The priority walk shared by rigid placements, as Blox's placement does it
+//! (Blox, EuroSys'24, §3.1; round semantics in the Blox simulator):
+//!
+//! 1. running jobs the schedule dropped are preempted; running jobs whose demand
+//!    changed are re-placed;
+//! 2. scheduled jobs are visited in priority order; a running job keeps its GPUs;
+//! 3. a job that is not running gets free GPUs chosen by the policy; if too few
+//!    are free, running jobs *below it in the order* are preempted from the bottom
+//!    up until it fits (none are preempted if even that would not make room);
+//! 4. a job that still cannot be placed stops the walk (no backfilling), unless
+//!    `backfill = true`.
+
+use blox_core::*;
+use serde::Deserialize;
+
+/// Free GPUs during the walk: a dense bitmap plus per-node counts.
+pub struct FreeGpus<'a> {
+    pub cluster: &'a ClusterState,
+    free: Vec<bool>,
+    per_node: Vec<u32>,
+    count: u32,
+}
+
+impl<'a> FreeGpus<'a> {
+    fn new(cluster: &'a ClusterState) -> Self {
+        let mut free = vec![false; cluster.gpus().len()];
+        let mut per_node = vec![0; cluster.nodes().len()];
+        let mut count = 0;
+        for g in cluster.free_gpus() {
+            free[g.index()] = true;
+            per_node[cluster.gpu(g).unwrap().node.index()] += 1;
+            count += 1;
+        }
+        FreeGpus {
+            cluster,
+            free,
+            per_node,
+            count,
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_free(&self, g: GpuId) -> bool {
+        self.free[g.index()]
+    }
+
+    /// Free GPUs on a node.
+    pub fn on_node(&self, node: NodeId) -> u32 {
+        self.per_node[node.index()]
+    }
+
+    /// Free GPUs of a node, by local id.
+    pub fn gpus_on(&self, node: NodeId) -> impl Iterator<Item = GpuId> + '_ {
+        self.cluster.nodes()[node.index()]
+            .gpus
+            .iter()
+            .copied()
+            .filter(|g| self.free[g.index()])
+    }
+
+    /// All free GPUs in global id order.
+    pub fn iter(&self) -> impl Iterator<Item = GpuId> + '_ {
+        self.free
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(i, _)| GpuId(i as u32))
+    }
+
+    fn take(&mut self, gpus: &[GpuId]) {
+        for g in gpus {
+            debug_assert!(self.free[g.index()]);
+            self.free[g.index()] = false;
+            self.per_node[self.cluster.gpu(*g).unwrap().node.index()] -= 1;
+            self.count -= 1;
+        }
+    }
+
+    fn put(&mut self, gpus: &[GpuId]) {
+        for g in gpus {
+            if !self.free[g.index()] {
+                self.free[g.index()] = true;
+                self.per_node[self.cluster.gpu(*g).unwrap().node.index()] += 1;
+                self.count += 1;
+            }
+        }
+    }
+}
+
+/// Settings shared by the walk-based placements.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WalkParams {
+    /// Keep walking past a job that does not fit (Blox: false).
+    #[serde(default)]
+    pub backfill: bool,
+    /// Preempt lower-priority running jobs to make room (Blox: true).
+    #[serde(default = "yes")]
+    pub preempt: bool,
+}
+
+impl Default for WalkParams {
+    fn default() -> Self {
+        WalkParams {
+            backfill: false,
+            preempt: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Runs the walk; `choose(free, n)` picks `n` GPUs out of `free` or says it cannot.
+pub fn priority_walk(
+    params: &WalkParams,
+    schedule: &Schedule,
+    jobs: &JobState,
+    cluster: &ClusterState,
+    mut choose: impl FnMut(&FreeGpus, u32) -> Option<Vec<GpuId>>,
+) -> Placement {
+    let mut free = FreeGpus::new(cluster);
+    let mut out = Placement::default();
+    let position: std::collections::HashMap<JobId, usize> = schedule
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.job, i))
+        .collect();
+
+    // Running jobs that keep their GPUs, with their place in the order.
+    let mut kept: Vec<(usize, JobId, Vec<GpuId>)> = Vec::new();
+    for job in jobs.running() {
+        match position.get(&job.id()) {
+            None => {
+                out.preempt.push(job.id());
+                free.put(&job.allocation);
+            }
+            Some(&i) => {
+                let d = &schedule.entries[i];
+                if d.gpus as usize == job.allocation.len() {
+                    kept.push((i, job.id(), job.allocation.clone()));
+                } else {
+                    // Demand changed: release and re-place below (a restart).
+                    free.put(&job.allocation);
+                }
+            }
+        }
+    }
+    kept.sort_by_key(|k| k.0);
+
+    for (i, d) in schedule.entries.iter().enumerate() {
+        if kept.iter().any(|k| k.1 == d.job) {
+            if let Some(bs) = d.batch_size {
+                let alloc = &kept.iter().find(|k| k.1 == d.job).unwrap().2;
+                out.launch.push(Assignment {
+                    job: d.job,
+                    gpus: alloc.clone(),
+                    batch_size: Some(bs),
+                });
+            }
+            continue;
+        }
+        if d.gpus == 0 {
+            continue;
+        }
+        let mut chosen = if free.count() >= d.gpus {
+            choose(&free, d.gpus)
+        } else {
+            None
+        };
+        if chosen.is_none() && params.preempt {
+            // Lower-priority running jobs, bottom of the order first.
+            let victims: Vec<usize> = (0..kept.len()).rev().filter(|&k| kept[k].0 > i).collect();
+            let room: u32 =
+                free.count() + victims.iter().map(|&k| kept[k].2.len() as u32).sum::<u32>();
+            if room >= d.gpus {
+                let mut taken = Vec::new();
+                for k in victims {
+                    free.put(&kept[k].2);
+                    taken.push(k);
+                    if free.count() >= d.gpus {
+                        chosen = choose(&free, d.gpus);
+                        if chosen.is_some() {
+                            break;
+                        }
+                    }
+                }
+                if chosen.is_some() {
+                    taken.sort_unstable_by(|a, b| b.cmp(a));
+                    for k in taken {
+                        let (_, victim, _) = kept.remove(k);
+                        out.preempt.push(victim);
+                    }
+                } else {
+                    for &k in &taken {
+                        free.take(&kept[k].2);
+                    }
+                }
+            }
+        }
+        match chosen {
+            Some(gpus) => {
+                free.take(&gpus);
+                out.launch.push(Assignment {
+                    job: d.job,
+                    gpus,
+                    batch_size: d.batch_size,
+                });
+            }
+            None if params.backfill => continue,
+            None => break,
+        }
+    }
+    out
+}

@@ -1,0 +1,6 @@
+//! Scheduling policies: the priority order of runnable jobs and what each gets
+//! (Blox §3.1).
+
+pub mod fifo;
+pub mod las;
+pub mod srtf;

@@ -1,0 +1,16 @@
+//! # blox-sim
+//!
+//! The simulation backend of the blox round loop: a virtual clock, deterministic
+//! for a seed; workloads from real traces (Philly, Pollux) and generators (the Blox
+//! recipe); per-job progress; result tables and a summary. The loop itself is
+//! `blox_core::RoundLoop` — the same code that drives a real cluster.
+
+pub mod backend;
+pub mod report;
+pub mod run;
+pub mod workload;
+
+pub use backend::{SimBackend, SimConfig};
+pub use report::{JobRow, RoundRow, SimResult, Summary};
+pub use run::{load_config, SimError, Simulation};
+pub use workload::{SimJob, WorkModel, WorkloadError};

@@ -1,0 +1,407 @@
+//! Result tables (`jobs.csv`, `rounds.csv`, also as Parquet) and the summary.
+
+use blox_core::{Job, JobStatus};
+use std::fmt;
+use std::path::Path;
+
+/// One row of `jobs.csv`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRow {
+    pub job_id: u64,
+    pub name: String,
+    pub arrival_s: f64,
+    pub first_start_s: Option<f64>,
+    pub finish_s: Option<f64>,
+    pub jct_s: Option<f64>,
+    pub queueing_s: Option<f64>,
+    pub responsiveness_s: Option<f64>,
+    pub preemptions: u32,
+    pub restarts: u32,
+    pub gpu_seconds: f64,
+    pub num_gpus: u32,
+    pub status: String,
+    pub reason: String,
+}
+
+impl JobRow {
+    /// With `quantized`, the first start is reported one round late, as the Blox
+    /// simulator records it (at the metric collection after the first round run).
+    pub fn from_job(j: &Job, quantized: bool, round_s: f64) -> Self {
+        let first_start_s = j
+            .first_start_s
+            .map(|t| if quantized { t + round_s } else { t });
+        let jct_s = j.jct_s();
+        JobRow {
+            job_id: j.id().0,
+            name: j.spec.name.clone(),
+            arrival_s: j.arrival_s(),
+            first_start_s,
+            finish_s: j.finish_s,
+            jct_s,
+            queueing_s: jct_s.map(|jct| (jct - j.run_time_s).max(0.0)),
+            responsiveness_s: first_start_s.map(|t| t - j.arrival_s()),
+            preemptions: j.preemptions,
+            restarts: j.restarts,
+            gpu_seconds: j.attained_service_gpu_s,
+            num_gpus: j.requested_gpus(),
+            status: j.status.as_str().to_string(),
+            reason: j.end_reason.clone().unwrap_or_default(),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.status == JobStatus::Finished.as_str()
+    }
+}
+
+/// One row of `rounds.csv`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoundRow {
+    pub time_s: f64,
+    pub busy_gpus: u32,
+    pub total_gpus: u32,
+    pub queued_jobs: u32,
+    pub waiting_jobs: u32,
+    pub running_jobs: u32,
+}
+
+/// Headline numbers of a run (over the tracked jobs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub policies: (String, String, String),
+    pub jobs_total: usize,
+    pub jobs_finished: usize,
+    pub jobs_rejected: usize,
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    pub p99_jct_s: f64,
+    pub avg_responsiveness_s: f64,
+    pub makespan_s: f64,
+    pub gpu_utilisation: f64,
+    pub preemptions: u64,
+    pub rounds: u64,
+    pub sim_time_s: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p / 100.0 * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+impl Summary {
+    pub fn compute(
+        tracked: &[&JobRow],
+        all: &[JobRow],
+        _rounds: &[RoundRow],
+        gpus: u32,
+        now_s: f64,
+        rounds: u64,
+        policies: (String, String, String),
+    ) -> Self {
+        let mut jcts: Vec<f64> = tracked.iter().filter_map(|j| j.jct_s).collect();
+        jcts.sort_by(f64::total_cmp);
+        let resp: Vec<f64> = tracked.iter().filter_map(|j| j.responsiveness_s).collect();
+        let makespan_s = all.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
+        let gpu_s: f64 = all.iter().map(|j| j.gpu_seconds).sum();
+        let horizon = makespan_s.max(now_s.min(makespan_s.max(1.0)));
+        Summary {
+            policies,
+            jobs_total: tracked.len(),
+            jobs_finished: tracked.iter().filter(|j| j.is_finished()).count(),
+            jobs_rejected: tracked.iter().filter(|j| j.status == "rejected").count(),
+            avg_jct_s: mean(&jcts),
+            p50_jct_s: percentile(&jcts, 50.0),
+            p99_jct_s: percentile(&jcts, 99.0),
+            avg_responsiveness_s: mean(&resp),
+            makespan_s,
+            gpu_utilisation: if horizon > 0.0 && gpus > 0 {
+                gpu_s / (gpus as f64 * horizon)
+            } else {
+                0.0
+            },
+            preemptions: tracked.iter().map(|j| j.preemptions as u64).sum(),
+            rounds,
+            sim_time_s: now_s,
+        }
+    }
+}
+
+fn hours(s: f64) -> String {
+    if s.is_nan() {
+        "n/a".into()
+    } else {
+        format!("{:.2} h", s / 3600.0)
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (a, s, p) = &self.policies;
+        writeln!(
+            f,
+            "policies           admission={a}  scheduling={s}  placement={p}"
+        )?;
+        writeln!(
+            f,
+            "jobs               {} finished of {} ({} rejected)",
+            self.jobs_finished, self.jobs_total, self.jobs_rejected
+        )?;
+        writeln!(f, "avg JCT            {}", hours(self.avg_jct_s))?;
+        writeln!(f, "p50 JCT            {}", hours(self.p50_jct_s))?;
+        writeln!(f, "p99 JCT            {}", hours(self.p99_jct_s))?;
+        writeln!(f, "avg responsiveness {}", hours(self.avg_responsiveness_s))?;
+        writeln!(f, "makespan           {}", hours(self.makespan_s))?;
+        writeln!(
+            f,
+            "GPU utilisation    {:.1} %",
+            self.gpu_utilisation * 100.0
+        )?;
+        writeln!(f, "preemptions        {}", self.preemptions)?;
+        write!(
+            f,
+            "rounds             {} ({} simulated)",
+            self.rounds,
+            hours(self.sim_time_s)
+        )
+    }
+}
+
+/// Everything a simulation produces.
+#[derive(Clone, Debug)]
+pub struct SimResult {
+    pub jobs: Vec<JobRow>,
+    pub rounds: Vec<RoundRow>,
+    pub summary: Summary,
+}
+
+pub const JOB_COLUMNS: &[&str] = &[
+    "job_id",
+    "arrival_s",
+    "first_start_s",
+    "finish_s",
+    "jct_s",
+    "queueing_s",
+    "responsiveness_s",
+    "preemptions",
+    "gpu_seconds",
+    "status",
+    "name",
+    "num_gpus",
+    "restarts",
+    "reason",
+];
+
+pub const ROUND_COLUMNS: &[&str] = &[
+    "time_s",
+    "busy_gpus",
+    "queued_jobs",
+    "running_jobs",
+    "waiting_jobs",
+    "total_gpus",
+];
+
+impl SimResult {
+    /// Writes `jobs.csv`, `rounds.csv` (and `.parquet` with the `polars` feature)
+    /// and `summary.txt` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut written = tables::write(self, dir)?;
+        let summary = dir.join("summary.txt");
+        std::fs::write(&summary, format!("{}\n", self.summary))
+            .map_err(|e| format!("{}: {e}", summary.display()))?;
+        written.push(summary);
+        Ok(written)
+    }
+}
+
+#[cfg(feature = "polars")]
+mod tables {
+    use super::*;
+    use polars::prelude::*;
+
+    fn jobs_frame(r: &SimResult) -> PolarsResult<DataFrame> {
+        let j = &r.jobs;
+        DataFrame::new_infer_height(vec![
+            Column::new(
+                "job_id".into(),
+                j.iter().map(|x| x.job_id).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "arrival_s".into(),
+                j.iter().map(|x| x.arrival_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "first_start_s".into(),
+                j.iter().map(|x| x.first_start_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "finish_s".into(),
+                j.iter().map(|x| x.finish_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "jct_s".into(),
+                j.iter().map(|x| x.jct_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "queueing_s".into(),
+                j.iter().map(|x| x.queueing_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "responsiveness_s".into(),
+                j.iter().map(|x| x.responsiveness_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "preemptions".into(),
+                j.iter().map(|x| x.preemptions).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "gpu_seconds".into(),
+                j.iter().map(|x| x.gpu_seconds).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "status".into(),
+                j.iter().map(|x| x.status.clone()).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "name".into(),
+                j.iter().map(|x| x.name.clone()).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "num_gpus".into(),
+                j.iter().map(|x| x.num_gpus).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "restarts".into(),
+                j.iter().map(|x| x.restarts).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "reason".into(),
+                j.iter().map(|x| x.reason.clone()).collect::<Vec<_>>(),
+            ),
+        ])
+    }
+
+    fn rounds_frame(r: &SimResult) -> PolarsResult<DataFrame> {
+        let x = &r.rounds;
+        DataFrame::new_infer_height(vec![
+            Column::new(
+                "time_s".into(),
+                x.iter().map(|r| r.time_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "busy_gpus".into(),
+                x.iter().map(|r| r.busy_gpus).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "queued_jobs".into(),
+                x.iter().map(|r| r.queued_jobs).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "running_jobs".into(),
+                x.iter().map(|r| r.running_jobs).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "waiting_jobs".into(),
+                x.iter().map(|r| r.waiting_jobs).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "total_gpus".into(),
+                x.iter().map(|r| r.total_gpus).collect::<Vec<_>>(),
+            ),
+        ])
+    }
+
+    fn save(
+        df: &mut DataFrame,
+        dir: &Path,
+        stem: &str,
+        out: &mut Vec<std::path::PathBuf>,
+    ) -> Result<(), String> {
+        let csv = dir.join(format!("{stem}.csv"));
+        let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+        CsvWriter::new(&mut f)
+            .include_header(true)
+            .finish(df)
+            .map_err(|e| format!("{}: {e}", csv.display()))?;
+        out.push(csv);
+        let pq = dir.join(format!("{stem}.parquet"));
+        let f = std::fs::File::create(&pq).map_err(|e| format!("{}: {e}", pq.display()))?;
+        ParquetWriter::new(f)
+            .finish(df)
+            .map_err(|e| format!("{}: {e}", pq.display()))?;
+        out.push(pq);
+        Ok(())
+    }
+
+    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+        let mut out = Vec::new();
+        let mut jobs = jobs_frame(r).map_err(|e| e.to_string())?;
+        save(&mut jobs, dir, "jobs", &mut out)?;
+        let mut rounds = rounds_frame(r).map_err(|e| e.to_string())?;
+        save(&mut rounds, dir, "rounds", &mut out)?;
+        Ok(out)
+    }
+}
+
+#[cfg(not(feature = "polars"))]
+mod tables {
+    //! Without polars: the same CSV columns through the `csv` crate, no Parquet.
+    use super::*;
+
+    fn opt(v: Option<f64>) -> String {
+        v.map(|x| x.to_string()).unwrap_or_default()
+    }
+
+    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+        let jobs = dir.join("jobs.csv");
+        let mut w = csv::Writer::from_path(&jobs).map_err(|e| e.to_string())?;
+        w.write_record(JOB_COLUMNS).map_err(|e| e.to_string())?;
+        for j in &r.jobs {
+            w.write_record([
+                j.job_id.to_string(),
+                j.arrival_s.to_string(),
+                opt(j.first_start_s),
+                opt(j.finish_s),
+                opt(j.jct_s),
+                opt(j.queueing_s),
+                opt(j.responsiveness_s),
+                j.preemptions.to_string(),
+                j.gpu_seconds.to_string(),
+                j.status.clone(),
+                j.name.clone(),
+                j.num_gpus.to_string(),
+                j.restarts.to_string(),
+                j.reason.clone(),
+            ])
+            .map_err(|e| e.to_string())?;
+        }
+        w.flush().map_err(|e| e.to_string())?;
+        let rounds = dir.join("rounds.csv");
+        let mut w = csv::Writer::from_path(&rounds).map_err(|e| e.to_string())?;
+        w.write_record(ROUND_COLUMNS).map_err(|e| e.to_string())?;
+        for x in &r.rounds {
+            w.write_record([
+                x.time_s.to_string(),
+                x.busy_gpus.to_string(),
+                x.queued_jobs.to_string(),
+                x.running_jobs.to_string(),
+                x.waiting_jobs.to_string(),
+                x.total_gpus.to_string(),
+            ])
+            .map_err(|e| e.to_string())?;
+        }
+        w.flush().map_err(|e| e.to_string())?;
+        Ok(vec![jobs, rounds])
+    }
+}

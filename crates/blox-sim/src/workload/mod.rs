@@ -1,0 +1,203 @@
+//! Workloads: where simulated jobs come from.
+//!
+//! | `kind` | file | what it gives |
+//! |---|---|---|
+//! | `csv` | `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user]` | jobs as written |
+//! | `blox-csv` | `job_id,num_gpus,submit_time,duration,model,batch_size` (Blox's toy traces) | jobs as written |
+//! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux artifact) | durations derived from the per-model profiles ([`pollux`]) |
+//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept |
+//! | `blox-recipe` | the Philly digest | Blox's Philly-Trace recipe: 1-GPU jobs, Gavel-style durations ([`philly`]) |
+//!
+//! Without `kind`, the format is recognised from the CSV header (`blox-recipe`
+//! must be asked for by name: it shares the Philly header).
+
+pub mod philly;
+pub mod pollux;
+pub mod table;
+pub mod trace;
+
+use blox_core::{JobSpec, Section};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use table::CsvTable;
+
+/// A bad workload file or setting.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("{}: {message}", path.display())]
+    Io { path: PathBuf, message: String },
+    #[error("{}:{line}: column `{column}`: {message}", path.display())]
+    Field {
+        path: PathBuf,
+        line: u64,
+        column: String,
+        message: String,
+    },
+    #[error("{}: missing column `{column}` (header is `{found}`)", path.display())]
+    MissingColumn {
+        path: PathBuf,
+        column: String,
+        found: String,
+    },
+    #[error("{}: unrecognised CSV header `{found}`; expected one of:\n{expected}", path.display())]
+    UnknownFormat {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+    #[error(transparent)]
+    Config(#[from] blox_core::ConfigError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// How a simulated job makes progress.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkModel {
+    /// Runs for `duration_s` at its requested GPU count; at `g` GPUs its speed
+    /// scales linearly, `g / requested` (a placeholder for rigid policies, which
+    /// always give the requested count; profile-driven speedups come with Pollux).
+    Duration { duration_s: f64 },
+}
+
+/// A job as the simulator knows it: what the scheduler sees, plus its true work.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimJob {
+    pub spec: JobSpec,
+    pub work: WorkModel,
+}
+
+impl SimJob {
+    pub fn duration_s(&self) -> f64 {
+        match self.work {
+            WorkModel::Duration { duration_s } => duration_s,
+        }
+    }
+}
+
+/// `[workload]`: which trace, and how to turn it into jobs.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadConfig {
+    /// `csv`, `blox-csv`, `pollux`, `philly` or `blox-recipe`; default: from the header.
+    pub kind: Option<String>,
+    /// The trace file, relative to the config file.
+    pub path: Option<PathBuf>,
+    /// Poisson arrival rate for `philly` and `blox-recipe`, jobs per hour.
+    pub jobs_per_hour: Option<f64>,
+    /// Use at most this many jobs (in trace order).
+    pub num_jobs: Option<usize>,
+    /// `philly`: skip jobs shorter than this, seconds.
+    pub min_duration_s: Option<f64>,
+    /// `philly`: skip jobs longer than this, seconds.
+    pub max_duration_s: Option<f64>,
+    /// `pollux`: folder of per-application profiles (`<app>/placements.csv`, …);
+    /// default `../traces` next to the workload file's folder.
+    pub traces_dir: Option<PathBuf>,
+    /// `pollux`: GPUs per node used to lay out a job for its profile duration.
+    pub gpus_per_node: Option<u32>,
+    /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
+    pub force_gpus: Option<u32>,
+}
+
+const FORMATS: &[(&str, &[&str])] = &[
+    ("csv", &["job_id", "arrival_s", "num_gpus", "duration_s"]),
+    (
+        "blox-csv",
+        &["job_id", "num_gpus", "submit_time", "duration"],
+    ),
+    (
+        "pollux",
+        &["name", "time", "application", "num_replicas", "batch_size"],
+    ),
+    ("philly", &["timestamp", "duration", "num_gpus"]),
+];
+
+/// The format a CSV header belongs to.
+pub fn detect_format(path: &Path) -> Result<&'static str, WorkloadError> {
+    let table_head = std::fs::read_to_string(path).map_err(|e| WorkloadError::Io {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let header = table_head
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_start_matches('\u{feff}');
+    let cols: Vec<&str> = header.split(',').map(|c| c.trim()).collect();
+    for (name, required) in FORMATS {
+        if required.iter().all(|r| cols.contains(r)) {
+            return Ok(name);
+        }
+    }
+    Err(WorkloadError::UnknownFormat {
+        path: path.to_path_buf(),
+        found: header.to_string(),
+        expected: FORMATS
+            .iter()
+            .map(|(n, c)| format!("  {n}: {}", c.join(",")))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    })
+}
+
+/// Reads the `[workload]` section and produces the jobs, sorted by arrival, with
+/// ids `0..n` in arrival order unless the trace gives ids.
+pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>, WorkloadError> {
+    let cfg: WorkloadConfig = section.parse()?;
+    let path = cfg
+        .path
+        .as_ref()
+        .map(|p| base_dir.join(p))
+        .ok_or_else(|| section.error_at("path", "[workload] needs `path` (the trace file)"))?;
+    let kind = match cfg.kind.as_deref() {
+        Some(k) => k.to_string(),
+        None => detect_format(&path)?.to_string(),
+    };
+    let mut jobs = match kind.as_str() {
+        "csv" => trace::read_generic(&CsvTable::read(&path)?)?,
+        "blox-csv" => trace::read_blox(&CsvTable::read(&path)?)?,
+        "pollux" => {
+            let traces = match &cfg.traces_dir {
+                Some(d) => base_dir.join(d),
+                None => path
+                    .parent()
+                    .and_then(|p| p.parent())
+                    .map(|p| p.join("traces"))
+                    .unwrap_or_else(|| PathBuf::from("traces")),
+            };
+            pollux::read_workload(&CsvTable::read(&path)?, &traces, cfg.gpus_per_node.unwrap_or(4))?
+        }
+        "philly" | "blox-recipe" => {
+            let rate = cfg.jobs_per_hour.ok_or_else(|| {
+                section.error_at("jobs_per_hour", format!("`{kind}` workloads need `jobs_per_hour`"))
+            })?;
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err(section.error_at("jobs_per_hour", "jobs_per_hour must be positive").into());
+            }
+            let table = CsvTable::read(&path)?;
+            if kind == "philly" {
+                philly::retimed(&table, rate, &cfg, seed)?
+            } else {
+                philly::blox_recipe(&table, rate, cfg.num_jobs, seed)?
+            }
+        }
+        other => {
+            return Err(section
+                .error_at(
+                    "kind",
+                    format!("unknown workload kind `{other}`; known: csv, blox-csv, pollux, philly, blox-recipe"),
+                )
+                .into())
+        }
+    };
+    if let Some(n) = cfg.num_jobs {
+        jobs.truncate(n);
+    }
+    if let Some(g) = cfg.force_gpus {
+        for j in &mut jobs {
+            j.spec.requested_gpus = g;
+        }
+    }
+    Ok(jobs)
+}

@@ -1,0 +1,76 @@
+//! Plain traces: one row per job with its arrival, GPU count and duration.
+
+use super::table::CsvTable;
+use super::{SimJob, WorkModel, WorkloadError};
+use blox_core::JobSpec;
+use std::collections::HashMap;
+
+fn finish(table: &CsvTable, mut jobs: Vec<(u64, SimJob)>) -> Result<Vec<SimJob>, WorkloadError> {
+    let mut seen: HashMap<u64, u64> = HashMap::new();
+    for (line, j) in &jobs {
+        if let Some(first) = seen.insert(j.spec.id.0, *line) {
+            return Err(WorkloadError::Field {
+                path: table.path.clone(),
+                line: *line,
+                column: "job_id".into(),
+                message: format!("job id {} already used on line {first}", j.spec.id.0),
+            });
+        }
+    }
+    jobs.sort_by(|a, b| {
+        a.1.spec
+            .arrival_s
+            .total_cmp(&b.1.spec.arrival_s)
+            .then(a.1.spec.id.cmp(&b.1.spec.id))
+    });
+    Ok(jobs.into_iter().map(|(_, j)| j).collect())
+}
+
+/// `job_id,arrival_s,num_gpus,duration_s` with optional `model,batch_size,user`;
+/// `duration_s` is the run time at `num_gpus` GPUs.
+pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
+    t.require(&["job_id", "arrival_s", "num_gpus", "duration_s"])?;
+    let mut jobs = Vec::with_capacity(t.rows.len());
+    for r in 0..t.rows.len() {
+        let id = t.u64(r, "job_id")?;
+        let duration_s = t.f64(r, "duration_s")?;
+        let mut spec = JobSpec::new(id, t.f64(r, "arrival_s")?, t.u64(r, "num_gpus")? as u32)
+            .with_duration(duration_s);
+        spec.model = t.opt_str(r, "model").map(str::to_string);
+        spec.user = t.opt_str(r, "user").map(str::to_string);
+        spec.batch_size = t.opt_u64(r, "batch_size")?.map(|b| b as u32);
+        jobs.push((
+            t.line(r),
+            SimJob {
+                spec,
+                work: WorkModel::Duration { duration_s },
+            },
+        ));
+    }
+    finish(t, jobs)
+}
+
+/// Blox's own toy trace format: `job_id,num_gpus,submit_time,duration,model,batch_size`.
+pub fn read_blox(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
+    t.require(&["job_id", "num_gpus", "submit_time", "duration"])?;
+    let mut jobs = Vec::with_capacity(t.rows.len());
+    for r in 0..t.rows.len() {
+        let duration_s = t.f64(r, "duration")?;
+        let mut spec = JobSpec::new(
+            t.u64(r, "job_id")?,
+            t.f64(r, "submit_time")?,
+            t.u64(r, "num_gpus")? as u32,
+        )
+        .with_duration(duration_s);
+        spec.model = t.opt_str(r, "model").map(str::to_string);
+        spec.batch_size = t.opt_u64(r, "batch_size")?.map(|b| b as u32);
+        jobs.push((
+            t.line(r),
+            SimJob {
+                spec,
+                work: WorkModel::Duration { duration_s },
+            },
+        ));
+    }
+    finish(t, jobs)
+}
