@@ -153,10 +153,11 @@ pub fn priority_walk(
     }
     kept.sort_by_key(|k| k.0);
 
+    let mut is_kept: std::collections::HashSet<JobId> = kept.iter().map(|k| k.1).collect();
     for (i, d) in schedule.entries.iter().enumerate() {
-        if kept.iter().any(|k| k.1 == d.job) {
+        if is_kept.contains(&d.job) {
             if let Some(bs) = d.batch_size {
-                let alloc = &kept.iter().find(|k| k.1 == d.job).unwrap().2;
+                let alloc = &kept.iter().find(|k| k.1 == d.job).expect("kept").2;
                 out.launch.push(Assignment {
                     job: d.job,
                     gpus: alloc.clone(),
@@ -194,6 +195,7 @@ pub fn priority_walk(
                     taken.sort_unstable_by(|a, b| b.cmp(a));
                     for k in taken {
                         let (_, victim, _) = kept.remove(k);
+                        is_kept.remove(&victim);
                         out.preempt.push(victim);
                     }
                 } else {

@@ -1,0 +1,266 @@
+//! End to end: the `blox` binary driven the way a user drives it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn blox(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blox"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("blox runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("blox-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+const SMALL: &str = r#"
+[cluster]
+nodes = 2
+gpus_per_node = 4
+
+[run]
+round_s = 60
+
+[workload]
+path = "trace.csv"
+
+[scheduling]
+policy = "fifo"
+"#;
+
+#[test]
+fn sim_without_arguments_runs_the_bundled_default_and_prints_a_summary() {
+    let o = blox(&["sim", "--quiet"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("160 finished of 160"), "{t}");
+    for line in [
+        "avg JCT",
+        "p99 JCT",
+        "avg responsiveness",
+        "makespan",
+        "GPU utilisation",
+    ] {
+        assert!(t.contains(line), "summary lacks {line}: {t}");
+    }
+}
+
+#[test]
+fn out_dir_gets_job_and_round_tables() {
+    let dir = tempdir("out");
+    let o = blox(&["sim", "--quiet", "--out", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let jobs = std::fs::read_to_string(dir.join("jobs.csv")).unwrap();
+    assert!(jobs.starts_with(
+        "job_id,arrival_s,first_start_s,finish_s,jct_s,queueing_s,responsiveness_s,preemptions,gpu_seconds,status"
+    ));
+    assert_eq!(jobs.lines().count(), 161);
+    assert!(
+        jobs.contains(",cifar10-0,"),
+        "jobs are named by the workload's name column"
+    );
+    let rounds = std::fs::read_to_string(dir.join("rounds.csv")).unwrap();
+    assert!(rounds.starts_with("time_s,busy_gpus,queued_jobs,running_jobs"));
+    assert!(dir.join("jobs.parquet").exists() && dir.join("rounds.parquet").exists());
+}
+
+#[test]
+fn unknown_policy_fails_before_running_and_lists_registered_names() {
+    let o = blox(&["sim", "--quiet", "--set", "scheduling.policy=lass"]);
+    let t = text(&o);
+    assert!(!o.status.success());
+    assert!(t.contains("unknown scheduling policy `lass`"), "{t}");
+    assert!(
+        t.contains("fifo") && t.contains("las") && t.contains("srtf"),
+        "{t}"
+    );
+    assert!(!t.contains("avg JCT"), "nothing may run: {t}");
+}
+
+#[test]
+fn mistyped_config_key_names_the_key_and_line() {
+    let dir = tempdir("typo");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1,10\n",
+    );
+    let cfg = write(
+        &dir,
+        "c.toml",
+        &SMALL.replace("round_s = 60", "round_s = 60\nround_secs = 5"),
+    );
+    let o = blox(&["sim", "--quiet", cfg.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        t.contains("round_secs") && t.contains("c.toml:8: [run]"),
+        "{t}"
+    );
+}
+
+#[test]
+fn bad_trace_row_names_file_line_and_column() {
+    let dir = tempdir("badrow");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1,10\n1,5,-2,10\n",
+    );
+    let cfg = write(&dir, "c.toml", SMALL);
+    let o = blox(&["sim", "--quiet", cfg.to_str().unwrap()]);
+    let t = text(&o);
+    assert!(!o.status.success());
+    assert!(t.contains("trace.csv:3: column `num_gpus`"), "{t}");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1,ten\n",
+    );
+    let t = text(&blox(&["sim", "--quiet", cfg.to_str().unwrap()]));
+    assert!(
+        t.contains("trace.csv:2: column `duration_s`: `ten` is not a number"),
+        "{t}"
+    );
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1\n",
+    );
+    let t = text(&blox(&["sim", "--quiet", cfg.to_str().unwrap()]));
+    assert!(
+        t.contains("trace.csv:2: column `duration_s`: missing value"),
+        "{t}"
+    );
+}
+
+#[test]
+fn job_larger_than_the_cluster_is_rejected_and_the_run_goes_on() {
+    let dir = tempdir("toobig");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1,100\n1,0,64,100\n2,10,2,100\n",
+    );
+    let cfg = write(&dir, "c.toml", SMALL);
+    let out = dir.join("out");
+    let o = blox(&[
+        "sim",
+        "--quiet",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("2 finished of 3 (1 rejected)"),
+        "{}",
+        text(&o)
+    );
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    let row = jobs.lines().find(|l| l.starts_with("1,")).unwrap();
+    assert!(
+        row.contains("rejected") && row.contains("asks for 64 GPUs but the cluster has 8"),
+        "{row}"
+    );
+}
+
+#[test]
+fn workload_flag_replaces_the_trace_and_keeps_other_settings() {
+    let o = blox(&[
+        "sim",
+        "--quiet",
+        "--workload",
+        "data/pollux/workloads-0.5/workload-2.csv",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("80 finished of 80"), "{t}");
+    assert!(t.contains("scheduling=las"), "{t}");
+}
+
+#[test]
+fn policies_lists_every_registered_module() {
+    let t = text(&blox(&["policies"]));
+    for name in [
+        "accept-all",
+        "load-based",
+        "fifo",
+        "las",
+        "srtf",
+        "first-free",
+        "consolidated",
+        "explicit",
+    ] {
+        assert!(t.contains(name), "{name} missing from: {t}");
+    }
+}
+
+#[test]
+fn sweep_runs_every_cell_and_writes_one_table() {
+    let dir = tempdir("sweep");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,4,600\n1,0,1,60\n2,30,2,300\n3,90,8,120\n",
+    );
+    let cfg = write(
+        &dir,
+        "s.toml",
+        &format!("{SMALL}\n[sweep]\nscheduling = [\"fifo\", \"las\", \"srtf\"]\nadmission = [\"accept-all\", {{ policy = \"load-based\", k = 1.0 }}]\nseeds = [1, 2]\n"),
+    );
+    let out = dir.join("out");
+    let o = blox(&[
+        "sweep",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let table = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(table.lines().count(), 1 + 3 * 2 * 2, "{table}");
+    assert!(table.contains("load-based(k=1.0)"), "{table}");
+}
+
+#[test]
+fn deterministic_for_a_seed() {
+    let run = |seed: &str, tag: &str| {
+        let out = tempdir(tag);
+        let o = blox(&[
+            "sim",
+            "--quiet",
+            "examples/configs/blox-recipe-fifo.toml",
+            "--set",
+            "workload.num_jobs=300",
+            "--set",
+            "run.track_jobs=[0, 299]",
+            "--set",
+            &format!("run.seed={seed}"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        std::fs::read_to_string(out.join("jobs.csv")).unwrap()
+    };
+    assert_eq!(run("5", "det-a"), run("5", "det-b"));
+    assert_ne!(run("5", "det-c"), run("6", "det-d"));
+}
