@@ -92,9 +92,17 @@ pub fn run(
         blox_core::config::apply_override(&mut doc, k, v)?;
     }
     let current = |name: &str| -> toml::Value {
-        doc.get(name)
-            .cloned()
-            .unwrap_or_else(|| toml::Value::Table(Default::default()))
+        let policy = match name {
+            "admission" => &base.admission.policy,
+            "scheduling" => &base.scheduling.policy,
+            _ => &base.placement.policy,
+        };
+        match doc.get(name) {
+            Some(toml::Value::Table(t)) if t.contains_key("policy") => {
+                toml::Value::Table(t.clone())
+            }
+            _ => toml::Value::String(policy.clone()),
+        }
     };
     let mut cells = Vec::new();
     for a in list(&sweep, "admission", current("admission"))? {
