@@ -114,7 +114,8 @@ impl Summary {
         let resp: Vec<f64> = tracked.iter().filter_map(|j| j.responsiveness_s).collect();
         let makespan_s = all.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
         let gpu_s: f64 = all.iter().map(|j| j.gpu_seconds).sum();
-        let horizon = makespan_s.max(now_s.min(makespan_s.max(1.0)));
+        // Utilisation over [0, makespan]: attained GPU-seconds / (GPUs × makespan).
+        let horizon = makespan_s;
         Summary {
             policies,
             jobs_total: tracked.len(),
