@@ -103,7 +103,6 @@ impl Summary {
     pub fn compute(
         tracked: &[&JobRow],
         all: &[JobRow],
-        _rounds: &[RoundRow],
         gpus: u32,
         now_s: f64,
         rounds: u64,

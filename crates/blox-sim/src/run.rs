@@ -166,7 +166,6 @@ impl Simulation {
         let summary = Summary::compute(
             &tracked,
             &jobs,
-            &self.rounds,
             self.round_loop.cluster.num_gpus(),
             now,
             self.round_loop.rounds(),

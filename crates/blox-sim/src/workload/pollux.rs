@@ -190,16 +190,25 @@ impl AppProfile {
         self.epoch_boundary(self.max_epochs)
     }
 
-    /// `(grad_sqr, grad_var)` at global batch `m` in epoch `e` (§4.1).
-    pub fn grad_stats(&self, m: f64, e: usize) -> (f64, f64) {
+    /// `m` clamped to the validated range, and the indices of the adjacent validated
+    /// batch sizes `B_lo <= m <= B_hi` (equal when `m` is validated), §4.1.
+    fn bracket(&self, m: f64) -> (f64, usize, usize) {
         let m = m.clamp(self.m0 as f64, self.mmax as f64);
-        let hi = self.validation.partition_point(|v| (v.0 as f64) < m);
-        let hi = hi.min(self.validation.len() - 1);
+        let hi = self
+            .validation
+            .partition_point(|v| (v.0 as f64) < m)
+            .min(self.validation.len() - 1);
         let lo = if self.validation[hi].0 as f64 == m {
             hi
         } else {
             hi.saturating_sub(1)
         };
+        (m, lo, hi)
+    }
+
+    /// `(grad_sqr, grad_var)` at global batch `m` in epoch `e` (§4.1).
+    pub fn grad_stats(&self, m: f64, e: usize) -> (f64, f64) {
+        let (m, lo, hi) = self.bracket(m);
         let (blo, rlo) = (&self.validation[lo].0, &self.validation[lo].1[e]);
         let (bhi, rhi) = (&self.validation[hi].0, &self.validation[hi].1[e]);
         if blo == bhi {
@@ -226,16 +235,7 @@ impl AppProfile {
     /// Iterations to finish at a fixed batch (Optimus's oracle knowledge, §4.3).
     pub fn iterations_to_finish(&self, m: f64) -> f64 {
         let e = self.max_epochs - 1;
-        let m = m.clamp(self.m0 as f64, self.mmax as f64);
-        let hi = self
-            .validation
-            .partition_point(|v| (v.0 as f64) < m)
-            .min(self.validation.len() - 1);
-        let lo = if self.validation[hi].0 as f64 == m {
-            hi
-        } else {
-            hi.saturating_sub(1)
-        };
+        let (m, lo, hi) = self.bracket(m);
         let (blo, bhi) = (self.validation[lo].0 as f64, self.validation[hi].0 as f64);
         let (xlo, xhi) = (
             self.validation[lo].1[e].iteration,
