@@ -7,11 +7,21 @@
 //! With `round_quantized = true` the Blox simulator's accounting is reproduced:
 //! every job running in a round is credited the whole round and finishes at the
 //! round boundary (`blox-sim-semantics.md`).
+//!
+//! Profile-driven jobs (Pollux workloads) follow the Pollux artifact's simulator
+//! (`pollux-data.md` §7.2): within a round a job advances in sub-steps; each
+//! sub-step takes the true step time at its placement and batch, the true
+//! gradient statistics of its epoch, and gains `g(M)/T_iter·(1−I)` progress per
+//! second; an epoch boundary is crossed at a whole second (round half to even),
+//! after which the batch is re-chosen (a PolluxAgent observes and refits first).
+//! The job completes at the target progress `P*`.
 
-use crate::workload::SimJob;
+use crate::workload::{BatchAgent, SimJob, WorkModel};
 use blox_core::*;
+use blox_goodput::{AppProfile, BatchConfig, PolluxAgent};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// `[sim]`: simulator settings.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -28,6 +38,15 @@ pub struct SimConfig {
     /// (checkpoint restore; Pollux's artifact uses 30 s).
     #[serde(default)]
     pub restart_overhead_s: f64,
+    /// The first round runs at `round_s`, not at 0: jobs are first seen one
+    /// interval in, as in the Pollux artifact's simulator (§7.1).
+    #[serde(default)]
+    pub start_after_first_round: bool,
+    /// Injected interference (Pollux Fig. 9): a distributed job touching a node
+    /// that hosts two or more distributed jobs runs this fraction slower for the
+    /// round (`pollux-data.md` §7.4). Profile-driven jobs only.
+    #[serde(default)]
+    pub interference: f64,
 }
 
 impl Default for SimConfig {
@@ -36,6 +55,8 @@ impl Default for SimConfig {
             round_quantized: false,
             launch_overhead_s: 0.0,
             restart_overhead_s: 0.0,
+            start_after_first_round: false,
+            interference: 0.0,
         }
     }
 }
@@ -49,6 +70,87 @@ struct Segment {
     progress_from_s: f64,
 }
 
+/// The batch-size chooser of a profile-driven job.
+#[derive(Clone, Debug)]
+enum Tuner {
+    Fixed(u32),
+    Pollux(Box<PolluxAgent>),
+}
+
+/// True state of a profile-driven job.
+#[derive(Clone, Debug)]
+struct ProfileRun {
+    app: Arc<AppProfile>,
+    tuner: Tuner,
+    /// Completed epochs.
+    epoch: usize,
+    /// Statistical progress, iterations at `M0`.
+    progress: f64,
+    batch: BatchConfig,
+    /// Replicas per node, in allocation order.
+    per_node: Vec<u32>,
+    /// Goodput factor for this round (1 − interference).
+    slowdown: f64,
+}
+
+impl ProfileRun {
+    fn replicas(&self) -> u32 {
+        self.per_node.iter().sum()
+    }
+
+    fn choose_batch(&mut self) {
+        let (n, r) = (self.per_node.len() as u32, self.replicas());
+        self.batch = match &self.tuner {
+            Tuner::Fixed(m) => self.app.limits.fixed_batch(r, *m as f64),
+            Tuner::Pollux(a) => a.choose(n, r),
+        };
+    }
+
+    /// Advances by `t_left` whole seconds from `t`; returns the completion time
+    /// if the job reaches `P*` (pollux-data.md §7.2).
+    fn advance(&mut self, mut t: f64, mut t_left: f64) -> Option<f64> {
+        let last_epoch = self.app.max_epochs - 1;
+        while t_left > 0.0 {
+            let (n, r) = (self.per_node.len() as u32, self.replicas());
+            let b = self.batch.atomic as f64;
+            let m = self.batch.global(r) as f64;
+            let (step, sync) = self.app.step_time_or_nearest(&self.per_node, b)?;
+            let grad = self.app.grad_stats(m, self.epoch);
+            let t_iter = step + self.batch.accum as f64 * (step - sync);
+            let rate = grad.gain(m, self.app.limits.m0 as f64) / t_iter * self.slowdown;
+            if let Tuner::Pollux(a) = &mut self.tuner {
+                a.observe(n, r, self.batch.atomic, step, sync);
+                a.record_grad(grad);
+            }
+            let next = self.app.epoch_boundary(self.epoch + 1);
+            if self.progress + rate * t_left < next {
+                self.progress += rate * t_left;
+                return None;
+            }
+            let delta = round_half_even((next - self.progress) / rate).min(t_left);
+            self.epoch += 1;
+            self.progress = next;
+            t += delta;
+            t_left -= delta;
+            if self.epoch > last_epoch {
+                return Some(t);
+            }
+            self.choose_batch();
+        }
+        None
+    }
+}
+
+/// Python's `round`: halves go to the even neighbour.
+fn round_half_even(x: f64) -> f64 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 && r % 2.0 != 0.0 {
+        r - x.signum()
+    } else {
+        r
+    }
+}
+
 #[derive(Clone, Debug)]
 struct SimJobState {
     duration_s: f64,
@@ -60,6 +162,7 @@ struct SimJobState {
     segment: Option<Segment>,
     finished_at: Option<f64>,
     started: bool,
+    profile: Option<ProfileRun>,
 }
 
 impl SimJobState {
@@ -80,20 +183,87 @@ pub struct SimBackend {
     running: BTreeSet<JobId>,
     /// Jobs whose state changed since the last metric collection.
     dirty: BTreeSet<JobId>,
+    /// Node of every GPU id (mirrors the cluster the loop manages).
+    gpu_node: Vec<NodeId>,
+    /// Each running job's GPUs, in allocation order.
+    alloc: HashMap<JobId, Vec<GpuId>>,
 }
 
 impl SimBackend {
-    /// `trace` must be sorted by arrival.
-    pub fn new(cfg: SimConfig, round_s: f64, trace: Vec<SimJob>) -> Self {
+    /// `trace` must be sorted by arrival; `cluster` is the cluster the loop
+    /// starts with (the backend needs to know which node each GPU is on).
+    pub fn new(cfg: SimConfig, round_s: f64, trace: Vec<SimJob>, cluster: &ClusterState) -> Self {
+        let mut gpu_node = Vec::new();
+        for node in cluster.nodes() {
+            for g in &node.gpus {
+                if gpu_node.len() <= g.index() {
+                    gpu_node.resize(g.index() + 1, node.id);
+                }
+                gpu_node[g.index()] = node.id;
+            }
+        }
         SimBackend {
+            tick: u64::from(cfg.start_after_first_round),
             cfg,
             round_s,
-            tick: 0,
             trace,
             next: 0,
             jobs: HashMap::new(),
             running: BTreeSet::new(),
             dirty: BTreeSet::new(),
+            gpu_node,
+            alloc: HashMap::new(),
+        }
+    }
+
+    /// Replicas per node in allocation order (run lengths of the GPUs' nodes).
+    fn per_node(&self, gpus: &[GpuId]) -> Vec<u32> {
+        let mut out: Vec<(NodeId, u32)> = Vec::new();
+        for g in gpus {
+            let node = self
+                .gpu_node
+                .get(g.index())
+                .copied()
+                .unwrap_or(NodeId(u32::MAX));
+            match out.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, c)) => *c += 1,
+                None => out.push((node, 1)),
+            }
+        }
+        out.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Sets each profile job's slowdown for the coming round (§7.4).
+    fn apply_interference(&mut self) {
+        let i = self.cfg.interference;
+        let mut distributed_on: HashMap<NodeId, u32> = HashMap::new();
+        let mut nodes_of: HashMap<JobId, Vec<NodeId>> = HashMap::new();
+        for id in &self.running {
+            let Some(gpus) = self.alloc.get(id) else {
+                continue;
+            };
+            let mut nodes: Vec<NodeId> = gpus
+                .iter()
+                .filter_map(|g| self.gpu_node.get(g.index()).copied())
+                .collect();
+            nodes.sort();
+            nodes.dedup();
+            if nodes.len() > 1 {
+                for n in &nodes {
+                    *distributed_on.entry(*n).or_default() += 1;
+                }
+            }
+            nodes_of.insert(*id, nodes);
+        }
+        for (id, nodes) in nodes_of {
+            let Some(p) = self.jobs.get_mut(&id).and_then(|s| s.profile.as_mut()) else {
+                continue;
+            };
+            let hit = nodes.len() > 1
+                && nodes
+                    .iter()
+                    .any(|n| distributed_on.get(n).copied().unwrap_or(0) >= 2);
+            p.slowdown = if hit { 1.0 - i } else { 1.0 };
         }
     }
 
@@ -120,7 +290,18 @@ impl SimBackend {
             let speed = seg.gpus as f64 / s.requested_gpus.max(1) as f64;
             let from = seg.progress_from_s.max(start);
             let held_from = seg.held_since_s.max(start);
-            if quantized {
+            if let Some(p) = s.profile.as_mut() {
+                let t_left = (end - from).max(0.0);
+                let finish = p.advance(from, t_left);
+                let stop = finish.unwrap_or(end);
+                s.done_s = p.progress;
+                s.run_time_s += (stop - held_from).max(0.0);
+                s.attained_gpu_s += (stop - held_from).max(0.0) * seg.gpus as f64;
+                if let Some(t) = finish {
+                    s.finished_at = Some(t);
+                    done.push(*id);
+                }
+            } else if quantized {
                 // Blox: the whole round is credited to every job that ran in it.
                 s.done_s += (end - from).max(0.0) * speed;
                 s.run_time_s += end - held_from;
@@ -146,6 +327,7 @@ impl SimBackend {
         }
         for id in done {
             self.running.remove(&id);
+            self.alloc.remove(&id);
             if let Some(s) = self.jobs.get_mut(&id) {
                 s.segment = None;
             }
@@ -169,6 +351,33 @@ impl MetricCollector for SimBackend {
             let (Some(s), Some(job)) = (self.jobs.get(&id), jobs.get_mut(id)) else {
                 continue;
             };
+            if let Some(p) = &s.profile {
+                job.progress = (p.progress / p.app.target_progress()).min(1.0);
+                let m = jobs.metrics();
+                m.set(id, "epoch", p.epoch as f64);
+                m.set(id, "progress_units", p.progress);
+                if let Tuner::Pollux(a) = &p.tuner {
+                    for (k, v) in a.report().to_metrics() {
+                        m.set(id, k, v);
+                    }
+                }
+                if !p.per_node.is_empty() {
+                    let r = p.replicas();
+                    m.set(id, "atomic_bsz", p.batch.atomic as f64);
+                    m.set(id, "accum_steps", p.batch.accum as f64);
+                    let job = jobs.get_mut(id).expect("checked above");
+                    job.current_batch_size = Some(p.batch.global(r));
+                }
+                let job = jobs.get_mut(id).expect("checked above");
+                job.attained_service_gpu_s = s.attained_gpu_s;
+                job.run_time_s = s.run_time_s;
+                if let Some(t) = s.finished_at {
+                    job.status = JobStatus::Finished;
+                    job.finish_s = Some(t);
+                    job.progress = 1.0;
+                }
+                continue;
+            }
             job.progress = if s.duration_s > 0.0 {
                 (s.done_s / s.duration_s).min(1.0)
             } else {
@@ -204,8 +413,35 @@ impl JobSource for SimBackend {
                     segment: None,
                     finished_at: None,
                     started: false,
+                    profile: match &j.work {
+                        WorkModel::Duration { .. } => None,
+                        WorkModel::Profile { app, agent } => Some(ProfileRun {
+                            app: app.clone(),
+                            tuner: match *agent {
+                                BatchAgent::Fixed { batch } => Tuner::Fixed(batch),
+                                BatchAgent::Pollux {
+                                    fixed_batch,
+                                    replica_cap,
+                                } => {
+                                    let mut a = PolluxAgent::new(app.limits);
+                                    a.fixed_batch = fixed_batch;
+                                    a.replica_cap = replica_cap;
+                                    Tuner::Pollux(Box::new(a))
+                                }
+                            },
+                            epoch: 0,
+                            progress: 0.0,
+                            batch: BatchConfig {
+                                atomic: app.limits.m0,
+                                accum: 0,
+                            },
+                            per_node: Vec::new(),
+                            slowdown: 1.0,
+                        }),
+                    },
                 },
             );
+            self.dirty.insert(j.spec.id);
             out.push(j.spec.clone());
             self.next += 1;
         }
@@ -221,8 +457,12 @@ impl PreemptionMechanism for SimBackend {
     fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
         // Checkpointed: progress so far is kept.
         self.running.remove(&job.id());
+        self.alloc.remove(&job.id());
         if let Some(s) = self.jobs.get_mut(&job.id()) {
             s.segment = None;
+            if let Some(p) = s.profile.as_mut() {
+                p.per_node.clear();
+            }
         }
         Ok(())
     }
@@ -236,6 +476,7 @@ impl LaunchMechanism for SimBackend {
         gpus: &[GpuId],
         _batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
+        let per_node = self.per_node(gpus);
         let s = self
             .jobs
             .get_mut(&job.id())
@@ -246,12 +487,18 @@ impl LaunchMechanism for SimBackend {
             self.cfg.launch_overhead_s
         };
         s.started = true;
+        if let Some(p) = s.profile.as_mut() {
+            p.per_node = per_node;
+            p.choose_batch();
+        }
         s.segment = Some(Segment {
             gpus: gpus.len() as u32,
             held_since_s: round.now_s,
             progress_from_s: round.now_s + overhead,
         });
         self.running.insert(job.id());
+        self.alloc.insert(job.id(), gpus.to_vec());
+        self.dirty.insert(job.id());
         Ok(())
     }
 
@@ -275,6 +522,9 @@ impl RoundClock for SimBackend {
         debug_assert_eq!(round_s, self.round_s);
         let start = self.now();
         self.tick += 1;
+        if self.cfg.interference > 0.0 {
+            self.apply_interference();
+        }
         self.advance(start, self.now());
         if idle && self.running.is_empty() && self.next < self.trace.len() {
             // Nothing admitted or running: jump to the round of the next arrival.

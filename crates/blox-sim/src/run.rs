@@ -61,8 +61,8 @@ impl Simulation {
                 .count(),
             None => jobs.len(),
         };
+        let backend = SimBackend::new(sim.clone(), run.round_s, jobs, &cluster);
         let round_loop = RoundLoop::new(policies, cluster, run.round_s);
-        let backend = SimBackend::new(sim.clone(), run.round_s, jobs);
         Ok(Simulation {
             round_loop,
             backend,

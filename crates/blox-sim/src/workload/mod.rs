@@ -52,12 +52,44 @@ pub enum WorkloadError {
 }
 
 /// How a simulated job makes progress.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum WorkModel {
     /// Runs for `duration_s` at its requested GPU count; at `g` GPUs its speed
-    /// scales linearly, `g / requested` (a placeholder for rigid policies, which
-    /// always give the requested count; profile-driven speedups come with Pollux).
+    /// scales linearly, `g / requested` (for traces that give only durations).
     Duration { duration_s: f64 },
+    /// Pollux-style: statistical progress from the application's measured step
+    /// times and gradient statistics, until the target progress `P*`
+    /// (`pollux-data.md` §3–4, §7).
+    Profile {
+        app: std::sync::Arc<blox_goodput::AppProfile>,
+        agent: BatchAgent,
+    },
+}
+
+impl PartialEq for WorkModel {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (WorkModel::Duration { duration_s: a }, WorkModel::Duration { duration_s: b }) => {
+                a == b
+            }
+            (WorkModel::Profile { app: a, agent: x }, WorkModel::Profile { app: b, agent: y }) => {
+                a.app == b.app && x == y
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Who picks a profile-driven job's batch size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BatchAgent {
+    /// The job's global batch size, at any GPU count (fixed-batch rule).
+    Fixed { batch: u32 },
+    /// A PolluxAgent tunes the batch to the allocation; optionally pinned.
+    Pollux {
+        fixed_batch: Option<u32>,
+        replica_cap: Option<u32>,
+    },
 }
 
 /// A job as the simulator knows it: what the scheduler sees, plus its true work.
@@ -68,9 +100,12 @@ pub struct SimJob {
 }
 
 impl SimJob {
+    /// The trace duration, or for profile-driven jobs the rigid estimate at the
+    /// requested GPUs and batch.
     pub fn duration_s(&self) -> f64 {
         match self.work {
             WorkModel::Duration { duration_s } => duration_s,
+            WorkModel::Profile { .. } => self.spec.expected_duration_s.unwrap_or(0.0),
         }
     }
 }
@@ -94,8 +129,14 @@ pub struct WorkloadConfig {
     /// `pollux`: folder of per-application profiles (`<app>/placements.csv`, …);
     /// default `../traces` next to the workload file's folder.
     pub traces_dir: Option<PathBuf>,
-    /// `pollux`: GPUs per node used to lay out a job for its profile duration.
+    /// `pollux`: GPUs per node used to lay out a job for its rigid duration.
     pub gpus_per_node: Option<u32>,
+    /// `pollux`: `profile` (default; progress from the measured profiles) or
+    /// `duration` (a fixed duration at the tuned GPUs and batch).
+    pub model: Option<String>,
+    /// `pollux`, profile-driven: `fixed` (default; the workload's batch size) or
+    /// `pollux` (a PolluxAgent tunes each job's batch size).
+    pub batch_agent: Option<String>,
     /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
     pub force_gpus: Option<u32>,
 }
@@ -166,7 +207,30 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
                     .map(|p| p.join("traces"))
                     .unwrap_or_else(|| PathBuf::from("traces")),
             };
-            pollux::read_workload(&CsvTable::read(&path)?, &traces, cfg.gpus_per_node.unwrap_or(4))?
+            let profile_driven = match cfg.model.as_deref() {
+                None | Some("profile") => true,
+                Some("duration") => false,
+                Some(other) => {
+                    return Err(section
+                        .error_at("model", format!("unknown model `{other}`; known: profile, duration"))
+                        .into())
+                }
+            };
+            let agent_pollux = match cfg.batch_agent.as_deref() {
+                None | Some("fixed") => false,
+                Some("pollux") => true,
+                Some(other) => {
+                    return Err(section
+                        .error_at("batch_agent", format!("unknown batch agent `{other}`; known: fixed, pollux"))
+                        .into())
+                }
+            };
+            let opt = pollux::PolluxOptions {
+                profile_driven,
+                agent_pollux,
+                gpus_per_node: cfg.gpus_per_node.unwrap_or(4),
+            };
+            pollux::read_workload(&CsvTable::read(&path)?, &traces, opt)?
         }
         "philly" | "blox-recipe" => {
             let rate = cfg.jobs_per_hour.ok_or_else(|| {
