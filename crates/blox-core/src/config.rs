@@ -67,9 +67,20 @@ pub struct Section {
     span: Range<usize>,
     source: Arc<str>,
     file: Arc<str>,
+    /// Folder relative paths in this section are resolved against (the config
+    /// file's folder); `None` for sections built in code (the current folder).
+    base_dir: Option<PathBuf>,
 }
 
 impl Section {
+    /// `p` resolved against the config file's folder when relative.
+    pub fn resolve_path(&self, p: &Path) -> PathBuf {
+        match &self.base_dir {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+
     /// A section built in code (tests, forks): errors report line 0.
     pub fn from_table(name: &str, table: toml::Table) -> Self {
         Section {
@@ -78,6 +89,7 @@ impl Section {
             span: 0..0,
             source: Arc::from(""),
             file: Arc::from("<code>"),
+            base_dir: None,
         }
     }
 
@@ -345,6 +357,7 @@ impl Config {
                 span: 0..source.len(),
                 source: source.clone(),
                 file: file_arc.clone(),
+                base_dir: Some(base_dir.to_path_buf()),
             })
         };
         for (key, value) in &doc {
@@ -404,6 +417,7 @@ impl Config {
                 span: 0..0,
                 source: source.clone(),
                 file: file_arc.clone(),
+                base_dir: Some(base_dir.to_path_buf()),
             });
             let line = params
                 .line_of_key("policy")
@@ -453,6 +467,7 @@ impl Config {
             span: 0..0,
             source: Arc::from(""),
             file: Arc::from(self.file.as_str()),
+            base_dir: Some(self.base_dir.clone()),
         })
     }
 

@@ -109,6 +109,11 @@ pub struct Job {
     pub preemptions: u32,
     /// Times it was restarted on a different allocation (re-allocation).
     pub restarts: u32,
+    /// Times it was started: the first start, every restart after a
+    /// preemption and every re-allocation (so restarts in Pollux's sense are
+    /// `launches − 1`).
+    #[serde(default)]
+    pub launches: u32,
     /// Time of the last launch / re-allocation.
     pub last_launch_s: Option<f64>,
     /// Why the job ended, for `Failed` and `Rejected`.
@@ -131,6 +136,7 @@ impl Job {
             max_gpus_so_far: 0,
             preemptions: 0,
             restarts: 0,
+            launches: 0,
             last_launch_s: None,
             end_reason: None,
         }

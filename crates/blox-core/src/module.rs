@@ -63,12 +63,16 @@ pub struct Demand {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Schedule {
     pub entries: Vec<Demand>,
+    /// Cluster size the policy would like (cloud auto-scaling, Pollux §4.2.2);
+    /// the loop passes it to [`ClusterManager::request_nodes`].
+    pub desired_nodes: Option<u32>,
 }
 
 impl Schedule {
     /// Each job at its requested GPU count and batch size, in the given order.
     pub fn in_priority_order<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Self {
         Schedule {
+            desired_nodes: None,
             entries: jobs
                 .into_iter()
                 .map(|j| Demand {
@@ -144,6 +148,16 @@ pub trait ClusterManager {
     /// Cluster changes since the last round; the loop applies them to
     /// `ClusterState` and requeues jobs that lost GPUs.
     fn cluster_events(&mut self, round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError>;
+
+    /// Asks for the cluster to grow or shrink to `nodes` online nodes (cloud
+    /// auto-scaling). Changes arrive later as [`ClusterEvent`]s. A backend that
+    /// cannot resize says so.
+    fn request_nodes(&mut self, round: &RoundInfo, nodes: u32) -> Result<(), BackendError> {
+        let _ = round;
+        Err(BackendError(format!(
+            "this backend cannot resize the cluster (asked for {nodes} nodes)"
+        )))
+    }
 }
 
 /// Metric collection (step 2): fold what jobs reported since the last round into

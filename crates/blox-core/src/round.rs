@@ -170,6 +170,13 @@ impl RoundLoop {
             .policies
             .scheduling
             .schedule(&info, &self.jobs, &self.cluster);
+        if let Some(n) = schedule.desired_nodes {
+            let online = self.cluster.nodes().iter().filter(|x| x.online).count() as u32;
+            if n != online {
+                b.request_nodes(&info, n)
+                    .map_err(backend("cluster management"))?;
+            }
+        }
         // 7. Placement.
         let placement = self
             .policies
@@ -389,6 +396,7 @@ impl RoundLoop {
             job.status = JobStatus::Running;
             job.first_start_s.get_or_insert(info.now_s);
             job.last_launch_s = Some(info.now_s);
+            job.launches += 1;
             job.max_gpus_so_far = job.max_gpus_so_far.max(a.gpus.len() as u32);
             if a.batch_size.is_some() {
                 job.current_batch_size = a.batch_size;

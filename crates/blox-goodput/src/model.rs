@@ -7,6 +7,8 @@
 
 /// `ε` of the artifact's ceiling rules: `ceil(x − ε)`.
 pub const EPS: f64 = 1e-8;
+/// Alias of [`EPS`] for users of the ceiling rule.
+pub const EPS_CEIL: f64 = EPS;
 
 /// An application's batch-size limits (`pollux-data.md` §2).
 #[derive(Clone, Copy, Debug, PartialEq)]

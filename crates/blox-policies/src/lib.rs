@@ -8,8 +8,8 @@
 //! | kind | names |
 //! |---|---|
 //! | admission | `accept-all`, `load-based` |
-//! | scheduling | `fifo`, `las`, `srtf` |
-//! | placement | `first-free`, `consolidated`, `explicit` |
+//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `pollux` (in [`pollux`]) |
+//! | placement | `first-free`, `consolidated`, `most-free`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
 //! policies only by name must still link the crate: call [`link`] or write
@@ -17,6 +17,7 @@
 
 pub mod admission;
 pub mod placement;
+pub mod pollux;
 pub mod scheduling;
 
 #[cfg(test)]

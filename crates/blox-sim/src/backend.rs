@@ -187,6 +187,11 @@ pub struct SimBackend {
     gpu_node: Vec<NodeId>,
     /// Each running job's GPUs, in allocation order.
     alloc: HashMap<JobId, Vec<GpuId>>,
+    /// Cluster changes to report at the next round (auto-scaling).
+    events: Vec<ClusterEvent>,
+    online_nodes: Vec<NodeId>,
+    next_node: u32,
+    node_template: NodeSpec,
 }
 
 impl SimBackend {
@@ -213,6 +218,19 @@ impl SimBackend {
             dirty: BTreeSet::new(),
             gpu_node,
             alloc: HashMap::new(),
+            events: Vec::new(),
+            online_nodes: cluster
+                .nodes()
+                .iter()
+                .filter(|n| n.online)
+                .map(|n| n.id)
+                .collect(),
+            next_node: cluster.nodes().len() as u32,
+            node_template: cluster
+                .nodes()
+                .first()
+                .map(|n| n.spec.clone())
+                .unwrap_or_else(|| NodeSpec::with_gpus(4)),
         }
     }
 
@@ -337,7 +355,51 @@ impl SimBackend {
 
 impl ClusterManager for SimBackend {
     fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
-        Ok(Vec::new())
+        Ok(std::mem::take(&mut self.events))
+    }
+
+    /// A simulated elastic cloud: nodes are provisioned (like the first node)
+    /// or released (highest ids first) by the next round.
+    fn request_nodes(&mut self, _round: &RoundInfo, nodes: u32) -> Result<(), BackendError> {
+        let online: Vec<NodeId> = self.online_nodes.clone();
+        if nodes as usize > online.len() {
+            for _ in online.len()..nodes as usize {
+                let id = NodeId(self.next_node);
+                self.next_node += 1;
+                for _ in 0..self.node_template.gpus {
+                    self.gpu_node.push(id);
+                }
+                self.online_nodes.push(id);
+                self.events
+                    .push(ClusterEvent::NodeAdded(self.node_template.clone()));
+            }
+        } else {
+            for id in online.iter().rev().take(online.len() - nodes as usize) {
+                self.online_nodes.retain(|x| x != id);
+                self.events.push(ClusterEvent::NodeRemoved(*id));
+                // Jobs on a released node stop now (the loop requeues them).
+                let hit: Vec<JobId> = self
+                    .alloc
+                    .iter()
+                    .filter(|(_, gpus)| {
+                        gpus.iter()
+                            .any(|g| self.gpu_node.get(g.index()) == Some(id))
+                    })
+                    .map(|(j, _)| *j)
+                    .collect();
+                for j in hit {
+                    self.running.remove(&j);
+                    self.alloc.remove(&j);
+                    if let Some(s) = self.jobs.get_mut(&j) {
+                        s.segment = None;
+                        if let Some(p) = s.profile.as_mut() {
+                            p.per_node.clear();
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -69,6 +69,7 @@ mod tests {
         add(&mut state, &mut cluster, job(1, 0.0, 1), &[0]);
         add(&mut state, &mut cluster, job(2, 0.0, 1), &[]);
         let schedule = Schedule {
+            desired_nodes: None,
             entries: vec![Demand {
                 job: JobId(2),
                 gpus: 2,

@@ -5,4 +5,5 @@
 pub mod consolidated;
 pub mod explicit;
 pub mod first_free;
+pub mod most_free;
 pub mod walk;

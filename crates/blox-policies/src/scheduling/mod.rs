@@ -3,4 +3,6 @@
 
 pub mod fifo;
 pub mod las;
+pub mod optimus;
 pub mod srtf;
+pub mod tiresias;

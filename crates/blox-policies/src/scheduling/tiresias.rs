@@ -1,0 +1,178 @@
+//! Tiresias: discretised two-dimensional LAS (Tiresias, NSDI'19, §3.1–3.2), as the
+//! Pollux artifact configures it for its "Tiresias+TunedJobs" baseline
+//! (Pollux, OSDI'21, §5.1; `pollux-data.md` §8.1).
+//!
+//! Jobs sit in priority queues by attained service (GPU-time). A job starts in
+//! Q0; once its executed time × GPUs reaches a queue's threshold it moves to the
+//! tail of the next queue. Each round the queues are walked in order and a job
+//! runs if its GPUs still fit in the cluster; a job that does not fit is skipped,
+//! so smaller later jobs can run (no head-of-line blocking). Starvation
+//! promotion is off, as in the artifact.
+
+use blox_core::*;
+use serde::Deserialize;
+use std::collections::{BTreeMap, VecDeque};
+
+fn default_thresholds() -> Vec<f64> {
+    // pollux-data.md §8.1: two queues, threshold 16 GPU-hours.
+    vec![16.0 * 3600.0]
+}
+
+/// Parameters: `thresholds_gpu_s` — queue boundaries in GPU-seconds (one fewer
+/// than the number of queues).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TiresiasParams {
+    #[serde(default = "default_thresholds")]
+    pub thresholds_gpu_s: Vec<f64>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    queue: usize,
+    /// Wall seconds the job has been scheduled to run.
+    executed_s: f64,
+    running: bool,
+}
+
+/// The Tiresias scheduler; it keeps its own queues across rounds.
+#[derive(Clone, Debug)]
+pub struct Tiresias {
+    params: TiresiasParams,
+    queues: Vec<VecDeque<JobId>>,
+    jobs: BTreeMap<JobId, Entry>,
+    last_now: Option<f64>,
+}
+
+impl Tiresias {
+    pub fn new(params: TiresiasParams) -> Self {
+        let n = params.thresholds_gpu_s.len() + 1;
+        Tiresias {
+            params,
+            queues: vec![VecDeque::new(); n],
+            jobs: BTreeMap::new(),
+            last_now: None,
+        }
+    }
+}
+
+impl SchedulingPolicy for Tiresias {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
+        let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
+        self.last_now = Some(round.now_s);
+        // Forget ended jobs.
+        self.jobs
+            .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        for q in &mut self.queues {
+            q.retain(|id| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        }
+        // New jobs join Q0 in submission order.
+        let mut new: Vec<&Job> = jobs
+            .runnable()
+            .filter(|j| !self.jobs.contains_key(&j.id()))
+            .collect();
+        new.sort_by(|a, b| {
+            a.arrival_s()
+                .total_cmp(&b.arrival_s())
+                .then(a.id().cmp(&b.id()))
+        });
+        for j in new {
+            self.jobs.insert(
+                j.id(),
+                Entry {
+                    queue: 0,
+                    executed_s: 0.0,
+                    running: false,
+                },
+            );
+            self.queues[0].push_back(j.id());
+        }
+        // Account the last round and demote.
+        for (id, e) in self.jobs.iter_mut() {
+            if e.running {
+                e.executed_s += elapsed;
+            }
+            let gpus = jobs.get(*id).map_or(1, |j| j.requested_gpus()) as f64;
+            while e.queue < self.params.thresholds_gpu_s.len()
+                && e.executed_s * gpus >= self.params.thresholds_gpu_s[e.queue]
+            {
+                self.queues[e.queue].retain(|x| x != id);
+                e.queue += 1;
+                self.queues[e.queue].push_back(*id);
+            }
+        }
+        // Walk the queues; run whatever still fits.
+        let mut free = cluster.num_gpus();
+        let mut run = Vec::new();
+        for q in &self.queues {
+            for id in q {
+                let Some(job) = jobs.get(*id) else { continue };
+                let want = job.requested_gpus();
+                let fits = want <= free;
+                if fits {
+                    free -= want;
+                    run.push(job);
+                }
+            }
+        }
+        for e in self.jobs.values_mut() {
+            e.running = false;
+        }
+        for j in &run {
+            if let Some(e) = self.jobs.get_mut(&j.id()) {
+                e.running = true;
+            }
+        }
+        Schedule::in_priority_order(run)
+    }
+}
+
+blox_core::register_scheduling!(
+    "tiresias",
+    "discretised 2D-LAS: priority queues by GPU-time, no head-of-line blocking (Tiresias §3; Pollux artifact baseline)",
+    |p| Ok(Box::new(Tiresias::new(p.parse::<TiresiasParams>()?)))
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::*;
+
+    fn tiresias(threshold: f64) -> Tiresias {
+        Tiresias::new(TiresiasParams {
+            thresholds_gpu_s: vec![threshold],
+        })
+    }
+
+    #[test]
+    fn jobs_that_do_not_fit_are_skipped_not_blocking() {
+        let cluster = ClusterState::homogeneous(1, 4);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        add(&mut state, &mut c, job(1, 0.0, 3), &[]);
+        add(&mut state, &mut c, job(2, 1.0, 2), &[]);
+        add(&mut state, &mut c, job(3, 2.0, 1), &[]);
+        let s = tiresias(100.0).schedule(&info(0.0), &state, &cluster);
+        assert_eq!(s.job_order(), vec![JobId(1), JobId(3)]);
+    }
+
+    #[test]
+    fn a_job_past_the_threshold_drops_behind_newer_jobs() {
+        let cluster = ClusterState::homogeneous(1, 2);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        add(&mut state, &mut c, job(1, 0.0, 2), &[]);
+        let mut t = tiresias(2.0 * 300.0);
+        assert_eq!(
+            t.schedule(&info(0.0), &state, &cluster).job_order(),
+            vec![JobId(1)]
+        );
+        add(&mut state, &mut c, job(2, 10.0, 2), &[]);
+        // Job 1 ran 300 s on 2 GPUs = 600 GPU-s: demoted; job 2 takes the cluster.
+        let s = t.schedule(&info(300.0), &state, &cluster);
+        assert_eq!(s.job_order(), vec![JobId(2)]);
+        // Job 2 is demoted in turn and queues behind job 1 in Q1.
+        let s = t.schedule(&info(600.0), &state, &cluster);
+        assert_eq!(s.job_order(), vec![JobId(1)]);
+    }
+}
