@@ -355,7 +355,33 @@ impl SimBackend {
 
 impl ClusterManager for SimBackend {
     fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
-        Ok(std::mem::take(&mut self.events))
+        let events = std::mem::take(&mut self.events);
+        for ev in &events {
+            let ClusterEvent::NodeRemoved(id) = ev else {
+                continue;
+            };
+            // Jobs on a released node stop (the loop requeues them).
+            let hit: Vec<JobId> = self
+                .alloc
+                .iter()
+                .filter(|(_, gpus)| {
+                    gpus.iter()
+                        .any(|g| self.gpu_node.get(g.index()) == Some(id))
+                })
+                .map(|(j, _)| *j)
+                .collect();
+            for j in hit {
+                self.running.remove(&j);
+                self.alloc.remove(&j);
+                if let Some(s) = self.jobs.get_mut(&j) {
+                    s.segment = None;
+                    if let Some(p) = s.profile.as_mut() {
+                        p.per_node.clear();
+                    }
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// A simulated elastic cloud: nodes are provisioned (like the first node)
@@ -377,26 +403,6 @@ impl ClusterManager for SimBackend {
             for id in online.iter().rev().take(online.len() - nodes as usize) {
                 self.online_nodes.retain(|x| x != id);
                 self.events.push(ClusterEvent::NodeRemoved(*id));
-                // Jobs on a released node stop now (the loop requeues them).
-                let hit: Vec<JobId> = self
-                    .alloc
-                    .iter()
-                    .filter(|(_, gpus)| {
-                        gpus.iter()
-                            .any(|g| self.gpu_node.get(g.index()) == Some(id))
-                    })
-                    .map(|(j, _)| *j)
-                    .collect();
-                for j in hit {
-                    self.running.remove(&j);
-                    self.alloc.remove(&j);
-                    if let Some(s) = self.jobs.get_mut(&j) {
-                        s.segment = None;
-                        if let Some(p) = s.profile.as_mut() {
-                            p.per_node.clear();
-                        }
-                    }
-                }
             }
         }
         Ok(())

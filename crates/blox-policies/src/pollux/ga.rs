@@ -188,7 +188,18 @@ impl Problem {
                 }
             }
         }
+        // Step 3. Elements without replicas share the probability p1 = 1/J, so
+        // the gaps between their hits are geometric: draw the gaps instead of
+        // one number per element (same distribution, far fewer draws).
         let p1 = 1.0 / jn as f64;
+        let geometric = |rng: &mut dyn RngCore| -> u64 {
+            if p1 >= 1.0 {
+                return 0;
+            }
+            let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+            (u.ln() / (1.0 - p1).ln()).floor() as u64
+        };
+        let mut skip = geometric(rng);
         for k in 0..nn {
             let used: u32 = (0..jn).map(|j| a[j * nn + k] as u32).sum();
             if used >= self.capacity[k] as u32 {
@@ -197,8 +208,17 @@ impl Problem {
             let holders = (0..jn).filter(|&j| a[j * nn + k] > 0).count();
             for j in 0..jn {
                 let x = a[j * nn + k];
-                let p2 = if x > 0 { 1.0 / holders as f64 } else { 0.0 };
-                if rng.random_bool((p1 + p2 - p1 * p2).min(1.0)) {
+                let hit = if x > 0 {
+                    let p2 = 1.0 / holders as f64;
+                    rng.random_bool((p1 + p2 - p1 * p2).min(1.0))
+                } else if skip == 0 {
+                    skip = geometric(rng);
+                    true
+                } else {
+                    skip -= 1;
+                    false
+                };
+                if hit {
                     a[j * nn + k] = rng.random_range(x..=self.capacity[k].max(x));
                 }
             }
@@ -219,35 +239,38 @@ fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
     a.0 >= b.0 && a.1 >= b.1 && (a.0 > b.0 || a.1 > b.1)
 }
 
-/// Non-dominated sorting: the fronts, best first (indices into `objs`).
+/// Non-dominated sorting for two maximised objectives, best front first
+/// (indices into `objs`). Points are taken in decreasing (f0, f1); each goes to
+/// the first front none of whose members dominates it — for two objectives a
+/// front is summarised by its largest f1 (and the largest f0 reaching it), so
+/// the sort is O(n log n + n·fronts) instead of O(n²).
 fn fronts(objs: &[(f64, f64)]) -> Vec<Vec<usize>> {
-    let n = objs.len();
-    let mut dominated_by = vec![0usize; n];
-    let mut dominates_list: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for i in 0..n {
-        for j in (i + 1)..n {
-            if dominates(objs[i], objs[j]) {
-                dominates_list[i].push(j);
-                dominated_by[j] += 1;
-            } else if dominates(objs[j], objs[i]) {
-                dominates_list[j].push(i);
-                dominated_by[i] += 1;
+    let mut idx: Vec<usize> = (0..objs.len()).collect();
+    idx.sort_by(|&a, &b| {
+        objs[b]
+            .0
+            .total_cmp(&objs[a].0)
+            .then(objs[b].1.total_cmp(&objs[a].1))
+    });
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    // Per front: (largest f1, largest f0 among members with that f1).
+    let mut tops: Vec<(f64, f64)> = Vec::new();
+    for i in idx {
+        let (f0, f1) = objs[i];
+        let dominated = |t: &(f64, f64)| t.0 > f1 || (t.0 == f1 && t.1 > f0);
+        let k = tops
+            .iter()
+            .position(|t| !dominated(t))
+            .unwrap_or(tops.len());
+        if k == tops.len() {
+            tops.push((f1, f0));
+            out.push(vec![i]);
+        } else {
+            if f1 > tops[k].0 {
+                tops[k] = (f1, f0);
             }
+            out[k].push(i);
         }
-    }
-    let mut out = Vec::new();
-    let mut current: Vec<usize> = (0..n).filter(|&i| dominated_by[i] == 0).collect();
-    while !current.is_empty() {
-        let mut next = Vec::new();
-        for &i in &current {
-            for &j in &dominates_list[i] {
-                dominated_by[j] -= 1;
-                if dominated_by[j] == 0 {
-                    next.push(j);
-                }
-            }
-        }
-        out.push(std::mem::replace(&mut current, next));
     }
     out
 }
@@ -487,6 +510,36 @@ mod tests {
                 let r: u32 = (0..nodes).map(|k| a[j * nodes + k] as u32).sum();
                 prop_assert!(r <= max_r);
             }
+        }
+    }
+
+    /// The O(n²) definition.
+    fn fronts_naive(objs: &[(f64, f64)]) -> Vec<usize> {
+        let mut rank = vec![usize::MAX; objs.len()];
+        let mut r = 0;
+        while rank.contains(&usize::MAX) {
+            let open: Vec<usize> = (0..objs.len()).filter(|&i| rank[i] == usize::MAX).collect();
+            for &i in &open {
+                if !open.iter().any(|&j| dominates(objs[j], objs[i])) {
+                    rank[i] = r;
+                }
+            }
+            r += 1;
+        }
+        rank
+    }
+
+    proptest! {
+        #[test]
+        fn fast_sort_matches_the_definition(pts in proptest::collection::vec((0u8..6, 0u8..6), 1..60)) {
+            let objs: Vec<(f64, f64)> = pts.iter().map(|&(a, b)| (a as f64, b as f64)).collect();
+            let mut rank = vec![0; objs.len()];
+            for (r, f) in fronts(&objs).iter().enumerate() {
+                for &i in f {
+                    rank[i] = r;
+                }
+            }
+            prop_assert_eq!(rank, fronts_naive(&objs));
         }
     }
 

@@ -121,6 +121,8 @@ pub struct Decision {
 
 pub struct PolluxSched {
     params: PolluxParams,
+    /// Best goodput by (n, r) per job, reused while its model is unchanged.
+    goodput_cache: HashMap<JobId, (blox_goodput::GoodputModel, u32, usize, Vec<f64>)>,
     rng: ChaCha8Rng,
     /// Last round's non-dominated set: (job order, node order, matrices).
     carried: Option<(Vec<JobId>, Vec<NodeId>, Vec<Vec<u8>>)>,
@@ -132,6 +134,7 @@ impl PolluxSched {
         PolluxSched {
             rng: ChaCha8Rng::seed_from_u64(params.seed),
             params,
+            goodput_cache: HashMap::new(),
             carried: None,
             last: Decision::default(),
         }
@@ -422,6 +425,7 @@ impl SchedulingPolicy for PolluxSched {
         if order.is_empty() || nodes.is_empty() {
             return Schedule::default();
         }
+        self.goodput_cache.retain(|id, _| jobs.get(*id).is_some());
         let p = self.problem(round, &order, jobs, cluster, &nodes);
         let initial = self.initial(&order, &nodes, &p);
         let mut rng = ChaCha8Rng::seed_from_u64(self.rng.next_u64());
