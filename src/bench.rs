@@ -5,11 +5,126 @@
 //!   FIFO at 8 jobs/hour, until jobs 3000–4000 finish;
 //! - `philly-10k`: `examples/configs/philly-10k.toml` — 10,000 Philly jobs
 //!   (multi-GPU) on 1,024 GPUs, LAS + consolidated placement.
+//! - `pollux`: `examples/configs/pollux-artifact/pollux.toml` on workload 6 (64
+//!   GPUs, wall time of the whole run and PolluxSched's decision time per
+//!   round), then PolluxSched alone on 2,048 GPUs (512 nodes) with 400
+//!   measured synthetic jobs (decision time per round over 5 rounds).
 
 use anyhow::{bail, Result};
+use blox_core::*;
 use blox_sim::{load_config, Simulation};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// Wraps a scheduling policy and records how long each decision takes.
+struct Timed {
+    inner: Box<dyn SchedulingPolicy>,
+    times: Arc<Mutex<Vec<f64>>>,
+}
+
+impl SchedulingPolicy for Timed {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
+        let t = Instant::now();
+        let s = self.inner.schedule(round, jobs, cluster);
+        self.times
+            .lock()
+            .expect("not poisoned")
+            .push(t.elapsed().as_secs_f64());
+        s
+    }
+}
+
+fn percentiles(times: &mut [f64]) -> (f64, f64) {
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize] * 1000.0;
+    (at(0.5), at(0.95))
+}
+
+fn pollux(dir: &Path) -> Result<()> {
+    let config = dir.join("pollux-artifact/pollux.toml");
+    let workload = dir.join("../../data/pollux/workloads/workload-6.csv");
+    let cfg = load_config(&config, Some(&workload), &[])?;
+    let mut sim = Simulation::from_config(&cfg)?;
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let inner = std::mem::replace(
+        &mut sim.round_loop.policies.scheduling,
+        Box::new(NoSchedule),
+    );
+    sim.round_loop.policies.scheduling = Box::new(Timed {
+        inner,
+        times: times.clone(),
+    });
+    let t = Instant::now();
+    let r = sim.run_to_end()?;
+    let wall = t.elapsed().as_secs_f64();
+    let mut v = times.lock().expect("not poisoned").clone();
+    let (p50, p95) = percentiles(&mut v);
+    println!(
+        "pollux-64    {:>8} rounds  {:>9.3} s  {:>10.0} rounds/s  {:>6} jobs finished  avg JCT {:>7.2} h  decision p50 {p50:.1} ms  p95 {p95:.1} ms",
+        r.summary.rounds,
+        wall,
+        r.summary.rounds as f64 / wall,
+        r.summary.jobs_finished,
+        r.summary.avg_jct_s / 3600.0,
+    );
+    // 2,048 GPUs: PolluxSched alone on synthetic measured jobs.
+    let cluster = ClusterState::homogeneous(512, 4);
+    let mut state = JobState::new();
+    let limits = blox_goodput::AppLimits {
+        m0: 128,
+        mmax: 4096,
+        bmin: 32,
+        bmax: 1024,
+    };
+    for id in 0..400u64 {
+        let mut job = Job::new(JobSpec::new(id, id as f64, 1));
+        job.status = JobStatus::Queued;
+        state.insert(job);
+        let mut a = blox_goodput::PolluxAgent::new(limits);
+        let r = 1 + (id % 8) as u32;
+        a.observe(1, 1, 128, 0.08, 0.001);
+        a.observe(
+            r.div_ceil(4),
+            r,
+            256,
+            0.12 + 0.01 * r as f64,
+            0.02 * r as f64,
+        );
+        a.record_grad(blox_goodput::GradStats {
+            sqr: 1.0,
+            var: 20.0 + id as f64,
+        });
+        for (k, v) in a.report().to_metrics() {
+            state.metrics().set(JobId(id), k, v);
+        }
+    }
+    let mut sched = blox_core::registry::find_scheduling("pollux")
+        .map(|e| (e.build)(&Section::empty("scheduling")))
+        .ok_or_else(|| anyhow::anyhow!("pollux is not registered"))??;
+    let mut times = Vec::new();
+    for round in 0..5u64 {
+        let info = RoundInfo {
+            round,
+            now_s: 60.0 * (round + 1) as f64,
+            round_s: 60.0,
+        };
+        let t = Instant::now();
+        let _ = sched.schedule(&info, &state, &cluster);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let (p50, p95) = percentiles(&mut times);
+    println!("pollux-2048  PolluxSched, 400 jobs on 512 x 4 GPUs, 5 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms");
+    Ok(())
+}
+
+struct NoSchedule;
+
+impl SchedulingPolicy for NoSchedule {
+    fn schedule(&mut self, _: &RoundInfo, _: &JobState, _: &ClusterState) -> Schedule {
+        Schedule::default()
+    }
+}
 
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -54,7 +169,10 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
             ("blox-recipe", "blox-recipe-fifo.toml"),
             ("philly-10k", "philly-10k.toml"),
         ],
-        other => bail!("unknown benchmark `{other}`; choose blox-recipe, philly-10k or all"),
+        "pollux" => return pollux(dir),
+        other => {
+            bail!("unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux or all")
+        }
     };
     for (name, file) in runs {
         one(name, &dir.join(file), repeat)?;

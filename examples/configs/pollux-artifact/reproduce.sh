@@ -19,15 +19,16 @@ mkdir -p "$OUT"
 plan="$OUT/plan.txt"
 : > "$plan"
 add() { # name config workload-dir [--set k=v]...
-  local name=$1 cfg=$2 dir=$3; shift 3
-  for i in 1 2 3 4 5 6 7 8; do
-    echo "$OUT/$name/workload-$i|$CFG/$cfg.toml|data/pollux/$dir/workload-$i.csv|$*" >> "$plan"
+  local name=$1 cfg=$2 dir=$3 w; shift 3
+  for w in 1 2 3 4 5 6 7 8; do
+    echo "$OUT/$name/workload-$w|$CFG/$cfg.toml|data/pollux/$dir/workload-$w.csv|$*" >> "$plan"
   done
 }
 for e in $EXPERIMENTS; do
   case $e in
     load)
-      for p in pollux optimus-oracle tiresias; do
+      # Baselines first: they take seconds; Pollux takes about a minute a run.
+      for p in tiresias optimus-oracle pollux; do
         add "load-1.0/$p" $p workloads
         add "load-0.5/$p" $p workloads-0.5
       done ;;
@@ -47,6 +48,7 @@ grep -v '^$' "$plan" | while IFS='|' read -r out cfg wl extra; do
   [ -f "$out/jobs.csv" ] || echo "$out|$cfg|$wl|$extra"
 done | RAYON_NUM_THREADS=1 xargs -P "$JOBS" -I{} bash -c '
   IFS="|" read -r out cfg wl extra <<< "{}"
+  mkdir -p "$(dirname "$out")"
   $BLOX sim "$cfg" --workload "$wl" --out "$out" $extra > /dev/null 2> "$out.log" || echo "FAILED: $out (see $out.log)" >&2'
 # Average JCT (h) per workload and their mean.
 avg() { awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="jct_s") c=i; next} {s+=$c; n++} END{printf "%.3f", s/n/3600}' "$1"; }

@@ -1,0 +1,131 @@
+//! Reduced versions of the Pollux reproduction experiments (docs/REPRODUCTION.md):
+//! the shipped artifact configs on the first jobs of a workload, with a smaller
+//! genetic search so they run in seconds in a debug build.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn sim(tag: &str, config: &str, workload: &str, extra: &[&str]) -> Vec<Vec<String>> {
+    let out = std::env::temp_dir().join(format!("blox-pollux-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args: Vec<String> = vec![
+        "sim".into(),
+        format!("examples/configs/pollux-artifact/{config}.toml"),
+        "--workload".into(),
+        format!("data/pollux/{workload}"),
+        "--out".into(),
+        out.display().to_string(),
+        "--quiet".into(),
+        "--set".into(),
+        "workload.num_jobs=12".into(),
+    ];
+    for e in extra {
+        args.push("--set".into());
+        args.push(e.to_string());
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{args:?}: {text}");
+    assert!(text.contains("12 finished of 12"), "{text}");
+    let csv = std::fs::read_to_string(PathBuf::from(&out).join("jobs.csv")).unwrap();
+    let rows: Vec<Vec<String>> = csv
+        .lines()
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    rows
+}
+
+fn col(rows: &[Vec<String>], name: &str) -> Vec<String> {
+    let i = rows[0]
+        .iter()
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("no column {name}"));
+    rows[1..].iter().map(|r| r[i].clone()).collect()
+}
+
+/// JCTs are whole seconds (epoch crossings are rounded), jobs carry the
+/// workload's names.
+fn check(rows: &[Vec<String>]) {
+    for name in col(rows, "name") {
+        assert!(name.contains('-') && !name.starts_with("job"), "{name}");
+    }
+    for j in col(rows, "jct_s") {
+        let v: f64 = j.parse().unwrap();
+        assert!(v > 30.0 && v == v.round(), "{j}");
+    }
+}
+
+const SMALL_GA: [&str; 2] = ["scheduling.population=16", "scheduling.generations=8"];
+
+#[test]
+fn baselines_run_the_artifact_experiment_deterministically() {
+    for cfg in ["tiresias", "optimus-oracle"] {
+        for wl in ["workloads/workload-3.csv", "workloads-0.5/workload-3.csv"] {
+            let a = sim(&format!("{cfg}-a"), cfg, wl, &[]);
+            check(&a);
+            let b = sim(&format!("{cfg}-b"), cfg, wl, &[]);
+            assert_eq!(a, b, "{cfg} is deterministic");
+        }
+    }
+}
+
+#[test]
+fn pollux_runs_the_artifact_experiment_and_is_seeded() {
+    let a = sim("pollux-a", "pollux", "workloads/workload-3.csv", &SMALL_GA);
+    check(&a);
+    let b = sim("pollux-b", "pollux", "workloads/workload-3.csv", &SMALL_GA);
+    assert_eq!(a, b, "same seed, same result");
+    check(&sim(
+        "pollux-half",
+        "pollux",
+        "workloads-0.5/workload-3.csv",
+        &SMALL_GA,
+    ));
+}
+
+#[test]
+fn pollux_scheduling_interval_experiment() {
+    for s in ["30", "120", "480"] {
+        let mut extra = SMALL_GA.to_vec();
+        let set = format!("run.round_s={s}");
+        extra.push(&set);
+        check(&sim(
+            &format!("interval-{s}"),
+            "pollux",
+            "workloads/workload-3.csv",
+            &extra,
+        ));
+    }
+}
+
+#[test]
+fn pollux_interference_experiment() {
+    let mut extra = SMALL_GA.to_vec();
+    extra.extend([
+        "sim.interference=0.5",
+        "scheduling.interference_avoidance=false",
+    ]);
+    check(&sim(
+        "interference-off",
+        "pollux",
+        "workloads/workload-3.csv",
+        &extra,
+    ));
+    let mut extra = SMALL_GA.to_vec();
+    extra.push("sim.interference=0.5");
+    check(&sim(
+        "interference-avoid",
+        "pollux",
+        "workloads/workload-3.csv",
+        &extra,
+    ));
+}
