@@ -234,6 +234,18 @@ impl SimBackend {
         }
     }
 
+    /// Takes a job off its GPUs, keeping its progress (preemption, lost node).
+    fn stop(&mut self, id: JobId) {
+        self.running.remove(&id);
+        self.alloc.remove(&id);
+        if let Some(s) = self.jobs.get_mut(&id) {
+            s.segment = None;
+            if let Some(p) = s.profile.as_mut() {
+                p.per_node.clear();
+            }
+        }
+    }
+
     /// Replicas per node in allocation order (run lengths of the GPUs' nodes).
     fn per_node(&self, gpus: &[GpuId]) -> Vec<u32> {
         let mut out: Vec<(NodeId, u32)> = Vec::new();
@@ -371,14 +383,7 @@ impl ClusterManager for SimBackend {
                 .map(|(j, _)| *j)
                 .collect();
             for j in hit {
-                self.running.remove(&j);
-                self.alloc.remove(&j);
-                if let Some(s) = self.jobs.get_mut(&j) {
-                    s.segment = None;
-                    if let Some(p) = s.profile.as_mut() {
-                        p.per_node.clear();
-                    }
-                }
+                self.stop(j);
             }
         }
         Ok(events)
@@ -436,21 +441,14 @@ impl MetricCollector for SimBackend {
                     let job = jobs.get_mut(id).expect("checked above");
                     job.current_batch_size = Some(p.batch.global(r));
                 }
-                let job = jobs.get_mut(id).expect("checked above");
-                job.attained_service_gpu_s = s.attained_gpu_s;
-                job.run_time_s = s.run_time_s;
-                if let Some(t) = s.finished_at {
-                    job.status = JobStatus::Finished;
-                    job.finish_s = Some(t);
-                    job.progress = 1.0;
-                }
-                continue;
-            }
-            job.progress = if s.duration_s > 0.0 {
-                (s.done_s / s.duration_s).min(1.0)
             } else {
-                1.0
-            };
+                job.progress = if s.duration_s > 0.0 {
+                    (s.done_s / s.duration_s).min(1.0)
+                } else {
+                    1.0
+                };
+            }
+            let job = jobs.get_mut(id).expect("checked above");
             job.attained_service_gpu_s = s.attained_gpu_s;
             job.run_time_s = s.run_time_s;
             if let Some(t) = s.finished_at {
@@ -524,14 +522,7 @@ impl JobSource for SimBackend {
 impl PreemptionMechanism for SimBackend {
     fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
         // Checkpointed: progress so far is kept.
-        self.running.remove(&job.id());
-        self.alloc.remove(&job.id());
-        if let Some(s) = self.jobs.get_mut(&job.id()) {
-            s.segment = None;
-            if let Some(p) = s.profile.as_mut() {
-                p.per_node.clear();
-            }
-        }
+        self.stop(job.id());
         Ok(())
     }
 }

@@ -411,12 +411,7 @@ impl PolluxSched {
 impl SchedulingPolicy for PolluxSched {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.attained_service_gpu_s
-                .total_cmp(&b.attained_service_gpu_s)
-                .then(a.arrival_s().total_cmp(&b.arrival_s()))
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| crate::scheduling::las::by_attained_service(a, b));
         let nodes: Vec<&Node> = cluster
             .nodes()
             .iter()

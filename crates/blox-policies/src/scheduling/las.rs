@@ -13,14 +13,18 @@ pub struct Las {}
 impl SchedulingPolicy for Las {
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.attained_service_gpu_s
-                .total_cmp(&b.attained_service_gpu_s)
-                .then(a.arrival_s().total_cmp(&b.arrival_s()))
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| by_attained_service(a, b));
         Schedule::in_priority_order(order)
     }
+}
+
+/// Least attained service first, then earliest arrival, then lowest id (also
+/// PolluxSched's job order, `pollux-data.md` §6.2).
+pub fn by_attained_service(a: &Job, b: &Job) -> std::cmp::Ordering {
+    a.attained_service_gpu_s
+        .total_cmp(&b.attained_service_gpu_s)
+        .then(a.arrival_s().total_cmp(&b.arrival_s()))
+        .then(a.id().cmp(&b.id()))
 }
 
 blox_core::register_scheduling!(
