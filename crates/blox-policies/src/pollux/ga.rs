@@ -10,9 +10,118 @@
 //! artifact's choice is taken and noted in `super`'s doc.
 
 use rand::seq::SliceRandom;
+use rand::SeedableRng;
 use rand::{Rng, RngCore};
+use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::collections::HashSet;
+
+/// An allocation matrix stored sparsely: per job (row), its non-zero cells
+/// `(node index, replicas)` sorted by node. Cost of every operation is
+/// proportional to jobs plus non-zero cells, not to jobs × nodes — at 2,048
+/// GPUs the dense matrix has hundreds of thousands of cells, almost all zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alloc {
+    /// Row `j` is `cells[start[j]..start[j + 1]]`.
+    start: Vec<u32>,
+    cells: Vec<(u32, u8)>,
+}
+
+impl Alloc {
+    /// No job holds anything.
+    pub fn empty(jobs: usize) -> Self {
+        Alloc {
+            start: vec![0; jobs + 1],
+            cells: Vec::new(),
+        }
+    }
+
+    /// From `(job, node, replicas)` triples, in any order; zero counts dropped.
+    pub fn from_triples(jobs: usize, mut t: Vec<(u32, u32, u8)>) -> Self {
+        t.retain(|c| c.2 > 0);
+        t.sort_unstable_by_key(|c| (c.0, c.1));
+        let mut start = vec![0u32; jobs + 1];
+        for c in &t {
+            start[c.0 as usize + 1] += 1;
+        }
+        for j in 0..jobs {
+            start[j + 1] += start[j];
+        }
+        Alloc {
+            start,
+            cells: t.into_iter().map(|(_, k, x)| (k, x)).collect(),
+        }
+    }
+
+    /// From a dense row-major `jobs × nodes` matrix.
+    pub fn from_dense(a: &[u8], jobs: usize, nodes: usize) -> Self {
+        let t = (0..jobs)
+            .flat_map(|j| (0..nodes).map(move |k| (j as u32, k as u32, a[j * nodes + k])))
+            .collect();
+        Self::from_triples(jobs, t)
+    }
+
+    /// The dense row-major matrix.
+    pub fn to_dense(&self, nodes: usize) -> Vec<u8> {
+        let mut a = vec![0u8; self.jobs() * nodes];
+        for j in 0..self.jobs() {
+            for &(k, x) in self.row(j) {
+                a[j * nodes + k as usize] = x;
+            }
+        }
+        a
+    }
+
+    pub fn jobs(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// Job `j`'s non-zero cells, by node.
+    pub fn row(&self, j: usize) -> &[(u32, u8)] {
+        &self.cells[self.start[j] as usize..self.start[j + 1] as usize]
+    }
+
+    /// All cells as `(job, node, replicas)`.
+    fn triples(&self) -> Vec<(u32, u32, u8)> {
+        (0..self.jobs())
+            .flat_map(|j| self.row(j).iter().map(move |&(k, x)| (j as u32, k, x)))
+            .collect()
+    }
+
+    /// Rows `< cut` of `a`, the rest of `b`.
+    fn splice(a: &Alloc, b: &Alloc, cut: usize) -> Alloc {
+        let mid_a = a.start[cut] as usize;
+        let mid_b = b.start[cut] as usize;
+        let mut cells = a.cells[..mid_a].to_vec();
+        cells.extend_from_slice(&b.cells[mid_b..]);
+        let mut start = a.start[..=cut].to_vec();
+        start.extend(
+            b.start[cut + 1..]
+                .iter()
+                .map(|&s| s - mid_b as u32 + mid_a as u32),
+        );
+        Alloc { start, cells }
+    }
+
+    /// A 128-bit fingerprint for duplicate detection (two multiplicative
+    /// hashes over the words; collisions are negligible at these sizes).
+    fn key(&self) -> (u64, u64) {
+        let (mut h1, mut h2) = (0x9e37_79b9_7f4a_7c15u64, 0xc2b2_ae3d_27d4_eb4fu64);
+        let mut mix = |v: u64| {
+            h1 = (h1 ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+            h2 = (h2 ^ v.rotate_left(17))
+                .wrapping_mul(0xff51_afd7_ed55_8ccd)
+                .rotate_left(31);
+        };
+        for &x in &self.start {
+            mix(x as u64);
+        }
+        for &(k, x) in &self.cells {
+            mix(((k as u64) << 8) | x as u64);
+        }
+        (h1, h2)
+    }
+}
 
 /// Everything fixed during one round's search.
 pub struct Problem {
@@ -20,8 +129,8 @@ pub struct Problem {
     pub nodes: usize,
     /// GPUs per node.
     pub capacity: Vec<u8>,
-    /// Current allocation, row-major `jobs × nodes`.
-    pub current: Vec<u8>,
+    /// Current allocation.
+    pub current: Alloc,
     /// Per job: speedup table indexed `[n * (max_r + 1) + r]`.
     pub speedup: Vec<Vec<f64>>,
     pub max_replicas: Vec<u32>,
@@ -57,16 +166,28 @@ impl Default for GaSettings {
 
 #[derive(Clone, Debug)]
 pub struct Individual {
-    pub genes: Vec<u8>,
+    pub genes: Alloc,
     /// (fitness F1, utility U), both maximised.
     pub obj: (f64, f64),
 }
 
-impl Problem {
-    fn row<'a>(&self, a: &'a [u8], j: usize) -> &'a [u8] {
-        &a[j * self.nodes..(j + 1) * self.nodes]
+/// Walks cells sorted by (node, job) one node at a time.
+fn by_node(t: &mut [(u32, u32, u8)]) -> Vec<std::ops::Range<usize>> {
+    t.sort_unstable_by_key(|c| (c.1, c.0));
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let k = t[i].1;
+        let s = i;
+        while i < t.len() && t[i].1 == k {
+            i += 1;
+        }
+        groups.push(s..i);
     }
+    groups
+}
 
+impl Problem {
     /// Speedup of job `j` with `r` replicas on `n` nodes.
     pub fn speedup_of(&self, j: usize, n: u32, r: u32) -> f64 {
         if r == 0 {
@@ -83,28 +204,30 @@ impl Problem {
     }
 
     /// (F1, U) of an allocation (Eq. 14–15 with the restart penalty; Eq. 17).
-    pub fn evaluate(&self, a: &[u8]) -> (f64, f64) {
+    pub fn evaluate(&self, a: &Alloc) -> (f64, f64) {
         let mut sum = 0.0;
         let mut wsum = 0.0;
         let mut used = vec![false; self.nodes];
         let mut total_speedup = 0.0;
         for j in 0..self.jobs {
-            let row = self.row(a, j);
-            let (mut r, mut n) = (0u32, 0u32);
-            for (k, &x) in row.iter().enumerate() {
-                if x > 0 {
-                    r += x as u32;
-                    n += 1;
-                    used[k] = true;
-                }
+            let row = a.row(j);
+            let r: u32 = row.iter().map(|c| c.1 as u32).sum();
+            for c in row {
+                used[c.0 as usize] = true;
             }
-            let sp = self.speedup_of(j, n, r);
+            let sp = self.speedup_of(j, row.len() as u32, r);
             total_speedup += sp;
             let mut scaled = sp * self.scale;
-            if row != self.row(&self.current, j) {
+            if row != self.current.row(j) {
                 scaled *= self.restart_factor[j];
             }
-            sum += self.weights[j] * (scaled + 1e-3).powf(self.power);
+            let x = scaled + 1e-3;
+            sum += self.weights[j]
+                * if self.power == -1.0 {
+                    1.0 / x
+                } else {
+                    x.powf(self.power)
+                };
             wsum += self.weights[j];
         }
         let f1 = if self.jobs == 0 {
@@ -127,112 +250,149 @@ impl Problem {
     }
 
     /// The repair steps, in the artifact's order.
-    pub fn repair(&self, a: &mut [u8], rng: &mut dyn RngCore) {
-        let (jn, nn) = (self.jobs, self.nodes);
+    pub fn repair(&self, a: &mut Alloc, rng: &mut dyn RngCore) {
+        *a = self.repaired(a.triples(), rng);
+    }
+
+    /// Repairs cells given as `(job, node, replicas)` triples.
+    fn repaired(&self, mut t: Vec<(u32, u32, u8)>, rng: &mut dyn RngCore) -> Alloc {
+        t.retain(|c| c.2 > 0);
+        let groups = by_node(&mut t);
         if self.interference_avoidance {
-            let distributed: Vec<bool> = (0..jn)
-                .map(|j| self.row(a, j).iter().filter(|&&x| x > 0).count() > 1)
-                .collect();
-            for k in 0..nn {
+            // "Distributed" is decided once, before any zeroing.
+            let mut spans = vec![0u32; self.jobs];
+            for c in &t {
+                spans[c.0 as usize] += 1;
+            }
+            let distributed: Vec<bool> = spans.iter().map(|&n| n > 1).collect();
+            for g in &groups {
                 let mut seen = 0;
-                let mut clearing = false;
-                for j in 0..jn {
-                    if !clearing && distributed[j] && a[j * nn + k] > 0 {
+                for c in &mut t[g.clone()] {
+                    if seen < 2 && distributed[c.0 as usize] {
                         seen += 1;
-                        clearing = seen >= 2;
                     }
-                    if clearing {
-                        a[j * nn + k] = 0;
+                    if seen >= 2 {
+                        c.2 = 0;
                     }
                 }
             }
         }
-        let mut order: Vec<usize> = (0..nn).collect();
-        for j in 0..jn {
-            let total: u32 = self.row(a, j).iter().map(|&x| x as u32).sum();
-            if total > self.max_replicas[j] {
-                order.shuffle(rng);
-                let mut left = self.max_replicas[j];
-                for &k in &order {
-                    let x = &mut a[j * nn + k];
-                    let keep = (*x as u32).min(left);
-                    left -= keep;
-                    *x = keep as u8;
-                }
+        // Max replicas: trim rows over their limit, visiting nodes at random.
+        let mut total = vec![0u32; self.jobs];
+        for c in &t {
+            total[c.0 as usize] += c.2 as u32;
+        }
+        let mut cells_of: Vec<Vec<usize>> = vec![Vec::new(); self.jobs];
+        for (i, c) in t.iter().enumerate() {
+            if c.2 > 0 && total[c.0 as usize] > self.max_replicas[c.0 as usize] {
+                cells_of[c.0 as usize].push(i);
             }
         }
-        for k in 0..nn {
-            let mut left = self.capacity[k];
-            for j in 0..jn {
-                let x = &mut a[j * nn + k];
-                let keep = (*x).min(left);
+        for (j, mut idx) in cells_of
+            .into_iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+        {
+            idx.shuffle(rng);
+            let mut left = self.max_replicas[j];
+            for i in idx {
+                let keep = (t[i].2 as u32).min(left);
                 left -= keep;
-                *x = keep;
+                t[i].2 = keep as u8;
             }
         }
+        // Node capacity, jobs in order (t is still sorted by node, then job).
+        for g in groups {
+            let mut left = self.capacity[t[g.start].1 as usize];
+            for c in &mut t[g] {
+                let keep = c.2.min(left);
+                left -= keep;
+                c.2 = keep;
+            }
+        }
+        Alloc::from_triples(self.jobs, t)
     }
 
-    fn mutate(&self, a: &mut [u8], rng: &mut dyn RngCore) {
-        let (jn, nn) = (self.jobs, self.nodes);
+    /// Mutated and repaired copy of `a`.
+    fn mutate(&self, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
+        let jn = self.jobs;
+        // 1. Reset rows to the current allocation; 2. zero cells of some rows.
+        let mut t: Vec<(u32, u32, u8)> = Vec::with_capacity(a.cells.len() + self.nodes);
+        let mut row_start = Vec::with_capacity(jn + 1);
         for j in 0..jn {
-            if rng.random_bool(0.1) {
-                a[j * nn..(j + 1) * nn].copy_from_slice(self.row(&self.current, j));
-            }
-        }
-        for j in 0..jn {
-            if rng.random_bool(0.1) {
-                for k in 0..nn {
-                    if rng.random_bool(0.1) {
-                        a[j * nn + k] = 0;
-                    }
+            row_start.push(t.len());
+            let row = if rng.random_bool(0.1) {
+                self.current.row(j)
+            } else {
+                a.row(j)
+            };
+            let zeroing = rng.random_bool(0.1);
+            for &(k, x) in row {
+                if !(zeroing && rng.random_bool(0.1)) {
+                    t.push((j as u32, k, x));
                 }
             }
         }
-        // Step 3. Elements without replicas share the probability p1 = 1/J, so
-        // the gaps between their hits are geometric: draw the gaps instead of
-        // one number per element (same distribution, far fewer draws).
+        row_start.push(t.len());
+        // 3. Grow cells on nodes with a free GPU: a cell with replicas is
+        // picked with p1 + p2 − p1·p2 (p1 = 1/J, p2 = 1/holders of the node),
+        // an empty one with p1 — those are drawn as geometric gaps over the
+        // (free node, job) grid, so the cost follows the hits, not the grid.
+        let mut used = vec![0u32; self.nodes];
+        let mut holders = vec![0u32; self.nodes];
+        for c in &t {
+            used[c.1 as usize] += c.2 as u32;
+            holders[c.1 as usize] += 1;
+        }
+        let free: Vec<bool> = (0..self.nodes)
+            .map(|k| used[k] < self.capacity[k] as u32)
+            .collect();
         let p1 = 1.0 / jn as f64;
-        let geometric = |rng: &mut dyn RngCore| -> u64 {
-            if p1 >= 1.0 {
-                return 0;
-            }
-            let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-            (u.ln() / (1.0 - p1).ln()).floor() as u64
-        };
-        let mut skip = geometric(rng);
-        for k in 0..nn {
-            let used: u32 = (0..jn).map(|j| a[j * nn + k] as u32).sum();
-            if used >= self.capacity[k] as u32 {
-                continue;
-            }
-            let holders = (0..jn).filter(|&j| a[j * nn + k] > 0).count();
-            for j in 0..jn {
-                let x = a[j * nn + k];
-                let hit = if x > 0 {
-                    let p2 = 1.0 / holders as f64;
-                    rng.random_bool((p1 + p2 - p1 * p2).min(1.0))
-                } else if skip == 0 {
-                    skip = geometric(rng);
-                    true
-                } else {
-                    skip -= 1;
-                    false
-                };
-                if hit {
-                    a[j * nn + k] = rng.random_range(x..=self.capacity[k].max(x));
+        for c in &mut t {
+            let k = c.1 as usize;
+            if free[k] {
+                let p2 = 1.0 / holders[k] as f64;
+                if rng.random_bool((p1 + p2 - p1 * p2).min(1.0)) {
+                    c.2 = rng.random_range(c.2..=self.capacity[k].max(c.2));
                 }
             }
         }
+        let free_nodes: Vec<u32> = (0..self.nodes as u32)
+            .filter(|&k| free[k as usize])
+            .collect();
+        let grid = (free_nodes.len() * jn) as u64;
+        let existing = t.len();
+        let mut at = geometric(p1, rng);
+        while at < grid {
+            let (k, j) = (
+                free_nodes[(at / jn as u64) as usize],
+                (at % jn as u64) as u32,
+            );
+            let row = &t[row_start[j as usize]..row_start[j as usize + 1]];
+            if row.binary_search_by_key(&k, |c| c.1).is_err() {
+                t.push((j, k, rng.random_range(0..=self.capacity[k as usize])));
+            }
+            at += 1 + geometric(p1, rng);
+        }
+        debug_assert!(t[..existing]
+            .windows(2)
+            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        self.repaired(t, rng)
     }
 
-    fn crossover(&self, a: &[u8], b: &[u8], rng: &mut dyn RngCore) -> (Vec<u8>, Vec<u8>) {
-        let cut = rng.random_range(0..self.jobs) * self.nodes;
-        let mut x = b[..cut].to_vec();
-        x.extend_from_slice(&a[cut..]);
-        let mut y = a[..cut].to_vec();
-        y.extend_from_slice(&b[cut..]);
-        (x, y)
+    fn crossover(&self, a: &Alloc, b: &Alloc, rng: &mut dyn RngCore) -> (Alloc, Alloc) {
+        let cut = rng.random_range(0..self.jobs);
+        (Alloc::splice(b, a, cut), Alloc::splice(a, b, cut))
     }
+}
+
+/// Failures before the next success of a Bernoulli(p) sequence.
+fn geometric(p: f64, rng: &mut dyn RngCore) -> u64 {
+    if p >= 1.0 {
+        return 0;
+    }
+    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    (u.ln() / (1.0 - p).ln()).floor().min(u64::MAX as f64 / 2.0) as u64
 }
 
 fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
@@ -321,26 +481,26 @@ fn rank_and_crowd(objs: &[(f64, f64)]) -> (Vec<usize>, Vec<f64>) {
 /// non-dominated set.
 pub fn solve(
     p: &Problem,
-    initial: Vec<Vec<u8>>,
+    initial: Vec<Alloc>,
     s: GaSettings,
     rng: &mut dyn RngCore,
 ) -> Vec<Individual> {
-    let eval = |genes: Vec<u8>| {
+    let eval = |genes: Alloc| {
         let obj = p.evaluate(&genes);
         Individual { genes, obj }
     };
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut pop: Vec<Individual> = Vec::new();
     for mut g in initial {
         p.repair(&mut g, rng);
-        if seen.insert(g.clone()) {
+        if seen.insert(g.key()) {
             pop.push(eval(g));
         }
     }
     if pop.is_empty() {
         let mut g = p.current.clone();
         p.repair(&mut g, rng);
-        seen.insert(g.clone());
+        seen.insert(g.key());
         pop.push(eval(g));
     }
     if p.jobs == 0 || p.nodes == 0 {
@@ -366,27 +526,29 @@ pub fn solve(
                 b
             }
         };
-        let mut children: Vec<Vec<u8>> = Vec::with_capacity(s.offspring);
+        // Matings run in parallel; each draws from its own generator seeded
+        // from the round's, so the result does not depend on thread timing.
+        let mate = |seed: u64| {
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            let rng: &mut dyn RngCore = &mut r;
+            let (a, b) = (tournament(rng), tournament(rng));
+            let (x, y) = if rng.random_bool(s.crossover_prob) {
+                p.crossover(&pop[a].genes, &pop[b].genes, rng)
+            } else {
+                (pop[a].genes.clone(), pop[b].genes.clone())
+            };
+            [p.mutate(&x, rng), p.mutate(&y, rng)].map(|c| (c.key(), c))
+        };
+        let mut children: Vec<Alloc> = Vec::with_capacity(s.offspring);
         let mut tries = 0;
         while children.len() < s.offspring && tries < 100 {
-            let mut batch = Vec::new();
-            for _ in 0..(s.offspring - children.len()).div_ceil(2) {
-                let (a, b) = (tournament(rng), tournament(rng));
-                let (mut x, mut y) = if rng.random_bool(s.crossover_prob) {
-                    p.crossover(&pop[a].genes, &pop[b].genes, rng)
-                } else {
-                    (pop[a].genes.clone(), pop[b].genes.clone())
-                };
-                for c in [&mut x, &mut y] {
-                    p.mutate(c, rng);
-                    p.repair(c, rng);
-                }
-                batch.push(x);
-                batch.push(y);
-            }
+            let seeds: Vec<u64> = (0..(s.offspring - children.len()).div_ceil(2))
+                .map(|_| rng.next_u64())
+                .collect();
+            let batch: Vec<[((u64, u64), Alloc); 2]> = seeds.into_par_iter().map(mate).collect();
             let before = children.len();
-            for c in batch {
-                if children.len() < s.offspring && seen.insert(c.clone()) {
+            for (key, c) in batch.into_iter().flatten() {
+                if children.len() < s.offspring && seen.insert(key) {
                     children.push(c);
                 }
             }
@@ -424,7 +586,7 @@ pub fn solve(
             .into_iter()
             .map(|i| old[i].take().expect("kept once"))
             .collect();
-        seen = pop.iter().map(|i| i.genes.clone()).collect();
+        seen = pop.iter().map(|i| i.genes.key()).collect();
     }
     let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
     let first: HashSet<usize> = fronts(&objs)
@@ -454,11 +616,10 @@ pub fn pick(front: &[Individual]) -> Option<&Individual> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use rand::SeedableRng;
-    use rand_chacha::ChaCha8Rng;
 
     /// Linear speedup up to max replicas, 10 % less when spread over nodes.
     fn problem(jobs: usize, nodes: usize, max_r: u32, current: Vec<u8>) -> Problem {
+        let current = Alloc::from_dense(&current, jobs, nodes);
         let speedup = (0..jobs)
             .map(|_| {
                 let mut t = vec![0.0; (nodes + 1) * (max_r as usize + 1)];
@@ -495,9 +656,11 @@ mod tests {
             genes in proptest::collection::vec(0u8..=6, 48),
         ) {
             let p = problem(jobs, nodes, max_r, vec![0; jobs * nodes]);
-            let mut a: Vec<u8> = genes.iter().cycle().take(jobs * nodes).copied().collect();
+            let dense: Vec<u8> = genes.iter().cycle().take(jobs * nodes).copied().collect();
+            let mut sparse = Alloc::from_dense(&dense, jobs, nodes);
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            p.repair(&mut a, &mut rng);
+            p.repair(&mut sparse, &mut rng);
+            let a = sparse.to_dense(nodes);
             for k in 0..nodes {
                 let used: u32 = (0..jobs).map(|j| a[j * nodes + k] as u32).sum();
                 prop_assert!(used <= 4);
@@ -543,12 +706,29 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// The sparse form round-trips and splices like the dense matrix.
+        #[test]
+        fn sparse_allocations_match_the_dense_matrix(
+            jobs in 1usize..7, nodes in 1usize..6, cut in 0usize..7,
+            a in proptest::collection::vec(0u8..3, 42), b in proptest::collection::vec(0u8..3, 42),
+        ) {
+            let cut = cut % jobs;
+            let (a, b) = (&a[..jobs * nodes], &b[..jobs * nodes]);
+            let (sa, sb) = (Alloc::from_dense(a, jobs, nodes), Alloc::from_dense(b, jobs, nodes));
+            prop_assert_eq!(sa.to_dense(nodes), a.to_vec());
+            let mut want = a[..cut * nodes].to_vec();
+            want.extend_from_slice(&b[cut * nodes..]);
+            prop_assert_eq!(Alloc::splice(&sa, &sb, cut).to_dense(nodes), want);
+        }
+    }
+
     #[test]
     fn restart_penalty_makes_the_unchanged_allocation_win_a_tie() {
         // Job 0 on node 0 now; the same allocation on node 1 has equal speedup.
         let p = problem(1, 2, 4, vec![2, 0]);
-        let stay = p.evaluate(&[2, 0]);
-        let moved = p.evaluate(&[0, 2]);
+        let stay = p.evaluate(&Alloc::from_dense(&[2, 0], 1, 2));
+        let moved = p.evaluate(&Alloc::from_dense(&[0, 2], 1, 2));
         assert!(stay.0 > moved.0, "{stay:?} vs {moved:?}");
         assert_eq!(stay.1, moved.1);
     }
@@ -558,23 +738,13 @@ mod tests {
         let p = problem(4, 4, 4, vec![0; 16]);
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         let front = solve(&p, vec![p.current.clone()], GaSettings::default(), &mut rng);
-        let best = pick(&front).unwrap();
+        let best = pick(&front).unwrap().genes.to_dense(4);
         // Four jobs, four nodes, linear speedup: the harmonic mean is best with
         // every job on its own node with all 4 GPUs.
         for j in 0..4 {
-            let row = &best.genes[j * 4..j * 4 + 4];
-            assert_eq!(
-                row.iter().filter(|&&x| x > 0).count(),
-                1,
-                "{:?}",
-                best.genes
-            );
-            assert_eq!(
-                row.iter().map(|&x| x as u32).sum::<u32>(),
-                4,
-                "{:?}",
-                best.genes
-            );
+            let row = &best[j * 4..j * 4 + 4];
+            assert_eq!(row.iter().filter(|&&x| x > 0).count(), 1, "{:?}", best);
+            assert_eq!(row.iter().map(|&x| x as u32).sum::<u32>(), 4, "{:?}", best);
         }
     }
 }

@@ -31,7 +31,7 @@ pub mod ga;
 use blox_core::*;
 use blox_goodput::model::BatchSearch;
 use blox_goodput::AgentReport;
-use ga::{GaSettings, Problem};
+use ga::{Alloc, GaSettings, Problem};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
@@ -125,7 +125,7 @@ pub struct PolluxSched {
     goodput_cache: HashMap<JobId, (blox_goodput::GoodputModel, u32, usize, Vec<f64>)>,
     rng: ChaCha8Rng,
     /// Last round's non-dominated set: (job order, node order, matrices).
-    carried: Option<(Vec<JobId>, Vec<NodeId>, Vec<Vec<u8>>)>,
+    carried: Option<(Vec<JobId>, Vec<NodeId>, Vec<Alloc>)>,
     pub last: Decision,
 }
 
@@ -164,18 +164,20 @@ impl PolluxSched {
         let nj = order.len();
         let nn = nodes.len();
         let r_fair = total.div_ceil(nj.max(1) as u32).max(1);
-        let mut current = vec![0u8; nj * nn];
+        let mut current: Vec<(u32, u32, u8)> = Vec::new();
         let mut speedup = Vec::with_capacity(nj);
         let mut max_replicas = Vec::with_capacity(nj);
         let mut restart_factor = Vec::with_capacity(nj);
         let mut weights = Vec::with_capacity(nj);
         let max_per_node = nodes.iter().map(|n| n.gpus.len()).max().unwrap_or(0) as u32;
         for (j, job) in order.iter().enumerate() {
+            let mut per_node: HashMap<usize, u8> = HashMap::new();
             for g in &job.allocation {
                 if let Some(k) = cluster.gpu(*g).and_then(|x| node_index.get(&x.node)) {
-                    current[j * nn + k] += 1;
+                    *per_node.entry(*k).or_default() += 1;
                 }
             }
+            current.extend(per_node.into_iter().map(|(k, x)| (j as u32, k as u32, x)));
             let report = AgentReport::from_metrics(|k| jobs.metrics().get(job.id(), k));
             let r_prof = report.map_or(job.max_gpus_so_far, |r| r.max_profiled_replicas);
             let mut max_r = (2 * r_prof).max(1).min(total);
@@ -227,7 +229,7 @@ impl PolluxSched {
             jobs: nj,
             nodes: nn,
             capacity: nodes.iter().map(|n| n.gpus.len().min(255) as u8).collect(),
-            current,
+            current: Alloc::from_triples(nj, current),
             speedup,
             max_replicas,
             restart_factor,
@@ -239,51 +241,53 @@ impl PolluxSched {
     }
 
     /// The starting population: last round's set re-indexed to this round.
-    fn initial(&self, order: &[&Job], nodes: &[&Node], p: &Problem) -> Vec<Vec<u8>> {
+    fn initial(&self, order: &[&Job], nodes: &[&Node], p: &Problem) -> Vec<Alloc> {
         let Some((old_jobs, old_nodes, sets)) = &self.carried else {
             return vec![p.current.clone()];
         };
-        let now: Vec<JobId> = order.iter().map(|j| j.id()).collect();
-        let row_of: Vec<Option<usize>> = if self.params.carry == "by-position" {
-            let survivors_old: Vec<usize> = old_jobs
+        let now: HashMap<JobId, usize> =
+            order.iter().enumerate().map(|(i, j)| (j.id(), i)).collect();
+        // New row of each old row.
+        let mut new_row: Vec<Option<u32>> = vec![None; old_jobs.len()];
+        if self.params.carry == "by-position" {
+            // The artifact pairs the k-th surviving job of the old order with
+            // the k-th surviving job of the new order.
+            let survivors_new = order
                 .iter()
                 .enumerate()
-                .filter(|(_, id)| now.contains(id))
-                .map(|(i, _)| i)
-                .collect();
-            let mut k = 0;
-            now.iter()
-                .map(|id| {
-                    if old_jobs.contains(id) {
-                        k += 1;
-                        survivors_old.get(k - 1).copied()
-                    } else {
-                        None
-                    }
-                })
-                .collect()
+                .filter(|(_, j)| old_jobs.contains(&j.id()))
+                .map(|(i, _)| i);
+            let survivors_old = old_jobs
+                .iter()
+                .enumerate()
+                .filter(|(_, id)| now.contains_key(id))
+                .map(|(i, _)| i);
+            for (o, n) in survivors_old.zip(survivors_new) {
+                new_row[o] = Some(n as u32);
+            }
         } else {
-            now.iter()
-                .map(|id| old_jobs.iter().position(|x| x == id))
-                .collect()
-        };
-        let col_of: Vec<Option<usize>> = nodes
+            for (o, id) in old_jobs.iter().enumerate() {
+                new_row[o] = now.get(id).map(|&n| n as u32);
+            }
+        }
+        let col: HashMap<NodeId, u32> = nodes
             .iter()
-            .map(|n| old_nodes.iter().position(|x| *x == n.id))
+            .enumerate()
+            .map(|(i, n)| (n.id, i as u32))
             .collect();
-        let (nn, on) = (nodes.len(), old_nodes.len());
+        let new_col: Vec<Option<u32>> = old_nodes.iter().map(|n| col.get(n).copied()).collect();
         sets.iter()
             .map(|old| {
-                let mut a = vec![0u8; order.len() * nn];
-                for (j, rj) in row_of.iter().enumerate() {
-                    let Some(rj) = rj else { continue };
-                    for (k, ck) in col_of.iter().enumerate() {
-                        if let Some(ck) = ck {
-                            a[j * nn + k] = old[rj * on + ck];
+                let mut t = Vec::new();
+                for (o, nr) in new_row.iter().enumerate() {
+                    let Some(nr) = nr else { continue };
+                    for &(k, x) in old.row(o) {
+                        if let Some(nk) = new_col[k as usize] {
+                            t.push((*nr, nk, x));
                         }
                     }
                 }
-                a
+                Alloc::from_triples(order.len(), t)
             })
             .collect()
     }
@@ -294,12 +298,11 @@ impl PolluxSched {
         order: &[&Job],
         nodes: &[&Node],
         p: &Problem,
-        genes: &[u8],
+        genes: &Alloc,
         cluster: &ClusterState,
     ) -> Vec<Demand> {
-        let nn = nodes.len();
         let unchanged: Vec<bool> = (0..order.len())
-            .map(|j| genes[j * nn..(j + 1) * nn] == p.current[j * nn..(j + 1) * nn])
+            .map(|j| genes.row(j) == p.current.row(j))
             .collect();
         let mut kept: std::collections::HashSet<GpuId> = std::collections::HashSet::new();
         for (j, job) in order.iter().enumerate() {
@@ -319,23 +322,19 @@ impl PolluxSched {
             .collect();
         let mut out = Vec::new();
         for (j, job) in order.iter().enumerate() {
-            let r: u32 = genes[j * nn..(j + 1) * nn].iter().map(|&x| x as u32).sum();
-            if r == 0 {
+            if genes.row(j).is_empty() {
                 continue;
             }
             let gpus = if unchanged[j] {
                 job.allocation.clone()
             } else {
-                let mut gpus = Vec::with_capacity(r as usize);
-                for k in 0..nn {
-                    let want = genes[j * nn + k] as usize;
-                    if want == 0 {
-                        continue;
-                    }
+                let mut gpus = Vec::new();
+                for &(k, want) in genes.row(j) {
+                    let free_k = &mut free[k as usize];
                     // Prefer the job's own GPUs on this node.
-                    free[k].sort_by_key(|g| (!job.allocation.contains(g), *g));
-                    let take = want.min(free[k].len());
-                    gpus.extend(free[k].drain(..take));
+                    free_k.sort_by_key(|g| (!job.allocation.contains(g), *g));
+                    let take = (want as usize).min(free_k.len());
+                    gpus.extend(free_k.drain(..take));
                 }
                 gpus
             };
