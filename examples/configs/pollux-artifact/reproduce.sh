@@ -18,6 +18,10 @@ CFG=examples/configs/pollux-artifact
 mkdir -p "$OUT"
 plan="$OUT/plan.txt"
 : > "$plan"
+aliases=()
+same_as() { # name existing-name: the same run under a second name
+  aliases+=("$1=$2")
+}
 add() { # name config workload-dir [--set k=v]...
   local name=$1 cfg=$2 dir=$3 w; shift 3
   for w in 1 2 3 4 5 6 7 8; do
@@ -33,10 +37,18 @@ for e in $EXPERIMENTS; do
         add "load-0.5/$p" $p workloads-0.5
       done ;;
     interval)
-      for s in 30 60 120 240 480; do add "interval/$s" pollux workloads "--set run.round_s=$s"; done ;;
+      for s in 30 60 120 240 480; do
+        # 60 s is the load-1.0 Pollux run itself.
+        if [ "$s" = 60 ] && [[ " $EXPERIMENTS " == *" load "* ]]; then same_as "interval/60" "load-1.0/pollux"; continue; fi
+        add "interval/$s" pollux workloads "--set run.round_s=$s"
+      done ;;
     interference)
       for i in 0 0.25 0.5; do
-        add "interference/avoid-$i" pollux workloads "--set sim.interference=$i"
+        if [ "$i" = 0 ] && [[ " $EXPERIMENTS " == *" load "* ]]; then
+          same_as "interference/avoid-0" "load-1.0/pollux"
+        else
+          add "interference/avoid-$i" pollux workloads "--set sim.interference=$i"
+        fi
         add "interference/off-$i" pollux workloads "--set sim.interference=$i --set scheduling.interference_avoidance=false"
       done ;;
     *) echo "unknown experiment $e (load, interval, interference)" >&2; exit 2 ;;
@@ -50,6 +62,11 @@ done | RAYON_NUM_THREADS=1 xargs -P "$JOBS" -I{} bash -c '
   IFS="|" read -r out cfg wl extra <<< "{}"
   mkdir -p "$(dirname "$out")"
   $BLOX sim "$cfg" --workload "$wl" --out "$out" $extra > /dev/null 2> "$out.log" || echo "FAILED: $out (see $out.log)" >&2'
+for a in "${aliases[@]}"; do
+  mkdir -p "$(dirname "$OUT/${a%%=*}")"
+  ln -sfn "$(realpath "$OUT/${a#*=}")" "$OUT/${a%%=*}"
+  for w in 1 2 3 4 5 6 7 8; do echo "$OUT/${a%%=*}/workload-$w|alias" >> "$plan"; done
+done
 # Average JCT (h) per workload and their mean.
 avg() { awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="jct_s") c=i; next} {s+=$c; n++} END{printf "%.3f", s/n/3600}' "$1"; }
 {

@@ -13,15 +13,20 @@ use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
 /// Parameters: `order` = `schedule` (default) or `fewest-gpus-first`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MostFree {
-    #[serde(default = "default_order")]
-    pub order: String,
+    #[serde(default)]
+    pub order: Order,
 }
 
-fn default_order() -> String {
-    "schedule".into()
+/// The order in which jobs take GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    #[default]
+    Schedule,
+    FewestGpusFirst,
 }
 
 impl PlacementPolicy for MostFree {
@@ -71,7 +76,7 @@ impl PlacementPolicy for MostFree {
                         .is_some_and(|j| !(j.is_running() && j.allocation.len() == d.gpus as usize))
             })
             .collect();
-        if self.order == "fewest-gpus-first" {
+        if self.order == Order::FewestGpusFirst {
             todo.sort_by_key(|d| d.gpus);
         }
         for d in todo {
@@ -104,13 +109,7 @@ impl PlacementPolicy for MostFree {
 blox_core::register_placement!(
     "most-free",
     "greedy: take GPUs from the node with the most free GPUs (Pollux artifact's Tiresias/Optimus placement)",
-    |p| {
-        let m = p.parse::<MostFree>()?;
-        if m.order != "schedule" && m.order != "fewest-gpus-first" {
-            return Err(p.error_at("order", format!("unknown order `{}`; known: schedule, fewest-gpus-first", m.order)));
-        }
-        Ok(Box::new(m))
-    }
+    |p| Ok(Box::new(p.parse::<MostFree>()?))
 );
 
 #[cfg(test)]
@@ -128,10 +127,7 @@ mod tests {
             state.get(JobId(1)).unwrap(),
             state.get(JobId(2)).unwrap(),
         ]);
-        let p = MostFree {
-            order: default_order(),
-        }
-        .place(&info(0.0), &schedule, &state, &cluster);
+        let p = MostFree::default().place(&info(0.0), &schedule, &state, &cluster);
         assert!(p.preempt.is_empty());
         // Nodes 1 and 2 have 4 free each: node 1 first (lowest id), then 2 from node 2.
         assert_eq!(p.launch.len(), 1);

@@ -60,14 +60,26 @@ pub struct PolluxParams {
     #[serde(default = "d_thres")]
     pub weight_threshold_gpu_s: f64,
     /// `by-job` (default) or `by-position` (the artifact's re-indexing).
-    #[serde(default = "d_carry")]
-    pub carry: String,
+    #[serde(default)]
+    pub carry: Carry,
     /// Seed of the search's random numbers.
     #[serde(default = "d_seed")]
     pub seed: u64,
     /// Cloud auto-scaling (§4.2.2), off unless `[scheduling.autoscale]` is given.
     #[serde(default)]
     pub autoscale: Option<AutoscaleParams>,
+}
+
+/// How last round's population is carried to this round's jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Carry {
+    /// Each row goes to its own job.
+    #[default]
+    ByJob,
+    /// The artifact's: the k-th surviving job of the old order to the k-th
+    /// surviving job of the new order.
+    ByPosition,
 }
 
 /// Auto-scaling settings (Pollux §4.2.2).
@@ -96,9 +108,6 @@ fn d_true() -> bool {
 }
 fn d_thres() -> f64 {
     3600.0
-}
-fn d_carry() -> String {
-    "by-job".into()
 }
 fn d_seed() -> u64 {
     1
@@ -249,7 +258,7 @@ impl PolluxSched {
             order.iter().enumerate().map(|(i, j)| (j.id(), i)).collect();
         // New row of each old row.
         let mut new_row: Vec<Option<u32>> = vec![None; old_jobs.len()];
-        if self.params.carry == "by-position" {
+        if self.params.carry == Carry::ByPosition {
             // The artifact pairs the k-th surviving job of the old order with
             // the k-th surviving job of the new order.
             let survivors_new = order
@@ -452,9 +461,6 @@ blox_core::register_scheduling!(
     "PolluxSched: genetic algorithm over per-node allocations maximising goodput-based speedups (Pollux §4.2); use with `explicit` placement",
     |p| {
         let params = p.parse::<PolluxParams>()?;
-        if params.carry != "by-job" && params.carry != "by-position" {
-            return Err(p.error_at("carry", format!("unknown carry `{}`; known: by-job, by-position", params.carry)));
-        }
         if params.population == 0 || params.generations == 0 {
             return Err(p.error_at("population", "population and generations must be at least 1"));
         }
@@ -482,7 +488,7 @@ mod tests {
             interference_avoidance: true,
             weight_decay: 0.0,
             weight_threshold_gpu_s: 3600.0,
-            carry: "by-job".into(),
+            carry: Carry::ByJob,
             seed: 3,
             autoscale: None,
         }

@@ -133,12 +133,32 @@ pub struct WorkloadConfig {
     pub gpus_per_node: Option<u32>,
     /// `pollux`: `profile` (default; progress from the measured profiles) or
     /// `duration` (a fixed duration at the tuned GPUs and batch).
-    pub model: Option<String>,
+    #[serde(default)]
+    pub model: ProgressModel,
     /// `pollux`, profile-driven: `fixed` (default; the workload's batch size) or
     /// `pollux` (a PolluxAgent tunes each job's batch size).
-    pub batch_agent: Option<String>,
+    #[serde(default)]
+    pub batch_agent: AgentKind,
     /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
     pub force_gpus: Option<u32>,
+}
+
+/// `[workload] model`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProgressModel {
+    #[default]
+    Profile,
+    Duration,
+}
+
+/// `[workload] batch_agent`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentKind {
+    #[default]
+    Fixed,
+    Pollux,
 }
 
 const FORMATS: &[(&str, &[&str])] = &[
@@ -207,27 +227,9 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
                     .map(|p| p.join("traces"))
                     .unwrap_or_else(|| PathBuf::from("traces")),
             };
-            let profile_driven = match cfg.model.as_deref() {
-                None | Some("profile") => true,
-                Some("duration") => false,
-                Some(other) => {
-                    return Err(section
-                        .error_at("model", format!("unknown model `{other}`; known: profile, duration"))
-                        .into())
-                }
-            };
-            let agent_pollux = match cfg.batch_agent.as_deref() {
-                None | Some("fixed") => false,
-                Some("pollux") => true,
-                Some(other) => {
-                    return Err(section
-                        .error_at("batch_agent", format!("unknown batch agent `{other}`; known: fixed, pollux"))
-                        .into())
-                }
-            };
             let opt = pollux::PolluxOptions {
-                profile_driven,
-                agent_pollux,
+                profile_driven: cfg.model == ProgressModel::Profile,
+                agent_pollux: cfg.batch_agent == AgentKind::Pollux,
                 gpus_per_node: cfg.gpus_per_node.unwrap_or(4),
             };
             pollux::read_workload(&CsvTable::read(&path)?, &traces, opt)?
