@@ -117,6 +117,8 @@ pub struct AppProfile {
     /// Step curves by (nodes, replicas): scalability.csv rows plus placements.csv
     /// rows averaged per (digit count, digit sum, local batch).
     by_shape: BTreeMap<(u32, u32), StepCurve>,
+    /// Measured replica counts per node count (the keys of `by_shape`).
+    shapes: BTreeMap<u32, Vec<u32>>,
     /// Validation curves by batch size, ascending.
     validation: Vec<(u32, Vec<EpochStats>)>,
     pub limits: AppLimits,
@@ -267,8 +269,13 @@ impl AppProfile {
         if app == "yolov3" {
             bmax = bmax.min(8.0);
         }
+        let mut shapes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for &(n, r) in by_shape.keys() {
+            shapes.entry(n).or_default().push(r);
+        }
         Ok(AppProfile {
             app: app.to_string(),
+            shapes,
             limits: AppLimits {
                 m0: validation[0].0,
                 mmax: validation[validation.len() - 1].0,
@@ -375,13 +382,8 @@ impl AppProfile {
         }
         let r: u32 = per_node.iter().sum();
         let n = (per_node.len() as u32).min(16);
-        let node_counts: Vec<u32> = {
-            let mut v: Vec<u32> = self.by_shape.keys().map(|k| k.0).collect();
-            v.dedup();
-            v
-        };
-        let hi = *node_counts.iter().find(|&&k| k >= n)?;
-        let lo = *node_counts.iter().rev().find(|&&k| k <= n)?;
+        let hi = *self.shapes.range(n..).next()?.0;
+        let lo = *self.shapes.range(..=n).next_back()?.0;
         let density = r as f64 / per_node.len() as f64;
         let at = |k: u32| self.at_nodes(k, density * k as f64, b);
         if lo == hi {
@@ -416,11 +418,7 @@ impl AppProfile {
     /// Step time at `k` nodes and (possibly fractional) `r` replicas, linear in
     /// replicas between the measured counts that bracket it.
     fn at_nodes(&self, k: u32, r: f64, b: f64) -> Option<(f64, f64)> {
-        let reps: Vec<u32> = self
-            .by_shape
-            .range((k, 0)..=(k, u32::MAX))
-            .map(|(key, _)| key.1)
-            .collect();
+        let reps = self.shapes.get(&k)?;
         // Nearest measured replica counts on each side whose batch range covers b.
         let covers = |x: &u32| interp_curve(&self.by_shape[&(k, *x)], b).is_some();
         let lo = reps
