@@ -21,5 +21,5 @@ pub mod profile;
 
 pub use agent::{AgentReport, PolluxAgent};
 pub use fit::{fit_throughput, Observation};
-pub use model::{AppLimits, BatchConfig, GoodputModel, GradStats, ThroughputParams, EPS_CEIL};
+pub use model::{AppLimits, BatchConfig, GoodputModel, GradStats, ThroughputParams};
 pub use profile::{canonical_placement, AppProfile, ProfileCache, ProfileError};

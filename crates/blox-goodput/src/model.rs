@@ -7,8 +7,6 @@
 
 /// `ε` of the artifact's ceiling rules: `ceil(x − ε)`.
 pub const EPS: f64 = 1e-8;
-/// Alias of [`EPS`] for users of the ceiling rule.
-pub const EPS_CEIL: f64 = EPS;
 
 /// An application's batch-size limits (`pollux-data.md` §2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -153,9 +151,9 @@ impl AppLimits {
     /// `(b, s)` for local size `l = M/r` (`pollux-data.md` §5.3): the fewest
     /// accumulation steps keeping `b ≤ bmax`, at least one extra step for a single
     /// replica above `M0`.
-    fn split(&self, r: u32, l: f64) -> (f64, u32) {
+    fn split(&self, r: u32, l: f64, always_accumulate_alone: bool) -> (f64, u32) {
         let mut s = (ceil_eps(l / self.bmax as f64) - 1.0).max(0.0);
-        if r == 1 && l > self.m0 as f64 + EPS {
+        if r == 1 && (always_accumulate_alone || l > self.m0 as f64 + EPS) {
             s = s.max(1.0);
         }
         let b = ceil_eps(l / (s + 1.0));
@@ -175,8 +173,18 @@ impl AppLimits {
     /// on `r` replicas — what non-adaptive jobs run with. The realised batch can
     /// be slightly above `m`.
     pub fn fixed_batch(&self, r: u32, m: f64) -> BatchConfig {
+        self.fixed_batch_rule(r, m, false)
+    }
+
+    /// Optimus's variant of the fixed-batch rule (`pollux-data.md` §8.2): one
+    /// replica always takes at least one accumulation step, even at `M0`.
+    pub fn fixed_batch_accumulating_alone(&self, r: u32, m: f64) -> BatchConfig {
+        self.fixed_batch_rule(r, m, true)
+    }
+
+    fn fixed_batch_rule(&self, r: u32, m: f64, always_accumulate_alone: bool) -> BatchConfig {
         let r = r.max(1);
-        let (b, s) = self.split(r, ceil_eps(m / r as f64));
+        let (b, s) = self.split(r, ceil_eps(m / r as f64), always_accumulate_alone);
         self.clamp(
             r,
             BatchConfig {
@@ -225,7 +233,7 @@ impl GoodputModel {
     /// Goodput of the configuration realised for a target global batch `m`;
     /// 0 where the atomic batch leaves `[bmin, bmax]`.
     fn candidate(&self, n: u32, r: u32, m: f64) -> (f64, BatchConfig) {
-        let (b, s) = self.limits.split(r, m / r as f64);
+        let (b, s) = self.limits.split(r, m / r as f64, false);
         let cfg = BatchConfig {
             atomic: b.max(0.0) as u32,
             accum: s,

@@ -11,7 +11,7 @@
 //! `epoch` metric). Pair with `most-free` placement, `order = "fewest-gpus-first"`.
 
 use blox_core::*;
-use blox_goodput::{AppProfile, ProfileCache, EPS_CEIL};
+use blox_goodput::{AppProfile, ProfileCache};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -62,15 +62,8 @@ impl Optimus {
         if k % g != 0 {
             per_node.push(k % g);
         }
-        let l = p.limits;
-        let local = (m as f64 / k as f64 - EPS_CEIL).ceil();
-        let mut s = ((local / l.bmax as f64 - EPS_CEIL).ceil() - 1.0).max(0.0);
-        if k == 1 {
-            s = s.max(1.0);
-        }
-        let b = (local / (s + 1.0) - EPS_CEIL).ceil();
-        let cap = (l.mmax as f64 / (k as f64 * (s + 1.0))).floor();
-        let b = b.min(cap).max(1.0);
+        let c = p.limits.fixed_batch_accumulating_alone(k, m as f64);
+        let (b, s) = (c.atomic as f64, c.accum as f64);
         let t = p
             .step_time(&per_node, b)
             .map(|(step, sync)| step + s * (step - sync));
