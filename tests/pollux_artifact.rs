@@ -6,6 +6,16 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn sim(tag: &str, config: &str, workload: &str, extra: &[&str]) -> Vec<Vec<String>> {
+    sim_tables(tag, config, workload, extra).0
+}
+
+/// Runs `blox sim` and returns (jobs.csv, rounds.csv) as rows of fields.
+fn sim_tables(
+    tag: &str,
+    config: &str,
+    workload: &str,
+    extra: &[&str],
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
     let out = std::env::temp_dir().join(format!("blox-pollux-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut args: Vec<String> = vec![
@@ -35,13 +45,15 @@ fn sim(tag: &str, config: &str, workload: &str, extra: &[&str]) -> Vec<Vec<Strin
     );
     assert!(o.status.success(), "{args:?}: {text}");
     assert!(text.contains("12 finished of 12"), "{text}");
-    let csv = std::fs::read_to_string(PathBuf::from(&out).join("jobs.csv")).unwrap();
-    let rows: Vec<Vec<String>> = csv
-        .lines()
-        .map(|l| l.split(',').map(str::to_string).collect())
-        .collect();
+    let read = |name: &str| -> Vec<Vec<String>> {
+        let csv = std::fs::read_to_string(PathBuf::from(&out).join(name)).unwrap();
+        csv.lines()
+            .map(|l| l.split(',').map(str::to_string).collect())
+            .collect()
+    };
+    let tables = (read("jobs.csv"), read("rounds.csv"));
     let _ = std::fs::remove_dir_all(&out);
-    rows
+    tables
 }
 
 fn col(rows: &[Vec<String>], name: &str) -> Vec<String> {
@@ -128,4 +140,28 @@ fn pollux_interference_experiment() {
         "workloads/workload-3.csv",
         &extra,
     ));
+}
+
+/// Cloud auto-scaling (Pollux §4.2.2) end to end: a lightly loaded 2-node
+/// cluster is shrunk by PolluxSched through the simulator's cluster manager.
+#[test]
+fn pollux_autoscaling_resizes_the_simulated_cluster() {
+    let mut extra = SMALL_GA.to_vec();
+    extra.extend([
+        "cluster.nodes=2",
+        "cluster.max_nodes=16",
+        "scheduling.autoscale={min_nodes=1, max_nodes=16}",
+    ]);
+    let (jobs, rounds) = sim_tables("autoscale", "pollux", "workloads/workload-3.csv", &extra);
+    check(&jobs);
+    let sizes: Vec<u32> = col(&rounds, "total_gpus")
+        .iter()
+        .map(|v| v.parse::<f64>().unwrap() as u32)
+        .collect();
+    assert_eq!(sizes[0], 8);
+    assert!(sizes.iter().any(|&g| g != 8), "{sizes:?}");
+    assert!(
+        sizes.iter().all(|&g| g % 4 == 0 && (4..=64).contains(&g)),
+        "{sizes:?}"
+    );
 }

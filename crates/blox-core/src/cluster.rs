@@ -120,6 +120,9 @@ pub struct ClusterState {
     gpus: Vec<Gpu>,
     free: u32,
     online: u32,
+    /// Most GPUs an elastic (cloud) cluster may grow to; `None`: fixed size.
+    #[serde(default)]
+    max_gpus: Option<u32>,
 }
 
 impl ClusterState {
@@ -220,6 +223,17 @@ impl ClusterState {
     /// Online GPUs.
     pub fn num_gpus(&self) -> u32 {
         self.online
+    }
+
+    /// Declares the cluster elastic, able to grow to `gpus` GPUs.
+    pub fn set_max_gpus(&mut self, gpus: Option<u32>) {
+        self.max_gpus = gpus;
+    }
+
+    /// The most GPUs the cluster can have: its size now, or more if elastic.
+    /// A job asking for more can never run.
+    pub fn max_gpus(&self) -> u32 {
+        self.max_gpus.unwrap_or(0).max(self.online)
     }
 
     /// Online GPUs held by no job.
@@ -376,6 +390,17 @@ impl ClusterState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_elastic_cluster_admits_jobs_up_to_its_maximum_size() {
+        let mut c = ClusterState::homogeneous(2, 4);
+        assert_eq!(c.max_gpus(), 8);
+        c.set_max_gpus(Some(64));
+        assert_eq!(c.max_gpus(), 64);
+        // Never below what is online.
+        c.set_max_gpus(Some(4));
+        assert_eq!(c.max_gpus(), 8);
+    }
 
     #[test]
     fn busy_gpu_cannot_be_assigned_to_another_job() {

@@ -233,6 +233,9 @@ impl NodeGroup {
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     pub nodes: Option<u32>,
+    /// Elastic (cloud) cluster: it may grow to this many nodes like the first
+    /// (auto-scaling); jobs are only rejected if they exceed that size.
+    pub max_nodes: Option<u32>,
     pub gpus_per_node: Option<u32>,
     pub gpu_type: Option<String>,
     pub gpu_mem_gb: Option<f64>,
@@ -513,6 +516,16 @@ impl Config {
             for _ in 0..g.count {
                 cluster.add_node(g.spec.clone());
             }
+        }
+        if let Some(m) = c.max_nodes {
+            let per_node = cluster.nodes().first().map_or(0, |n| n.gpus.len() as u32);
+            if (m as usize) < cluster.nodes().len() {
+                return Err(err(format!(
+                    "max_nodes = {m} is below the {} nodes the cluster starts with",
+                    cluster.nodes().len()
+                )));
+            }
+            cluster.set_max_gpus(Some(m * per_node));
         }
         if cluster.num_gpus() == 0 {
             return Err(err(

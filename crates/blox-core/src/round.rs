@@ -145,13 +145,13 @@ impl RoundLoop {
         {
             let mut job = Job::new(spec);
             let want = job.requested_gpus();
-            if want == 0 || want > self.cluster.num_gpus() {
+            if want == 0 || want > self.cluster.max_gpus() {
                 let reason = if want == 0 {
                     "asks for 0 GPUs".to_string()
                 } else {
                     format!(
                         "asks for {want} GPUs but the cluster has {}",
-                        self.cluster.num_gpus()
+                        self.cluster.max_gpus()
                     )
                 };
                 tracing::warn!(job = %job.id(), "rejected: {reason}");

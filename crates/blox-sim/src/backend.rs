@@ -192,6 +192,8 @@ pub struct SimBackend {
     online_nodes: Vec<NodeId>,
     next_node: u32,
     node_template: NodeSpec,
+    /// Most nodes the simulated cloud provides (`[cluster] max_nodes`).
+    max_nodes: u32,
 }
 
 impl SimBackend {
@@ -226,6 +228,13 @@ impl SimBackend {
                 .map(|n| n.id)
                 .collect(),
             next_node: cluster.nodes().len() as u32,
+            max_nodes: {
+                let per_node = cluster
+                    .nodes()
+                    .first()
+                    .map_or(1, |n| n.gpus.len().max(1) as u32);
+                cluster.max_gpus() / per_node
+            },
             node_template: cluster
                 .nodes()
                 .first()
@@ -390,9 +399,11 @@ impl ClusterManager for SimBackend {
     }
 
     /// A simulated elastic cloud: nodes are provisioned (like the first node)
-    /// or released (highest ids first) by the next round.
+    /// or released (highest ids first) by the next round, between 1 and
+    /// `[cluster] max_nodes` (default: the starting size).
     fn request_nodes(&mut self, _round: &RoundInfo, nodes: u32) -> Result<(), BackendError> {
         let online: Vec<NodeId> = self.online_nodes.clone();
+        let nodes = nodes.clamp(1, self.max_nodes.max(1));
         if nodes as usize > online.len() {
             for _ in online.len()..nodes as usize {
                 let id = NodeId(self.next_node);
