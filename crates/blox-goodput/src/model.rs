@@ -195,8 +195,10 @@ impl AppLimits {
     }
 }
 
-/// How [`GoodputModel::best`] searches the batch size.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How [`GoodputModel::best`] searches the batch size (in configs:
+/// `grid50` or `golden-section`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum BatchSearch {
     /// The Pollux artifact's search: 50 global batch sizes on a geometric grid
     /// from `max(M0, bmin·r)` to `Mmax` (`pollux-data.md` §5.3).

@@ -499,8 +499,10 @@ impl JobSource for SimBackend {
                                 BatchAgent::Pollux {
                                     fixed_batch,
                                     replica_cap,
+                                    search,
                                 } => {
                                     let mut a = PolluxAgent::new(app.limits);
+                                    a.search = search;
                                     a.fixed_batch = fixed_batch;
                                     a.replica_cap = replica_cap;
                                     Tuner::Pollux(Box::new(a))

@@ -150,6 +150,7 @@ fn pollux_agent_reports_its_model_and_adapts_the_batch() {
         BatchAgent::Pollux {
             fixed_batch: None,
             replica_cap: None,
+            search: Default::default(),
         },
     )];
     let policies = policies("fifo", "first-free");

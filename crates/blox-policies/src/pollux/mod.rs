@@ -62,6 +62,10 @@ pub struct PolluxParams {
     /// `by-job` (default) or `by-position` (the artifact's re-indexing).
     #[serde(default)]
     pub carry: Carry,
+    /// How speedups search the batch size: `grid50` (the artifact's) or
+    /// `golden-section`.
+    #[serde(default)]
+    pub batch_search: BatchSearch,
     /// Seed of the search's random numbers.
     #[serde(default = "d_seed")]
     pub seed: u64,
@@ -200,11 +204,11 @@ impl PolluxSched {
             let mut table = vec![0.0; (nn.min(max_r as usize) + 1) * width];
             match report.and_then(|r| r.model()) {
                 Some(model) => {
-                    let base = model.best(1, r_fair, BatchSearch::Grid50).goodput;
+                    let base = model.best(1, r_fair, self.params.batch_search).goodput;
                     for r in 1..=max_r {
                         let n_lo = r.div_ceil(max_per_node.max(1)).max(1);
                         for n in n_lo..=r.min(nn as u32) {
-                            let g = model.best(n, r, BatchSearch::Grid50).goodput;
+                            let g = model.best(n, r, self.params.batch_search).goodput;
                             table[n as usize * width + r as usize] =
                                 if base > 0.0 { g / base } else { 0.0 };
                         }
@@ -489,6 +493,7 @@ mod tests {
             weight_decay: 0.0,
             weight_threshold_gpu_s: 3600.0,
             carry: Carry::ByJob,
+            batch_search: BatchSearch::Grid50,
             seed: 3,
             autoscale: None,
         }

@@ -89,6 +89,7 @@ pub enum BatchAgent {
     Pollux {
         fixed_batch: Option<u32>,
         replica_cap: Option<u32>,
+        search: blox_goodput::model::BatchSearch,
     },
 }
 
@@ -139,6 +140,10 @@ pub struct WorkloadConfig {
     /// `pollux` (a PolluxAgent tunes each job's batch size).
     #[serde(default)]
     pub batch_agent: AgentKind,
+    /// `batch_agent = "pollux"`: how the agent searches the batch size,
+    /// `grid50` (default, the artifact's) or `golden-section` (Pollux §4.1).
+    #[serde(default)]
+    pub batch_search: blox_goodput::model::BatchSearch,
     /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
     pub force_gpus: Option<u32>,
 }
@@ -230,6 +235,7 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
             let opt = pollux::PolluxOptions {
                 profile_driven: cfg.model == ProgressModel::Profile,
                 agent_pollux: cfg.batch_agent == AgentKind::Pollux,
+                batch_search: cfg.batch_search,
                 gpus_per_node: cfg.gpus_per_node.unwrap_or(4),
             };
             pollux::read_workload(&CsvTable::read(&path)?, &traces, opt)?

@@ -52,6 +52,7 @@ pub fn rigid_duration_s(
 pub struct PolluxOptions {
     pub profile_driven: bool,
     pub agent_pollux: bool,
+    pub batch_search: blox_goodput::model::BatchSearch,
     pub gpus_per_node: u32,
 }
 
@@ -101,11 +102,13 @@ pub fn read_workload(
                 BatchAgent::Pollux {
                     fixed_batch: Some(32768),
                     replica_cap: Some(1),
+                    search: opt.batch_search,
                 }
             } else {
                 BatchAgent::Pollux {
                     fixed_batch: None,
                     replica_cap: None,
+                    search: opt.batch_search,
                 }
             };
             WorkModel::Profile {
