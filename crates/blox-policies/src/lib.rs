@@ -7,7 +7,7 @@
 //!
 //! | kind | names |
 //! |---|---|
-//! | admission | `accept-all`, `load-based` |
+//! | admission | `accept-all`, `load-based`, `quota` |
 //! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `pollux` (in [`pollux`]) |
 //! | placement | `first-free`, `consolidated`, `most-free`, `explicit` |
 //!

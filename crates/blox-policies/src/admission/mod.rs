@@ -2,3 +2,4 @@
 
 pub mod accept_all;
 pub mod load_based;
+pub mod quota;
