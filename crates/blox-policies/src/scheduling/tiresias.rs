@@ -6,8 +6,12 @@
 //! Q0; once its executed time × GPUs reaches a queue's threshold it moves to the
 //! tail of the next queue. Each round the queues are walked in order and a job
 //! runs if its GPUs still fit in the cluster; a job that does not fit is skipped,
-//! so smaller later jobs can run (no head-of-line blocking). Starvation
-//! promotion is off, as in the artifact.
+//! so smaller later jobs can run (no head-of-line blocking).
+//!
+//! Starvation handling (Tiresias §3.2, off by default as in the Pollux
+//! artifact): with `promote_knob = K`, a job that has waited at least K times
+//! its executed time since it last ran goes back to the tail of Q0, and its
+//! demotion clock restarts.
 
 use blox_core::*;
 use serde::Deserialize;
@@ -25,6 +29,9 @@ fn default_thresholds() -> Vec<f64> {
 pub struct TiresiasParams {
     #[serde(default = "default_thresholds")]
     pub thresholds_gpu_s: Vec<f64>,
+    /// Promote a job waiting ≥ knob × its executed time to Q0; `None`: never.
+    #[serde(default)]
+    pub promote_knob: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -33,6 +40,8 @@ struct Entry {
     /// Wall seconds the job has been scheduled to run.
     executed_s: f64,
     running: bool,
+    /// When the job last stopped running (or arrived), while it waits.
+    waiting_since: Option<f64>,
 }
 
 /// The Tiresias scheduler; it keeps its own queues across rounds.
@@ -83,6 +92,7 @@ impl SchedulingPolicy for Tiresias {
                     queue: 0,
                     executed_s: 0.0,
                     running: false,
+                    waiting_since: Some(round.now_s),
                 },
             );
             self.queues[0].push_back(j.id());
@@ -101,6 +111,20 @@ impl SchedulingPolicy for Tiresias {
                 self.queues[e.queue].push_back(*id);
             }
         }
+        // Starvation: long waiters go back to the top queue.
+        if let Some(knob) = self.params.promote_knob {
+            for (id, e) in self.jobs.iter_mut() {
+                let Some(since) = e.waiting_since else {
+                    continue;
+                };
+                if e.queue > 0 && round.now_s - since >= knob * e.executed_s {
+                    self.queues[e.queue].retain(|x| x != id);
+                    e.queue = 0;
+                    e.executed_s = 0.0;
+                    self.queues[0].push_back(*id);
+                }
+            }
+        }
         // Walk the queues; run whatever still fits.
         let mut free = cluster.num_gpus();
         let mut run = Vec::new();
@@ -115,12 +139,13 @@ impl SchedulingPolicy for Tiresias {
                 }
             }
         }
-        for e in self.jobs.values_mut() {
-            e.running = false;
-        }
-        for j in &run {
-            if let Some(e) = self.jobs.get_mut(&j.id()) {
-                e.running = true;
+        let running: std::collections::HashSet<JobId> = run.iter().map(|j| j.id()).collect();
+        for (id, e) in self.jobs.iter_mut() {
+            e.running = running.contains(id);
+            if e.running {
+                e.waiting_since = None;
+            } else if e.waiting_since.is_none() {
+                e.waiting_since = Some(round.now_s);
             }
         }
         Schedule::in_priority_order(run)
@@ -141,6 +166,7 @@ mod tests {
     fn tiresias(threshold: f64) -> Tiresias {
         Tiresias::new(TiresiasParams {
             thresholds_gpu_s: vec![threshold],
+            promote_knob: None,
         })
     }
 
@@ -174,5 +200,39 @@ mod tests {
         // Job 2 is demoted in turn and queues behind job 1 in Q1.
         let s = t.schedule(&info(600.0), &state, &cluster);
         assert_eq!(s.job_order(), vec![JobId(1)]);
+    }
+
+    #[test]
+    fn a_starving_job_is_promoted_back_to_the_top_queue() {
+        let cluster = ClusterState::homogeneous(1, 2);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        add(&mut state, &mut c, job(1, 0.0, 2), &[]);
+        let mut t = Tiresias::new(TiresiasParams {
+            thresholds_gpu_s: vec![600.0],
+            promote_knob: Some(2.0),
+        });
+        t.schedule(&info(0.0), &state, &cluster);
+        add(&mut state, &mut c, job(2, 10.0, 2), &[]);
+        // Job 1 ran 300 s on 2 GPUs and is demoted; job 2 runs.
+        assert_eq!(
+            t.schedule(&info(300.0), &state, &cluster).job_order(),
+            vec![JobId(2)]
+        );
+        // Job 2 ran 300 s: demoted behind job 1 in Q1; job 1 runs.
+        assert_eq!(
+            t.schedule(&info(600.0), &state, &cluster).job_order(),
+            vec![JobId(1)]
+        );
+        // Job 2 has waited 300 s < 2 × 300 s: still behind.
+        assert_eq!(
+            t.schedule(&info(900.0), &state, &cluster).job_order(),
+            vec![JobId(1)]
+        );
+        // At 600 s of waiting it is promoted to Q0 and runs ahead of job 1.
+        assert_eq!(
+            t.schedule(&info(1200.0), &state, &cluster).job_order(),
+            vec![JobId(2)]
+        );
     }
 }
