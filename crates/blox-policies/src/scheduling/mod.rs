@@ -5,4 +5,5 @@ pub mod fifo;
 pub mod las;
 pub mod optimus;
 pub mod srtf;
+pub mod themis;
 pub mod tiresias;
