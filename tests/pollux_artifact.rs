@@ -165,3 +165,45 @@ fn pollux_autoscaling_resizes_the_simulated_cluster() {
         "{sizes:?}"
     );
 }
+
+/// Every policy config of `examples/configs/pollux-workloads/` runs a Pollux
+/// workload to the end.
+#[test]
+fn every_pollux_workload_config_runs() {
+    for p in [
+        "fifo", "las", "srtf", "themis", "tiresias", "optimus", "pollux",
+    ] {
+        let out = std::env::temp_dir().join(format!("blox-pw-{p}-{}", std::process::id()));
+        let mut args: Vec<String> = vec![
+            "sim".into(),
+            format!("examples/configs/pollux-workloads/{p}.toml"),
+            "--workload".into(),
+            "data/pollux/workloads-0.5/workload-2.csv".into(),
+            "--out".into(),
+            out.display().to_string(),
+            "--quiet".into(),
+            "--set".into(),
+            "workload.num_jobs=10".into(),
+        ];
+        if p == "pollux" {
+            for s in SMALL_GA {
+                args.extend(["--set".to_string(), s.to_string()]);
+            }
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            o.status.success() && text.contains("10 finished of 10"),
+            "{p}: {text}"
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
