@@ -31,6 +31,11 @@ pub struct NodeSpec {
     /// GPU-to-GPU bandwidth inside the node, GB/s.
     #[serde(default = "default_intra_bw")]
     pub intra_node_bw_gbps: f64,
+    /// Bandwidth between each pair of the node's GPUs (by local id), GB/s,
+    /// where it is uneven (e.g. NVLink topologies); empty: every pair gets
+    /// `intra_node_bw_gbps`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
 }
 
 fn default_gpu_type() -> String {
@@ -63,7 +68,31 @@ impl NodeSpec {
             host_mem_gb: default_host_mem(),
             inter_node_bw_gbps: default_inter_bw(),
             intra_node_bw_gbps: default_intra_bw(),
+            gpu_bandwidth_gbps: Vec::new(),
         }
+    }
+
+    /// Bandwidth between local GPUs `a` and `b`, GB/s.
+    pub fn pair_bandwidth(&self, a: u32, b: u32) -> f64 {
+        self.gpu_bandwidth_gbps
+            .get(a as usize)
+            .and_then(|row| row.get(b as usize))
+            .copied()
+            .unwrap_or(self.intra_node_bw_gbps)
+    }
+
+    /// Checks that a bandwidth matrix, if given, is `gpus × gpus`.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = self.gpus as usize;
+        if !self.gpu_bandwidth_gbps.is_empty()
+            && (self.gpu_bandwidth_gbps.len() != n
+                || self.gpu_bandwidth_gbps.iter().any(|r| r.len() != n))
+        {
+            return Err(format!(
+                "gpu_bandwidth_gbps must be a {n} x {n} matrix (one row per GPU)"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -223,6 +223,7 @@ impl NodeGroup {
         let spec: NodeSpec = toml::Value::Table(t)
             .try_into()
             .map_err(|e| e.message().trim().to_string())?;
+        spec.validate()?;
         Ok(NodeGroup { count, spec })
     }
 }
@@ -243,6 +244,9 @@ pub struct ClusterConfig {
     pub host_mem_gb: Option<f64>,
     pub inter_node_bw_gbps: Option<f64>,
     pub intra_node_bw_gbps: Option<f64>,
+    /// Per-pair GPU bandwidth inside a node (see `NodeSpec::gpu_bandwidth_gbps`).
+    #[serde(default)]
+    pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
     #[serde(default)]
     pub node_groups: Vec<toml::Table>,
 }
@@ -503,6 +507,8 @@ impl Config {
                 if let Some(v) = c.intra_node_bw_gbps {
                     spec.intra_node_bw_gbps = v;
                 }
+                spec.gpu_bandwidth_gbps = c.gpu_bandwidth_gbps.clone();
+                spec.validate().map_err(err)?;
                 for _ in 0..n {
                     cluster.add_node(spec.clone());
                 }
@@ -577,6 +583,18 @@ mod tests {
 
     fn parse(src: &str) -> Result<Config, ConfigError> {
         Config::parse(src, "test.toml", Path::new("."), &[])
+    }
+
+    #[test]
+    fn gpu_bandwidth_matrix_must_match_the_node() {
+        let ok =
+            "[cluster]\nnodes = 1\ngpus_per_node = 2\ngpu_bandwidth_gbps = [[0, 50], [50, 0]]\n";
+        let c = parse(ok).unwrap().cluster_state().unwrap();
+        assert_eq!(c.nodes()[0].spec.pair_bandwidth(0, 1), 50.0);
+        let bad =
+            "[cluster]\nnodes = 1\ngpus_per_node = 4\ngpu_bandwidth_gbps = [[0, 50], [50, 0]]\n";
+        let err = parse(bad).unwrap_err().to_string();
+        assert!(err.contains("4 x 4"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (Blox §3.1). `walk` holds the priority walk with preemption that the rigid
 //! placements share; each policy only chooses GPUs.
 
+pub mod bandwidth_aware;
 pub mod consolidated;
 pub mod explicit;
 pub mod first_free;
