@@ -264,3 +264,66 @@ fn deterministic_for_a_seed() {
     assert_eq!(run("5", "det-a"), run("5", "det-b"));
     assert_ne!(run("5", "det-c"), run("6", "det-d"));
 }
+
+/// Loss-based termination (Blox §5.3): with converging jobs, wrapping FIFO in
+/// `loss-termination` ends jobs early and lowers the average JCT.
+#[test]
+fn loss_based_termination_ends_converged_jobs_early() {
+    let dir = tempdir("loss");
+    let (a, b) = (dir.join("loss"), dir.join("fifo"));
+    let common = ["--quiet", "--set", "workload.num_jobs=300"];
+    let o = blox(
+        &[
+            &[
+                "sim",
+                "examples/configs/philly-loss-termination.toml",
+                "--out",
+                a.to_str().unwrap(),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o2 = blox(
+        &[
+            &[
+                "sim",
+                "examples/configs/philly-loss-termination.toml",
+                "--out",
+                b.to_str().unwrap(),
+            ],
+            &common[..],
+            &["--set", "scheduling.threshold=-1"],
+        ]
+        .concat(),
+    );
+    // A negative threshold is refused with its line.
+    assert!(
+        !o2.status.success() && text(&o2).contains("threshold"),
+        "{}",
+        text(&o2)
+    );
+    let jobs = std::fs::read_to_string(a.join("jobs.csv")).unwrap();
+    let converged = jobs.lines().filter(|l| l.contains("converged")).count();
+    assert!(converged > 100, "{converged} jobs ended early");
+    let avg = |t: &str| -> f64 {
+        let line = t.lines().find(|l| l.starts_with("avg JCT")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let fifo = blox(&[
+        "sim",
+        "examples/configs/philly-fifo.toml",
+        "--quiet",
+        "--set",
+        "workload.jobs_per_hour=7",
+        "--set",
+        "workload.num_jobs=300",
+    ]);
+    assert!(
+        avg(&text(&o)) < avg(&text(&fifo)),
+        "{} vs {}",
+        text(&o),
+        text(&fifo)
+    );
+}

@@ -66,6 +66,10 @@ pub struct Schedule {
     /// Cluster size the policy would like (cloud auto-scaling, Pollux §4.2.2);
     /// the loop passes it to [`ClusterManager::request_nodes`].
     pub desired_nodes: Option<u32>,
+    /// Jobs to end now, with the reason (e.g. training converged, Blox §5.3).
+    /// They are stopped, recorded as finished at this round, and must not
+    /// appear in `entries`.
+    pub terminate: Vec<(JobId, String)>,
 }
 
 impl Schedule {
@@ -73,6 +77,7 @@ impl Schedule {
     pub fn in_priority_order<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Self {
         Schedule {
             desired_nodes: None,
+            terminate: Vec::new(),
             entries: jobs
                 .into_iter()
                 .map(|j| Demand {

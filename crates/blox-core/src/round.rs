@@ -170,6 +170,26 @@ impl RoundLoop {
             .policies
             .scheduling
             .schedule(&info, &self.jobs, &self.cluster);
+        for (id, reason) in &schedule.terminate {
+            let Some(job) = self.jobs.get(*id) else {
+                return Err(LoopError::InvalidDecision {
+                    kind: "scheduling",
+                    module: self.policies.names.1.clone(),
+                    reason: format!("terminates {id}, which is not an admitted job"),
+                });
+            };
+            if job.status.is_terminal() {
+                continue;
+            }
+            if job.is_running() {
+                self.suspend(&info, *id, b)?;
+            }
+            let job = self.jobs.get_mut(*id).expect("checked above");
+            job.status = JobStatus::Finished;
+            job.finish_s = Some(info.now_s);
+            job.end_reason = Some(reason.clone());
+            tracing::debug!(job = %id, "terminated: {reason}");
+        }
         if let Some(n) = schedule.desired_nodes {
             let online = self.cluster.nodes().iter().filter(|x| x.online).count() as u32;
             if n != online {

@@ -163,6 +163,15 @@ struct SimJobState {
     finished_at: Option<f64>,
     started: bool,
     profile: Option<ProfileRun>,
+    converge_at: Option<f64>,
+}
+
+/// The synthetic training loss of a job that converges after fraction `c` of
+/// its work: from 10 down to its final value 1 along `1 + 9·(1 − p/c)²`, flat
+/// after `c` (loss-based termination, Blox §5.3).
+pub fn synthetic_loss(progress: f64, c: f64) -> f64 {
+    let x = 1.0 - (progress / c.max(1e-9)).min(1.0);
+    1.0 + 9.0 * x * x
 }
 
 impl SimJobState {
@@ -458,6 +467,15 @@ impl MetricCollector for SimBackend {
                 } else {
                     1.0
                 };
+                if let Some(c) = s.converge_at {
+                    let m = jobs.metrics();
+                    m.set(
+                        id,
+                        "loss",
+                        synthetic_loss(s.done_s / s.duration_s.max(1e-9), c),
+                    );
+                    m.set(id, "loss_target", 1.0);
+                }
             }
             let job = jobs.get_mut(id).expect("checked above");
             job.attained_service_gpu_s = s.attained_gpu_s;
@@ -490,6 +508,7 @@ impl JobSource for SimBackend {
                     segment: None,
                     finished_at: None,
                     started: false,
+                    converge_at: j.converge_at,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
                         WorkModel::Profile { app, agent } => Some(ProfileRun {

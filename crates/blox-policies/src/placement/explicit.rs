@@ -70,6 +70,7 @@ mod tests {
         add(&mut state, &mut cluster, job(2, 0.0, 1), &[]);
         let schedule = Schedule {
             desired_nodes: None,
+            terminate: Vec::new(),
             entries: vec![Demand {
                 job: JobId(2),
                 gpus: 2,

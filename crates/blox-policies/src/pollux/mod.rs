@@ -456,6 +456,7 @@ impl SchedulingPolicy for PolluxSched {
         Schedule {
             entries: Self::assign(&order, &nodes, &p, &best.genes, cluster),
             desired_nodes: self.last.desired_nodes,
+            terminate: Vec::new(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod fifo;
 pub mod las;
+pub mod loss_termination;
 pub mod optimus;
 pub mod srtf;
 pub mod themis;

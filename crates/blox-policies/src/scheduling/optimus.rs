@@ -139,6 +139,7 @@ impl SchedulingPolicy for Optimus {
         }
         Schedule {
             desired_nodes: None,
+            terminate: Vec::new(),
             entries: order
                 .iter()
                 .zip(alloc)

@@ -98,6 +98,10 @@ pub enum BatchAgent {
 pub struct SimJob {
     pub spec: JobSpec,
     pub work: WorkModel,
+    /// Fraction of its work after which the job's training loss stops
+    /// improving (its loss curve is then reported as `loss` / `loss_target`
+    /// metrics); `None`: no loss is reported.
+    pub converge_at: Option<f64>,
 }
 
 impl SimJob {
@@ -146,6 +150,12 @@ pub struct WorkloadConfig {
     pub batch_search: blox_goodput::model::BatchSearch,
     /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
     pub force_gpus: Option<u32>,
+    /// Loss curves for loss-based termination (Blox §5.3): this fraction of
+    /// jobs, drawn at random (run seed), converges after `converge_at` of its
+    /// work, the rest at the end; every job then reports `loss`.
+    pub converge_fraction: Option<f64>,
+    /// See `converge_fraction` (default 0.4, Blox §5.3 after Jeon et al.).
+    pub converge_at: Option<f64>,
 }
 
 /// `[workload] model`.
@@ -265,6 +275,24 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
     };
     if let Some(n) = cfg.num_jobs {
         jobs.truncate(n);
+    }
+    if let Some(f) = cfg.converge_fraction {
+        if !(0.0..=1.0).contains(&f) {
+            return Err(section
+                .error_at("converge_fraction", "converge_fraction must be in [0, 1]")
+                .into());
+        }
+        let at = cfg.converge_at.unwrap_or(0.4);
+        if !(at > 0.0 && at <= 1.0) {
+            return Err(section
+                .error_at("converge_at", "converge_at must be in (0, 1]")
+                .into());
+        }
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x1055);
+        for j in &mut jobs {
+            j.converge_at = Some(if rng.random_bool(f) { at } else { 1.0 });
+        }
     }
     if let Some(g) = cfg.force_gpus {
         for j in &mut jobs {

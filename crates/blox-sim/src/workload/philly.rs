@@ -66,6 +66,7 @@ pub fn retimed(
         now += inter_arrival_s(&mut rng, jobs_per_hour);
         let id = jobs.len() as u64;
         jobs.push(SimJob {
+            converge_at: None,
             spec: JobSpec::new(id, now, row.gpus).with_duration(row.duration_s),
             work: WorkModel::Duration {
                 duration_s: row.duration_s,
@@ -107,6 +108,7 @@ pub fn blox_recipe(
         };
         let duration_s: f64 = 60.0 * 10f64.powf(exponent);
         jobs.push(SimJob {
+            converge_at: None,
             spec: JobSpec::new(id, now, 1).with_duration(duration_s),
             work: WorkModel::Duration { duration_s },
         });

@@ -116,7 +116,11 @@ pub fn read_workload(
                 agent,
             }
         };
-        jobs.push(SimJob { spec, work });
+        jobs.push(SimJob {
+            spec,
+            work,
+            converge_at: None,
+        });
     }
     jobs.sort_by(|a, b| {
         a.spec

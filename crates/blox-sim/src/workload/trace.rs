@@ -42,6 +42,7 @@ pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
         jobs.push((
             t.line(r),
             SimJob {
+                converge_at: None,
                 spec,
                 work: WorkModel::Duration { duration_s },
             },
@@ -67,6 +68,7 @@ pub fn read_blox(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
         jobs.push((
             t.line(r),
             SimJob {
+                converge_at: None,
                 spec,
                 work: WorkModel::Duration { duration_s },
             },
