@@ -109,7 +109,9 @@ impl PlacementPolicy for BandwidthAware {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> Placement {
-        priority_walk(&self.params, schedule, jobs, cluster, choose)
+        priority_walk(&self.params, schedule, jobs, cluster, |free, _job, n| {
+            choose(free, n)
+        })
     }
 }
 

@@ -54,7 +54,9 @@ impl PlacementPolicy for Consolidated {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> Placement {
-        priority_walk(&self.params, schedule, jobs, cluster, fewest_nodes)
+        priority_walk(&self.params, schedule, jobs, cluster, |free, _job, n| {
+            fewest_nodes(free, n)
+        })
     }
 }
 

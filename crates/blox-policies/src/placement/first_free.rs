@@ -19,7 +19,7 @@ impl PlacementPolicy for FirstFree {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> Placement {
-        priority_walk(&self.params, schedule, jobs, cluster, |free, n| {
+        priority_walk(&self.params, schedule, jobs, cluster, |free, _job, n| {
             Some(free.iter().take(n as usize).collect())
         })
     }

@@ -115,13 +115,14 @@ fn yes() -> bool {
     true
 }
 
-/// Runs the walk; `choose(free, n)` picks `n` GPUs out of `free` or says it cannot.
+/// Runs the walk; `choose(free, job, n)` picks `n` GPUs for `job` out of `free`
+/// or says it cannot.
 pub fn priority_walk(
     params: &WalkParams,
     schedule: &Schedule,
     jobs: &JobState,
     cluster: &ClusterState,
-    mut choose: impl FnMut(&FreeGpus, u32) -> Option<Vec<GpuId>>,
+    mut choose: impl FnMut(&FreeGpus, &Job, u32) -> Option<Vec<GpuId>>,
 ) -> Placement {
     let mut free = FreeGpus::new(cluster);
     let mut out = Placement::default();
@@ -169,8 +170,11 @@ pub fn priority_walk(
         if d.gpus == 0 {
             continue;
         }
+        let Some(job) = jobs.get(d.job) else {
+            continue;
+        };
         let mut chosen = if free.count() >= d.gpus {
-            choose(&free, d.gpus)
+            choose(&free, job, d.gpus)
         } else {
             None
         };
@@ -185,7 +189,7 @@ pub fn priority_walk(
                     free.put(&kept[k].2);
                     taken.push(k);
                     if free.count() >= d.gpus {
-                        chosen = choose(&free, d.gpus);
+                        chosen = choose(&free, job, d.gpus);
                         if chosen.is_some() {
                             break;
                         }
