@@ -9,7 +9,7 @@
 //! |---|---|
 //! | admission | `accept-all`, `load-based`, `quota` |
 //! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `loss-termination` (wraps another), `pollux` (in [`pollux`]) |
-//! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `explicit` |
+//! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
 //! policies only by name must still link the crate: call [`link`] or write

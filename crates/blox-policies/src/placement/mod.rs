@@ -7,4 +7,5 @@ pub mod consolidated;
 pub mod explicit;
 pub mod first_free;
 pub mod most_free;
+pub mod tiresias_skew;
 pub mod walk;
