@@ -8,7 +8,7 @@
 //! | kind | names |
 //! |---|---|
 //! | admission | `accept-all`, `load-based`, `quota` |
-//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `loss-termination` (wraps another), `pollux` (in [`pollux`]) |
+//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]) |
 //! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these

@@ -1,6 +1,7 @@
 //! Scheduling policies: the priority order of runnable jobs and what each gets
 //! (Blox §3.1).
 
+pub mod doubling;
 pub mod fifo;
 pub mod las;
 pub mod loss_termination;
