@@ -147,17 +147,39 @@ fn sim(
 
 fn policies() {
     use blox_core::registry::*;
-    println!("admission:");
-    for e in admission_entries() {
-        println!("  {:<14} {}", e.name, e.about);
-    }
-    println!("scheduling:");
-    for e in scheduling_entries() {
-        println!("  {:<14} {}", e.name, e.about);
-    }
-    println!("placement:");
-    for e in placement_entries() {
-        println!("  {:<14} {}", e.name, e.about);
+    let kinds: [(&str, Vec<(&str, &str)>); 3] = [
+        (
+            "admission",
+            admission_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "scheduling",
+            scheduling_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "placement",
+            placement_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+    ];
+    let width = kinds
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|e| e.0.len()))
+        .max()
+        .unwrap_or(0);
+    for (kind, entries) in kinds {
+        println!("{kind}:");
+        for (name, about) in entries {
+            println!("  {name:<width$}  {about}");
+        }
     }
 }
 
