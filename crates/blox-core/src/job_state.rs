@@ -36,6 +36,13 @@ impl MetricStore {
             .or_insert(0.0) += delta;
     }
 
+    /// Forgets `key` of job `job` (a metric that no longer holds).
+    pub fn remove(&self, job: JobId, key: &str) {
+        if let Some(mut m) = self.inner.get_mut(&job) {
+            m.remove(key);
+        }
+    }
+
     pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
         self.inner.get(&job).and_then(|m| m.get(key).copied())
     }

@@ -190,6 +190,9 @@ pub trait PreemptionMechanism {
 /// Launch mechanism (step 8): start a job on GPUs, or change its batch size in
 /// place (elastic, no restart).
 pub trait LaunchMechanism {
+    /// Starts `job` on `gpus`. `batch_size` is the global batch a policy chose
+    /// for it; `None` leaves the job at its own (the submitted one, or whatever
+    /// the job's own tuner picks).
     fn launch(
         &mut self,
         round: &RoundInfo,

@@ -410,7 +410,7 @@ impl RoundLoop {
             }
             self.cluster.assign(a.job, &a.gpus)?;
             let job = self.jobs.get(a.job).expect("checked above");
-            b.launch(info, job, &a.gpus, a.batch_size.or(job.current_batch_size))
+            b.launch(info, job, &a.gpus, a.batch_size)
                 .map_err(backend("launch"))?;
             let job = self.jobs.get_mut(a.job).expect("checked above");
             job.status = JobStatus::Running;

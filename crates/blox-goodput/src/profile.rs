@@ -107,6 +107,9 @@ struct EpochStats {
     iteration: f64,
     grad_sqr: f64,
     grad_var: f64,
+    /// The validation metric at the end of the epoch (accuracy, F1, … as the
+    /// application defines it).
+    metric: f64,
 }
 
 /// Everything measured about one application.
@@ -247,6 +250,11 @@ impl AppProfile {
                     iteration: t.f64(r, "iteration")?,
                     grad_sqr: t.f64(r, "grad_sqr")?,
                     grad_var: t.f64(r, "grad_var")?,
+                    metric: if t.index.contains_key("metric") {
+                        t.f64(r, "metric")?
+                    } else {
+                        f64::NAN
+                    },
                 });
             }
             validation.push((bs, rows));
@@ -341,6 +349,13 @@ impl AppProfile {
             sqr: self.interp_row(m, e, |r| r.grad_sqr),
             var: self.interp_row(m, e, |r| r.grad_var),
         }
+    }
+
+    /// The validation metric after epoch row `e` at global batch `m`, if the
+    /// profile records one.
+    pub fn val_metric(&self, m: f64, e: usize) -> Option<f64> {
+        let v = self.interp_row(m, e, |r| r.metric);
+        v.is_finite().then_some(v)
     }
 
     /// Progress gained per optimizer step at global batch `m` in epoch `e`:

@@ -8,7 +8,7 @@
 //! | kind | names |
 //! |---|---|
 //! | admission | `accept-all`, `load-based`, `quota` |
-//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]) |
+//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]), `ones` (in [`ones`]) |
 //! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
@@ -16,6 +16,7 @@
 //! `use blox_policies as _;`.
 
 pub mod admission;
+pub mod ones;
 pub mod placement;
 pub mod pollux;
 pub mod scheduling;

@@ -47,6 +47,23 @@ pub struct SimConfig {
     /// round (`pollux-data.md` §7.4). Profile-driven jobs only.
     #[serde(default)]
     pub interference: f64,
+    /// Cost, seconds, of an elastic change: a running job moved to other GPUs
+    /// within a round, or its batch size changed in place. ONES scales jobs in
+    /// the background in about 1 s instead of a checkpoint restart (ONES §3.3.1,
+    /// §4.3, Fig. 16). Unset: a move costs `restart_overhead_s` like any
+    /// restart, and an in-place batch change costs nothing.
+    #[serde(default)]
+    pub elastic_overhead_s: Option<f64>,
+    /// Duration-based jobs have no epochs or samples; for policies that read
+    /// them (ONES) they report an epoch every `epoch_s` seconds of work at the
+    /// requested GPU count, one sample per GPU-second of work, and throughput
+    /// linear in GPUs (the duration model's speedup).
+    #[serde(default = "d_epoch_s")]
+    pub epoch_s: f64,
+}
+
+fn d_epoch_s() -> f64 {
+    600.0
 }
 
 impl Default for SimConfig {
@@ -57,6 +74,8 @@ impl Default for SimConfig {
             restart_overhead_s: 0.0,
             start_after_first_round: false,
             interference: 0.0,
+            elastic_overhead_s: None,
+            epoch_s: d_epoch_s(),
         }
     }
 }
@@ -91,11 +110,51 @@ struct ProfileRun {
     per_node: Vec<u32>,
     /// Goodput factor for this round (1 − interference).
     slowdown: f64,
+    /// Samples processed so far (Σ global batch × optimizer steps).
+    samples: f64,
+    /// The job's first global batch (its learning rate's reference).
+    initial_batch: Option<u32>,
 }
 
 impl ProfileRun {
     fn replicas(&self) -> u32 {
         self.per_node.iter().sum()
+    }
+
+    /// Runs at global batch `m` from now on, as a scheduler asked (ONES).
+    fn set_batch(&mut self, m: u32) {
+        match &mut self.tuner {
+            Tuner::Fixed(b) => *b = m,
+            Tuner::Pollux(a) => a.fixed_batch = Some(m),
+        }
+        if self.replicas() > 0 {
+            self.choose_batch();
+        }
+    }
+
+    /// Fractional epochs done: completed epochs plus the share of the current one.
+    fn epochs_done(&self) -> f64 {
+        let lo = self.app.epoch_boundary(self.epoch);
+        let hi = self.app.epoch_boundary(self.epoch + 1);
+        let frac = if hi > lo {
+            ((self.progress - lo) / (hi - lo)).clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        self.epoch as f64 + frac
+    }
+
+    /// True samples per second at the current placement and batch.
+    fn samples_per_s(&self) -> Option<f64> {
+        let r = self.replicas();
+        if r == 0 {
+            return None;
+        }
+        let (step, sync) = self
+            .app
+            .step_time_or_nearest(&self.per_node, self.batch.atomic as f64)?;
+        let t_iter = step + self.batch.accum as f64 * (step - sync);
+        Some(self.batch.global(r) as f64 / t_iter * self.slowdown)
     }
 
     fn choose_batch(&mut self) {
@@ -123,11 +182,14 @@ impl ProfileRun {
                 a.record_grad(grad);
             }
             let next = self.app.epoch_boundary(self.epoch + 1);
+            let samples_rate = m / t_iter * self.slowdown;
             if self.progress + rate * t_left < next {
                 self.progress += rate * t_left;
+                self.samples += samples_rate * t_left;
                 return None;
             }
             let delta = round_half_even((next - self.progress) / rate).min(t_left);
+            self.samples += samples_rate * delta;
             self.epoch += 1;
             self.progress = next;
             t += delta;
@@ -164,6 +226,8 @@ struct SimJobState {
     started: bool,
     profile: Option<ProfileRun>,
     converge_at: Option<f64>,
+    /// Time it was last taken off its GPUs (a launch in the same round is a move).
+    stopped_at: Option<f64>,
 }
 
 /// The synthetic training loss of a job that converges after fraction `c` of
@@ -256,8 +320,10 @@ impl SimBackend {
     fn stop(&mut self, id: JobId) {
         self.running.remove(&id);
         self.alloc.remove(&id);
+        let now = self.now();
         if let Some(s) = self.jobs.get_mut(&id) {
             s.segment = None;
+            s.stopped_at = Some(now);
             if let Some(p) = s.profile.as_mut() {
                 p.per_node.clear();
             }
@@ -448,7 +514,32 @@ impl MetricCollector for SimBackend {
                 job.progress = (p.progress / p.app.target_progress()).min(1.0);
                 let m = jobs.metrics();
                 m.set(id, "epoch", p.epoch as f64);
+                m.set(id, "epochs_done", p.epochs_done());
                 m.set(id, "progress_units", p.progress);
+                m.set(id, "samples_processed", p.samples);
+                // One epoch's samples at the initial batch M0.
+                m.set(
+                    id,
+                    "epoch_size",
+                    p.app.epoch_boundary(1) * p.app.limits.m0 as f64,
+                );
+                m.set(id, "max_batch_size", p.app.limits.mmax as f64);
+                m.set(id, "max_local_batch_size", p.app.limits.bmax as f64);
+                if p.epoch > 0 {
+                    let mb = p.batch.global(p.replicas().max(1)) as f64;
+                    if let Some(v) = p.app.val_metric(mb, p.epoch - 1) {
+                        m.set(id, "val_metric", v);
+                    }
+                }
+                match p.samples_per_s() {
+                    Some(x) => m.set(id, "throughput", x),
+                    None => m.remove(id, "throughput"),
+                }
+                if let (Some(b0), false) = (p.initial_batch, p.per_node.is_empty()) {
+                    // Linear learning-rate scaling (ONES §3.3.2): lr ∝ batch.
+                    let b = p.batch.global(p.replicas()) as f64;
+                    m.set(id, "lr_scale", b / b0 as f64);
+                }
                 if let Tuner::Pollux(a) = &p.tuner {
                     for (k, v) in a.report().to_metrics() {
                         m.set(id, k, v);
@@ -467,6 +558,15 @@ impl MetricCollector for SimBackend {
                 } else {
                     1.0
                 };
+                let m = jobs.metrics();
+                let k = s.requested_gpus.max(1) as f64;
+                m.set(id, "samples_processed", s.done_s * k);
+                m.set(id, "epoch_size", self.cfg.epoch_s * k);
+                m.set(id, "epochs_done", s.done_s / self.cfg.epoch_s.max(1e-9));
+                match &s.segment {
+                    Some(seg) => m.set(id, "throughput", seg.gpus as f64),
+                    None => m.remove(id, "throughput"),
+                }
                 if let Some(c) = s.converge_at {
                     let m = jobs.metrics();
                     m.set(
@@ -509,6 +609,7 @@ impl JobSource for SimBackend {
                     finished_at: None,
                     started: false,
                     converge_at: j.converge_at,
+                    stopped_at: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
                         WorkModel::Profile { app, agent } => Some(ProfileRun {
@@ -535,6 +636,8 @@ impl JobSource for SimBackend {
                             },
                             per_node: Vec::new(),
                             slowdown: 1.0,
+                            samples: 0.0,
+                            initial_batch: None,
                         }),
                     },
                 },
@@ -565,22 +668,28 @@ impl LaunchMechanism for SimBackend {
         round: &RoundInfo,
         job: &Job,
         gpus: &[GpuId],
-        _batch_size: Option<u32>,
+        batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
         let s = self
             .jobs
             .get_mut(&job.id())
             .ok_or_else(|| BackendError(format!("{} is not a submitted job", job.id())))?;
-        let overhead = if s.started {
-            self.cfg.restart_overhead_s
-        } else {
-            self.cfg.launch_overhead_s
+        let moved = s.stopped_at == Some(round.now_s);
+        let overhead = match (s.started, moved, self.cfg.elastic_overhead_s) {
+            (false, _, _) => self.cfg.launch_overhead_s,
+            (true, true, Some(e)) => e,
+            (true, _, _) => self.cfg.restart_overhead_s,
         };
         s.started = true;
         if let Some(p) = s.profile.as_mut() {
             p.per_node = per_node;
-            p.choose_batch();
+            match batch_size {
+                Some(m) => p.set_batch(m),
+                None => p.choose_batch(),
+            }
+            let r = p.replicas();
+            p.initial_batch.get_or_insert(p.batch.global(r));
         }
         s.segment = Some(Segment {
             gpus: gpus.len() as u32,
@@ -593,13 +702,26 @@ impl LaunchMechanism for SimBackend {
         Ok(())
     }
 
+    /// An in-place batch change: profile-driven jobs run at the new batch
+    /// after `elastic_overhead_s`; duration-based jobs do not depend on it.
     fn reconfigure(
         &mut self,
-        _round: &RoundInfo,
-        _job: &Job,
-        _batch_size: u32,
+        round: &RoundInfo,
+        job: &Job,
+        batch_size: u32,
     ) -> Result<(), BackendError> {
-        // Duration-based jobs do not depend on the batch size.
+        let cost = self.cfg.elastic_overhead_s.unwrap_or(0.0);
+        let s = self
+            .jobs
+            .get_mut(&job.id())
+            .ok_or_else(|| BackendError(format!("{} is not a submitted job", job.id())))?;
+        if let Some(p) = s.profile.as_mut() {
+            p.set_batch(batch_size);
+            if let Some(seg) = s.segment.as_mut() {
+                seg.progress_from_s = seg.progress_from_s.max(round.now_s + cost);
+            }
+            self.dirty.insert(job.id());
+        }
         Ok(())
     }
 }
