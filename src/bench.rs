@@ -9,6 +9,9 @@
 //!   GPUs, wall time of the whole run and PolluxSched's decision time per
 //!   round), then PolluxSched alone on 2,048 GPUs (512 nodes) with 400
 //!   measured synthetic jobs (decision time per round over 5 rounds).
+//! - `ones`: ONES alone on 64 GPUs (16 × 4, 120 jobs, population 64) and on
+//!   1,024 GPUs (256 × 4, 1,500 jobs, population 1,024), 8 rounds each with
+//!   every decision applied (decision time per round).
 
 use anyhow::{bail, Result};
 use blox_core::*;
@@ -118,6 +121,106 @@ fn pollux(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Synthetic measured jobs for scheduler-only benchmarks: a fitted throughput
+/// model, gradient statistics, epochs and samples processed.
+fn synthetic_jobs(n: u64) -> JobState {
+    let mut state = JobState::new();
+    let limits = blox_goodput::AppLimits {
+        m0: 128,
+        mmax: 4096,
+        bmin: 32,
+        bmax: 1024,
+    };
+    for id in 0..n {
+        let mut job = Job::new(JobSpec::new(id, id as f64, 1 + (id % 4) as u32));
+        job.spec.batch_size = Some(128 * job.spec.requested_gpus);
+        job.status = JobStatus::Queued;
+        state.insert(job);
+        let mut a = blox_goodput::PolluxAgent::new(limits);
+        let r = 1 + (id % 8) as u32;
+        a.observe(1, 1, 128, 0.08, 0.001);
+        a.observe(
+            r.div_ceil(4),
+            r,
+            256,
+            0.12 + 0.01 * r as f64,
+            0.02 * r as f64,
+        );
+        a.record_grad(blox_goodput::GradStats {
+            sqr: 1.0,
+            var: 20.0 + id as f64,
+        });
+        let m = state.metrics();
+        for (k, v) in a.report().to_metrics() {
+            m.set(JobId(id), k, v);
+        }
+        let epochs = (id % 13) as f64 * 1.7;
+        m.set(JobId(id), "epochs_done", epochs);
+        m.set(JobId(id), "samples_processed", epochs * 50_000.0);
+        m.set(JobId(id), "epoch_size", 50_000.0);
+        m.set(JobId(id), "max_batch_size", 4096.0);
+    }
+    state
+}
+
+/// Applies a schedule whose demands name their GPUs (as `explicit` placement).
+fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
+    let ids: Vec<JobId> = state.runnable().map(|j| j.id()).collect();
+    for id in ids {
+        cluster.release_job(id);
+        let j = state.get_mut(id).expect("listed");
+        j.allocation.clear();
+        j.status = JobStatus::Queued;
+    }
+    for d in &s.entries {
+        let Some(gpus) = d.gpu_ids.clone() else {
+            continue;
+        };
+        if cluster.assign(d.job, &gpus).is_ok() {
+            let j = state.get_mut(d.job).expect("scheduled");
+            j.allocation = gpus;
+            j.status = JobStatus::Running;
+            j.launches += 1;
+            j.run_time_s += 60.0;
+        }
+    }
+    for j in state.runnable().map(|j| j.id()).collect::<Vec<_>>() {
+        let m = state.metrics();
+        let e = m.get(j, "epochs_done").unwrap_or(0.0) + 1.0;
+        m.set(j, "epochs_done", e);
+        m.set(j, "samples_processed", e * 50_000.0);
+    }
+}
+
+fn ones() -> Result<()> {
+    for (nodes, jobs) in [(16u32, 120u64), (256, 1500)] {
+        let mut cluster = ClusterState::homogeneous(nodes, 4);
+        let mut state = synthetic_jobs(jobs);
+        let mut sched = blox_core::registry::find_scheduling("ones")
+            .map(|e| (e.build)(&Section::empty("scheduling")))
+            .ok_or_else(|| anyhow::anyhow!("ones is not registered"))??;
+        let mut times = Vec::new();
+        for round in 0..8u64 {
+            let info = RoundInfo {
+                round,
+                now_s: 60.0 * (round + 1) as f64,
+                round_s: 60.0,
+            };
+            let t = Instant::now();
+            let s = sched.schedule(&info, &state, &cluster);
+            times.push(t.elapsed().as_secs_f64());
+            apply(&mut state, &mut cluster, &s);
+        }
+        let (p50, p95) = percentiles(&mut times);
+        println!(
+            "ones-{:<6} ONES, {jobs} jobs on {nodes} x 4 GPUs, population {}, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms",
+            nodes * 4,
+            nodes * 4
+        );
+    }
+    Ok(())
+}
+
 struct NoSchedule;
 
 impl SchedulingPolicy for NoSchedule {
@@ -170,8 +273,11 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
             ("philly-10k", "philly-10k.toml"),
         ],
         "pollux" => return pollux(dir),
+        "ones" => return ones(),
         other => {
-            bail!("unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux or all")
+            bail!(
+                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones or all"
+            )
         }
     };
     for (name, file) in runs {

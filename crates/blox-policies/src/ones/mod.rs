@@ -296,13 +296,13 @@ impl Ones {
                 throughput,
             });
         }
-        Problem {
-            node_of: slots.iter().map(|s| s.1).collect(),
+        Problem::new(
+            slots.iter().map(|s| s.1).collect(),
             nodes,
-            gpus_per_node: gpn,
-            jobs: infos,
-            mutation_rate: self.params.mutation_rate,
-        }
+            gpn,
+            infos,
+            self.params.mutation_rate,
+        )
     }
 }
 

@@ -11,10 +11,10 @@
 //! (Algorithm 1).
 
 use blox_goodput::{AppLimits, ThroughputParams};
-use rand::seq::IndexedRandom;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
+use std::sync::OnceLock;
 
 /// A slot nobody holds.
 pub const IDLE: u32 = u32::MAX;
@@ -84,7 +84,7 @@ impl JobInfo {
 }
 
 /// One round's search problem.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Problem {
     /// Node index of every slot; slots are grouped by node.
     pub node_of: Vec<u32>,
@@ -94,9 +94,56 @@ pub struct Problem {
     pub jobs: Vec<JobInfo>,
     /// Uniform mutation rate θ.
     pub mutation_rate: f64,
+    /// `T_j·c_j` by (GPUs, nodes), filled on first use (shared by threads).
+    cache: Vec<Vec<OnceLock<f64>>>,
 }
 
+/// Largest per-job table of cached utilisations.
+const CACHE_LIMIT: usize = 1 << 16;
+
 impl Problem {
+    pub fn new(
+        node_of: Vec<u32>,
+        nodes: usize,
+        gpus_per_node: u32,
+        jobs: Vec<JobInfo>,
+        mutation_rate: f64,
+    ) -> Self {
+        let cache = jobs
+            .iter()
+            .map(|j| {
+                let size = j.limit_gpus as usize * nodes.min(j.limit_gpus as usize);
+                if size <= CACHE_LIMIT && j.y_remaining > 0.0 {
+                    (0..size).map(|_| OnceLock::new()).collect()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        Problem {
+            node_of,
+            nodes,
+            gpus_per_node,
+            jobs,
+            mutation_rate,
+            cache,
+        }
+    }
+
+    /// `T_j·c_j` of job `j` on `c` GPUs over `n` nodes, cached.
+    fn utilisation(&self, j: usize, n: u32, c: u32) -> f64 {
+        let job = &self.jobs[j];
+        if c == 0 || job.y_remaining <= 0.0 {
+            return 0.0;
+        }
+        let width = self.nodes.min(job.limit_gpus as usize);
+        let (ci, ni) = (c as usize - 1, n.max(1) as usize - 1);
+        match self.cache[j].get(ci * width + ni) {
+            Some(cell) if ni < width => *cell.get_or_init(|| job.utilisation(n, c)),
+            _ => job.utilisation(n, c),
+        }
+    }
+
     fn counts(&self, c: &Candidate) -> Vec<u32> {
         let mut n = vec![0u32; self.jobs.len()];
         for &j in c {
@@ -134,8 +181,8 @@ pub fn score(p: &Problem, c: &Candidate) -> f64 {
     let (gpus, nodes) = p.shape(c);
     gpus.iter()
         .zip(&nodes)
-        .zip(&p.jobs)
-        .map(|((&g, &n), job)| job.utilisation(n, g))
+        .enumerate()
+        .map(|(j, (&g, &n))| p.utilisation(j, n, g))
         .sum()
 }
 
@@ -152,35 +199,77 @@ fn trim(p: &Problem, c: &mut Candidate) {
     }
 }
 
-/// Idle slots, ordered for a job: nodes it already uses first, then nodes with
-/// the most idle GPUs (so a job's workers stay close).
-fn idle_slots_for(p: &Problem, c: &Candidate, job: u32) -> Vec<usize> {
-    let mut idle_on = vec![0u32; p.nodes];
-    let mut has = vec![false; p.nodes];
-    for (s, &j) in c.iter().enumerate() {
-        let n = p.node_of[s] as usize;
-        if j == IDLE {
-            idle_on[n] += 1;
-        } else if j == job {
-            has[n] = true;
-        }
-    }
-    let mut slots: Vec<usize> = (0..c.len()).filter(|&s| c[s] == IDLE).collect();
-    slots.sort_by_key(|&s| {
-        let n = p.node_of[s] as usize;
-        (!has[n], std::cmp::Reverse(idle_on[n]), s)
-    });
-    slots
+/// Incremental bookkeeping for handing idle slots to jobs: GPUs per job, idle
+/// slots per node, and a node of each job (so a job grows where it already
+/// is, then on the nodes with the most idle GPUs).
+struct Filler {
+    count: Vec<u32>,
+    /// A node each job holds a GPU on (`u32::MAX`: none).
+    home: Vec<u32>,
+    idle_on: Vec<Vec<usize>>,
+    /// Nodes by idle GPUs at the start, most first; `cursor` skips drained ones.
+    order: Vec<u32>,
+    cursor: usize,
+    idle: u32,
 }
 
-/// Gives `job` up to `extra` idle slots; returns how many it got.
-fn grow(p: &Problem, c: &mut Candidate, job: u32, extra: u32) -> u32 {
-    let slots = idle_slots_for(p, c, job);
-    let k = (extra as usize).min(slots.len());
-    for &s in &slots[..k] {
-        c[s] = job;
+impl Filler {
+    fn new(p: &Problem, c: &Candidate) -> Self {
+        let mut count = vec![0u32; p.jobs.len()];
+        let mut home = vec![u32::MAX; p.jobs.len()];
+        let mut idle_on = vec![Vec::new(); p.nodes];
+        let mut idle = 0;
+        for (s, &j) in c.iter().enumerate() {
+            let n = p.node_of[s];
+            if j == IDLE {
+                idle_on[n as usize].push(s);
+                idle += 1;
+            } else {
+                count[j as usize] += 1;
+                home[j as usize] = n;
+            }
+        }
+        for v in idle_on.iter_mut() {
+            v.reverse(); // pop() hands out the lowest slot first
+        }
+        let mut order: Vec<u32> = (0..p.nodes as u32)
+            .filter(|&n| !idle_on[n as usize].is_empty())
+            .collect();
+        order.sort_by_key(|&n| (std::cmp::Reverse(idle_on[n as usize].len()), n));
+        Filler {
+            count,
+            home,
+            idle_on,
+            order,
+            cursor: 0,
+            idle,
+        }
     }
-    k as u32
+
+    /// Gives `job` up to `extra` idle slots; returns how many it got.
+    fn grow(&mut self, c: &mut Candidate, job: u32, extra: u32) -> u32 {
+        let mut got = 0;
+        while got < extra && self.idle > 0 {
+            let h = self.home[job as usize];
+            let node = if h != u32::MAX && !self.idle_on[h as usize].is_empty() {
+                h
+            } else {
+                while self.idle_on[self.order[self.cursor] as usize].is_empty() {
+                    self.cursor += 1;
+                }
+                self.order[self.cursor]
+            };
+            let s = self.idle_on[node as usize]
+                .pop()
+                .expect("node has an idle slot");
+            c[s] = job;
+            self.home[job as usize] = node;
+            self.idle -= 1;
+            got += 1;
+        }
+        self.count[job as usize] += got;
+        got
+    }
 }
 
 /// Refresh (§3.2.2): bring a candidate up to date with the real job status.
@@ -197,7 +286,7 @@ pub fn refresh(p: &Problem, c: &mut Candidate) {
         .filter(|&j| p.jobs[j as usize].new && count[j as usize] == 0)
         .take(c.len())
         .collect();
-    let mut idle = c.iter().filter(|&&j| j == IDLE).count();
+    let idle = c.iter().filter(|&&j| j == IDLE).count();
     if idle < new.len() {
         // Longest-running jobs give up GPUs first (their last slots).
         let mut donors: Vec<u32> = (0..p.jobs.len() as u32)
@@ -209,78 +298,112 @@ pub fn refresh(p: &Problem, c: &mut Candidate) {
                 .total_cmp(&p.jobs[*a as usize].run_time_s)
                 .then(a.cmp(b))
         });
-        'take: for d in donors {
-            for s in (0..c.len()).rev() {
-                if idle >= new.len() {
+        let mut take = new.len() - idle;
+        let mut rank = vec![u32::MAX; p.jobs.len()];
+        for (r, d) in donors.iter().enumerate() {
+            rank[*d as usize] = r as u32;
+        }
+        // Walk donors in rank order, freeing their last slots.
+        let mut slots_of: Vec<Vec<usize>> = vec![Vec::new(); donors.len()];
+        for (s, &j) in c.iter().enumerate() {
+            if j != IDLE && rank[j as usize] != u32::MAX {
+                slots_of[rank[j as usize] as usize].push(s);
+            }
+        }
+        'take: for slots in slots_of.iter() {
+            for &s in slots.iter().rev() {
+                if take == 0 {
                     break 'take;
                 }
-                if c[s] == d {
-                    c[s] = IDLE;
-                    count[d as usize] -= 1;
-                    idle += 1;
-                }
+                count[c[s] as usize] -= 1;
+                c[s] = IDLE;
+                take -= 1;
             }
         }
     }
+    let mut f = Filler::new(p, c);
     for j in new {
-        if grow(p, c, j, 1) == 1 {
-            count[j as usize] += 1;
-        }
+        f.grow(c, j, 1);
     }
-    fill_least_utilisation(p, c);
+    fill_least_utilisation(p, c, &mut f);
 }
 
-/// Refresh step (4).
-fn fill_least_utilisation(p: &Problem, c: &mut Candidate) {
-    let (mut gpus, mut nodes) = p.shape(c);
+/// Refresh step (4), with a lazy priority queue: a job's increase is
+/// recomputed when the number of idle GPUs it would get has changed.
+fn fill_least_utilisation(p: &Problem, c: &mut Candidate, f: &mut Filler) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    #[derive(PartialEq, PartialOrd)]
+    struct Key(f64);
+    impl Eq for Key {}
+    impl Ord for Key {
+        fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+            self.0.total_cmp(&o.0)
+        }
+    }
+    if f.idle == 0 {
+        return;
+    }
     let gpn = p.gpus_per_node.max(1);
-    loop {
-        let idle = c.iter().filter(|&&j| j == IDLE).count() as u32;
-        if idle == 0 {
-            return;
+    let (_, nodes) = p.shape(c);
+    let delta = |j: usize, have: u32, idle: u32| -> (f64, u32) {
+        let job = &p.jobs[j];
+        let want = job.limit_gpus.min(have + idle);
+        // Node count after growing, packed (the exact spread is scored later).
+        let n_after = nodes[j].max(want.div_ceil(gpn));
+        (
+            p.utilisation(j, n_after, want) - p.utilisation(j, nodes[j], have),
+            want,
+        )
+    };
+    let mut heap = BinaryHeap::new();
+    for j in 0..p.jobs.len() {
+        if f.count[j] < p.jobs[j].limit_gpus {
+            let (d, want) = delta(j, f.count[j], f.idle);
+            heap.push(Reverse((Key(d), j, want)));
         }
-        let mut best: Option<(f64, u32, u32)> = None;
-        for (j, job) in p.jobs.iter().enumerate() {
-            let have = gpus[j];
-            if have >= job.limit_gpus {
-                continue;
-            }
-            let want = job.limit_gpus.min(have + idle);
-            // Node count after growing, packed (the exact spread is scored later).
-            let n_after = nodes[j].max(want.div_ceil(gpn));
-            let delta = job.utilisation(n_after, want) - job.utilisation(nodes[j], have);
-            if best.is_none_or(|b| delta < b.0) {
-                best = Some((delta, j as u32, want - have));
-            }
-        }
-        let Some((_, j, extra)) = best else {
+    }
+    while f.idle > 0 {
+        let Some(Reverse((_, j, want))) = heap.pop() else {
             return;
         };
-        grow(p, c, j, extra);
-        let (g, n) = p.shape(c);
-        gpus = g;
-        nodes = n;
+        let have = f.count[j];
+        if have >= p.jobs[j].limit_gpus {
+            continue;
+        }
+        let now_want = p.jobs[j].limit_gpus.min(have + f.idle);
+        if now_want != want {
+            let (d, w) = delta(j, have, f.idle);
+            heap.push(Reverse((Key(d), j, w)));
+            continue;
+        }
+        f.grow(c, j as u32, want - have);
     }
 }
 
 /// Fills idle GPUs with jobs picked uniformly at random among those below their
 /// limit (the refill after crossover and mutation, Fig. 9), never `exclude`.
-fn fill_random(p: &Problem, c: &mut Candidate, exclude: &[u32], rng: &mut impl Rng) {
-    let mut count = p.counts(c);
-    loop {
-        let idle = c.iter().filter(|&&j| j == IDLE).count() as u32;
-        if idle == 0 {
-            return;
+/// `exclude` is a mask over jobs (empty: none).
+fn fill_random(p: &Problem, c: &mut Candidate, exclude: &[bool], rng: &mut impl Rng) {
+    let mut f = Filler::new(p, c);
+    if f.idle == 0 {
+        return;
+    }
+    let mut eligible: Vec<u32> = (0..p.jobs.len() as u32)
+        .filter(|&j| {
+            f.count[j as usize] < p.jobs[j as usize].limit_gpus
+                && !exclude.get(j as usize).copied().unwrap_or(false)
+        })
+        .collect();
+    while f.idle > 0 && !eligible.is_empty() {
+        let k = rng.random_range(0..eligible.len());
+        let j = eligible[k];
+        let room = p.jobs[j as usize].limit_gpus - f.count[j as usize];
+        let extra = rng.random_range(1..=room.min(f.idle));
+        f.grow(c, j, extra);
+        if f.count[j as usize] >= p.jobs[j as usize].limit_gpus {
+            eligible.swap_remove(k);
         }
-        let eligible: Vec<u32> = (0..p.jobs.len() as u32)
-            .filter(|&j| count[j as usize] < p.jobs[j as usize].limit_gpus && !exclude.contains(&j))
-            .collect();
-        let Some(&j) = eligible.choose(rng) else {
-            return;
-        };
-        let room = p.jobs[j as usize].limit_gpus - count[j as usize];
-        let extra = rng.random_range(1..=room.min(idle));
-        count[j as usize] += grow(p, c, j, extra);
     }
 }
 
@@ -301,11 +424,11 @@ pub fn crossover(a: &Candidate, b: &Candidate, rng: &mut impl Rng) -> (Candidate
 /// probability θ; the freed GPUs go to other jobs.
 pub fn mutate(p: &Problem, c: &mut Candidate, rng: &mut impl Rng) {
     let count = p.counts(c);
-    let hit: Vec<u32> = (0..p.jobs.len() as u32)
-        .filter(|&j| count[j as usize] > 0 && rng.random::<f64>() < p.mutation_rate)
+    let hit: Vec<bool> = (0..p.jobs.len())
+        .map(|j| count[j] > 0 && rng.random::<f64>() < p.mutation_rate)
         .collect();
     for s in c.iter_mut() {
-        if hit.contains(s) {
+        if *s != IDLE && hit[*s as usize] {
             *s = IDLE;
         }
     }
@@ -357,12 +480,11 @@ pub fn random_candidate(p: &Problem, slots: usize, rng: &mut impl Rng) -> Candid
 }
 
 fn refresh_new_only(p: &Problem, c: &mut Candidate) {
-    let new: Vec<u32> = (0..p.jobs.len() as u32)
-        .filter(|&j| p.jobs[j as usize].new)
-        .take(c.len())
-        .collect();
-    for j in new {
-        grow(p, c, j, 1);
+    let mut f = Filler::new(p, c);
+    for j in (0..p.jobs.len() as u32).filter(|&j| p.jobs[j as usize].new) {
+        if f.grow(c, j, 1) == 0 {
+            break;
+        }
     }
 }
 
@@ -411,13 +533,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn problem(jobs: Vec<JobInfo>, nodes: usize, gpn: u32) -> Problem {
-        Problem {
-            node_of: (0..nodes as u32 * gpn).map(|s| s / gpn).collect(),
+        Problem::new(
+            (0..nodes as u32 * gpn).map(|s| s / gpn).collect(),
             nodes,
-            gpus_per_node: gpn,
+            gpn,
             jobs,
-            mutation_rate: 0.2,
-        }
+            0.2,
+        )
     }
 
     fn job(limit: u32, new: bool, y: f64) -> JobInfo {
