@@ -12,6 +12,9 @@
 //! - `ones`: ONES alone on 64 GPUs (16 × 4, 120 jobs, population 64) and on
 //!   1,024 GPUs (256 × 4, 1,500 jobs, population 1,024), 8 rounds each with
 //!   every decision applied (decision time per round).
+//! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
+//!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
+//!   applications, 8 rounds.
 
 use anyhow::{bail, Result};
 use blox_core::*;
@@ -221,6 +224,52 @@ fn ones() -> Result<()> {
     Ok(())
 }
 
+fn doubling(dir: &Path) -> Result<()> {
+    let traces = dir.join("../../data/pollux/traces");
+    let cluster = ClusterState::homogeneous(256, 4);
+    let mut state = JobState::new();
+    let apps = [
+        ("cifar10", 512),
+        ("imagenet", 3200),
+        ("bert", 96),
+        ("deepspeech2", 320),
+        ("yolov3", 64),
+    ];
+    for id in 0..400u64 {
+        let (app, batch) = apps[id as usize % apps.len()];
+        let mut job = Job::new(JobSpec::new(id, id as f64, 1));
+        job.spec.model = Some(app.into());
+        job.spec.batch_size = Some(batch);
+        job.status = JobStatus::Queued;
+        state.insert(job);
+        state.metrics().set(JobId(id), "epoch", (id % 7) as f64);
+    }
+    let mut table = toml::Table::new();
+    table.insert(
+        "traces_dir".into(),
+        toml::Value::String(traces.display().to_string()),
+    );
+    let section = Section::from_table("scheduling", table);
+    let mut sched = blox_core::registry::find_scheduling("doubling")
+        .map(|e| (e.build)(&section))
+        .ok_or_else(|| anyhow::anyhow!("doubling is not registered"))??;
+    let mut times = Vec::new();
+    for round in 0..8u64 {
+        let info = RoundInfo {
+            round,
+            now_s: 60.0 * (round + 1) as f64,
+            round_s: 60.0,
+        };
+        let t = Instant::now();
+        let s = sched.schedule(&info, &state, &cluster);
+        times.push(t.elapsed().as_secs_f64());
+        std::hint::black_box(s);
+    }
+    let (p50, p95) = percentiles(&mut times);
+    println!("doubling-1024  precompute, 400 jobs on 256 x 4 GPUs, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms (first round fits the profiles)");
+    Ok(())
+}
+
 struct NoSchedule;
 
 impl SchedulingPolicy for NoSchedule {
@@ -274,9 +323,10 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
         ],
         "pollux" => return pollux(dir),
         "ones" => return ones(),
+        "doubling" => return doubling(dir),
         other => {
             bail!(
-                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones or all"
+                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling or all"
             )
         }
     };

@@ -1,19 +1,25 @@
-//! The ring doubling heuristic (seed `ring-doubling-heuristic.txt`, §3.2 and
-//! §4; precompute variant of §7), on the profile-driven job model.
+//! The ring doubling heuristic (seed `ring-doubling-heuristic.txt`, §3–4 and
+//! §7), on the profile-driven or the duration job model.
 //!
-//! - **Resource model** (§3.2, Eq. 5): time per minibatch on `w` workers
-//!   `T(w) = θ0·m/w + θ1·(w−1) + θ2·(w−1)/w + θ3` (the model size `n` of Eq. 5
-//!   folded into θ2), fitted by non-negative least squares to the job's step
-//!   times measured at 1, 2, 4 and 8 GPUs (the precompute variant: these runs
-//!   are assumed done before scheduling; here they come from the measured
-//!   profiles, packed 4 GPUs a node, at the job's fixed batch size). The speed
-//!   in epochs per second is `f(w) = 1 / (T(w) · iterations per epoch)`. With a
-//!   job's `m` and `n` fixed, the θ0 and θ2 terms both vary as `1/w`, so the
-//!   coefficients are not unique; the fitted `T(w)` is.
-//! - **Remaining epochs** `Q_j`: from the job's reported `epoch` and
-//!   `progress_units` and its profile's epoch boundaries (an oracle in place
-//!   of the online convergence fit of §3.1, which needs loss curves the
-//!   profiles do not have).
+//! - **Convergence** (§3.1, Eq. 1): the job's loss curve `l = 1/(β0·k + β1) +
+//!   β2` is fitted by non-negative least squares to the `(epochs, loss)` points
+//!   it has reported ([`fit_convergence`]); it has converged once its excess
+//!   loss `l − β2` is `tolerance` of the excess at the start, which gives the
+//!   remaining epochs `Q_j`. A job without enough loss points falls back to its
+//!   profile's true remaining work (an oracle; Pollux profiles carry no loss
+//!   curves) or, with no profile either, to one epoch.
+//! - **Resource model** (§3.2, Eq. 2–5): time per minibatch on `w` workers
+//!   `T(w) = θ0·m/w + θ1·(w−1) + θ2·(w−1)/w + θ3` (Eq. 5 with the model size
+//!   `n` folded into θ2), fitted by NNLS. Eq. 2 (ring all-reduce) has exactly
+//!   this form; doubling-halving (Eq. 3) and binary blocks (Eq. 4) are fitted by
+//!   it approximately ([`t_ring`], [`t_doubling_halving`], [`t_binary_blocks`]).
+//!   The speed is `f(w) = 1 / (T(w) · iterations per epoch)`.
+//!   - *precompute* (§4, §7): θ from step times at 1, 2, 4 and 8 GPUs known
+//!     before scheduling — here the measured profiles, packed 4 GPUs a node, at
+//!     the job's fixed batch;
+//!   - *exploratory* (§7): a new job first runs `explore_s` (10 min) on 1, 2, 4
+//!     and 8 GPUs in turn (2.5 min each), and θ is fitted to the throughput it
+//!     reported at each size. Explorers are served first.
 //! - **Allocation** (§4.2, Eq. 6): one GPU to every job in submission order
 //!   while GPUs last, then repeatedly double the allocation `w_j → 2·w_j` of the
 //!   job with the largest average marginal gain per GPU
@@ -28,18 +34,6 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DoublingParams {
-    pub traces_dir: PathBuf,
-    #[serde(default = "four")]
-    pub gpus_per_node: u32,
-}
-
-fn four() -> u32 {
-    4
-}
 
 /// Non-negative least squares for a handful of unknowns: the best
 /// unconstrained fit over every support set whose coefficients are all
@@ -109,14 +103,186 @@ fn features(w: f64, m: f64) -> Vec<f64> {
     vec![m / w, w - 1.0, (w - 1.0) / w, 1.0]
 }
 
+/// Eq. 2: ring all-reduce. `m` minibatch, `tf + tb` forward and backward time
+/// per example, `alpha` latency per message, `beta` seconds per byte, `gamma`
+/// compute seconds per byte, `n` model bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn t_ring(w: f64, m: f64, tfb: f64, alpha: f64, beta: f64, gamma: f64, n: f64) -> f64 {
+    m * tfb
+        + (w - 1.0) * 4.0 * alpha
+        + (w - 1.0) * (n / w) * 4.0 * beta
+        + (w - 1.0) * (n / w) * 2.0 * gamma
+}
+
+/// Eq. 3: recursive doubling-halving all-reduce.
+pub fn t_doubling_halving(
+    w: f64,
+    m: f64,
+    tfb: f64,
+    alpha: f64,
+    beta: f64,
+    gamma: f64,
+    n: f64,
+) -> f64 {
+    m * tfb + 4.0 * w.ln() * alpha + 4.0 * n * beta + 2.5 * n * gamma
+}
+
+/// Eq. 4: binary-blocks all-reduce.
+pub fn t_binary_blocks(w: f64, m: f64, tfb: f64, alpha: f64, beta: f64, gamma: f64, n: f64) -> f64 {
+    m * tfb + (5.0 + 4.0 * w.ln().ceil()) * alpha + 7.0 * n * beta + 3.0 * n * gamma
+}
+
+/// Eq. 1 fitted to `(k, loss)` points: `[β0, β1, β2]` with all three ≥ 0,
+/// minimising the squared loss error. For a fixed asymptote β2 the model is
+/// linear in (β0, β1) after `1/(l − β2)`; β2 is searched on a grid below the
+/// smallest loss and refined, and (β0, β1) come from NNLS.
+pub fn fit_convergence(points: &[(f64, f64)]) -> Option<[f64; 3]> {
+    if points.len() < 3 {
+        return None;
+    }
+    let lmin = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    if !(lmin.is_finite() && lmin > 0.0) {
+        return None;
+    }
+    let sse = |b: &[f64; 3]| -> f64 {
+        points
+            .iter()
+            .map(|(k, l)| {
+                let d = b[0] * k + b[1];
+                let pred = if d > 0.0 {
+                    1.0 / d + b[2]
+                } else {
+                    f64::INFINITY
+                };
+                (pred - l).powi(2)
+            })
+            .sum()
+    };
+    let at = |b2: f64| -> Option<[f64; 3]> {
+        let rows: Vec<Vec<f64>> = points.iter().map(|(k, _)| vec![*k, 1.0]).collect();
+        let y: Vec<f64> = points
+            .iter()
+            .map(|(_, l)| 1.0 / (l - b2).max(1e-12))
+            .collect();
+        let c = nnls(&rows, &y);
+        (c[0] > 0.0 || c[1] > 0.0).then_some([c[0], c[1], b2])
+    };
+    let mut best: Option<([f64; 3], f64)> = None;
+    let grid = 200;
+    let consider = |b2: f64, best: &mut Option<([f64; 3], f64)>| {
+        if let Some(b) = at(b2) {
+            let e = sse(&b);
+            if best.as_ref().is_none_or(|x| e < x.1) {
+                *best = Some((b, e));
+            }
+        }
+    };
+    for i in 0..grid {
+        consider(lmin * i as f64 / grid as f64, &mut best);
+    }
+    // Refine around the best grid point.
+    let step = lmin / grid as f64;
+    let centre = best.as_ref()?.0[2];
+    for i in 0..=100 {
+        let b2 = centre - step + 2.0 * step * i as f64 / 100.0;
+        if (0.0..lmin).contains(&b2) {
+            consider(b2, &mut best);
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// Epochs at which the fitted curve's excess loss is `tol` of its excess at
+/// `k = 0`: `β0·k + β1 = β1 / tol`.
+pub fn converged_at(b: &[f64; 3], tol: f64) -> f64 {
+    if b[0] <= 0.0 {
+        return f64::INFINITY;
+    }
+    b[1] * (1.0 / tol.max(1e-9) - 1.0) / b[0]
+}
+
+/// How θ of the resource model is obtained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// From step times known before scheduling (the profiles).
+    #[default]
+    Precompute,
+    /// From the job's own throughput at 1, 2, 4 and 8 GPUs in its first minutes.
+    Exploratory,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DoublingParams {
+    /// Per-application profiles (required by `precompute`; used by both for
+    /// the oracle fallback and batch limits when present).
+    #[serde(default)]
+    pub traces_dir: Option<PathBuf>,
+    #[serde(default = "four")]
+    pub gpus_per_node: u32,
+    #[serde(default)]
+    pub variant: Variant,
+    /// Length of the exploratory phase, seconds (§7: ten minutes).
+    #[serde(default = "d_explore")]
+    pub explore_s: f64,
+    /// Excess loss left at convergence, relative to the start.
+    #[serde(default = "d_tol")]
+    pub tolerance: f64,
+    /// Loss points needed before the convergence fit is used.
+    #[serde(default = "d_points")]
+    pub min_loss_points: usize,
+}
+
+fn four() -> u32 {
+    4
+}
+fn d_explore() -> f64 {
+    600.0
+}
+fn d_tol() -> f64 {
+    0.01
+}
+fn d_points() -> usize {
+    4
+}
+
+/// GPU counts tried by the exploratory phase, in order.
+const EXPLORE: [u32; 4] = [1, 2, 4, 8];
+
+#[derive(Clone, Debug, Default)]
+struct Track {
+    /// `(epochs done, loss)` as reported.
+    losses: Vec<(f64, f64)>,
+    /// Measured samples/s at each GPU count (exploratory).
+    measured: std::collections::BTreeMap<u32, f64>,
+    /// Run time when the job was first seen running.
+    explore_from: Option<f64>,
+}
+
 pub struct Doubling {
     params: DoublingParams,
-    cache: ProfileCache,
-    /// Fitted θ per (app, batch).
+    cache: Option<ProfileCache>,
+    /// Fitted θ per (app, batch) from profiles.
     fits: HashMap<(String, u32), Option<[f64; 4]>>,
+    tracks: HashMap<JobId, Track>,
 }
 
 impl Doubling {
+    pub fn new(params: DoublingParams, traces: Option<PathBuf>) -> Self {
+        Doubling {
+            cache: traces.map(|t| ProfileCache::new(&t)),
+            params,
+            fits: HashMap::new(),
+            tracks: HashMap::new(),
+        }
+    }
+
+    fn profile(&mut self, job: &Job) -> Option<Arc<AppProfile>> {
+        let app = job.spec.model.as_deref()?;
+        self.cache.as_mut()?.get(app).ok()
+    }
+
     /// θ of Eq. 5 for `app` at batch `m`, from measured step times at 1–8 GPUs.
     fn theta(&mut self, p: &AppProfile, m: u32) -> Option<[f64; 4]> {
         let key = (p.app.clone(), m);
@@ -125,7 +291,7 @@ impl Doubling {
         }
         let g = self.params.gpus_per_node;
         let (mut rows, mut y) = (Vec::new(), Vec::new());
-        for w in [1u32, 2, 4, 8] {
+        for w in EXPLORE {
             let mut per_node = vec![g; (w / g) as usize];
             if w % g != 0 {
                 per_node.push(w % g);
@@ -143,6 +309,88 @@ impl Doubling {
         self.fits.insert(key, t);
         t
     }
+
+    /// θ of Eq. 5 from the job's own throughput at the sizes it explored.
+    fn theta_explored(t: &Track, m: u32) -> Option<[f64; 4]> {
+        let (rows, y): (Vec<Vec<f64>>, Vec<f64>) = t
+            .measured
+            .iter()
+            .filter(|(_, x)| **x > 0.0)
+            .map(|(w, x)| (features(*w as f64, m as f64), m as f64 / x))
+            .unzip();
+        (rows.len() >= 2).then(|| {
+            let v = nnls(&rows, &y);
+            [v[0], v[1], v[2], v[3]]
+        })
+    }
+
+    /// Records this round's loss and throughput reports.
+    fn observe(&mut self, jobs: &JobState, order: &[&Job]) {
+        self.tracks
+            .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        for j in order {
+            let t = self.tracks.entry(j.id()).or_default();
+            let m = |k: &str| jobs.metrics().get(j.id(), k);
+            if let (Some(e), Some(l)) = (m("epochs_done"), m("loss")) {
+                if t.losses.last().is_none_or(|p| e > p.0) {
+                    t.losses.push((e, l));
+                }
+            }
+            if j.is_running() {
+                t.explore_from.get_or_insert(j.run_time_s);
+                if let Some(x) = m("throughput") {
+                    t.measured.insert(j.allocation.len() as u32, x);
+                }
+            }
+        }
+    }
+
+    /// GPUs an exploring job should hold now, or `None` once it has explored.
+    fn exploring(&self, j: &Job) -> Option<u32> {
+        if self.params.variant != Variant::Exploratory {
+            return None;
+        }
+        let t = self.tracks.get(&j.id())?;
+        let since = j.run_time_s - t.explore_from.unwrap_or(j.run_time_s);
+        let phase = (since / (self.params.explore_s / EXPLORE.len() as f64)).floor() as usize;
+        (phase < EXPLORE.len() || t.measured.len() < 2)
+            .then(|| EXPLORE[phase.min(EXPLORE.len() - 1)])
+    }
+
+    /// `Q_j` as remaining iterations at batch `m`: the convergence fit when the
+    /// job has reported enough loss points, else its profile's true remaining
+    /// work, else one epoch.
+    fn remaining_iters(&mut self, j: &Job, jobs: &JobState, m: u32) -> f64 {
+        let metric = |k: &str| jobs.metrics().get(j.id(), k);
+        let epochs_now = metric("epochs_done").unwrap_or(0.0);
+        let iters_per_epoch = metric("epoch_size").map_or(1.0, |d| d / m.max(1) as f64);
+        let losses = &self
+            .tracks
+            .get(&j.id())
+            .map(|t| t.losses.clone())
+            .unwrap_or_default();
+        if losses.len() >= self.params.min_loss_points {
+            if let Some(b) = fit_convergence(losses) {
+                let q = (converged_at(&b, self.params.tolerance) - epochs_now).max(0.0);
+                if q.is_finite() {
+                    return q * iters_per_epoch;
+                }
+            }
+        }
+        if let Some(p) = self.profile(j) {
+            let e = metric("epoch").unwrap_or(0.0) as usize;
+            let progress = metric("progress_units").unwrap_or(0.0);
+            // Iterations left at batch m: the rest of this epoch and the later
+            // ones, each ΔP / g(m, epoch) iterations.
+            let mut rem = 0.0;
+            for k in e..p.max_epochs {
+                let lo = p.epoch_boundary(k).max(if k == e { progress } else { 0.0 });
+                rem += (p.epoch_boundary(k + 1) - lo).max(0.0) / p.gain(m as f64, k);
+            }
+            return rem;
+        }
+        iters_per_epoch
+    }
 }
 
 fn step_time(theta: &[f64; 4], w: u32, m: u32) -> f64 {
@@ -154,7 +402,6 @@ fn step_time(theta: &[f64; 4], w: u32, m: u32) -> f64 {
 }
 
 struct Candidate {
-    /// Remaining iterations (epochs × iterations per epoch).
     remaining_iters: f64,
     theta: [f64; 4],
     batch: u32,
@@ -174,48 +421,61 @@ impl SchedulingPolicy for Doubling {
                 .total_cmp(&b.arrival_s())
                 .then(a.id().cmp(&b.id()))
         });
+        self.observe(jobs, &order);
         let mut free = cluster.num_gpus();
-        let mut w: Vec<u32> = order
-            .iter()
-            .map(|_| {
-                let g = u32::from(free > 0);
-                free -= g;
-                g
-            })
-            .collect();
-        let cands: Vec<Option<Candidate>> = order
-            .iter()
-            .map(|j| {
-                let app = j.spec.model.as_deref()?;
-                let p: Arc<AppProfile> = self.cache.get(app).ok()?;
-                let m = j.spec.batch_size.unwrap_or(p.limits.m0);
-                let theta = self.theta(&p, m)?;
-                let metrics = jobs.metrics();
-                let e = metrics.get(j.id(), "epoch").unwrap_or(0.0) as usize;
-                let progress = metrics.get(j.id(), "progress_units").unwrap_or(0.0);
-                // Iterations left at batch m: the rest of this epoch and the
-                // later ones, each ΔP / g(m, epoch) iterations.
-                let mut rem = 0.0;
-                for k in e..p.max_epochs {
-                    let (lo, hi) = (
-                        p.epoch_boundary(k).max(if k == e { progress } else { 0.0 }),
-                        p.epoch_boundary(k + 1),
-                    );
-                    rem += (hi - lo).max(0.0) / p.gain(m as f64, k);
+        // Explorers first (§7), at their phase's size.
+        let mut w: Vec<u32> = vec![0; order.len()];
+        let mut exploring = vec![false; order.len()];
+        for (i, j) in order.iter().enumerate() {
+            if let Some(k) = self.exploring(j) {
+                exploring[i] = true;
+                if k <= free {
+                    w[i] = k;
+                    free -= k;
                 }
-                let max_w = if app == "ncf" {
-                    1
-                } else {
-                    (m / p.limits.bmin.max(1)).max(1)
-                };
-                Some(Candidate {
-                    remaining_iters: rem,
-                    theta,
-                    batch: m,
-                    max_w,
-                })
-            })
-            .collect();
+            }
+        }
+        for (i, _) in order.iter().enumerate() {
+            if !exploring[i] && free > 0 {
+                w[i] = 1;
+                free -= 1;
+            }
+        }
+        let mut cands: Vec<Option<Candidate>> = Vec::with_capacity(order.len());
+        for (i, j) in order.iter().enumerate() {
+            if exploring[i] {
+                cands.push(None);
+                continue;
+            }
+            let profile = self.profile(j);
+            let m = j
+                .spec
+                .batch_size
+                .or(profile.as_ref().map(|p| p.limits.m0))
+                .unwrap_or(1);
+            let theta = match self.params.variant {
+                Variant::Precompute => profile.as_ref().and_then(|p| self.theta(p, m)),
+                Variant::Exploratory => self
+                    .tracks
+                    .get(&j.id())
+                    .and_then(|t| Self::theta_explored(t, m)),
+            };
+            let Some(theta) = theta else {
+                cands.push(None);
+                continue;
+            };
+            let max_w = match &profile {
+                Some(_) if j.spec.model.as_deref() == Some("ncf") => 1,
+                Some(p) => (m / p.limits.bmin.max(1)).max(1),
+                None => cluster.num_gpus(),
+            };
+            cands.push(Some(Candidate {
+                remaining_iters: self.remaining_iters(j, jobs, m),
+                theta,
+                batch: m,
+                max_w,
+            }));
+        }
         loop {
             let mut best: Option<(usize, f64)> = None;
             for (i, c) in cands.iter().enumerate() {
@@ -254,20 +514,117 @@ impl SchedulingPolicy for Doubling {
 
 blox_core::register_scheduling!(
     "doubling",
-    "ring doubling heuristic: 1 GPU each, then double the job with the best marginal gain per GPU (precompute variant)",
+    "ring doubling heuristic: 1 GPU each, then double the job with the best marginal gain per GPU; precompute or exploratory resource model, NNLS convergence fit",
     |p| {
         let params = p.parse::<DoublingParams>()?;
-        let dir = p.resolve_path(&params.traces_dir);
-        if !dir.is_dir() {
-            return Err(p.error_at("traces_dir", format!("{} is not a folder of application profiles", dir.display())));
+        let dir = params.traces_dir.as_ref().map(|d| p.resolve_path(d));
+        if let Some(d) = &dir {
+            if !d.is_dir() {
+                return Err(p.error_at("traces_dir", format!("{} is not a folder of application profiles", d.display())));
+            }
+        } else if params.variant == Variant::Precompute {
+            return Err(p.error_at("variant", "the precompute variant needs `traces_dir` (step times known before scheduling); use variant = \"exploratory\" without profiles"));
         }
-        Ok(Box::new(Doubling { cache: ProfileCache::new(&dir), params, fits: HashMap::new() }))
+        if !(params.tolerance > 0.0 && params.tolerance < 1.0) || params.explore_s <= 0.0 {
+            return Err(p.error_at("tolerance", "tolerance must be within (0, 1) and explore_s positive"));
+        }
+        Ok(Box::new(Doubling::new(params, dir)))
     }
 );
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn params(variant: Variant) -> DoublingParams {
+        DoublingParams {
+            traces_dir: None,
+            gpus_per_node: 4,
+            variant,
+            explore_s: 600.0,
+            tolerance: 0.01,
+            min_loss_points: 4,
+        }
+    }
+
+    #[test]
+    fn convergence_fit_recovers_a_one_over_k_loss_curve() {
+        let truth = [0.5, 0.2, 0.3];
+        let pts: Vec<(f64, f64)> = (0..12)
+            .map(|k| (k as f64, 1.0 / (truth[0] * k as f64 + truth[1]) + truth[2]))
+            .collect();
+        let b = fit_convergence(&pts).unwrap();
+        for (k, l) in &pts {
+            let pred = 1.0 / (b[0] * k + b[1]) + b[2];
+            assert!((pred - l).abs() < 1e-3, "k={k}: {pred} vs {l} ({b:?})");
+        }
+        // Converged when the excess is 1 % of the start: β0·k = 99·β1.
+        let k = converged_at(&b, 0.01);
+        assert!((k - 99.0 * 0.2 / 0.5).abs() / k < 0.05, "{k}");
+        assert!(b.iter().all(|v| *v >= 0.0));
+    }
+
+    #[test]
+    fn eq5_fits_ring_allreduce_exactly_and_the_others_approximately() {
+        let (m, tfb, a, bt, g, n) = (256.0, 1e-3, 1e-4, 1e-9, 1e-10, 1e8);
+        for (name, t, tol) in [
+            (
+                "ring",
+                t_ring as fn(f64, f64, f64, f64, f64, f64, f64) -> f64,
+                1e-9,
+            ),
+            ("doubling-halving", t_doubling_halving, 0.05),
+            ("binary-blocks", t_binary_blocks, 0.05),
+        ] {
+            let ws = [1.0, 2.0, 4.0, 8.0];
+            let rows: Vec<Vec<f64>> = ws.iter().map(|&w| features(w, m)).collect();
+            let y: Vec<f64> = ws.iter().map(|&w| t(w, m, tfb, a, bt, g, n)).collect();
+            let th = nnls(&rows, &y);
+            let th = [th[0], th[1], th[2], th[3]];
+            for (&w, &v) in ws.iter().zip(&y) {
+                let p = step_time(&th, w as u32, m as u32);
+                assert!((p - v).abs() <= tol * v, "{name} at w={w}: {p} vs {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn exploratory_jobs_try_1_2_4_8_gpus_then_are_doubled_from_what_they_measured() {
+        let mut d = Doubling::new(params(Variant::Exploratory), None);
+        let cluster = ClusterState::homogeneous(4, 4);
+        let mut state = JobState::new();
+        let mut j = Job::new(JobSpec::new(1, 0.0, 1));
+        j.spec.batch_size = Some(64);
+        j.status = JobStatus::Queued;
+        state.insert(j);
+        let mut seen = Vec::new();
+        for round in 0..12u32 {
+            let s = d.schedule(
+                &crate::test_util::info(60.0 * round as f64),
+                &state,
+                &cluster,
+            );
+            let k = s.entries[0].gpus;
+            seen.push(k);
+            let job = state.get_mut(JobId(1)).unwrap();
+            job.status = JobStatus::Running;
+            job.allocation = (0..k).map(GpuId).collect();
+            job.run_time_s += 60.0;
+            // Perfectly linear throughput: more GPUs always pay.
+            state
+                .metrics()
+                .set(JobId(1), "throughput", 100.0 * k as f64);
+        }
+        // 150 s per size with 60 s rounds: 1,1,1 then 2,2,(2) …, then 8 until
+        // the job doubles to the whole cluster.
+        assert_eq!(&seen[..3], &[1, 1, 1], "{seen:?}");
+        assert!(
+            seen.contains(&2) && seen.contains(&4) && seen.contains(&8),
+            "{seen:?}"
+        );
+        assert_eq!(*seen.last().unwrap(), 16, "{seen:?}");
+        assert!(seen.iter().all(|k| k.is_power_of_two()));
+    }
 
     #[test]
     fn nnls_recovers_non_negative_coefficients_and_clips_negative_ones() {
@@ -302,14 +659,7 @@ mod tests {
     #[test]
     fn allocations_are_powers_of_two_within_capacity() {
         let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
-        let mut d = Doubling {
-            cache: ProfileCache::new(&traces),
-            params: DoublingParams {
-                traces_dir: traces.clone(),
-                gpus_per_node: 4,
-            },
-            fits: HashMap::new(),
-        };
+        let mut d = Doubling::new(params(Variant::Precompute), Some(traces));
         let cluster = ClusterState::homogeneous(4, 4);
         let mut state = JobState::new();
         for (id, app, batch) in [
