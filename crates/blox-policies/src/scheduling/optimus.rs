@@ -9,6 +9,17 @@
 //! profiles (replicas packed 4 per node) and `R` the true remaining iterations
 //! at the job's batch size, from its current epoch (reported by the job as the
 //! `epoch` metric). Pair with `most-free` placement, `order = "fewest-gpus-first"`.
+//!
+//! Two settings give the original Optimus (EuroSys'18) instead of the
+//! artifact's baseline:
+//! - `order = "expected-completion"`: the first GPU goes to jobs in order of
+//!   expected completion time (remaining iterations × time per iteration on one
+//!   GPU), shortest first, instead of submission order;
+//! - `remaining = "convergence"`: remaining work from the job's own loss curve
+//!   (Optimus §3.1: `l = 1/(β0·k + β1) + β2` fitted online by NNLS, shared with
+//!   the doubling heuristic, [`super::doubling::fit_convergence`]); a job is
+//!   done when its excess loss is `tolerance` of the start. Jobs that have not
+//!   reported `min_loss_points` losses yet use the oracle.
 
 use blox_core::*;
 use blox_goodput::{AppProfile, ProfileCache};
@@ -25,9 +36,45 @@ pub struct OptimusParams {
     pub traces_dir: PathBuf,
     #[serde(default = "four")]
     pub gpus_per_node: u32,
+    #[serde(default)]
+    pub order: Order,
+    #[serde(default)]
+    pub remaining: Remaining,
+    #[serde(default = "d_tol")]
+    pub tolerance: f64,
+    #[serde(default = "d_points")]
+    pub min_loss_points: usize,
+}
+
+/// Who gets the first GPU first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    /// Submission order (the Pollux artifact's baseline).
+    #[default]
+    Submission,
+    /// Shortest expected completion time first (Optimus §5).
+    ExpectedCompletion,
+}
+
+/// Where the remaining work comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Remaining {
+    /// The true remaining iterations from the profiles.
+    #[default]
+    Oracle,
+    /// The online loss-curve fit (Optimus §3.1).
+    Convergence,
 }
 
 fn four() -> u32 {
+    4
+}
+fn d_tol() -> f64 {
+    0.01
+}
+fn d_points() -> usize {
     4
 }
 
@@ -36,6 +83,8 @@ pub struct Optimus {
     cache: ProfileCache,
     /// Predicted iteration time by (app, batch, GPUs).
     memo: HashMap<(String, u32, u32), Option<f64>>,
+    /// `(epochs done, loss)` reported by each job.
+    losses: HashMap<JobId, Vec<(f64, f64)>>,
 }
 
 impl Optimus {
@@ -72,6 +121,21 @@ impl Optimus {
     }
 }
 
+impl Optimus {
+    /// Remaining iterations at batch `m` from the job's loss curve.
+    fn fitted_remaining(&self, j: &Job, jobs: &JobState, m: u32) -> Option<f64> {
+        let pts = self.losses.get(&j.id())?;
+        if pts.len() < self.params.min_loss_points {
+            return None;
+        }
+        let b = super::doubling::fit_convergence(pts)?;
+        let now = jobs.metrics().get(j.id(), "epochs_done").unwrap_or(0.0);
+        let q = (super::doubling::converged_at(&b, self.params.tolerance) - now).max(0.0);
+        let per_epoch = jobs.metrics().get(j.id(), "epoch_size")? / m.max(1) as f64;
+        q.is_finite().then_some((q * per_epoch).max(1.0))
+    }
+}
+
 impl SchedulingPolicy for Optimus {
     fn schedule(
         &mut self,
@@ -85,15 +149,19 @@ impl SchedulingPolicy for Optimus {
                 .total_cmp(&b.arrival_s())
                 .then(a.id().cmp(&b.id()))
         });
-        let mut free = cluster.num_gpus();
-        let mut alloc: Vec<u32> = Vec::with_capacity(order.len());
-        for _ in &order {
-            let g = u32::from(free > 0);
-            free -= g;
-            alloc.push(g);
+        self.losses
+            .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        for j in &order {
+            let m = |k: &str| jobs.metrics().get(j.id(), k);
+            if let (Some(e), Some(l)) = (m("epochs_done"), m("loss")) {
+                let v = self.losses.entry(j.id()).or_default();
+                if v.last().is_none_or(|p| e > p.0) {
+                    v.push((e, l));
+                }
+            }
         }
         // Per job: profile, batch, max GPUs, remaining iterations.
-        let info: Vec<Option<(Arc<AppProfile>, u32, u32, f64)>> = order
+        let mut info: Vec<Option<(Arc<AppProfile>, u32, u32, f64)>> = order
             .iter()
             .map(|j| {
                 let app = j.spec.model.as_deref()?;
@@ -111,9 +179,43 @@ impl SchedulingPolicy for Optimus {
                 } else {
                     p.iterations(m as f64, last) - p.iterations(m as f64, epoch)
                 };
+                let remaining = match self.params.remaining {
+                    Remaining::Oracle => remaining,
+                    Remaining::Convergence => {
+                        self.fitted_remaining(j, jobs, m).unwrap_or(remaining)
+                    }
+                };
                 Some((p, m, max, remaining))
             })
             .collect();
+        if self.params.order == Order::ExpectedCompletion {
+            let mut keyed: Vec<(f64, usize)> = info
+                .iter()
+                .enumerate()
+                .map(|(i, inf)| {
+                    let t = inf.as_ref().and_then(|(p, m, _, rem)| {
+                        let p = p.clone();
+                        Some(rem * self.t_pred(&p, *m, 1)?)
+                    });
+                    (t.unwrap_or(f64::INFINITY), i)
+                })
+                .collect();
+            // Stable: ties (and unknown jobs) stay in submission order.
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let (o, inf): (Vec<&Job>, Vec<_>) = keyed
+                .iter()
+                .map(|(_, i)| (order[*i], info[*i].clone()))
+                .unzip();
+            order = o;
+            info = inf;
+        }
+        let mut free = cluster.num_gpus();
+        let mut alloc: Vec<u32> = Vec::with_capacity(order.len());
+        for _ in &order {
+            let g = u32::from(free > 0);
+            free -= g;
+            alloc.push(g);
+        }
         while free > 0 {
             let mut best: Option<(usize, f64)> = None;
             for (i, inf) in info.iter().enumerate() {
@@ -164,6 +266,76 @@ blox_core::register_scheduling!(
         if !dir.is_dir() {
             return Err(p.error_at("traces_dir", format!("{} is not a folder of application profiles", dir.display())));
         }
-        Ok(Box::new(Optimus { cache: ProfileCache::new(&dir), params, memo: HashMap::new() }))
+        Ok(Box::new(Optimus { cache: ProfileCache::new(&dir), params, memo: HashMap::new(), losses: HashMap::new() }))
     }
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::*;
+
+    fn optimus(order: Order, remaining: Remaining) -> Optimus {
+        let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
+        Optimus {
+            cache: ProfileCache::new(&traces),
+            params: OptimusParams {
+                traces_dir: traces,
+                gpus_per_node: 4,
+                order,
+                remaining,
+                tolerance: 0.01,
+                min_loss_points: 4,
+            },
+            memo: HashMap::new(),
+            losses: HashMap::new(),
+        }
+    }
+
+    /// Two cifar10 jobs on one GPU: job 1 arrived first with all its work
+    /// ahead, job 2 later but nearly done.
+    fn two_jobs() -> JobState {
+        let mut state = JobState::new();
+        for (id, arrival, epoch) in [(1, 0.0, 0.0), (2, 10.0, 60.0)] {
+            let mut j = job(id, arrival, 1);
+            j.spec.model = Some("cifar10".into());
+            j.spec.batch_size = Some(128);
+            state.insert(j);
+            state.metrics().set(JobId(id), "epoch", epoch);
+        }
+        state
+    }
+
+    fn first_gpu(o: &mut Optimus, state: &JobState, now: f64) -> JobId {
+        let s = o.schedule(&info(now), state, &ClusterState::homogeneous(1, 1));
+        assert_eq!(s.entries.len(), 1, "{s:?}");
+        s.entries[0].job
+    }
+
+    #[test]
+    fn expected_completion_order_serves_the_shortest_remaining_job_first() {
+        let state = two_jobs();
+        let mut sub = optimus(Order::Submission, Remaining::Oracle);
+        assert_eq!(first_gpu(&mut sub, &state, 60.0), JobId(1));
+        let mut exp = optimus(Order::ExpectedCompletion, Remaining::Oracle);
+        assert_eq!(first_gpu(&mut exp, &state, 60.0), JobId(2));
+    }
+
+    #[test]
+    fn convergence_estimate_uses_the_reported_loss_curve() {
+        // Now job 1 reports a loss curve that has flattened: by its own curve
+        // it is nearly converged, so it goes first despite the oracle.
+        let state = two_jobs();
+        let mut o = optimus(Order::ExpectedCompletion, Remaining::Convergence);
+        state.metrics().set(JobId(1), "epoch_size", 50_000.0);
+        for e in 0..8 {
+            let e = e as f64 * 5.0;
+            state.metrics().set(JobId(1), "epochs_done", e);
+            state
+                .metrics()
+                .set(JobId(1), "loss", 1.0 / (2.0 * e + 0.5) + 0.1);
+            first_gpu(&mut o, &state, 60.0 + e);
+        }
+        assert_eq!(first_gpu(&mut o, &state, 1000.0), JobId(1));
+    }
+}
