@@ -1,6 +1,7 @@
 //! `blox`: simulate, sweep and list composable deep-learning cluster schedulers.
 
 mod bench;
+mod grid;
 mod sweep;
 
 use anyhow::{Context, Result};
@@ -47,7 +48,8 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// Run policies × loads × seeds from a config's [sweep] section in parallel.
+    /// Run policies × loads × seeds from a config's [sweep] section, or whole
+    /// configs × workloads × loads × seeds from a file of [[grid]]s (resumable), in parallel.
     Sweep {
         config: PathBuf,
         /// Where `sweep.csv` goes (default: `sweep-out/`).

@@ -65,6 +65,12 @@ pub fn run(
 ) -> Result<()> {
     let text =
         std::fs::read_to_string(config).with_context(|| format!("reading {}", config.display()))?;
+    if crate::grid::is_grid_file(&text) {
+        if !sets.is_empty() {
+            bail!("--set applies to [sweep] files; a [[grid]] file sets values per grid (`set = {{ ... }}`)");
+        }
+        return crate::grid::run(config, out, threads).map(|_| ());
+    }
     let base_dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
     let file = config.display().to_string();
     // Validate the base config (and its [sweep] keys) before running anything.

@@ -16,6 +16,7 @@
 //! `use blox_policies as _;`.
 
 pub mod admission;
+pub mod lp;
 pub mod ones;
 pub mod placement;
 pub mod pollux;

@@ -60,6 +60,35 @@ pub struct SimConfig {
     /// linear in GPUs (the duration model's speedup).
     #[serde(default = "d_epoch_s")]
     pub epoch_s: f64,
+    /// Relative speed of each GPU type (heterogeneous clusters, Gavel): a job
+    /// runs at the speed of the slowest GPU it holds. Types not listed: 1.
+    #[serde(default)]
+    pub type_speed: std::collections::BTreeMap<String, f64>,
+    /// Per-model speeds by GPU type, overriding `type_speed` for that model.
+    #[serde(default)]
+    pub model_type_speed:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+}
+
+impl SimConfig {
+    /// Relative speed of `model` on `gpu_type`.
+    pub fn speed(&self, model: Option<&str>, gpu_type: &str) -> f64 {
+        model
+            .and_then(|m| self.model_type_speed.get(m))
+            .and_then(|t| t.get(gpu_type))
+            .or_else(|| self.type_speed.get(gpu_type))
+            .copied()
+            .unwrap_or(1.0)
+    }
+
+    /// Every GPU type the speed tables name.
+    fn speed_types(&self) -> std::collections::BTreeSet<&str> {
+        self.type_speed
+            .keys()
+            .chain(self.model_type_speed.values().flat_map(|t| t.keys()))
+            .map(|s| s.as_str())
+            .collect()
+    }
 }
 
 fn d_epoch_s() -> f64 {
@@ -76,6 +105,8 @@ impl Default for SimConfig {
             interference: 0.0,
             elastic_overhead_s: None,
             epoch_s: d_epoch_s(),
+            type_speed: Default::default(),
+            model_type_speed: Default::default(),
         }
     }
 }
@@ -112,6 +143,8 @@ struct ProfileRun {
     slowdown: f64,
     /// Samples processed so far (Σ global batch × optimizer steps).
     samples: f64,
+    /// Speed of the GPU type it runs on (heterogeneous clusters).
+    type_speed: f64,
     /// The job's first global batch (its learning rate's reference).
     initial_batch: Option<u32>,
 }
@@ -154,7 +187,7 @@ impl ProfileRun {
             .app
             .step_time_or_nearest(&self.per_node, self.batch.atomic as f64)?;
         let t_iter = step + self.batch.accum as f64 * (step - sync);
-        Some(self.batch.global(r) as f64 / t_iter * self.slowdown)
+        Some(self.batch.global(r) as f64 / t_iter * self.slowdown * self.type_speed)
     }
 
     fn choose_batch(&mut self) {
@@ -176,13 +209,14 @@ impl ProfileRun {
             let (step, sync) = self.app.step_time_or_nearest(&self.per_node, b)?;
             let grad = self.app.grad_stats(m, self.epoch);
             let t_iter = step + self.batch.accum as f64 * (step - sync);
-            let rate = grad.gain(m, self.app.limits.m0 as f64) / t_iter * self.slowdown;
+            let rate =
+                grad.gain(m, self.app.limits.m0 as f64) / t_iter * self.slowdown * self.type_speed;
             if let Tuner::Pollux(a) = &mut self.tuner {
                 a.observe(n, r, self.batch.atomic, step, sync);
                 a.record_grad(grad);
             }
             let next = self.app.epoch_boundary(self.epoch + 1);
-            let samples_rate = m / t_iter * self.slowdown;
+            let samples_rate = m / t_iter * self.slowdown * self.type_speed;
             if self.progress + rate * t_left < next {
                 self.progress += rate * t_left;
                 self.samples += samples_rate * t_left;
@@ -226,6 +260,8 @@ struct SimJobState {
     started: bool,
     profile: Option<ProfileRun>,
     converge_at: Option<f64>,
+    /// Speed of the GPU type it runs on (slowest of its GPUs).
+    type_speed: f64,
     /// Time it was last taken off its GPUs (a launch in the same round is a move).
     stopped_at: Option<f64>,
 }
@@ -258,6 +294,8 @@ pub struct SimBackend {
     dirty: BTreeSet<JobId>,
     /// Node of every GPU id (mirrors the cluster the loop manages).
     gpu_node: Vec<NodeId>,
+    /// GPU type of every node.
+    node_type: HashMap<NodeId, String>,
     /// Each running job's GPUs, in allocation order.
     alloc: HashMap<JobId, Vec<GpuId>>,
     /// Cluster changes to report at the next round (auto-scaling).
@@ -267,6 +305,8 @@ pub struct SimBackend {
     node_template: NodeSpec,
     /// Most nodes the simulated cloud provides (`[cluster] max_nodes`).
     max_nodes: u32,
+    /// Per-type speeds to report as `speed.<type>` metrics (Gavel profiles).
+    speed_metrics: Vec<(JobId, String, f64)>,
 }
 
 impl SimBackend {
@@ -283,6 +323,11 @@ impl SimBackend {
             }
         }
         SimBackend {
+            node_type: cluster
+                .nodes()
+                .iter()
+                .map(|n| (n.id, n.spec.gpu_type.clone()))
+                .collect(),
             tick: u64::from(cfg.start_after_first_round),
             cfg,
             round_s,
@@ -308,6 +353,7 @@ impl SimBackend {
                     .map_or(1, |n| n.gpus.len().max(1) as u32);
                 cluster.max_gpus() / per_node
             },
+            speed_metrics: Vec::new(),
             node_template: cluster
                 .nodes()
                 .first()
@@ -401,7 +447,7 @@ impl SimBackend {
         for id in &self.running {
             let s = self.jobs.get_mut(id).expect("running job is known");
             let seg = s.segment.as_ref().expect("running job has a segment");
-            let speed = seg.gpus as f64 / s.requested_gpus.max(1) as f64;
+            let speed = seg.gpus as f64 / s.requested_gpus.max(1) as f64 * s.type_speed;
             let from = seg.progress_from_s.max(start);
             let held_from = seg.held_since_s.max(start);
             if let Some(p) = s.profile.as_mut() {
@@ -483,6 +529,8 @@ impl ClusterManager for SimBackend {
             for _ in online.len()..nodes as usize {
                 let id = NodeId(self.next_node);
                 self.next_node += 1;
+                self.node_type
+                    .insert(id, self.node_template.gpu_type.clone());
                 for _ in 0..self.node_template.gpus {
                     self.gpu_node.push(id);
                 }
@@ -506,6 +554,9 @@ impl MetricCollector for SimBackend {
         _round: &RoundInfo,
         jobs: &mut JobState,
     ) -> Result<(), BackendError> {
+        for (id, t, v) in std::mem::take(&mut self.speed_metrics) {
+            jobs.metrics().set(id, &format!("speed.{t}"), v);
+        }
         for id in std::mem::take(&mut self.dirty) {
             let (Some(s), Some(job)) = (self.jobs.get(&id), jobs.get_mut(id)) else {
                 continue;
@@ -564,7 +615,7 @@ impl MetricCollector for SimBackend {
                 m.set(id, "epoch_size", self.cfg.epoch_s * k);
                 m.set(id, "epochs_done", s.done_s / self.cfg.epoch_s.max(1e-9));
                 match &s.segment {
-                    Some(seg) => m.set(id, "throughput", seg.gpus as f64),
+                    Some(seg) => m.set(id, "throughput", seg.gpus as f64 * s.type_speed),
                     None => m.remove(id, "throughput"),
                 }
                 if let Some(c) = s.converge_at {
@@ -609,6 +660,7 @@ impl JobSource for SimBackend {
                     finished_at: None,
                     started: false,
                     converge_at: j.converge_at,
+                    type_speed: 1.0,
                     stopped_at: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
@@ -637,12 +689,20 @@ impl JobSource for SimBackend {
                             per_node: Vec::new(),
                             slowdown: 1.0,
                             samples: 0.0,
+                            type_speed: 1.0,
                             initial_batch: None,
                         }),
                     },
                 },
             );
             self.dirty.insert(j.spec.id);
+            for t in self.cfg.speed_types() {
+                self.speed_metrics.push((
+                    j.spec.id,
+                    t.to_string(),
+                    self.cfg.speed(j.spec.model.as_deref(), t),
+                ));
+            }
             out.push(j.spec.clone());
             self.next += 1;
         }
@@ -671,6 +731,17 @@ impl LaunchMechanism for SimBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
+        let type_speed = gpus
+            .iter()
+            .filter_map(|g| self.gpu_node.get(g.index()))
+            .filter_map(|n| self.node_type.get(n))
+            .map(|t| self.cfg.speed(job.spec.model.as_deref(), t))
+            .fold(f64::INFINITY, f64::min);
+        let type_speed = if type_speed.is_finite() {
+            type_speed
+        } else {
+            1.0
+        };
         let s = self
             .jobs
             .get_mut(&job.id())
@@ -682,7 +753,9 @@ impl LaunchMechanism for SimBackend {
             (true, _, _) => self.cfg.restart_overhead_s,
         };
         s.started = true;
+        s.type_speed = type_speed;
         if let Some(p) = s.profile.as_mut() {
+            p.type_speed = type_speed;
             p.per_node = per_node;
             match batch_size {
                 Some(m) => p.set_batch(m),

@@ -66,7 +66,7 @@ pub struct RoundRow {
 }
 
 /// Headline numbers of a run (over the tracked jobs).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
     pub policies: (String, String, String),
     pub jobs_total: usize,

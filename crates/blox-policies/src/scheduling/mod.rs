@@ -3,6 +3,7 @@
 
 pub mod doubling;
 pub mod fifo;
+pub mod gavel;
 pub mod las;
 pub mod loss_termination;
 pub mod optimus;

@@ -1,0 +1,462 @@
+//! Gavel's heterogeneity-aware LAS (Narayanan et al., OSDI'20, §3–5; Blox
+//! §4.1, Table 1: "Gavel's optimization-based routine which outputs a share
+//! for each GPU type for LAS", plus its round-based placement).
+//!
+//! 1. **Allocation** (Gavel §4.1, max-min fairness / LAS): with `T_jk` job
+//!    `j`'s throughput on GPU type `k` and `s_j` its GPU count (scale factor),
+//!    find time fractions `X_jk ≥ 0` that
+//!    `maximise min_j Σ_k T_jk·X_jk / T_j^eq` subject to `Σ_k X_jk ≤ 1` per job
+//!    and `Σ_j s_j·X_jk ≤ C_k` per type, `T_j^eq` being the job's throughput on
+//!    an equal, capacity-proportional share of the types. Solved as a linear
+//!    program ([`crate::lp`]) whenever the set of jobs changes.
+//! 2. **Rounds** (Gavel §5): each round, job–type pairs are served by priority
+//!    `X_jk / (rounds on k / rounds so far)` (a pair never served yet first);
+//!    a job gets `s_j` GPUs of one type if that type still has them.
+//!
+//! `T_jk` comes from the job's `speed.<type>` metrics (relative throughput per
+//! GPU type, which the simulator reports from `[sim] type_speed` /
+//! `model_type_speed`; a real job would be profiled on each type), 1 when
+//! absent. Demands carry concrete GPUs: pair with `explicit` placement. A job
+//! staying on its type keeps its GPUs; others are packed on the nodes of the
+//! type with the most free GPUs.
+//!
+//! A job asking for more GPUs than any one type has cannot run on a single
+//! type; rather than starve it, it gets a pseudo-type [`MIXED`] (any free GPUs,
+//! at the speed of the slowest type, whole cluster as capacity in the program).
+
+use crate::lp;
+use blox_core::*;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GavelParams {}
+
+/// The pseudo GPU type of jobs larger than every single type.
+pub const MIXED: &str = "*mixed*";
+
+#[derive(Default)]
+pub struct Gavel {
+    /// Last allocation, keyed by the job set it was solved for.
+    solved_for: Vec<JobId>,
+    alloc: HashMap<JobId, BTreeMap<String, f64>>,
+    /// Rounds each job has been runnable, and run on each type.
+    rounds: HashMap<JobId, (u64, BTreeMap<String, u64>)>,
+}
+
+/// Relative throughput of `job` on `gpu_type` (its `speed.<type>` metric).
+pub fn type_speed(jobs: &JobState, job: JobId, gpu_type: &str) -> f64 {
+    jobs.metrics()
+        .get(job, &format!("speed.{gpu_type}"))
+        .filter(|v| *v > 0.0)
+        .unwrap_or(1.0)
+}
+
+impl Gavel {
+    /// Solves the max-min fairness program for `order` over `types`
+    /// (`(type, GPUs)`); returns `X` per job.
+    pub fn solve(
+        order: &[&Job],
+        jobs: &JobState,
+        types: &[(String, u32)],
+    ) -> Result<HashMap<JobId, BTreeMap<String, f64>>, lp::LpError> {
+        let total_gpus: u32 = types.iter().map(|t| t.1).sum();
+        let largest = types.iter().map(|t| t.1).max().unwrap_or(0);
+        let mut types = types.to_vec();
+        if order.iter().any(|j| j.requested_gpus() > largest) {
+            types.push((MIXED.to_string(), total_gpus));
+        }
+        let types = &types[..];
+        let real = |k: usize| types[k].0 != MIXED;
+        let (nj, nk) = (order.len(), types.len());
+        let total: f64 = types
+            .iter()
+            .filter(|t| t.0 != MIXED)
+            .map(|t| t.1 as f64)
+            .sum();
+        // Variables: X_jk (j-major), then t.
+        let nv = nj * nk + 1;
+        let mut c = vec![0.0; nv];
+        c[nv - 1] = 1.0;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (j, job) in order.iter().enumerate() {
+            let real_speeds: Vec<f64> = (0..nk)
+                .filter(|&k| real(k))
+                .map(|k| type_speed(jobs, job.id(), &types[k].0))
+                .collect();
+            let slowest = real_speeds.iter().copied().fold(f64::INFINITY, f64::min);
+            let speeds: Vec<f64> = (0..nk)
+                .map(|k| {
+                    if real(k) {
+                        type_speed(jobs, job.id(), &types[k].0)
+                    } else {
+                        slowest
+                    }
+                })
+                .collect();
+            let t_eq: f64 = speeds
+                .iter()
+                .zip(types)
+                .filter(|(_, t)| t.0 != MIXED)
+                .map(|(s, t)| s * t.1 as f64 / total)
+                .sum::<f64>()
+                .max(1e-12);
+            // A job runs on a type only if it fits there, and on MIXED only if
+            // it fits nowhere else.
+            for k in 0..nk {
+                let fits = if real(k) {
+                    job.requested_gpus() <= types[k].1
+                } else {
+                    job.requested_gpus() > largest
+                };
+                if !fits {
+                    let mut row = vec![0.0; nv];
+                    row[j * nk + k] = 1.0;
+                    a.push(row);
+                    b.push(0.0);
+                }
+            }
+            // t − Σ_k (T_jk / T_eq) X_jk ≤ 0
+            let mut row = vec![0.0; nv];
+            for k in 0..nk {
+                row[j * nk + k] = -speeds[k] / t_eq;
+            }
+            row[nv - 1] = 1.0;
+            a.push(row);
+            b.push(0.0);
+            // Σ_k X_jk ≤ 1
+            let mut row = vec![0.0; nv];
+            for k in 0..nk {
+                row[j * nk + k] = 1.0;
+            }
+            a.push(row);
+            b.push(1.0);
+        }
+        for (k, t) in types.iter().enumerate() {
+            let mut row = vec![0.0; nv];
+            for (j, job) in order.iter().enumerate() {
+                row[j * nk + k] = job.requested_gpus() as f64;
+            }
+            a.push(row);
+            b.push(t.1 as f64);
+        }
+        let s = lp::maximize(&c, &a, &b)?;
+        Ok(order
+            .iter()
+            .enumerate()
+            .map(|(j, job)| {
+                let x = types
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| (t.0.clone(), s.x[j * nk + k].max(0.0)))
+                    .collect();
+                (job.id(), x)
+            })
+            .collect())
+    }
+}
+
+impl SchedulingPolicy for Gavel {
+    fn schedule(
+        &mut self,
+        _round: &RoundInfo,
+        jobs: &JobState,
+        cluster: &ClusterState,
+    ) -> Schedule {
+        let mut order: Vec<&Job> = jobs.runnable().collect();
+        order.sort_by(|a, b| {
+            a.arrival_s()
+                .total_cmp(&b.arrival_s())
+                .then(a.id().cmp(&b.id()))
+        });
+        // Online GPUs by type, and free ones by node.
+        let mut types: BTreeMap<String, u32> = BTreeMap::new();
+        for n in cluster.nodes().iter().filter(|n| n.online) {
+            *types.entry(n.spec.gpu_type.clone()).or_default() += n.gpus.len() as u32;
+        }
+        let type_list: Vec<(String, u32)> = types.clone().into_iter().collect();
+        let ids: Vec<JobId> = order.iter().map(|j| j.id()).collect();
+        if ids != self.solved_for {
+            match Gavel::solve(&order, jobs, &type_list) {
+                Ok(x) => self.alloc = x,
+                Err(e) => {
+                    tracing::warn!("gavel: allocation program failed ({e}); keeping the last one")
+                }
+            }
+            self.solved_for = ids;
+        }
+        self.rounds
+            .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        // Priorities X_jk / (share of rounds received on k).
+        let mut pairs: Vec<(f64, usize, String)> = Vec::new();
+        for (i, job) in order.iter().enumerate() {
+            let (total, on) = self.rounds.entry(job.id()).or_default();
+            *total += 1;
+            let Some(x) = self.alloc.get(&job.id()) else {
+                continue;
+            };
+            for (k, &xk) in x {
+                if xk <= 1e-9 {
+                    continue;
+                }
+                let got = on.get(k).copied().unwrap_or(0) as f64 / *total as f64;
+                let p = if got == 0.0 { f64::INFINITY } else { xk / got };
+                pairs.push((p, i, k.clone()));
+            }
+        }
+        // Highest priority first; ties to earlier jobs.
+        pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut free: BTreeMap<String, u32> = types;
+        let mut chosen: Vec<Option<String>> = vec![None; order.len()];
+        for (_, i, k) in pairs {
+            let need = order[i].requested_gpus();
+            if chosen[i].is_some() {
+                continue;
+            }
+            if k == MIXED {
+                if free.values().sum::<u32>() >= need {
+                    // Take from the types with the most free GPUs first.
+                    let mut left = need;
+                    while left > 0 {
+                        let f = free.values_mut().max().expect("some free GPUs");
+                        let take = (*f).min(left);
+                        *f -= take;
+                        left -= take;
+                    }
+                    chosen[i] = Some(k);
+                }
+            } else if let Some(f) = free.get_mut(&k) {
+                if *f >= need {
+                    *f -= need;
+                    chosen[i] = Some(k);
+                }
+            }
+        }
+        // Concrete GPUs: stayers keep theirs, movers pack by most-free node.
+        let type_of = |g: GpuId| {
+            cluster
+                .gpu(g)
+                .and_then(|x| cluster.node(x.node))
+                .map(|n| n.spec.gpu_type.clone())
+        };
+        let mut taken: std::collections::HashSet<GpuId> = Default::default();
+        let mut entries = Vec::new();
+        let mut movers = Vec::new();
+        for (i, job) in order.iter().enumerate() {
+            let Some(k) = &chosen[i] else { continue };
+            let stays = job.is_running()
+                && job.allocation.len() as u32 == job.requested_gpus()
+                && (k == MIXED
+                    || job
+                        .allocation
+                        .iter()
+                        .all(|g| type_of(*g).as_ref() == Some(k)));
+            if stays {
+                taken.extend(job.allocation.iter().copied());
+                entries.push((i, job.allocation.clone()));
+            } else {
+                movers.push(i);
+            }
+        }
+        for i in movers {
+            let job = order[i];
+            let k = chosen[i].as_ref().expect("chosen");
+            let mut nodes: Vec<(usize, Vec<GpuId>)> = cluster
+                .nodes()
+                .iter()
+                .filter(|n| n.online && (&n.spec.gpu_type == k || k == MIXED))
+                .map(|n| {
+                    let f: Vec<GpuId> = n
+                        .gpus
+                        .iter()
+                        .copied()
+                        // Stayers' GPUs are taken; the rest are released or free.
+                        .filter(|g| !taken.contains(g) && cluster.gpu(*g).is_some_and(|x| x.online))
+                        .collect();
+                    (f.len(), f)
+                })
+                .collect();
+            nodes.sort_by(|a, b| b.0.cmp(&a.0));
+            let mut gpus = Vec::new();
+            for (_, f) in nodes {
+                for g in f {
+                    if gpus.len() as u32 >= job.requested_gpus() {
+                        break;
+                    }
+                    gpus.push(g);
+                }
+            }
+            if gpus.len() as u32 == job.requested_gpus() {
+                taken.extend(gpus.iter().copied());
+                entries.push((i, gpus));
+            }
+        }
+        entries.sort_by_key(|e| e.0);
+        for (i, _) in &entries {
+            if let Some(k) = &chosen[*i] {
+                let on = &mut self.rounds.get_mut(&order[*i].id()).expect("tracked").1;
+                *on.entry(k.clone()).or_default() += 1;
+            }
+        }
+        Schedule {
+            entries: entries
+                .into_iter()
+                .map(|(i, gpus)| Demand {
+                    job: order[i].id(),
+                    gpus: gpus.len() as u32,
+                    batch_size: None,
+                    gpu_ids: Some(gpus),
+                })
+                .collect(),
+            desired_nodes: None,
+            terminate: Vec::new(),
+        }
+    }
+}
+
+blox_core::register_scheduling!(
+    "gavel",
+    "Gavel heterogeneity-aware LAS: max-min fair time shares per GPU type (an LP), served in rounds by priority (Gavel §4–5); use with `explicit` placement",
+    |p| {
+        let _ = p.parse::<GavelParams>()?;
+        Ok(Box::new(Gavel::default()))
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::*;
+
+    /// 4 V100s and 4 K80s: job 1 runs 4× faster on a V100, job 2 only 1.2×.
+    fn hetero() -> (ClusterState, JobState) {
+        let mut cluster = ClusterState::new();
+        let mut v = NodeSpec::with_gpus(4);
+        v.gpu_type = "V100".into();
+        let mut k = NodeSpec::with_gpus(4);
+        k.gpu_type = "K80".into();
+        cluster.add_node(v);
+        cluster.add_node(k);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        for (id, speedup) in [(1, 4.0), (2, 1.2)] {
+            add(&mut state, &mut c, job(id, id as f64, 4), &[]);
+            state.metrics().set(JobId(id), "speed.V100", speedup);
+            state.metrics().set(JobId(id), "speed.K80", 1.0);
+        }
+        (cluster, state)
+    }
+
+    /// Normalised throughput of each job under allocation `x` (the objective's terms).
+    fn normalised(state: &JobState, x: &HashMap<JobId, BTreeMap<String, f64>>) -> Vec<f64> {
+        x.iter()
+            .map(|(id, xs)| {
+                let got: f64 = xs.iter().map(|(k, v)| v * type_speed(state, *id, k)).sum();
+                let eq = (type_speed(state, *id, "V100") + type_speed(state, *id, "K80")) / 2.0;
+                got / eq
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_allocation_is_max_min_fair_and_rounds_realise_it() {
+        let (cluster, state) = hetero();
+        let order: Vec<&Job> = state.runnable().collect();
+        let types = [("K80".to_string(), 4), ("V100".to_string(), 4)];
+        let x = Gavel::solve(&order, &state, &types).unwrap();
+        let best = normalised(&state, &x)
+            .into_iter()
+            .fold(f64::INFINITY, f64::min);
+        // No other feasible split (job 1 gets share a of the V100s) does better.
+        for a in 0..=10 {
+            let a = a as f64 / 10.0;
+            let alt: HashMap<JobId, BTreeMap<String, f64>> = [
+                (
+                    JobId(1),
+                    BTreeMap::from([("V100".to_string(), a), ("K80".to_string(), 1.0 - a)]),
+                ),
+                (
+                    JobId(2),
+                    BTreeMap::from([("V100".to_string(), 1.0 - a), ("K80".to_string(), a)]),
+                ),
+            ]
+            .into();
+            let m = normalised(&state, &alt)
+                .into_iter()
+                .fold(f64::INFINITY, f64::min);
+            assert!(best >= m - 1e-9, "a = {a}: {m} beats the LP's {best}");
+        }
+        // Over many rounds each job's share of rounds on each type follows X.
+        let mut g = Gavel::default();
+        let mut on: BTreeMap<(JobId, String), u32> = BTreeMap::new();
+        let rounds = 40;
+        for r in 0..rounds {
+            let s = g.schedule(&info(60.0 * r as f64), &state, &cluster);
+            let mut seen = std::collections::HashSet::new();
+            for d in &s.entries {
+                let gpus = d.gpu_ids.as_ref().unwrap();
+                assert_eq!(gpus.len(), 4);
+                let t = cluster
+                    .node(cluster.gpu(gpus[0]).unwrap().node)
+                    .unwrap()
+                    .spec
+                    .gpu_type
+                    .clone();
+                for gpu in gpus {
+                    assert!(seen.insert(*gpu), "GPU {gpu} twice");
+                    let n = cluster.node(cluster.gpu(*gpu).unwrap().node).unwrap();
+                    assert_eq!(n.spec.gpu_type, t, "a job spans GPU types");
+                }
+                *on.entry((d.job, t)).or_default() += 1;
+            }
+        }
+        for ((job, t), n) in on {
+            let want = g.alloc[&job][&t];
+            let got = n as f64 / rounds as f64;
+            assert!(
+                (got - want).abs() <= 0.1,
+                "{job:?} on {t}: {got} of rounds, X = {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn jobs_share_an_oversubscribed_type_in_turns_without_double_booking() {
+        // Three 4-GPU jobs, one 4-GPU type: each runs about a third of the rounds.
+        let cluster = ClusterState::homogeneous(1, 4);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        for id in 1..=3 {
+            add(&mut state, &mut c, job(id, id as f64, 4), &[]);
+        }
+        let mut g = Gavel::default();
+        let mut ran: BTreeMap<JobId, u32> = BTreeMap::new();
+        for r in 0..30 {
+            let s = g.schedule(&info(60.0 * r as f64), &state, &cluster);
+            assert_eq!(s.entries.len(), 1, "{s:?}");
+            *ran.entry(s.entries[0].job).or_default() += 1;
+        }
+        assert!(ran.values().all(|&n| n == 10), "{ran:?}");
+    }
+
+    #[test]
+    fn a_job_larger_than_every_type_still_runs_across_types() {
+        let (cluster, mut state) = hetero();
+        let mut c = cluster.clone();
+        add(&mut state, &mut c, job(3, 3.0, 6), &[]);
+        let mut g = Gavel::default();
+        let mut ran = false;
+        for r in 0..10 {
+            let s = g.schedule(&info(60.0 * r as f64), &state, &cluster);
+            if let Some(d) = s.entries.iter().find(|d| d.job == JobId(3)) {
+                assert_eq!(d.gpus, 6);
+                ran = true;
+            }
+        }
+        assert!(
+            ran,
+            "the 6-GPU job never ran on a cluster of two 4-GPU types"
+        );
+    }
+}
