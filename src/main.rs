@@ -2,6 +2,7 @@
 
 mod bench;
 mod grid;
+mod report;
 mod sweep;
 
 use anyhow::{Context, Result};
@@ -60,6 +61,11 @@ enum Command {
         threads: Option<usize>,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+    },
+    /// Plots (SVG) and a markdown summary of a [[grid]] sweep's output folder.
+    Report {
+        /// The folder `blox sweep --out` wrote.
+        dir: PathBuf,
     },
     /// List every registered module.
     Policies,
@@ -207,6 +213,11 @@ fn main() {
             threads,
             set,
         } => parse_sets(&set).and_then(|s| sweep::run(&config, &out, threads, &s)),
+        Command::Report { dir } => report::run(&dir).map(|files| {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+        }),
         Command::Policies => {
             policies();
             Ok(())
