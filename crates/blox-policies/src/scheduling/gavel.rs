@@ -177,6 +177,10 @@ impl SchedulingPolicy for Gavel {
         }
         let type_list: Vec<(String, u32)> = types.clone().into_iter().collect();
         let ids: Vec<JobId> = order.iter().map(|j| j.id()).collect();
+        if order.is_empty() {
+            self.solved_for.clear();
+            return Schedule::default();
+        }
         if ids != self.solved_for {
             match Gavel::solve(&order, jobs, &type_list) {
                 Ok(x) => self.alloc = x,
