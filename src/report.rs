@@ -53,13 +53,16 @@ impl Row {
 
 fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let path = dir.join("sweep.csv");
-    let mut rdr = csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rdr =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
     let headers = rdr.headers()?.clone();
     let col = |name: &str| -> Result<usize> {
-        headers
-            .iter()
-            .position(|h| h == name)
-            .with_context(|| format!("{}: no `{name}` column (is it a [[grid]] sweep's output?)", path.display()))
+        headers.iter().position(|h| h == name).with_context(|| {
+            format!(
+                "{}: no `{name}` column (is it a [[grid]] sweep's output?)",
+                path.display()
+            )
+        })
     };
     let idx: Vec<usize> = [
         "grid",
@@ -84,8 +87,14 @@ fn read_rows(dir: &Path) -> Result<Vec<Row>> {
         let rec = rec?;
         let f = |i: usize| rec.get(idx[i]).unwrap_or("").to_string();
         let num = |i: usize| -> Result<f64> {
-            f(i).parse::<f64>()
-                .with_context(|| format!("{} line {}: `{}` is not a number", path.display(), line + 2, f(i)))
+            f(i).parse::<f64>().with_context(|| {
+                format!(
+                    "{} line {}: `{}` is not a number",
+                    path.display(),
+                    line + 2,
+                    f(i)
+                )
+            })
         };
         rows.push(Row {
             grid: f(0),
@@ -112,7 +121,8 @@ fn read_rows(dir: &Path) -> Result<Vec<Row>> {
 /// Finished jobs' completion times (hours) of one cell.
 fn jcts_h(cell: &Path) -> Result<Vec<f64>> {
     let path = cell.join("jobs.csv");
-    let mut rdr = csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rdr =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
     let i = rdr
         .headers()?
         .iter()
@@ -133,36 +143,65 @@ fn mean(v: &[f64]) -> f64 {
 
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
-fn draw<'a, 'b: 'a, X: plotters::coord::ranged1d::Ranged<ValueType = f64>>(
-    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>,
+fn draw<
+    'a,
+    'b: 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
     series: &Series,
+    legend: SeriesLabelPosition,
 ) -> Result<()> {
     for (i, (name, s)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
             .draw_series(LineSeries::new(s.iter().copied(), color.stroke_width(2)))?
             .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(legend)
         .label_font(("sans-serif", 14))
         .draw()?;
     Ok(())
 }
 
 /// A line chart; `log_x` for CDFs of heavy-tailed times.
-fn line_chart(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &Series, log_x: bool) -> Result<()> {
+fn line_chart(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &Series,
+    log_x: bool,
+) -> Result<()> {
     let pts = series.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
+    let mut y0 = f64::INFINITY;
     for &(x, y) in pts {
         x0 = x0.min(x);
         x1 = x1.max(x);
         y1 = y1.max(y);
+        if y > 0.0 {
+            y0 = y0.min(y);
+        }
     }
+    // CDFs end at the top right; other charts keep their legend there.
+    let legend_at = || {
+        if log_x {
+            SeriesLabelPosition::LowerRight
+        } else {
+            SeriesLabelPosition::UpperRight
+        }
+    };
+    // Values spanning a wide range read better on a log scale.
+    let log_y = !log_x && y0.is_finite() && y1 / y0 > 5.0;
     if !x0.is_finite() {
         bail!("{title}: nothing to plot");
     }
@@ -187,7 +226,18 @@ fn line_chart(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &Ser
             .y_desc(y_desc)
             .axis_desc_style(("sans-serif", 16))
             .draw()?;
-        draw(&mut chart, series)?;
+        draw(&mut chart, series, legend_at())?;
+    } else if log_y {
+        let pad = (x1 - x0) * 0.03;
+        let mut chart =
+            builder.build_cartesian_2d((x0 - pad)..(x1 + pad), (y0 * 0.8..y1 * 1.3).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(format!("{y_desc}, log scale"))
+            .axis_desc_style(("sans-serif", 16))
+            .draw()?;
+        draw(&mut chart, series, legend_at())?;
     } else {
         let pad = (x1 - x0) * 0.03;
         let mut chart = builder.build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..y1)?;
@@ -197,7 +247,7 @@ fn line_chart(path: &Path, title: &str, x_desc: &str, y_desc: &str, series: &Ser
             .y_desc(y_desc)
             .axis_desc_style(("sans-serif", 16))
             .draw()?;
-        draw(&mut chart, series)?;
+        draw(&mut chart, series, legend_at())?;
     }
     root.present()?;
     Ok(())
@@ -231,11 +281,21 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
             let n = all.len().max(1) as f64;
             cdf.push((
                 p.clone(),
-                all.iter().enumerate().map(|(i, v)| (*v, (i + 1) as f64 / n)).collect(),
+                all.iter()
+                    .enumerate()
+                    .map(|(i, v)| (*v, (i + 1) as f64 / n))
+                    .collect(),
             ));
         }
         let path = dir.join(format!("{grid}-jct-cdf.svg"));
-        line_chart(&path, &format!("{grid}: JCT CDF (all cells pooled)"), "job completion time (hours, log scale)", "fraction of jobs", &cdf, true)?;
+        line_chart(
+            &path,
+            &format!("{grid}: JCT CDF (all cells pooled)"),
+            "job completion time (hours, log scale)",
+            "fraction of jobs",
+            &cdf,
+            true,
+        )?;
         written.push(path);
         let loads: Vec<f64> = {
             let mut l: Vec<f64> = rows.iter().filter_map(|r| r.load).collect();
@@ -267,7 +327,14 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                     })
                     .collect();
                 let path = dir.join(format!("{grid}-{file}.svg"));
-                line_chart(&path, &format!("{grid}: {label} vs load"), "load (jobs per hour)", label, &series, false)?;
+                line_chart(
+                    &path,
+                    &format!("{grid}: {label} vs load"),
+                    "load (jobs per hour)",
+                    label,
+                    &series,
+                    false,
+                )?;
                 written.push(path);
             }
             let _ = writeln!(
@@ -279,15 +346,25 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                 let _ = write!(head, " {l} |");
             }
             let hi = *loads.last().expect("non-empty");
-            let _ = writeln!(md, "{head} p99 JCT @{hi} | avg resp. @{hi} | makespan @{hi} | finished |");
+            let _ = writeln!(
+                md,
+                "{head} p99 JCT @{hi} | avg resp. @{hi} | makespan @{hi} | finished |"
+            );
             let _ = writeln!(md, "|---|{}---|---|---|---|", "---|".repeat(loads.len()));
             for p in &policies {
                 let mut line = format!("| {p} |");
                 for l in &loads {
-                    let v: Vec<f64> = rows.iter().filter(|r| &r.policy == p && r.load == Some(*l)).map(|r| r.avg_jct_s / 3600.0).collect();
+                    let v: Vec<f64> = rows
+                        .iter()
+                        .filter(|r| &r.policy == p && r.load == Some(*l))
+                        .map(|r| r.avg_jct_s / 3600.0)
+                        .collect();
                     let _ = write!(line, " {:.3} |", mean(&v));
                 }
-                let at: Vec<&Row> = rows.iter().filter(|r| &r.policy == p && r.load == Some(hi)).collect();
+                let at: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| &r.policy == p && r.load == Some(hi))
+                    .collect();
                 let m = |f: fn(&Row) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
                 let _ = writeln!(
                     line,
@@ -326,7 +403,14 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                 })
                 .collect();
             let path = dir.join(format!("{grid}-jct-by-workload.svg"));
-            line_chart(&path, &format!("{grid}: average JCT per workload"), "workload (index in the sweep)", "average JCT (hours)", &series, false)?;
+            line_chart(
+                &path,
+                &format!("{grid}: average JCT per workload"),
+                "workload (index in the sweep)",
+                "average JCT (hours)",
+                &series,
+                false,
+            )?;
             written.push(path);
             let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
             let _ = writeln!(md, "| policy | avg JCT (h) | p99 JCT (h) | avg responsiveness (h) | makespan (h) | GPU util. | preemptions | finished |");

@@ -345,10 +345,21 @@ fn grid_sweep_is_resumable_and_report_draws_its_plots() {
         "[[grid]]\nname = \"small\"\nconfigs = [\"fifo.toml\", \"las.toml\"]\njobs_per_hour = [2, 6]\nseeds = [1]\nsections.cluster = { nodes = 1, gpus_per_node = 8 }\n",
     );
     let out = dir.join("out");
-    let run = || blox(&["sweep", grid.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let run = || {
+        blox(&[
+            "sweep",
+            grid.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
     let o = run();
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("4 cells: 0 already done, 4 to run"), "{}", text(&o));
+    assert!(
+        text(&o).contains("4 cells: 0 already done, 4 to run"),
+        "{}",
+        text(&o)
+    );
     let table = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
     assert_eq!(table.lines().count(), 1 + 4, "{table}");
     assert!(out.join("small/las/6jph-s1/jobs.csv").is_file());
@@ -357,14 +368,31 @@ fn grid_sweep_is_resumable_and_report_draws_its_plots() {
     assert!(first.lines().nth(1).unwrap().ends_with(",8"), "{first}");
     // Run again: nothing is recomputed, the table is the same.
     let o = run();
-    assert!(text(&o).contains("4 cells: 4 already done, 0 to run"), "{}", text(&o));
-    assert_eq!(std::fs::read_to_string(out.join("sweep.csv")).unwrap(), table);
+    assert!(
+        text(&o).contains("4 cells: 4 already done, 0 to run"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("sweep.csv")).unwrap(),
+        table
+    );
     let o = blox(&["report", out.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
-    for f in ["small-jct-cdf.svg", "small-jct-vs-load.svg", "small-resp-vs-load.svg"] {
+    for f in [
+        "small-jct-cdf.svg",
+        "small-jct-vs-load.svg",
+        "small-resp-vs-load.svg",
+    ] {
         let svg = std::fs::read_to_string(out.join(f)).unwrap();
-        assert!(svg.contains("<svg") && svg.contains("fifo") && svg.contains("las"), "{f}");
-        assert!(svg.contains("load (jobs per hour)") || f.contains("cdf"), "{f}");
+        assert!(
+            svg.contains("<svg") && svg.contains("fifo") && svg.contains("las"),
+            "{f}"
+        );
+        assert!(
+            svg.contains("load (jobs per hour)") || f.contains("cdf"),
+            "{f}"
+        );
     }
     let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(md.contains("| fifo |") && md.contains("| las |"), "{md}");
