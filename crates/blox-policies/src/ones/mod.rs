@@ -164,7 +164,7 @@ impl Ones {
             .tracks
             .keys()
             .copied()
-            .filter(|id| !jobs.get(*id).is_some_and(|j| !j.status.is_terminal()))
+            .filter(|id| jobs.get(*id).is_none_or(|j| j.status.is_terminal()))
             .collect();
         for id in gone {
             let t = self.tracks.remove(&id).expect("listed above");

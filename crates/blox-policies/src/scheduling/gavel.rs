@@ -281,7 +281,7 @@ impl SchedulingPolicy for Gavel {
                     (f.len(), f)
                 })
                 .collect();
-            nodes.sort_by(|a, b| b.0.cmp(&a.0));
+            nodes.sort_by_key(|n| std::cmp::Reverse(n.0));
             let mut gpus = Vec::new();
             for (_, f) in nodes {
                 for g in f {
