@@ -690,4 +690,30 @@ mod tests {
             apply(&mut state, &mut cluster, &s);
         }
     }
+
+    #[test]
+    fn same_seed_same_decisions() {
+        let cluster = ClusterState::homogeneous(4, 4);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        for id in 1..=9 {
+            let mut j = with_batch(id, id as f64, 32 * id as u32);
+            j.launches = u32::from(id % 2 == 0);
+            add(&mut state, &mut c, j, &[]);
+            report(
+                &state,
+                id,
+                id as f64 * 0.6,
+                1000.0 * id as f64,
+                5.0 + id as f64,
+            );
+        }
+        let run = || {
+            let mut o = Ones::new(params());
+            (0..3)
+                .map(|r| o.schedule(&info(60.0 * (r + 1) as f64), &state, &cluster))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
 }
