@@ -325,11 +325,7 @@ impl SchedulingPolicy for Ones {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         self.retire(jobs);
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.arrival_s()
-                .total_cmp(&b.arrival_s())
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| crate::scheduling::fifo::by_arrival(a, b));
         self.update_limits(round.now_s, jobs, &order);
         let online: Vec<&Node> = cluster
             .nodes()

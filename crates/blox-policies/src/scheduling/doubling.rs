@@ -416,11 +416,7 @@ impl SchedulingPolicy for Doubling {
         cluster: &ClusterState,
     ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.arrival_s()
-                .total_cmp(&b.arrival_s())
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
         self.observe(jobs, &order);
         let mut free = cluster.num_gpus();
         // Explorers first (§7), at their phase's size.

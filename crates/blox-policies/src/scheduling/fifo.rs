@@ -3,6 +3,14 @@
 use blox_core::*;
 use serde::Deserialize;
 
+/// Submission order: arrival time, then id (shared by every policy that
+/// serves or lists jobs in the order they came).
+pub fn by_arrival(a: &Job, b: &Job) -> std::cmp::Ordering {
+    a.arrival_s()
+        .total_cmp(&b.arrival_s())
+        .then(a.id().cmp(&b.id()))
+}
+
 /// Orders runnable jobs by arrival time, then id. No parameters.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -11,11 +19,7 @@ pub struct Fifo {}
 impl SchedulingPolicy for Fifo {
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.arrival_s()
-                .total_cmp(&b.arrival_s())
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| by_arrival(a, b));
         Schedule::in_priority_order(order)
     }
 }

@@ -165,11 +165,7 @@ impl SchedulingPolicy for Gavel {
         cluster: &ClusterState,
     ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.arrival_s()
-                .total_cmp(&b.arrival_s())
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
         // Online GPUs by type, and free ones by node.
         let mut types: BTreeMap<String, u32> = BTreeMap::new();
         for n in cluster.nodes().iter().filter(|n| n.online) {

@@ -144,11 +144,7 @@ impl SchedulingPolicy for Optimus {
         cluster: &ClusterState,
     ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            a.arrival_s()
-                .total_cmp(&b.arrival_s())
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
         self.losses
             .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
         for j in &order {
