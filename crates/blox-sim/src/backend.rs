@@ -305,8 +305,9 @@ pub struct SimBackend {
     node_template: NodeSpec,
     /// Most nodes the simulated cloud provides (`[cluster] max_nodes`).
     max_nodes: u32,
-    /// Per-type speeds to report as `speed.<type>` metrics (Gavel profiles).
-    speed_metrics: Vec<(JobId, String, f64)>,
+    /// Metrics fixed for a job's life (per-type speeds, epoch size, batch
+    /// limits), reported once at the collection after its submission.
+    static_metrics: Vec<(JobId, String, f64)>,
 }
 
 impl SimBackend {
@@ -353,7 +354,7 @@ impl SimBackend {
                     .map_or(1, |n| n.gpus.len().max(1) as u32);
                 cluster.max_gpus() / per_node
             },
-            speed_metrics: Vec::new(),
+            static_metrics: Vec::new(),
             node_template: cluster
                 .nodes()
                 .first()
@@ -554,8 +555,8 @@ impl MetricCollector for SimBackend {
         _round: &RoundInfo,
         jobs: &mut JobState,
     ) -> Result<(), BackendError> {
-        for (id, t, v) in std::mem::take(&mut self.speed_metrics) {
-            jobs.metrics().set(id, &format!("speed.{t}"), v);
+        for (id, k, v) in std::mem::take(&mut self.static_metrics) {
+            jobs.metrics().set(id, &k, v);
         }
         for id in std::mem::take(&mut self.dirty) {
             let (Some(s), Some(job)) = (self.jobs.get(&id), jobs.get_mut(id)) else {
@@ -568,14 +569,6 @@ impl MetricCollector for SimBackend {
                 m.set(id, "epochs_done", p.epochs_done());
                 m.set(id, "progress_units", p.progress);
                 m.set(id, "samples_processed", p.samples);
-                // One epoch's samples at the initial batch M0.
-                m.set(
-                    id,
-                    "epoch_size",
-                    p.app.epoch_boundary(1) * p.app.limits.m0 as f64,
-                );
-                m.set(id, "max_batch_size", p.app.limits.mmax as f64);
-                m.set(id, "max_local_batch_size", p.app.limits.bmax as f64);
                 if p.epoch > 0 {
                     let mb = p.batch.global(p.replicas().max(1)) as f64;
                     if let Some(v) = p.app.val_metric(mb, p.epoch - 1) {
@@ -612,7 +605,6 @@ impl MetricCollector for SimBackend {
                 let m = jobs.metrics();
                 let k = s.requested_gpus.max(1) as f64;
                 m.set(id, "samples_processed", s.done_s * k);
-                m.set(id, "epoch_size", self.cfg.epoch_s * k);
                 m.set(id, "epochs_done", s.done_s / self.cfg.epoch_s.max(1e-9));
                 match &s.segment {
                     Some(seg) => m.set(id, "throughput", seg.gpus as f64 * s.type_speed),
@@ -696,12 +688,27 @@ impl JobSource for SimBackend {
                 },
             );
             self.dirty.insert(j.spec.id);
+            let id = j.spec.id;
             for t in self.cfg.speed_types() {
-                self.speed_metrics.push((
-                    j.spec.id,
-                    t.to_string(),
-                    self.cfg.speed(j.spec.model.as_deref(), t),
-                ));
+                let v = self.cfg.speed(j.spec.model.as_deref(), t);
+                self.static_metrics.push((id, format!("speed.{t}"), v));
+            }
+            match &j.work {
+                WorkModel::Profile { app, .. } => {
+                    let l = app.limits;
+                    // One epoch's samples at the initial batch M0.
+                    let size = app.epoch_boundary(1) * l.m0 as f64;
+                    self.static_metrics.push((id, "epoch_size".into(), size));
+                    self.static_metrics
+                        .push((id, "max_batch_size".into(), l.mmax as f64));
+                    self.static_metrics
+                        .push((id, "max_local_batch_size".into(), l.bmax as f64));
+                }
+                WorkModel::Duration { .. } => {
+                    let k = j.spec.requested_gpus.max(1) as f64;
+                    self.static_metrics
+                        .push((id, "epoch_size".into(), self.cfg.epoch_s * k));
+                }
             }
             out.push(j.spec.clone());
             self.next += 1;

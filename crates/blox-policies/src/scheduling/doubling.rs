@@ -201,6 +201,32 @@ pub fn converged_at(b: &[f64; 3], tol: f64) -> f64 {
     b[1] * (1.0 / tol.max(1e-9) - 1.0) / b[0]
 }
 
+/// Appends job `id`'s reported `(epochs_done, loss)` to `points` when it is
+/// a new point (the loss history the convergence fit uses).
+pub fn record_loss(points: &mut Vec<(f64, f64)>, jobs: &JobState, id: JobId) {
+    let m = |k: &str| jobs.metrics().get(id, k);
+    if let (Some(e), Some(l)) = (m("epochs_done"), m("loss")) {
+        if points.last().is_none_or(|p| e > p.0) {
+            points.push((e, l));
+        }
+    }
+}
+
+/// Epochs left by the fitted loss curve, once there are `min_points` points.
+pub fn remaining_epochs(
+    points: &[(f64, f64)],
+    min_points: usize,
+    tol: f64,
+    epochs_now: f64,
+) -> Option<f64> {
+    if points.len() < min_points {
+        return None;
+    }
+    let b = fit_convergence(points)?;
+    let q = (converged_at(&b, tol) - epochs_now).max(0.0);
+    q.is_finite().then_some(q)
+}
+
 /// How θ of the resource model is obtained.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -331,11 +357,7 @@ impl Doubling {
         for j in order {
             let t = self.tracks.entry(j.id()).or_default();
             let m = |k: &str| jobs.metrics().get(j.id(), k);
-            if let (Some(e), Some(l)) = (m("epochs_done"), m("loss")) {
-                if t.losses.last().is_none_or(|p| e > p.0) {
-                    t.losses.push((e, l));
-                }
-            }
+            record_loss(&mut t.losses, jobs, j.id());
             if j.is_running() {
                 t.explore_from.get_or_insert(j.run_time_s);
                 if let Some(x) = m("throughput") {
@@ -364,18 +386,16 @@ impl Doubling {
         let metric = |k: &str| jobs.metrics().get(j.id(), k);
         let epochs_now = metric("epochs_done").unwrap_or(0.0);
         let iters_per_epoch = metric("epoch_size").map_or(1.0, |d| d / m.max(1) as f64);
-        let losses = &self
-            .tracks
-            .get(&j.id())
-            .map(|t| t.losses.clone())
-            .unwrap_or_default();
-        if losses.len() >= self.params.min_loss_points {
-            if let Some(b) = fit_convergence(losses) {
-                let q = (converged_at(&b, self.params.tolerance) - epochs_now).max(0.0);
-                if q.is_finite() {
-                    return q * iters_per_epoch;
-                }
-            }
+        let fitted = self.tracks.get(&j.id()).and_then(|t| {
+            remaining_epochs(
+                &t.losses,
+                self.params.min_loss_points,
+                self.params.tolerance,
+                epochs_now,
+            )
+        });
+        if let Some(q) = fitted {
+            return q * iters_per_epoch;
         }
         if let Some(p) = self.profile(j) {
             let e = metric("epoch").unwrap_or(0.0) as usize;

@@ -124,15 +124,15 @@ impl Optimus {
 impl Optimus {
     /// Remaining iterations at batch `m` from the job's loss curve.
     fn fitted_remaining(&self, j: &Job, jobs: &JobState, m: u32) -> Option<f64> {
-        let pts = self.losses.get(&j.id())?;
-        if pts.len() < self.params.min_loss_points {
-            return None;
-        }
-        let b = super::doubling::fit_convergence(pts)?;
         let now = jobs.metrics().get(j.id(), "epochs_done").unwrap_or(0.0);
-        let q = (super::doubling::converged_at(&b, self.params.tolerance) - now).max(0.0);
+        let q = super::doubling::remaining_epochs(
+            self.losses.get(&j.id())?,
+            self.params.min_loss_points,
+            self.params.tolerance,
+            now,
+        )?;
         let per_epoch = jobs.metrics().get(j.id(), "epoch_size")? / m.max(1) as f64;
-        q.is_finite().then_some((q * per_epoch).max(1.0))
+        Some((q * per_epoch).max(1.0))
     }
 }
 
@@ -148,13 +148,7 @@ impl SchedulingPolicy for Optimus {
         self.losses
             .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
         for j in &order {
-            let m = |k: &str| jobs.metrics().get(j.id(), k);
-            if let (Some(e), Some(l)) = (m("epochs_done"), m("loss")) {
-                let v = self.losses.entry(j.id()).or_default();
-                if v.last().is_none_or(|p| e > p.0) {
-                    v.push((e, l));
-                }
-            }
+            super::doubling::record_loss(self.losses.entry(j.id()).or_default(), jobs, j.id());
         }
         // Per job: profile, batch, max GPUs, remaining iterations.
         let mut info: Vec<Option<(Arc<AppProfile>, u32, u32, f64)>> = order
