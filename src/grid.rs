@@ -360,7 +360,16 @@ pub fn run(path: &Path, out: &Path, threads: Option<usize>) -> Result<Vec<Row>> 
                 let t = std::time::Instant::now();
                 let r = Simulation::from_config(cfg)?.run_to_end()?;
                 let wall_s = t.elapsed().as_secs_f64();
-                r.write(&cell.dir).map_err(anyhow::Error::msg)?;
+                // Written from a plain thread, not this rayon worker: polars' parquet
+                // writer runs on its own pool, and a rayon worker waiting on another
+                // pool steals work from its own meanwhile, so the write could sit
+                // behind a whole other cell (observed: parquet files stuck at 0 bytes).
+                std::thread::scope(|s| {
+                    s.spawn(|| r.write(&cell.dir))
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("writing {} panicked", cell.dir.display()))?
+                        .map_err(anyhow::Error::msg)
+                })?;
                 let row = Row {
                     cell: cell.clone(),
                     scheduling: cfg.scheduling.policy.clone(),

@@ -57,7 +57,34 @@ fn default_intra_bw() -> f64 {
     300.0
 }
 
+/// CPU cores and host memory a job gets per GPU it holds (Synergy, OSDI'22 §3:
+/// a job's demand vector beyond GPUs). On every node the job spans it takes
+/// `k ×` this for its `k` GPUs there.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostShare {
+    pub cpus_per_gpu: f64,
+    pub mem_gb_per_gpu: f64,
+}
+
+impl HostShare {
+    /// True if `self` asks for more than `other` in some dimension.
+    pub fn exceeds(&self, other: &HostShare) -> bool {
+        self.cpus_per_gpu > other.cpus_per_gpu + 1e-9
+            || self.mem_gb_per_gpu > other.mem_gb_per_gpu + 1e-9
+    }
+}
+
 impl NodeSpec {
+    /// The GPU-proportional share of this node: its CPUs and host memory split
+    /// evenly over its GPUs (what every job gets unless a policy says otherwise).
+    pub fn proportional_share(&self) -> HostShare {
+        let g = self.gpus.max(1) as f64;
+        HostShare {
+            cpus_per_gpu: self.cpus as f64 / g,
+            mem_gb_per_gpu: self.host_mem_gb / g,
+        }
+    }
+
     /// A node with `gpus` GPUs and defaults for the rest (V100, 16 GiB).
     pub fn with_gpus(gpus: u32) -> Self {
         NodeSpec {
@@ -96,6 +123,9 @@ impl NodeSpec {
     }
 }
 
+/// Slack for comparing host CPU and memory sums (fractional shares).
+pub const HOST_EPS: f64 = 1e-6;
+
 /// A node of the cluster.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
@@ -119,6 +149,12 @@ pub struct Gpu {
     /// The job holding this GPU, if any.
     pub job: Option<JobId>,
     pub online: bool,
+    /// CPU cores and host memory (GiB) of the node that its holder got with
+    /// this GPU (see [`HostShare`]); 0 while free.
+    #[serde(default)]
+    pub host_cpus: f64,
+    #[serde(default)]
+    pub host_mem_gb: f64,
 }
 
 /// Errors from changing the GPU table.
@@ -181,6 +217,8 @@ impl ClusterState {
                 free_mem_gb: spec.gpu_mem_gb,
                 job: None,
                 online: true,
+                host_cpus: 0.0,
+                host_mem_gb: 0.0,
             });
             ids.push(id);
         }
@@ -322,18 +360,56 @@ impl ClusterState {
         Ok(())
     }
 
-    /// Gives `gpus` to `job`. All-or-nothing: on error nothing changed.
+    /// Gives `gpus` to `job` with the GPU-proportional share of CPUs and host
+    /// memory. All-or-nothing: on error nothing changed.
     pub fn assign(&mut self, job: JobId, gpus: &[GpuId]) -> Result<(), ClusterError> {
+        self.assign_with_host(job, gpus, None)
+    }
+
+    /// Gives `gpus` to `job` with `host` CPUs and memory per GPU (`None`: each
+    /// node's proportional share). All-or-nothing: on error nothing changed.
+    /// Host capacity is not checked here; the loop validates a whole placement
+    /// first and [`check_invariants`](Self::check_invariants) checks after.
+    pub fn assign_with_host(
+        &mut self,
+        job: JobId,
+        gpus: &[GpuId],
+        host: Option<HostShare>,
+    ) -> Result<(), ClusterError> {
         self.check_assignable(job, gpus)?;
         for &gpu in gpus {
+            let node = self.gpus[gpu.index()].node;
+            let share = host.unwrap_or_else(|| self.nodes[node.index()].spec.proportional_share());
             let g = &mut self.gpus[gpu.index()];
             if g.job.is_none() {
                 g.job = Some(job);
                 g.free_mem_gb = 0.0;
                 self.free -= 1;
             }
+            g.host_cpus = share.cpus_per_gpu;
+            g.host_mem_gb = share.mem_gb_per_gpu;
         }
         Ok(())
+    }
+
+    /// CPU cores and host memory (GiB) of `node` held by jobs now.
+    pub fn host_used(&self, node: NodeId) -> (f64, f64) {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return (0.0, 0.0);
+        };
+        n.gpus.iter().fold((0.0, 0.0), |(c, m), g| {
+            let g = &self.gpus[g.index()];
+            (c + g.host_cpus, m + g.host_mem_gb)
+        })
+    }
+
+    /// CPU cores and host memory (GiB) of `node` nobody holds.
+    pub fn host_free(&self, node: NodeId) -> (f64, f64) {
+        let Some(n) = self.nodes.get(node.index()) else {
+            return (0.0, 0.0);
+        };
+        let (c, m) = self.host_used(node);
+        (n.spec.cpus as f64 - c, n.spec.host_mem_gb - m)
     }
 
     /// Frees the given GPUs if `job` holds them.
@@ -342,6 +418,8 @@ impl ClusterState {
             if let Some(g) = self.gpus.get_mut(gpu.index()) {
                 if g.job == Some(job) {
                     g.job = None;
+                    g.host_cpus = 0.0;
+                    g.host_mem_gb = 0.0;
                     g.free_mem_gb = self.nodes[g.node.index()].spec.gpu_mem_gb;
                     if g.online {
                         self.free += 1;
@@ -408,6 +486,15 @@ impl ClusterState {
             if !jobs.get(*j).is_some_and(|job| job.is_running()) {
                 return Err(ClusterError::Invariant(format!(
                     "{j} holds {gpus:?} but is not a running job"
+                )));
+            }
+        }
+        for n in &self.nodes {
+            let (c, m) = self.host_used(n.id);
+            if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {
+                return Err(ClusterError::Invariant(format!(
+                    "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
+                    n.id, n.spec.cpus, n.spec.host_mem_gb
                 )));
             }
         }

@@ -60,6 +60,11 @@ pub struct JobSpec {
     /// Run time at `requested_gpus` GPUs, when the submitter (or an oracle trace)
     /// knows it. Policies that need it (SRTF) say so; others must not peek.
     pub expected_duration_s: Option<f64>,
+    /// Metrics known when the job is submitted (e.g. a profile measured
+    /// before submission: Synergy's `best_cpus_per_gpu`); the loop puts them in
+    /// the metric store on submission, so the first scheduling decision sees them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metrics: std::collections::BTreeMap<String, f64>,
 }
 
 impl JobSpec {
@@ -74,6 +79,7 @@ impl JobSpec {
             user: None,
             model: None,
             expected_duration_s: None,
+            metrics: Default::default(),
         }
     }
 
@@ -103,6 +109,10 @@ pub struct Job {
     pub allocation: Vec<GpuId>,
     /// Global batch size in use now (a policy may change it, e.g. ONES, Pollux).
     pub current_batch_size: Option<u32>,
+    /// CPUs and host memory per GPU held now; `None`: the proportional share
+    /// (Synergy-style policies set it).
+    #[serde(default)]
+    pub host_share: Option<crate::cluster::HostShare>,
     /// Largest GPU count the job has held so far (Pollux caps growth at 2×).
     pub max_gpus_so_far: u32,
     /// Times it was suspended to make room for another job.
@@ -133,6 +143,7 @@ impl Job {
             finish_s: None,
             allocation: Vec::new(),
             current_batch_size: batch,
+            host_share: None,
             max_gpus_so_far: 0,
             preemptions: 0,
             restarts: 0,

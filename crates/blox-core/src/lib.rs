@@ -14,7 +14,7 @@ pub mod module;
 pub mod registry;
 pub mod round;
 
-pub use cluster::{ClusterError, ClusterState, Gpu, Node, NodeSpec};
+pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{Config, ConfigError, ModuleConfig, RunConfig, Section};
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{Job, JobSpec, JobStatus};

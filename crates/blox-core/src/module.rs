@@ -5,7 +5,7 @@
 //! management, metric collection, preemption, launch) act on a backend — the
 //! simulator or a real cluster. The round loop in [`crate::round`] chains them.
 
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, HostShare};
 use crate::ids::{GpuId, JobId};
 use crate::job::{Job, JobSpec};
 use crate::job_state::JobState;
@@ -56,6 +56,10 @@ pub struct Demand {
     /// Concrete GPUs chosen by a joint policy (Pollux, ONES); placement policies
     /// that honour them (`explicit`) pass them through.
     pub gpu_ids: Option<Vec<GpuId>>,
+    /// CPUs and host memory per GPU the job would like (Synergy's demand
+    /// vector); `None`: the proportional share. Placements that do not track
+    /// host resources give the proportional share whatever this says.
+    pub host: Option<HostShare>,
 }
 
 /// A scheduling decision: jobs in priority order, highest first. A runnable job
@@ -85,6 +89,7 @@ impl Schedule {
                     gpus: j.requested_gpus(),
                     batch_size: None,
                     gpu_ids: None,
+                    host: None,
                 })
                 .collect(),
         }
@@ -106,12 +111,26 @@ pub struct Assignment {
     pub job: JobId,
     pub gpus: Vec<GpuId>,
     pub batch_size: Option<u32>,
+    /// CPUs and host memory per GPU; `None`: each node's proportional share.
+    pub host: Option<HostShare>,
+}
+
+impl Assignment {
+    /// `job` on `gpus` at its own batch size and the proportional host share.
+    pub fn new(job: JobId, gpus: Vec<GpuId>) -> Self {
+        Assignment {
+            job,
+            gpus,
+            batch_size: None,
+            host: None,
+        }
+    }
 }
 
 /// A placement decision. Running jobs in neither list keep their GPUs.
-/// A running job listed in `launch` with other GPUs is restarted there
-/// (re-allocation); with the same GPUs and another batch size it is reconfigured
-/// in place.
+/// A running job listed in `launch` with other GPUs or another host share is
+/// restarted (re-allocation); with the same GPUs and host share and another
+/// batch size it is reconfigured in place.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
     /// Running jobs to suspend (checkpoint and release their GPUs).

@@ -2,8 +2,8 @@
 //! Fig. 2): update cluster → collect metrics → prune finished → pop new → admit →
 //! schedule → place → preempt → launch → wait.
 
-use crate::cluster::{ClusterError, ClusterState};
-use crate::ids::{GpuId, JobId};
+use crate::cluster::{ClusterError, ClusterState, HOST_EPS};
+use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::{Job, JobStatus};
 use crate::job_state::JobState;
 use crate::module::{
@@ -158,6 +158,9 @@ impl RoundLoop {
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
             } else {
+                for (k, v) in &job.spec.metrics {
+                    self.jobs.metrics().set(job.id(), k, *v);
+                }
                 self.waiting.push(job);
             }
         }
@@ -252,6 +255,7 @@ impl RoundLoop {
                     if let Some(job) = self.jobs.get_mut(id) {
                         job.status = JobStatus::Queued;
                         job.allocation.clear();
+                        job.host_share = None;
                         job.restarts += 1;
                         job.last_launch_s = Some(info.now_s);
                     }
@@ -295,6 +299,7 @@ impl RoundLoop {
                 None => self.waiting.push(job),
                 Some(None) => self.jobs.insert(job),
                 Some(Some(reason)) => {
+                    self.jobs.metrics().remove_job(job.id());
                     self.end_unadmitted(&mut job, info.now_s, reason);
                     self.jobs.record_ended(job);
                 }
@@ -345,6 +350,48 @@ impl RoundLoop {
             }
             after.insert(a.job, &a.gpus);
         }
+        // Host CPUs and memory per node after the decision: what jobs that keep
+        // their allocation hold now, plus what every launch asks for.
+        let mut host: HashMap<NodeId, (f64, f64)> = HashMap::new();
+        let relaunched: HashSet<JobId> = p.launch.iter().map(|a| a.job).collect();
+        for job in self.jobs.running() {
+            if p.preempt.contains(&job.id()) || relaunched.contains(&job.id()) {
+                continue;
+            }
+            for g in &job.allocation {
+                if let Some(gpu) = self.cluster.gpu(*g) {
+                    let e = host.entry(gpu.node).or_default();
+                    e.0 += gpu.host_cpus;
+                    e.1 += gpu.host_mem_gb;
+                }
+            }
+        }
+        for a in &p.launch {
+            for g in &a.gpus {
+                if let Some(gpu) = self.cluster.gpu(*g) {
+                    let node = &self.cluster.nodes()[gpu.node.index()];
+                    let share = a.host.unwrap_or_else(|| node.spec.proportional_share());
+                    if share.cpus_per_gpu < 0.0 || share.mem_gb_per_gpu < 0.0 {
+                        return Err(bad(format!(
+                            "gives {} a negative host share {share:?}",
+                            a.job
+                        )));
+                    }
+                    let e = host.entry(gpu.node).or_default();
+                    e.0 += share.cpus_per_gpu;
+                    e.1 += share.mem_gb_per_gpu;
+                }
+            }
+        }
+        for (node, (c, m)) in &host {
+            let spec = &self.cluster.nodes()[node.index()].spec;
+            if *c > spec.cpus as f64 + HOST_EPS || *m > spec.host_mem_gb + HOST_EPS {
+                return Err(bad(format!(
+                    "gives out {c:.2} CPUs and {m:.1} GiB on {node}, which has {} CPUs and {} GiB",
+                    spec.cpus, spec.host_mem_gb
+                )));
+            }
+        }
         let mut owner: HashMap<GpuId, JobId> = HashMap::new();
         for (job, gpus) in after {
             for &g in gpus {
@@ -381,7 +428,9 @@ impl RoundLoop {
         let mut moving = Vec::new();
         for a in &p.launch {
             if let Some(job) = self.jobs.get(a.job) {
-                if job.is_running() && !same_gpus(&job.allocation, &a.gpus) {
+                if job.is_running()
+                    && (!same_gpus(&job.allocation, &a.gpus) || job.host_share != a.host)
+                {
                     moving.push(a.job);
                 }
             }
@@ -408,7 +457,8 @@ impl RoundLoop {
                 }
                 continue;
             }
-            self.cluster.assign(a.job, &a.gpus)?;
+            self.cluster.assign_with_host(a.job, &a.gpus, a.host)?;
+            self.jobs.get_mut(a.job).expect("checked above").host_share = a.host;
             let job = self.jobs.get(a.job).expect("checked above");
             b.launch(info, job, &a.gpus, a.batch_size)
                 .map_err(backend("launch"))?;
@@ -438,6 +488,7 @@ impl RoundLoop {
         let job = self.jobs.get_mut(id).expect("validated");
         let gpus = std::mem::take(&mut job.allocation);
         job.status = JobStatus::Queued;
+        job.host_share = None;
         self.cluster.release(id, &gpus);
         Ok(())
     }

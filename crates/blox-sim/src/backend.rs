@@ -16,6 +16,7 @@
 //! after which the batch is re-chosen (a PolluxAgent observes and refits first).
 //! The job completes at the target progress `P*`.
 
+use crate::host_profile::HostProfiles;
 use crate::workload::{BatchAgent, SimJob, WorkModel};
 use blox_core::*;
 use blox_goodput::{AppProfile, BatchConfig, PolluxAgent};
@@ -260,7 +261,8 @@ struct SimJobState {
     started: bool,
     profile: Option<ProfileRun>,
     converge_at: Option<f64>,
-    /// Speed of the GPU type it runs on (slowest of its GPUs).
+    /// Speed of the GPU type it runs on (slowest of its GPUs) times its speed
+    /// with the CPUs and host memory it got (host profiles).
     type_speed: f64,
     /// Time it was last taken off its GPUs (a launch in the same round is a move).
     stopped_at: Option<f64>,
@@ -308,6 +310,11 @@ pub struct SimBackend {
     /// Metrics fixed for a job's life (per-type speeds, epoch size, batch
     /// limits), reported once at the collection after its submission.
     static_metrics: Vec<(JobId, String, f64)>,
+    /// CPU/memory sensitivity by model (Synergy); models not listed do not
+    /// depend on host resources.
+    host_profiles: HostProfiles,
+    /// The proportional host share of every node.
+    node_prop: HashMap<NodeId, HostShare>,
 }
 
 impl SimBackend {
@@ -355,6 +362,12 @@ impl SimBackend {
                 cluster.max_gpus() / per_node
             },
             static_metrics: Vec::new(),
+            host_profiles: HostProfiles::new(),
+            node_prop: cluster
+                .nodes()
+                .iter()
+                .map(|n| (n.id, n.spec.proportional_share()))
+                .collect(),
             node_template: cluster
                 .nodes()
                 .first()
@@ -426,6 +439,15 @@ impl SimBackend {
                     .any(|n| distributed_on.get(n).copied().unwrap_or(0) >= 2);
             p.slowdown = if hit { 1.0 - i } else { 1.0 };
         }
+    }
+
+    /// Makes jobs' speed depend on the CPUs and host memory they get, by
+    /// model (Synergy). Each job with a profile is submitted with its best
+    /// share in `JobSpec::metrics`: `best_cpus_per_gpu`, `best_mem_gb_per_gpu`
+    /// and `best_host_speedup` (what Synergy's optimistic profiling measures).
+    pub fn with_host_profiles(mut self, profiles: HostProfiles) -> Self {
+        self.host_profiles = profiles;
+        self
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -532,6 +554,8 @@ impl ClusterManager for SimBackend {
                 self.next_node += 1;
                 self.node_type
                     .insert(id, self.node_template.gpu_type.clone());
+                self.node_prop
+                    .insert(id, self.node_template.proportional_share());
                 for _ in 0..self.node_template.gpus {
                     self.gpu_node.push(id);
                 }
@@ -710,7 +734,21 @@ impl JobSource for SimBackend {
                         .push((id, "epoch_size".into(), self.cfg.epoch_s * k));
                 }
             }
-            out.push(j.spec.clone());
+            let mut spec = j.spec.clone();
+            // Synergy profiles a job before it is scheduled (optimistic
+            // profiling, §4.1): its best share comes with the submission.
+            if let Some(h) = spec
+                .model
+                .as_deref()
+                .and_then(|m| self.host_profiles.get(m))
+            {
+                spec.metrics.extend([
+                    ("best_cpus_per_gpu".to_string(), h.best.cpus_per_gpu),
+                    ("best_mem_gb_per_gpu".to_string(), h.best.mem_gb_per_gpu),
+                    ("best_host_speedup".to_string(), h.best_speedup),
+                ]);
+            }
+            out.push(spec);
             self.next += 1;
         }
         Ok(out)
@@ -748,6 +786,26 @@ impl LaunchMechanism for SimBackend {
             type_speed
         } else {
             1.0
+        };
+        // CPU and memory sensitivity: the slowest of its nodes' shares.
+        let host_speed = match job
+            .spec
+            .model
+            .as_deref()
+            .and_then(|m| self.host_profiles.get(m))
+        {
+            Some(h) => gpus
+                .iter()
+                .filter_map(|g| self.gpu_node.get(g.index()))
+                .filter_map(|n| job.host_share.or_else(|| self.node_prop.get(n).copied()))
+                .map(|share| h.speed_at(share))
+                .fold(f64::INFINITY, f64::min),
+            None => 1.0,
+        };
+        let type_speed = if host_speed.is_finite() {
+            type_speed * host_speed
+        } else {
+            type_speed
         };
         let s = self
             .jobs

@@ -6,6 +6,7 @@
 //! `blox_core::RoundLoop` — the same code that drives a real cluster.
 
 pub mod backend;
+pub mod host_profile;
 pub mod report;
 pub mod run;
 pub mod workload;

@@ -21,6 +21,10 @@ pub struct JobRow {
     pub num_gpus: u32,
     pub status: String,
     pub reason: String,
+    /// The job's model, if the trace or `assign_models` gave one.
+    pub model: String,
+    /// Wall seconds it held GPUs.
+    pub run_time_s: f64,
 }
 
 impl JobRow {
@@ -46,6 +50,8 @@ impl JobRow {
             num_gpus: j.requested_gpus(),
             status: j.status.as_str().to_string(),
             reason: j.end_reason.clone().unwrap_or_default(),
+            model: j.spec.model.clone().unwrap_or_default(),
+            run_time_s: j.run_time_s,
         }
     }
 
@@ -200,6 +206,8 @@ pub const JOB_COLUMNS: &[&str] = &[
     "num_gpus",
     "restarts",
     "reason",
+    "model",
+    "run_time_s",
 ];
 
 pub const ROUND_COLUMNS: &[&str] = &[
@@ -288,6 +296,14 @@ mod tables {
             Column::new(
                 "reason".into(),
                 j.iter().map(|x| x.reason.clone()).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "model".into(),
+                j.iter().map(|x| x.model.clone()).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "run_time_s".into(),
+                j.iter().map(|x| x.run_time_s).collect::<Vec<_>>(),
             ),
         ])
     }
@@ -383,6 +399,8 @@ mod tables {
                 j.num_gpus.to_string(),
                 j.restarts.to_string(),
                 j.reason.clone(),
+                j.model.clone(),
+                j.run_time_s.to_string(),
             ])
             .map_err(|e| e.to_string())?;
         }

@@ -42,8 +42,12 @@ impl Simulation {
         let policies =
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
         let sim: SimConfig = cfg.section("sim").parse()?;
-        let jobs = workload::load(&cfg.section("workload"), &cfg.base_dir, cfg.run.seed)?;
-        Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)
+        let section = cfg.section("workload");
+        let jobs = workload::load(&section, &cfg.base_dir, cfg.run.seed)?;
+        let host = workload::load_host_profiles(&section, &cfg.base_dir, &jobs)?;
+        let mut s = Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)?;
+        s.backend = s.backend.with_host_profiles(host);
+        Ok(s)
     }
 
     /// Builds a simulation from parts (for tests and custom drivers).

@@ -425,6 +425,7 @@ impl SchedulingPolicy for Ones {
                     gpus: gpus.len() as u32,
                     batch_size: Some(t.local_batch * gpus.len() as u32),
                     gpu_ids: Some(gpus),
+                    host: None,
                 });
             }
         } else {
@@ -439,6 +440,7 @@ impl SchedulingPolicy for Ones {
                     gpus: keep,
                     batch_size: (keep < j.allocation.len() as u32).then_some(keep * t.local_batch),
                     gpu_ids: Some(gpus),
+                    host: None,
                 });
             }
         }

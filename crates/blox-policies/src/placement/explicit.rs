@@ -43,6 +43,7 @@ impl PlacementPolicy for Explicit {
                         job: d.job,
                         gpus: gpus.clone(),
                         batch_size: d.batch_size,
+                        host: d.host,
                     });
                 }
             }
@@ -76,6 +77,7 @@ mod tests {
                 gpus: 2,
                 batch_size: Some(256),
                 gpu_ids: Some(vec![GpuId(0), GpuId(3)]),
+                host: None,
             }],
         };
         let p = Explicit {}.place(&info(0.0), &schedule, &state, &cluster);
@@ -85,7 +87,8 @@ mod tests {
             vec![Assignment {
                 job: JobId(2),
                 gpus: vec![GpuId(0), GpuId(3)],
-                batch_size: Some(256)
+                batch_size: Some(256),
+                host: None,
             }]
         );
     }

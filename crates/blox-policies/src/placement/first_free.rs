@@ -74,7 +74,8 @@ mod tests {
             vec![Assignment {
                 job: JobId(3),
                 gpus: vec![GpuId(1)],
-                batch_size: None
+                batch_size: None,
+                host: None,
             }]
         );
     }

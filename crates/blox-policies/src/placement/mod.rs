@@ -7,5 +7,6 @@ pub mod consolidated;
 pub mod explicit;
 pub mod first_free;
 pub mod most_free;
+pub mod synergy;
 pub mod tiresias_skew;
 pub mod walk;

@@ -100,6 +100,7 @@ impl PlacementPolicy for MostFree {
                 job: d.job,
                 gpus,
                 batch_size: d.batch_size,
+                host: None,
             });
         }
         out

@@ -163,6 +163,7 @@ pub fn priority_walk(
                     job: d.job,
                     gpus: alloc.clone(),
                     batch_size: Some(bs),
+                    host: None,
                 });
             }
             continue;
@@ -216,6 +217,7 @@ pub fn priority_walk(
                     job: d.job,
                     gpus,
                     batch_size: d.batch_size,
+                    host: None,
                 });
             }
             None if params.backfill => continue,

@@ -356,6 +356,7 @@ impl PolluxSched {
                 gpus: gpus.len() as u32,
                 batch_size: None,
                 gpu_ids: Some(gpus),
+                host: None,
             });
         }
         out

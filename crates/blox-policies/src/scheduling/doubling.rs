@@ -520,6 +520,7 @@ impl SchedulingPolicy for Doubling {
                     gpus: k,
                     batch_size: None,
                     gpu_ids: None,
+                    host: None,
                 })
                 .collect(),
             desired_nodes: None,

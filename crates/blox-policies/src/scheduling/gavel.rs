@@ -307,6 +307,7 @@ impl SchedulingPolicy for Gavel {
                     gpus: gpus.len() as u32,
                     batch_size: None,
                     gpu_ids: Some(gpus),
+                    host: None,
                 })
                 .collect(),
             desired_nodes: None,

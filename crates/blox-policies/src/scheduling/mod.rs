@@ -8,5 +8,6 @@ pub mod las;
 pub mod loss_termination;
 pub mod optimus;
 pub mod srtf;
+pub mod synergy;
 pub mod themis;
 pub mod tiresias;

@@ -241,6 +241,7 @@ impl SchedulingPolicy for Optimus {
                     gpus: k,
                     batch_size: None,
                     gpu_ids: None,
+                    host: None,
                 })
                 .collect(),
         }

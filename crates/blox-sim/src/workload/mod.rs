@@ -156,6 +156,16 @@ pub struct WorkloadConfig {
     pub converge_fraction: Option<f64>,
     /// See `converge_fraction` (default 0.4, Blox §5.3 after Jeon et al.).
     pub converge_at: Option<f64>,
+    /// Give every job without a model one of these, uniformly at random (run
+    /// seed); list a name twice to weight it. Synergy assigns models to Philly
+    /// jobs this way (OSDI'22 §6).
+    #[serde(default)]
+    pub assign_models: Vec<String>,
+    /// CPU/memory sensitivity profiles by model (relative to the config file;
+    /// e.g. the vendored `data/blox/derived/model_profiles__models_dir.csv`):
+    /// a job's speed then depends on the CPUs and host memory it gets
+    /// ([`crate::host_profile`]). Every job must have a model listed there.
+    pub host_profiles: Option<PathBuf>,
 }
 
 /// `[workload] model`.
@@ -299,5 +309,62 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
             j.spec.requested_gpus = g;
         }
     }
+    if !cfg.assign_models.is_empty() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e);
+        for j in &mut jobs {
+            if j.spec.model.is_none() {
+                let k = rng.random_range(0..cfg.assign_models.len());
+                j.spec.model = Some(cfg.assign_models[k].clone());
+            }
+        }
+    }
     Ok(jobs)
+}
+
+/// The `[workload] host_profiles` table, checked against the jobs: every job
+/// needs a model that has a profile. Empty when the key is not set.
+pub fn load_host_profiles(
+    section: &Section,
+    base_dir: &Path,
+    jobs: &[SimJob],
+) -> Result<crate::host_profile::HostProfiles, WorkloadError> {
+    let cfg: WorkloadConfig = section.parse()?;
+    let Some(rel) = cfg.host_profiles.as_ref() else {
+        return Ok(Default::default());
+    };
+    let path = base_dir.join(rel);
+    let profiles = crate::host_profile::read(&path)?;
+    let known = || profiles.keys().cloned().collect::<Vec<_>>().join(", ");
+    for j in jobs {
+        match j.spec.model.as_deref() {
+            None => {
+                return Err(section
+                    .error_at(
+                        "host_profiles",
+                        format!(
+                            "{} has no model, so its host profile is unknown; \
+                             give the trace a model column or set `assign_models`",
+                            j.spec.id
+                        ),
+                    )
+                    .into())
+            }
+            Some(m) if !profiles.contains_key(m) => {
+                return Err(section
+                    .error_at(
+                        "host_profiles",
+                        format!(
+                            "{}: model `{m}` has no profile in {} (it has: {})",
+                            j.spec.id,
+                            path.display(),
+                            known()
+                        ),
+                    )
+                    .into())
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(profiles)
 }
