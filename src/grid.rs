@@ -19,6 +19,8 @@
 //! sections.cluster = { nodes = 32, gpus_per_node = 4 }
 //! # Dotted overrides, applied after; per config: `set_for."las.toml" = {...}`.
 //! set = { "run.round_s" = "300" }
+//! # Named override sets, each reported as a policy of its own:
+//! variants = [{ name = "las", set = { "scheduling.policy" = "las" } }]
 //! ```
 //!
 //! Paths are relative to the sweep file. Results: `OUT/sweep.csv` (one row
@@ -53,6 +55,18 @@ struct Grid {
     /// Extra overrides for one config, keyed by its file name.
     #[serde(default)]
     set_for: BTreeMap<String, BTreeMap<String, String>>,
+    /// Named override sets, each a policy of its own in the results (e.g. the
+    /// nine admission × scheduling combinations of one config).
+    #[serde(default)]
+    variants: Vec<Variant>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Variant {
+    name: String,
+    #[serde(default)]
+    set: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -138,12 +152,26 @@ fn cells(path: &Path, out: &Path) -> Result<Vec<Cell>> {
         } else {
             g.seeds.iter().map(|s| Some(*s)).collect()
         };
-        for c in &g.configs {
+        let variants: Vec<Option<&Variant>> = if g.variants.is_empty() {
+            vec![None]
+        } else {
+            g.variants.iter().map(Some).collect()
+        };
+        for (c, v) in g
+            .configs
+            .iter()
+            .flat_map(|c| variants.iter().map(move |v| (c, *v)))
+        {
             let config = base.join(c);
             let name = c
                 .file_name()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
+            let policy = match v {
+                None => stem(&config),
+                Some(v) if g.configs.len() == 1 => v.name.clone(),
+                Some(v) => format!("{}-{}", stem(&config), v.name),
+            };
             for w in &workloads {
                 for l in &loads {
                     for s in &seeds {
@@ -151,6 +179,9 @@ fn cells(path: &Path, out: &Path) -> Result<Vec<Cell>> {
                             g.set.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                         if let Some(extra) = g.set_for.get(&name) {
                             overrides.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        }
+                        if let Some(v) = v {
+                            overrides.extend(v.set.iter().map(|(k, v)| (k.clone(), v.clone())));
                         }
                         if let Some(l) = l {
                             overrides.push(("workload.jobs_per_hour".into(), l.to_string()));
@@ -160,7 +191,7 @@ fn cells(path: &Path, out: &Path) -> Result<Vec<Cell>> {
                         }
                         let mut cell = Cell {
                             grid: g.name.clone(),
-                            policy: stem(&config),
+                            policy: policy.clone(),
                             workload: w.as_deref().map(stem).unwrap_or_default(),
                             jobs_per_hour: *l,
                             seed: *s,
@@ -192,7 +223,7 @@ fn cell_config(cell: &Cell, sweep_base: &Path) -> Result<Config> {
         let mut v = v.clone();
         if let toml::Value::Table(t) = &mut v {
             // Paths given in the sweep file are relative to it.
-            for key in ["path", "traces_dir"] {
+            for key in ["path", "traces_dir", "host_profiles"] {
                 if let Some(toml::Value::String(p)) = t.get(key) {
                     let abs = std::path::absolute(sweep_base.join(p))?;
                     t.insert(key.into(), toml::Value::String(abs.display().to_string()));
@@ -218,12 +249,13 @@ fn cell_config(cell: &Cell, sweep_base: &Path) -> Result<Config> {
     Ok(cfg?)
 }
 
-/// Makes every relative `path` / `traces_dir` value absolute against `base`.
+/// Makes every relative `path` / `traces_dir` / `host_profiles` value absolute
+/// against `base`.
 fn rebase_paths(text: &str, base: &Path) -> Result<String> {
     let mut doc: toml::Table = toml::from_str(text)?;
     for (_, sec) in doc.iter_mut() {
         if let toml::Value::Table(t) = sec {
-            for key in ["path", "traces_dir"] {
+            for key in ["path", "traces_dir", "host_profiles"] {
                 if let Some(toml::Value::String(p)) = t.get(key) {
                     if Path::new(p).is_relative() {
                         let abs = std::path::absolute(base.join(p))?;

@@ -324,6 +324,7 @@ const TOP_LEVEL: &[&str] = &[
     "workload",
     "sim",
     "sweep",
+    "synthesizer",
 ];
 
 impl Config {
@@ -442,7 +443,7 @@ impl Config {
         let scheduling = module("scheduling", "fifo")?;
         let placement = module("placement", "first-free")?;
         let mut extra = std::collections::BTreeMap::new();
-        for name in ["workload", "sim", "sweep"] {
+        for name in ["workload", "sim", "sweep", "synthesizer"] {
             if let Some(s) = section(name) {
                 extra.insert(name.to_string(), s);
             }

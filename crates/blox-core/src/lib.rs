@@ -24,7 +24,7 @@ pub use module::{
     ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
-pub use round::{LoopError, Policies, RoundLoop, RoundReport};
+pub use round::{LoopError, Policies, PolicySelector, RoundLoop, RoundReport};
 
 /// Re-exported so policy crates can register without depending on `inventory`.
 pub use inventory;

@@ -30,6 +30,8 @@ pub enum LoopError {
     },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error("policy selector `{module}` failed: {reason}")]
+    Selector { module: String, reason: String },
 }
 
 fn backend(step: &'static str) -> impl FnOnce(BackendError) -> LoopError {
@@ -54,6 +56,8 @@ pub struct RoundReport {
     pub preempted: Vec<JobId>,
     /// Jobs that ended during the last round (pruned in this one).
     pub ended: Vec<JobId>,
+    /// The policies that decided this round, `admission/scheduling/placement`.
+    pub policy: String,
 }
 
 /// The three policies of a composed scheduler, with the names they were built from.
@@ -65,8 +69,37 @@ pub struct Policies {
     pub names: (String, String, String),
 }
 
+/// Policy synthesis (Blox, EuroSys'24, §5.2): a module that may swap the
+/// admission, scheduling and placement policies between rounds, from what the
+/// scheduler knows now. The loop asks it after new submissions arrive and
+/// before admission (step 4½).
+pub trait PolicySelector: Send {
+    /// Its registered name, for messages.
+    fn name(&self) -> &str;
+
+    /// New policies to use from this round on, or `None` to keep `active`.
+    /// `waiting` are the submitted, not yet admitted jobs.
+    fn select(
+        &mut self,
+        round: &RoundInfo,
+        jobs: &JobState,
+        cluster: &ClusterState,
+        waiting: &[Job],
+        active: &Policies,
+    ) -> Result<Option<Policies>, String>;
+}
+
+impl Policies {
+    /// `admission/scheduling/placement`.
+    pub fn label(&self) -> String {
+        format!("{}/{}/{}", self.names.0, self.names.1, self.names.2)
+    }
+}
+
 /// A composed scheduler: the policies plus the shared state they work on.
 pub struct RoundLoop {
+    /// Swaps `policies` between rounds (policy synthesis), if set.
+    pub selector: Option<Box<dyn PolicySelector>>,
     pub policies: Policies,
     pub jobs: JobState,
     pub cluster: ClusterState,
@@ -79,6 +112,7 @@ pub struct RoundLoop {
 impl RoundLoop {
     pub fn new(policies: Policies, cluster: ClusterState, round_s: f64) -> Self {
         RoundLoop {
+            selector: None,
             policies,
             jobs: JobState::new(),
             cluster,
@@ -164,6 +198,31 @@ impl RoundLoop {
                 self.waiting.push(job);
             }
         }
+        // 4½. Policy selection (synthesis).
+        if let Some(mut sel) = self.selector.take() {
+            let r = sel.select(
+                &info,
+                &self.jobs,
+                &self.cluster,
+                &self.waiting,
+                &self.policies,
+            );
+            let name = sel.name().to_string();
+            self.selector = Some(sel);
+            match r {
+                Ok(Some(p)) => {
+                    tracing::info!(from = %self.policies.label(), to = %p.label(), "policies switched");
+                    self.policies = p;
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    return Err(LoopError::Selector {
+                        module: name,
+                        reason,
+                    })
+                }
+            }
+        }
         // 5. Admission.
         if !self.waiting.is_empty() {
             self.admit(&info)?;
@@ -222,6 +281,7 @@ impl RoundLoop {
             launched,
             preempted,
             ended,
+            policy: self.policies.label(),
         };
         debug!(
             busy = report.busy_gpus,

@@ -287,6 +287,8 @@ pub struct SimBackend {
     cfg: SimConfig,
     round_s: f64,
     tick: u64,
+    /// Time of tick 0 (forks start at the live clock).
+    t0: f64,
     /// Extra offset when fast-forwarding over idle time (whole rounds).
     trace: Vec<SimJob>,
     next: usize,
@@ -337,6 +339,7 @@ impl SimBackend {
                 .map(|n| (n.id, n.spec.gpu_type.clone()))
                 .collect(),
             tick: u64::from(cfg.start_after_first_round),
+            t0: 0.0,
             cfg,
             round_s,
             trace,
@@ -460,7 +463,7 @@ impl SimBackend {
     }
 
     fn now(&self) -> f64 {
-        self.tick as f64 * self.round_s
+        self.t0 + self.tick as f64 * self.round_s
     }
 
     /// Advances every running job from `start` to `end`.
@@ -776,37 +779,7 @@ impl LaunchMechanism for SimBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
-        let type_speed = gpus
-            .iter()
-            .filter_map(|g| self.gpu_node.get(g.index()))
-            .filter_map(|n| self.node_type.get(n))
-            .map(|t| self.cfg.speed(job.spec.model.as_deref(), t))
-            .fold(f64::INFINITY, f64::min);
-        let type_speed = if type_speed.is_finite() {
-            type_speed
-        } else {
-            1.0
-        };
-        // CPU and memory sensitivity: the slowest of its nodes' shares.
-        let host_speed = match job
-            .spec
-            .model
-            .as_deref()
-            .and_then(|m| self.host_profiles.get(m))
-        {
-            Some(h) => gpus
-                .iter()
-                .filter_map(|g| self.gpu_node.get(g.index()))
-                .filter_map(|n| job.host_share.or_else(|| self.node_prop.get(n).copied()))
-                .map(|share| h.speed_at(share))
-                .fold(f64::INFINITY, f64::min),
-            None => 1.0,
-        };
-        let type_speed = if host_speed.is_finite() {
-            type_speed * host_speed
-        } else {
-            type_speed
-        };
+        let type_speed = self.speed_factor(job, gpus);
         let s = self
             .jobs
             .get_mut(&job.id())
@@ -864,6 +837,85 @@ impl LaunchMechanism for SimBackend {
     }
 }
 
+impl SimBackend {
+    /// Speed of `job` on `gpus`: its GPU type's (the slowest it holds) times
+    /// its speed with the CPUs and memory it got (host profiles).
+    fn speed_factor(&self, job: &Job, gpus: &[GpuId]) -> f64 {
+        let type_speed = gpus
+            .iter()
+            .filter_map(|g| self.gpu_node.get(g.index()))
+            .filter_map(|n| self.node_type.get(n))
+            .map(|t| self.cfg.speed(job.spec.model.as_deref(), t))
+            .fold(f64::INFINITY, f64::min);
+        let type_speed = if type_speed.is_finite() {
+            type_speed
+        } else {
+            1.0
+        };
+        // CPU and memory sensitivity: the slowest of its nodes' shares.
+        let host_speed = match job
+            .spec
+            .model
+            .as_deref()
+            .and_then(|m| self.host_profiles.get(m))
+        {
+            Some(h) => gpus
+                .iter()
+                .filter_map(|g| self.gpu_node.get(g.index()))
+                .filter_map(|n| job.host_share.or_else(|| self.node_prop.get(n).copied()))
+                .map(|share| h.speed_at(share))
+                .fold(f64::INFINITY, f64::min),
+            None => 1.0,
+        };
+        let type_speed = if host_speed.is_finite() {
+            type_speed * host_speed
+        } else {
+            type_speed
+        };
+        type_speed
+    }
+
+    /// Takes over a job from a live scheduler (a synthesizer's fork): `job` as
+    /// the scheduler knows it, `duration_s` its estimated run time at the
+    /// requested GPUs, of which the fraction `job.progress` is done. A running
+    /// job keeps running on its GPUs from `now_s` without a restart.
+    pub fn adopt(&mut self, job: &Job, duration_s: f64, now_s: f64) {
+        let id = job.id();
+        let done_s = duration_s * job.progress.clamp(0.0, 1.0);
+        let mut st = SimJobState {
+            duration_s,
+            requested_gpus: job.requested_gpus(),
+            done_s,
+            attained_gpu_s: job.attained_service_gpu_s,
+            run_time_s: job.run_time_s,
+            segment: None,
+            finished_at: None,
+            started: job.launches > 0,
+            profile: None,
+            converge_at: None,
+            type_speed: 1.0,
+            stopped_at: None,
+        };
+        if job.is_running() && !job.allocation.is_empty() {
+            st.type_speed = self.speed_factor(job, &job.allocation);
+            st.segment = Some(Segment {
+                gpus: job.allocation.len() as u32,
+                held_since_s: now_s,
+                progress_from_s: now_s,
+            });
+            self.running.insert(id);
+            self.alloc.insert(id, job.allocation.clone());
+        }
+        self.jobs.insert(id, st);
+    }
+
+    /// Starts the clock at `t` (a fork of a live scheduler).
+    pub fn start_at(&mut self, t: f64) {
+        self.t0 = t;
+        self.tick = 0;
+    }
+}
+
 impl RoundClock for SimBackend {
     fn now_s(&self) -> f64 {
         self.now()
@@ -880,7 +932,7 @@ impl RoundClock for SimBackend {
         if idle && self.running.is_empty() && self.next < self.trace.len() {
             // Nothing admitted or running: jump to the round of the next arrival.
             let arrival = self.trace[self.next].spec.arrival_s;
-            let tick = (arrival / self.round_s).ceil() as u64;
+            let tick = ((arrival - self.t0) / self.round_s).ceil().max(0.0) as u64;
             self.tick = self.tick.max(tick);
         }
         Ok(())

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod host_profile;
 pub mod report;
 pub mod run;
+pub mod synth;
 pub mod workload;
 
 pub use backend::{SimBackend, SimConfig};

@@ -69,6 +69,9 @@ pub struct RoundRow {
     pub queued_jobs: u32,
     pub waiting_jobs: u32,
     pub running_jobs: u32,
+    /// The policies that decided the round (`admission/scheduling/placement`);
+    /// changes when a synthesizer switches.
+    pub policy: String,
 }
 
 /// Headline numbers of a run (over the tracked jobs).
@@ -217,6 +220,7 @@ pub const ROUND_COLUMNS: &[&str] = &[
     "running_jobs",
     "waiting_jobs",
     "total_gpus",
+    "policy",
 ];
 
 impl SimResult {
@@ -335,6 +339,10 @@ mod tables {
                 "total_gpus".into(),
                 x.iter().map(|r| r.total_gpus).collect::<Vec<_>>(),
             ),
+            Column::new(
+                "policy".into(),
+                x.iter().map(|r| r.policy.clone()).collect::<Vec<_>>(),
+            ),
         ])
     }
 
@@ -416,6 +424,7 @@ mod tables {
                 x.running_jobs.to_string(),
                 x.waiting_jobs.to_string(),
                 x.total_gpus.to_string(),
+                x.policy.clone(),
             ])
             .map_err(|e| e.to_string())?;
         }

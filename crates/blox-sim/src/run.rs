@@ -33,6 +33,8 @@ pub struct Simulation {
     tracked_total: usize,
     tracked_ended: usize,
     seen_ended: usize,
+    /// The synthesizer's decisions, when one is configured.
+    pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
 
 impl Simulation {
@@ -45,8 +47,21 @@ impl Simulation {
         let section = cfg.section("workload");
         let jobs = workload::load(&section, &cfg.base_dir, cfg.run.seed)?;
         let host = workload::load_host_profiles(&section, &cfg.base_dir, &jobs)?;
+        let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
         let mut s = Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)?;
         s.backend = s.backend.with_host_profiles(host);
+        if let Some(synth) = synth {
+            // Name the starting policies the way the synthesizer names its
+            // candidates, so the first decision recognises them.
+            use crate::synth::module_label;
+            s.round_loop.policies.names = (
+                module_label(&cfg.admission),
+                module_label(&cfg.scheduling),
+                module_label(&cfg.placement),
+            );
+            s.synth_decisions = Some(synth.decisions());
+            s.round_loop.selector = Some(Box::new(synth));
+        }
         Ok(s)
     }
 
@@ -76,6 +91,7 @@ impl Simulation {
             tracked_total,
             tracked_ended: 0,
             seen_ended: 0,
+            synth_decisions: None,
         })
     }
 
@@ -130,6 +146,7 @@ impl Simulation {
             queued_jobs: r.queued_jobs as u32,
             waiting_jobs: r.waiting_jobs as u32,
             running_jobs: r.running_jobs as u32,
+            policy: r.policy,
         });
         Ok(true)
     }

@@ -166,6 +166,16 @@ pub struct WorkloadConfig {
     /// a job's speed then depends on the CPUs and host memory it gets
     /// ([`crate::host_profile`]). Every job must have a model listed there.
     pub host_profiles: Option<PathBuf>,
+    /// Bursts of short jobs (Blox Fig. 15's bursty workload): every
+    /// `burst_every_s`, for `burst_length_s`, an extra Poisson stream of 1-GPU
+    /// jobs at `burst_jobs_per_hour` (default: `jobs_per_hour`, doubling the
+    /// arrival rate) lasting U(`burst_min_duration_s`, `burst_max_duration_s`)
+    /// (default 10–60 min). Job ids are renumbered in arrival order.
+    pub burst_every_s: Option<f64>,
+    pub burst_length_s: Option<f64>,
+    pub burst_jobs_per_hour: Option<f64>,
+    pub burst_min_duration_s: Option<f64>,
+    pub burst_max_duration_s: Option<f64>,
 }
 
 /// `[workload] model`.
@@ -309,6 +319,30 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
             j.spec.requested_gpus = g;
         }
     }
+    if let Some(every) = cfg.burst_every_s {
+        let length = cfg
+            .burst_length_s
+            .ok_or_else(|| section.error_at("burst_every_s", "bursts need `burst_length_s` too"))?;
+        let rate = cfg
+            .burst_jobs_per_hour
+            .or(cfg.jobs_per_hour)
+            .ok_or_else(|| {
+                section.error_at("burst_every_s", "bursts need `burst_jobs_per_hour`")
+            })?;
+        let (lo, hi) = (
+            cfg.burst_min_duration_s.unwrap_or(600.0),
+            cfg.burst_max_duration_s.unwrap_or(3600.0),
+        );
+        if !(every > 0.0 && length > 0.0 && length <= every && rate > 0.0 && 0.0 < lo && lo <= hi) {
+            return Err(section
+                .error_at(
+                    "burst_every_s",
+                    "need 0 < burst_length_s <= burst_every_s, a positive rate and 0 < min <= max duration",
+                )
+                .into());
+        }
+        add_bursts(&mut jobs, every, length, rate, (lo, hi), seed);
+    }
     if !cfg.assign_models.is_empty() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e);
@@ -320,6 +354,50 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
         }
     }
     Ok(jobs)
+}
+
+/// Adds the burst jobs to `jobs` (windows `[k·every, k·every + length)` up to
+/// the last arrival) and renumbers all in arrival order.
+fn add_bursts(
+    jobs: &mut Vec<SimJob>,
+    every: f64,
+    length: f64,
+    rate: f64,
+    (lo, hi): (f64, f64),
+    seed: u64,
+) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xb0057);
+    let last = jobs.iter().map(|j| j.spec.arrival_s).fold(0.0, f64::max);
+    let mut start = 0.0;
+    let mut extra = Vec::new();
+    while start <= last {
+        let mut t = start;
+        loop {
+            let u: f64 = rng.random();
+            t += (-(1.0 - u).ln() / rate * 3600.0).ceil();
+            if t >= start + length {
+                break;
+            }
+            let d = rng.random_range(lo..=hi).round();
+            let mut spec = JobSpec::new(0, t, 1).with_duration(d);
+            spec.name = format!("burst-{}", extra.len());
+            extra.push(SimJob {
+                spec,
+                work: WorkModel::Duration { duration_s: d },
+                converge_at: None,
+            });
+        }
+        start += every;
+    }
+    jobs.extend(extra);
+    jobs.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s));
+    for (i, j) in jobs.iter_mut().enumerate() {
+        if !j.spec.name.starts_with("burst-") {
+            j.spec.name = i.to_string();
+        }
+        j.spec.id = blox_core::JobId(i as u64);
+    }
 }
 
 /// The `[workload] host_profiles` table, checked against the jobs: every job
