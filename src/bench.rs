@@ -12,6 +12,10 @@
 //! - `ones`: ONES alone on 64 GPUs (16 × 4, 120 jobs, population 64) and on
 //!   1,024 GPUs (256 × 4, 1,500 jobs, population 1,024), 8 rounds each with
 //!   every decision applied (decision time per round).
+//! - `synth`: one policy-synthesizer decision (9 candidates, each forked and
+//!   simulated a day ahead) on `examples/configs/synth-philly.toml` (128 GPUs,
+//!   Philly recipe at 8 jobs/hour), sampled every 100 rounds from round 1,000
+//!   to 2,000 of the run.
 //! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
 //!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
 //!   applications, 8 rounds.
@@ -278,6 +282,48 @@ impl SchedulingPolicy for NoSchedule {
     }
 }
 
+fn synth(dir: &Path) -> Result<()> {
+    let cfg = load_config(&dir.join("synth-philly.toml"), None, &[])?;
+    let mut sim = Simulation::from_config(&cfg)?;
+    let mut synth = blox_sim::synth::Synthesizer::from_config(&cfg, &sim.sim)?
+        .ok_or_else(|| anyhow::anyhow!("synth-philly.toml has no [synthesizer]"))?;
+    // The live run keeps its starting policies; decisions are only timed.
+    sim.round_loop.selector = None;
+    let mut times = Vec::new();
+    let mut known = Vec::new();
+    while sim.round_loop.rounds() < 2000 {
+        if !sim.step()? {
+            break;
+        }
+        let r = sim.round_loop.rounds();
+        if r >= 1000 && r % 100 == 0 {
+            let info = RoundInfo {
+                round: 0,
+                now_s: sim.backend.now_s(),
+                round_s: sim.round_loop.round_s(),
+            };
+            let lp = &sim.round_loop;
+            let t = Instant::now();
+            synth
+                .select(&info, &lp.jobs, &lp.cluster, lp.waiting(), &lp.policies)
+                .map_err(anyhow::Error::msg)?;
+            times.push(t.elapsed().as_secs_f64());
+            known.push(lp.jobs.num_active() + lp.waiting().len());
+        }
+    }
+    let (p50, p95) = percentiles(&mut times);
+    known.sort_unstable();
+    println!(
+        "synth        {} candidates, 128 GPUs, {}-{} known jobs, {} decisions: p50 {p50:.1} ms  p95 {p95:.1} ms ({} threads)",
+        synth.candidates().len(),
+        known.first().unwrap_or(&0),
+        known.last().unwrap_or(&0),
+        times.len(),
+        rayon::current_num_threads()
+    );
+    Ok(())
+}
+
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -324,9 +370,10 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
         "pollux" => return pollux(dir),
         "ones" => return ones(),
         "doubling" => return doubling(dir),
+        "synth" => return synth(dir),
         other => {
             bail!(
-                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling or all"
+                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth or all"
             )
         }
     };

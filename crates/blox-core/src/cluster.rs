@@ -468,26 +468,38 @@ impl ClusterState {
                 self.online, self.free
             )));
         }
-        let holders = self.holders();
+        // Every running job holds exactly its allocation, and nobody else holds
+        // a GPU: the GPUs held in the table are exactly the allocations.
+        let mut allocated = 0usize;
         for job in jobs.running() {
-            let mut alloc = job.allocation.clone();
-            alloc.sort_unstable();
-            let held = holders.get(&job.id()).cloned().unwrap_or_default();
-            if alloc != held {
-                return Err(ClusterError::Invariant(format!(
-                    "{} is running with allocation {:?} but the GPU table gives it {:?}",
-                    job.id(),
-                    alloc,
-                    held
-                )));
+            for g in &job.allocation {
+                if self.gpus.get(g.index()).and_then(|x| x.job) != Some(job.id()) {
+                    let held = self.holders().remove(&job.id()).unwrap_or_default();
+                    return Err(ClusterError::Invariant(format!(
+                        "{} is running with allocation {:?} but the GPU table gives it {:?}",
+                        job.id(),
+                        job.allocation,
+                        held
+                    )));
+                }
             }
+            allocated += job.allocation.len();
         }
-        for (j, gpus) in &holders {
-            if !jobs.get(*j).is_some_and(|job| job.is_running()) {
-                return Err(ClusterError::Invariant(format!(
-                    "{j} holds {gpus:?} but is not a running job"
-                )));
+        let held = self.gpus.iter().filter(|g| g.job.is_some()).count();
+        if held != allocated {
+            for (j, gpus) in &self.holders() {
+                let ok = jobs
+                    .get(*j)
+                    .is_some_and(|job| job.is_running() && job.allocation.len() == gpus.len());
+                if !ok {
+                    return Err(ClusterError::Invariant(format!(
+                        "{j} holds {gpus:?} but is not a running job with that allocation"
+                    )));
+                }
             }
+            return Err(ClusterError::Invariant(format!(
+                "{held} GPUs are held but running jobs' allocations add up to {allocated}"
+            )));
         }
         for n in &self.nodes {
             let (c, m) = self.host_used(n.id);

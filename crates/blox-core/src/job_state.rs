@@ -20,20 +20,25 @@ pub struct MetricStore {
 impl MetricStore {
     /// Sets `key` of job `job` to `value`.
     pub fn set(&self, job: JobId, key: &str, value: f64) {
-        self.inner
-            .entry(job)
-            .or_default()
-            .insert(key.to_owned(), value);
+        let mut m = self.inner.entry(job).or_default();
+        // No allocation when the key is already there (the common case).
+        match m.get_mut(key) {
+            Some(v) => *v = value,
+            None => {
+                m.insert(key.to_owned(), value);
+            }
+        }
     }
 
     /// Adds `delta` to `key` (missing = 0).
     pub fn add(&self, job: JobId, key: &str, delta: f64) {
-        *self
-            .inner
-            .entry(job)
-            .or_default()
-            .entry(key.to_owned())
-            .or_insert(0.0) += delta;
+        let mut m = self.inner.entry(job).or_default();
+        match m.get_mut(key) {
+            Some(v) => *v += delta,
+            None => {
+                m.insert(key.to_owned(), delta);
+            }
+        }
     }
 
     /// Forgets `key` of job `job` (a metric that no longer holds).

@@ -452,7 +452,7 @@ impl RoundLoop {
                 )));
             }
         }
-        let mut owner: HashMap<GpuId, JobId> = HashMap::new();
+        let mut owner: Vec<Option<JobId>> = vec![None; self.cluster.gpus().len()];
         for (job, gpus) in after {
             for &g in gpus {
                 match self.cluster.gpu(g) {
@@ -462,7 +462,7 @@ impl RoundLoop {
                     }
                     _ => {}
                 }
-                if let Some(other) = owner.insert(g, job) {
+                if let Some(other) = owner[g.index()].replace(job) {
                     return Err(bad(format!("gives {g} to both {other} and {job}")));
                 }
             }
