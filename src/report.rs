@@ -137,6 +137,152 @@ fn jcts_h(cell: &Path) -> Result<Vec<f64>> {
     Ok(out)
 }
 
+/// One round of a cell's `rounds.csv`.
+struct RoundPoint {
+    t_h: f64,
+    util_pct: f64,
+    /// Admitted jobs without GPUs plus jobs waiting for admission.
+    queue: f64,
+    policy: String,
+}
+
+fn rounds_of(cell: &Path) -> Result<Vec<RoundPoint>> {
+    let path = cell.join("rounds.csv");
+    let mut rdr =
+        csv::Reader::from_path(&path).with_context(|| format!("reading {}", path.display()))?;
+    let h = rdr.headers()?.clone();
+    let col = |name: &str| {
+        h.iter()
+            .position(|x| x == name)
+            .with_context(|| format!("{}: no {name} column", path.display()))
+    };
+    let (t, busy, total, queued, waiting) = (
+        col("time_s")?,
+        col("busy_gpus")?,
+        col("total_gpus")?,
+        col("queued_jobs")?,
+        col("waiting_jobs")?,
+    );
+    let policy = h.iter().position(|x| x == "policy");
+    let mut out = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec?;
+        let num = |i: usize| {
+            rec.get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        out.push(RoundPoint {
+            t_h: num(t) / 3600.0,
+            util_pct: 100.0 * num(busy) / num(total).max(1.0),
+            queue: num(queued) + num(waiting),
+            policy: policy
+                .and_then(|i| rec.get(i))
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// At most `n` points: means over equal runs of rounds.
+fn downsample(pts: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
+    if pts.len() <= n {
+        return pts.to_vec();
+    }
+    pts.chunks(pts.len().div_ceil(n))
+        .map(|c| {
+            let k = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / k,
+                c.iter().map(|p| p.1).sum::<f64>() / k,
+            )
+        })
+        .collect()
+}
+
+/// The active policy combination over time, as SVG and PNG.
+fn timeline_chart(path: &Path, title: &str, pts: &[RoundPoint]) -> Result<()> {
+    register_font();
+    let mut labels: Vec<String> = Vec::new();
+    for p in pts {
+        if !labels.contains(&p.policy) {
+            labels.push(p.policy.clone());
+        }
+    }
+    labels.sort();
+    let idx = |s: &str| labels.iter().position(|l| l == s).unwrap_or(0) as f64;
+    // A step line: one point where each stretch starts and ends.
+    let mut line: Vec<(f64, f64)> = Vec::new();
+    for (i, p) in pts.iter().enumerate() {
+        let y = idx(&p.policy);
+        if i > 0 && pts[i - 1].policy != p.policy {
+            line.push((p.t_h, idx(&pts[i - 1].policy)));
+        }
+        if i == 0 || pts[i - 1].policy != p.policy || i + 1 == pts.len() {
+            line.push((p.t_h, y));
+        }
+    }
+    let t1 = pts.last().map_or(1.0, |p| p.t_h).max(1e-3);
+    fn on<DB: DrawingBackend>(
+        root: DrawingArea<DB, plotters::coord::Shift>,
+        title: &str,
+        labels: &[String],
+        line: &[(f64, f64)],
+        t1: f64,
+    ) -> Result<()>
+    where
+        DB::ErrorType: 'static,
+    {
+        root.fill(&WHITE)?;
+        let n = labels.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(18)
+            .x_label_area_size(50)
+            .y_label_area_size(330)
+            .build_cartesian_2d(0.0..t1 * 1.02, -0.5..(n - 0.5))?;
+        let labels_owned: Vec<String> = labels.to_vec();
+        chart
+            .configure_mesh()
+            .x_desc("time (hours)")
+            .y_desc("active admission/scheduling/placement")
+            .y_labels(labels.len().max(1))
+            .y_label_formatter(&move |y: &f64| {
+                let i = y.round();
+                if (y - i).abs() < 1e-6 && i >= 0.0 {
+                    labels_owned.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        chart.draw_series(LineSeries::new(
+            line.iter().copied(),
+            Palette99::pick(0).to_rgba().stroke_width(3),
+        ))?;
+        root.present()?;
+        Ok(())
+    }
+    on(
+        SVGBackend::new(path, (1100, 450)).into_drawing_area(),
+        title,
+        &labels,
+        &line,
+        t1,
+    )?;
+    let png = path.with_extension("png");
+    on(
+        BitMapBackend::new(&png, (1650, 675)).into_drawing_area(),
+        title,
+        &labels,
+        &line,
+        t1,
+    )
+}
+
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
@@ -145,14 +291,17 @@ type Series = Vec<(String, Vec<(f64, f64)>)>;
 
 fn draw<
     'a,
-    'b: 'a,
+    DB: DrawingBackend + 'a,
     X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
     Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
 >(
-    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
     series: &Series,
     legend: SeriesLabelPosition,
-) -> Result<()> {
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
     for (i, (name, s)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
@@ -172,7 +321,20 @@ fn draw<
     Ok(())
 }
 
-/// A line chart; `log_x` for CDFs of heavy-tailed times.
+/// The bundled font (DejaVu Sans, `assets/fonts/`), so PNG text renders the
+/// same on any machine.
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            include_bytes!("../assets/fonts/DejaVuSans.ttf"),
+        );
+    });
+}
+
+/// A line chart as SVG and PNG; `log_x` for CDFs of heavy-tailed times.
 fn line_chart(
     path: &Path,
     title: &str,
@@ -181,6 +343,39 @@ fn line_chart(
     series: &Series,
     log_x: bool,
 ) -> Result<()> {
+    line_chart_scaled(path, title, x_desc, y_desc, series, log_x, true)
+}
+
+/// `auto_log_y`: a log y axis when the values span more than 5×.
+fn line_chart_scaled(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &Series,
+    log_x: bool,
+    auto_log_y: bool,
+) -> Result<()> {
+    register_font();
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    line_chart_on(root, title, x_desc, y_desc, series, log_x, auto_log_y)?;
+    let png = path.with_extension("png");
+    let root = BitMapBackend::new(&png, (1440, 900)).into_drawing_area();
+    line_chart_on(root, title, x_desc, y_desc, series, log_x, auto_log_y)
+}
+
+fn line_chart_on<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &Series,
+    log_x: bool,
+    auto_log_y: bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
     let pts = series.iter().flat_map(|s| s.1.iter());
     let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0.0f64);
     let mut y0 = f64::INFINITY;
@@ -201,7 +396,7 @@ fn line_chart(
         }
     };
     // Values spanning a wide range read better on a log scale.
-    let log_y = !log_x && y0.is_finite() && y1 / y0 > 5.0;
+    let log_y = auto_log_y && !log_x && y0.is_finite() && y1 / y0 > 5.0;
     if !x0.is_finite() {
         bail!("{title}: nothing to plot");
     }
@@ -209,7 +404,6 @@ fn line_chart(
         x1 = x0 + 1.0;
     }
     let y1 = if y1 > 0.0 { y1 * 1.08 } else { 1.0 };
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut builder = ChartBuilder::on(&root);
     builder
@@ -225,6 +419,7 @@ fn line_chart(
             .x_desc(x_desc)
             .y_desc(y_desc)
             .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 13))
             .draw()?;
         draw(&mut chart, series, legend_at())?;
     } else if log_y {
@@ -236,6 +431,7 @@ fn line_chart(
             .x_desc(x_desc)
             .y_desc(format!("{y_desc}, log scale"))
             .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 13))
             .draw()?;
         draw(&mut chart, series, legend_at())?;
     } else {
@@ -246,6 +442,7 @@ fn line_chart(
             .x_desc(x_desc)
             .y_desc(y_desc)
             .axis_desc_style(("sans-serif", 16))
+            .label_style(("sans-serif", 13))
             .draw()?;
         draw(&mut chart, series, legend_at())?;
     }
@@ -431,6 +628,70 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                     m(|r| r.jobs)
                 );
             }
+        }
+        // GPU utilisation and queue length over time: the highest load (or the
+        // first workload) of each policy.
+        let pick = |p: &String| -> Option<&Row> {
+            let mine = rows.iter().filter(|r| &r.policy == p);
+            match loads.last() {
+                Some(hi) => mine.filter(|r| r.load == Some(*hi)).next(),
+                None => mine.into_iter().next(),
+            }
+        };
+        let mut util: Series = Vec::new();
+        let mut queue: Series = Vec::new();
+        let mut at = String::new();
+        for p in &policies {
+            let Some(r) = pick(p) else { continue };
+            at = match r.load {
+                Some(l) => format!("{l} jobs/hour"),
+                None => r.workload.clone(),
+            };
+            let pts = rounds_of(&r.dir(dir))?;
+            let u: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.util_pct)).collect();
+            let q: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.queue)).collect();
+            util.push((p.clone(), downsample(&u, 600)));
+            queue.push((p.clone(), downsample(&q, 600)));
+            // The synthesizer's policy timeline, where the policy changed.
+            let distinct: std::collections::BTreeSet<&str> =
+                pts.iter().map(|x| x.policy.as_str()).collect();
+            if distinct.len() > 1 {
+                for c in rows.iter().filter(|c| &c.policy == p) {
+                    let pts = rounds_of(&c.dir(dir))?;
+                    let tag = match c.load {
+                        Some(l) => format!("{l}jph"),
+                        None => c.workload.clone(),
+                    };
+                    let path = dir.join(format!("{grid}-{p}-{tag}-timeline.svg"));
+                    timeline_chart(
+                        &path,
+                        &format!("{grid}: {p} ({tag}), policies chosen over time"),
+                        &pts,
+                    )?;
+                    written.push(path);
+                    let _ = writeln!(
+                        md,
+                        "\n{p} ({tag}) switched policies {} times: ![timeline]({grid}-{p}-{tag}-timeline.svg)",
+                        pts.windows(2).filter(|w| w[0].policy != w[1].policy).count()
+                    );
+                }
+            }
+        }
+        for (series, file, label) in [
+            (&util, "util-over-time", "GPU utilisation (%)"),
+            (&queue, "queue-over-time", "jobs waiting for GPUs"),
+        ] {
+            let path = dir.join(format!("{grid}-{file}.svg"));
+            line_chart_scaled(
+                &path,
+                &format!("{grid}: {label} over time ({at})"),
+                "time (hours)",
+                label,
+                series,
+                false,
+                false,
+            )?;
+            written.push(path);
         }
         md.push('\n');
     }
