@@ -365,7 +365,7 @@ fn grid_sweep_is_resumable_and_report_draws_its_plots() {
     assert!(out.join("small/las/6jph-s1/jobs.csv").is_file());
     // The section replacement took effect: 8 GPUs on one node.
     let first = std::fs::read_to_string(out.join("small/fifo/2jph-s1/rounds.csv")).unwrap();
-    assert!(first.lines().nth(1).unwrap().ends_with(",8"), "{first}");
+    assert!(first.lines().nth(1).unwrap().contains(",8,accept-all/"), "{first}");
     // Run again: nothing is recomputed, the table is the same.
     let o = run();
     assert!(
@@ -394,6 +394,18 @@ fn grid_sweep_is_resumable_and_report_draws_its_plots() {
             "{f}"
         );
     }
+    // Every plot also as PNG, and the time series at the highest load.
+    for f in [
+        "small-jct-cdf.png",
+        "small-jct-vs-load.png",
+        "small-util-over-time.png",
+        "small-queue-over-time.png",
+    ] {
+        let png = std::fs::read(out.join(f)).unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "{f}");
+    }
+    let svg = std::fs::read_to_string(out.join("small-util-over-time.svg")).unwrap();
+    assert!(svg.contains("time (hours)") && svg.contains("6 jobs/hour"));
     let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(md.contains("| fifo |") && md.contains("| las |"), "{md}");
 }
