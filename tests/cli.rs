@@ -365,7 +365,10 @@ fn grid_sweep_is_resumable_and_report_draws_its_plots() {
     assert!(out.join("small/las/6jph-s1/jobs.csv").is_file());
     // The section replacement took effect: 8 GPUs on one node.
     let first = std::fs::read_to_string(out.join("small/fifo/2jph-s1/rounds.csv")).unwrap();
-    assert!(first.lines().nth(1).unwrap().contains(",8,accept-all/"), "{first}");
+    assert!(
+        first.lines().nth(1).unwrap().contains(",8,accept-all/"),
+        "{first}"
+    );
     // Run again: nothing is recomputed, the table is the same.
     let o = run();
     assert!(

@@ -187,10 +187,17 @@ impl SchedulingPolicy for Optimus {
                         let p = p.clone();
                         Some(rem * self.t_pred(&p, *m, 1)?)
                     });
+                    // Jobs without a profile: their submitted run time, as
+                    // one-GPU seconds (duration model, linear in GPUs).
+                    let t = t.or_else(|| {
+                        let j = order[i];
+                        j.expected_remaining_s()
+                            .map(|r| r * j.requested_gpus().max(1) as f64)
+                    });
                     (t.unwrap_or(f64::INFINITY), i)
                 })
                 .collect();
-            // Stable: ties (and unknown jobs) stay in submission order.
+            // Stable: ties (and jobs with no estimate) stay in submission order.
             keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
             let (o, inf): (Vec<&Job>, Vec<_>) = keyed
                 .iter()
@@ -328,5 +335,21 @@ mod tests {
             first_gpu(&mut o, &state, 60.0 + e);
         }
         assert_eq!(first_gpu(&mut o, &state, 1000.0), JobId(1));
+    }
+
+    #[test]
+    fn jobs_without_a_profile_are_ordered_by_their_submitted_run_time() {
+        let mut cluster = ClusterState::homogeneous(1, 1);
+        let mut state = JobState::new();
+        let mut long = job(1, 0.0, 1);
+        long.spec.expected_duration_s = Some(10_000.0);
+        let mut short = job(2, 5.0, 1);
+        short.spec.expected_duration_s = Some(100.0);
+        add(&mut state, &mut cluster, long, &[]);
+        add(&mut state, &mut cluster, short, &[]);
+        let mut exp = optimus(Order::ExpectedCompletion, Remaining::Oracle);
+        assert_eq!(first_gpu(&mut exp, &state, 60.0), JobId(2));
+        let mut sub = optimus(Order::Submission, Remaining::Oracle);
+        assert_eq!(first_gpu(&mut sub, &state, 60.0), JobId(1));
     }
 }
