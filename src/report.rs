@@ -609,7 +609,9 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                 false,
             )?;
             written.push(path);
-            let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
+            if workloads.len() > 1 {
+                let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
+            }
             let _ = writeln!(md, "| policy | avg JCT (h) | p99 JCT (h) | avg responsiveness (h) | makespan (h) | GPU util. | preemptions | finished |");
             let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
             for p in &policies {
@@ -660,6 +662,7 @@ pub fn run(dir: &Path) -> Result<Vec<PathBuf>> {
                     let pts = rounds_of(&c.dir(dir))?;
                     let tag = match c.load {
                         Some(l) => format!("{l}jph"),
+                        None if c.workload.is_empty() => "default".to_string(),
                         None => c.workload.clone(),
                     };
                     let path = dir.join(format!("{grid}-{p}-{tag}-timeline.svg"));

@@ -283,6 +283,7 @@ impl Synthesizer {
         }
         let mut fork = RoundLoop::new(policies, live.cluster.clone(), round_s);
         fork.jobs = jobs;
+        fork.check_invariants = false;
         let end = self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h);
         let mut rounds = 0;
         while !(fork.is_idle() && backend.exhausted())
