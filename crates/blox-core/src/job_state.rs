@@ -4,6 +4,7 @@
 use crate::ids::JobId;
 use crate::job::{Job, JobStatus};
 use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,9 +13,21 @@ use std::sync::Arc;
 ///
 /// Cloning a `MetricStore` shares it (it is a handle); an RPC thread can push into
 /// it while a round runs. [`JobState::fork`] deep-copies it.
-#[derive(Clone, Default, Debug)]
+#[derive(Clone, Debug)]
 pub struct MetricStore {
-    inner: Arc<DashMap<JobId, HashMap<String, f64>>>,
+    /// Fx hashing: keys are small and trusted, and the simulator updates a few
+    /// metrics of every running job every round.
+    inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
+}
+
+type Metrics = HashMap<String, f64, FxBuildHasher>;
+
+impl Default for MetricStore {
+    fn default() -> Self {
+        MetricStore {
+            inner: Arc::new(DashMap::with_hasher(FxBuildHasher)),
+        }
+    }
 }
 
 impl MetricStore {
@@ -100,7 +113,7 @@ impl<'de> Deserialize<'de> for MetricStore {
         let snap = BTreeMap::<JobId, HashMap<String, f64>>::deserialize(d)?;
         let out = MetricStore::default();
         for (k, v) in snap {
-            out.inner.insert(k, v);
+            out.inner.insert(k, v.into_iter().collect());
         }
         Ok(out)
     }
