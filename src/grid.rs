@@ -223,7 +223,7 @@ fn cell_config(cell: &Cell, sweep_base: &Path) -> Result<Config> {
         let mut v = v.clone();
         if let toml::Value::Table(t) = &mut v {
             // Paths given in the sweep file are relative to it.
-            for key in ["path", "traces_dir", "host_profiles"] {
+            for key in PATH_KEYS {
                 if let Some(toml::Value::String(p)) = t.get(key) {
                     let abs = std::path::absolute(sweep_base.join(p))?;
                     t.insert(key.into(), toml::Value::String(abs.display().to_string()));
@@ -249,13 +249,16 @@ fn cell_config(cell: &Cell, sweep_base: &Path) -> Result<Config> {
     Ok(cfg?)
 }
 
+/// Config keys whose values are file paths relative to the config file.
+const PATH_KEYS: [&str; 3] = ["path", "traces_dir", "host_profiles"];
+
 /// Makes every relative `path` / `traces_dir` / `host_profiles` value absolute
 /// against `base`.
 fn rebase_paths(text: &str, base: &Path) -> Result<String> {
     let mut doc: toml::Table = toml::from_str(text)?;
     for (_, sec) in doc.iter_mut() {
         if let toml::Value::Table(t) = sec {
-            for key in ["path", "traces_dir", "host_profiles"] {
+            for key in PATH_KEYS {
                 if let Some(toml::Value::String(p)) = t.get(key) {
                     if Path::new(p).is_relative() {
                         let abs = std::path::absolute(base.join(p))?;

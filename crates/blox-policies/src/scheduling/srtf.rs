@@ -14,15 +14,18 @@ pub struct Srtf {}
 impl SchedulingPolicy for Srtf {
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            let ra = a.expected_remaining_s().unwrap_or(f64::INFINITY);
-            let rb = b.expected_remaining_s().unwrap_or(f64::INFINITY);
-            ra.total_cmp(&rb)
-                .then(a.arrival_s().total_cmp(&b.arrival_s()))
-                .then(a.id().cmp(&b.id()))
-        });
+        order.sort_by(|a, b| by_remaining_time(a, b));
         Schedule::in_priority_order(order)
     }
+}
+
+/// Least expected remaining run time first; unknown last; ties by arrival.
+pub fn by_remaining_time(a: &Job, b: &Job) -> std::cmp::Ordering {
+    let ra = a.expected_remaining_s().unwrap_or(f64::INFINITY);
+    let rb = b.expected_remaining_s().unwrap_or(f64::INFINITY);
+    ra.total_cmp(&rb)
+        .then(a.arrival_s().total_cmp(&b.arrival_s()))
+        .then(a.id().cmp(&b.id()))
 }
 
 blox_core::register_scheduling!(

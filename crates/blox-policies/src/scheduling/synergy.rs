@@ -19,6 +19,7 @@
 
 use super::fifo::by_arrival;
 use super::las::by_attained_service;
+use super::srtf::by_remaining_time;
 use blox_core::*;
 use serde::Deserialize;
 
@@ -67,11 +68,7 @@ impl SchedulingPolicy for Synergy {
         match self.order {
             Order::Fifo => order.sort_by(|a, b| by_arrival(a, b)),
             Order::Las => order.sort_by(|a, b| by_attained_service(a, b)),
-            Order::Srtf => order.sort_by(|a, b| {
-                let ra = a.expected_remaining_s().unwrap_or(f64::INFINITY);
-                let rb = b.expected_remaining_s().unwrap_or(f64::INFINITY);
-                ra.total_cmp(&rb).then(by_arrival(a, b))
-            }),
+            Order::Srtf => order.sort_by(|a, b| by_remaining_time(a, b)),
         }
         let mut s = Schedule::in_priority_order(order);
         if self.mode == Mode::Tune {
