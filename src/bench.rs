@@ -16,6 +16,8 @@
 //!   simulated a day ahead) on `examples/configs/synth-philly.toml` (128 GPUs,
 //!   Philly recipe at 8 jobs/hour), sampled every 100 rounds from round 1,000
 //!   to 2,000 of the run.
+//! - `lease`: one lease check of `blox-client` (a job's per-iteration cost),
+//!   1,000,000 checks of a lease that holds.
 //! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
 //!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
 //!   applications, 8 rounds.
@@ -324,6 +326,29 @@ fn synth(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+fn lease() -> Result<()> {
+    use blox_client::{env, Job, JobEnv};
+    let dir = std::env::temp_dir().join(format!("blox-bench-lease-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let d = dir.display().to_string();
+    let job = Job::attach(JobEnv::from_lookup(|k| match k {
+        env::JOB_ID => Some("1".into()),
+        env::CHECKPOINT_DIR | env::CONTROL_DIR => Some(d.clone()),
+        _ => None,
+    })?)?;
+    let n = 1_000_000u32;
+    let t = Instant::now();
+    let mut revoked = 0u32;
+    for _ in 0..n {
+        revoked += u32::from(std::hint::black_box(&job).lease_revoked());
+    }
+    let per = t.elapsed().as_secs_f64() / n as f64 * 1e6;
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(revoked == 0, "the lease was revoked during the benchmark");
+    println!("lease        {n} checks of a held lease: {per:.2} µs per check (target 20 µs)");
+    Ok(())
+}
+
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -371,9 +396,10 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
         "ones" => return ones(),
         "doubling" => return doubling(dir),
         "synth" => return synth(dir),
+        "lease" => return lease(),
         other => {
             bail!(
-                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth or all"
+                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth, lease or all"
             )
         }
     };

@@ -1,7 +1,345 @@
-//! # blox-client (skeleton)
+//! # blox-client
 //!
-//! The library training jobs will link: a lease-aware iterator (optimistic lease
-//! renewal against the local worker manager only; two-phase revocation for
-//! multi-rank jobs, Blox EuroSys'24 §7 "Leases for Preemption"), key→value metric
-//! push, checkpoint/resume and batch-size reconfiguration hooks. Nothing is
-//! implemented yet; the runtime work item fills it.
+//! The library a training job links to run under a blox worker: it reads the
+//! job's environment, checks its lease at every iteration boundary *with the
+//! local worker only* (optimistic renewal: a lease is valid until the worker
+//! revokes it; there is no round-trip to the scheduler — Blox, EuroSys'24, §7
+//! "Leases for Preemption"), and pushes key→value metrics.
+//!
+//! The worker and the job share a per-launch *control directory*
+//! (`BLOX_CONTROL_DIR`):
+//! - `revoked` appears when the lease is revoked (the job should checkpoint and
+//!   exit with status 0 at its next iteration boundary);
+//! - `batch_size` holds a new global batch size to apply at the next boundary
+//!   without a restart (elastic policies such as ONES);
+//! - `metrics` is an append-only log of `key value` lines the worker folds into
+//!   the scheduler's metric store; `progress` (0–1) is the job's share of work
+//!   done;
+//! - `done` is written by [`Job::finish`] when the job completed its work.
+//!
+//! A lease check is one `stat` of a file that does not exist (a few µs; the
+//! benchmark is in `docs/PERFORMANCE.md`).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Names of the environment variables a worker sets for a job.
+pub mod env {
+    pub const JOB_ID: &str = "BLOX_JOB_ID";
+    pub const RANK: &str = "BLOX_RANK";
+    pub const WORLD_SIZE: &str = "BLOX_WORLD_SIZE";
+    pub const VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+    pub const MASTER_ADDR: &str = "BLOX_MASTER_ADDR";
+    pub const WORKER_ADDR: &str = "BLOX_WORKER_ADDR";
+    pub const CHECKPOINT_DIR: &str = "BLOX_CHECKPOINT_DIR";
+    pub const CONTROL_DIR: &str = "BLOX_CONTROL_DIR";
+    pub const RESUME: &str = "BLOX_RESUME";
+    pub const BATCH_SIZE: &str = "BLOX_BATCH_SIZE";
+}
+
+/// What can go wrong reading the environment or talking to the worker.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("environment variable {name} is not set (is this job running under a blox worker?)")]
+    Missing { name: &'static str },
+    #[error("environment variable {name} = `{value}`: {message}")]
+    Bad {
+        name: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A job's view of its launch, from the environment the worker set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobEnv {
+    pub job_id: u64,
+    pub rank: u32,
+    pub world_size: u32,
+    /// GPU indices on this node (`CUDA_VISIBLE_DEVICES`); empty for logical GPUs
+    /// that have no device.
+    pub devices: Vec<String>,
+    pub master_addr: Option<String>,
+    pub worker_addr: Option<String>,
+    pub checkpoint_dir: PathBuf,
+    pub control_dir: PathBuf,
+    /// True when a checkpoint from an earlier launch should be restored.
+    pub resume: bool,
+    /// Global batch size chosen by the scheduler, if any.
+    pub batch_size: Option<u32>,
+}
+
+impl JobEnv {
+    /// Reads the environment of this process.
+    pub fn from_env() -> Result<Self, ClientError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `get` (tests, wrappers).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ClientError> {
+        let need = |name: &'static str| get(name).ok_or(ClientError::Missing { name });
+        let num = |name: &'static str, v: String| {
+            v.trim().parse::<u64>().map_err(|e| ClientError::Bad {
+                name,
+                value: v.clone(),
+                message: e.to_string(),
+            })
+        };
+        let job_id = num(env::JOB_ID, need(env::JOB_ID)?)?;
+        let rank = get(env::RANK)
+            .map(|v| num(env::RANK, v))
+            .transpose()?
+            .unwrap_or(0) as u32;
+        let world_size = get(env::WORLD_SIZE)
+            .map(|v| num(env::WORLD_SIZE, v))
+            .transpose()?
+            .unwrap_or(1) as u32;
+        let batch_size = get(env::BATCH_SIZE)
+            .filter(|v| !v.is_empty())
+            .map(|v| num(env::BATCH_SIZE, v))
+            .transpose()?
+            .map(|b| b as u32);
+        Ok(JobEnv {
+            job_id,
+            rank,
+            world_size,
+            devices: get(env::VISIBLE_DEVICES)
+                .map(|v| {
+                    v.split(',')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            master_addr: get(env::MASTER_ADDR),
+            worker_addr: get(env::WORKER_ADDR),
+            checkpoint_dir: PathBuf::from(need(env::CHECKPOINT_DIR)?),
+            control_dir: PathBuf::from(need(env::CONTROL_DIR)?),
+            resume: get(env::RESUME).is_some_and(|v| v == "1" || v == "true"),
+            batch_size,
+        })
+    }
+}
+
+/// The running job: lease checks, metrics, checkpoints.
+pub struct Job {
+    pub env: JobEnv,
+    revoked: PathBuf,
+    batch_file: PathBuf,
+    metrics: File,
+    /// Global batch size in use (starts at the launch's).
+    batch: std::cell::Cell<Option<u32>>,
+}
+
+impl Job {
+    /// Attaches to the worker's control directory.
+    pub fn attach(env: JobEnv) -> Result<Self, ClientError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ClientError::Io { path, source }
+        };
+        std::fs::create_dir_all(&env.checkpoint_dir).map_err(io(&env.checkpoint_dir))?;
+        let mpath = env.control_dir.join("metrics");
+        let metrics = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&mpath)
+            .map_err(io(&mpath))?;
+        Ok(Job {
+            batch: std::cell::Cell::new(env.batch_size),
+            revoked: env.control_dir.join("revoked"),
+            batch_file: env.control_dir.join("batch_size"),
+            metrics,
+            env,
+        })
+    }
+
+    /// From this process's environment.
+    pub fn from_env() -> Result<Self, ClientError> {
+        Self::attach(JobEnv::from_env()?)
+    }
+
+    /// True once the worker revoked the lease: checkpoint and exit (status 0).
+    pub fn lease_revoked(&self) -> bool {
+        self.revoked.exists()
+    }
+
+    /// A new global batch size to apply now, if the scheduler sent one.
+    pub fn new_batch_size(&self) -> Option<u32> {
+        let v = std::fs::read_to_string(&self.batch_file).ok()?;
+        let b = v.trim().parse().ok()?;
+        (Some(b) != self.batch.get()).then_some(b)
+    }
+
+    /// Records that the batch size in use is now `b`.
+    pub fn applied_batch_size(&self, b: u32) {
+        self.batch.set(Some(b));
+    }
+
+    /// Pushes one metric (appended to the worker's log; read each round).
+    pub fn push_metric(&self, key: &str, value: f64) -> Result<(), ClientError> {
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(ClientError::Bad {
+                name: "metric key",
+                value: key.to_string(),
+                message: "keys are non-empty and have no whitespace".into(),
+            });
+        }
+        writeln!(&self.metrics, "{key} {value}").map_err(|source| ClientError::Io {
+            path: self.env.control_dir.join("metrics"),
+            source,
+        })
+    }
+
+    /// The checkpoint file `name` of this job (rank-specific for rank > 0).
+    pub fn checkpoint_path(&self, name: &str) -> PathBuf {
+        if self.env.rank == 0 {
+            self.env.checkpoint_dir.join(name)
+        } else {
+            self.env
+                .checkpoint_dir
+                .join(format!("{name}.rank{}", self.env.rank))
+        }
+    }
+
+    /// Saves `bytes` as checkpoint `name` atomically (write, then rename).
+    pub fn save_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
+        let path = self.checkpoint_path(name);
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|source| ClientError::Io { path, source })
+    }
+
+    /// Checkpoint `name` from an earlier launch, if resuming and it exists.
+    pub fn load_checkpoint(&self, name: &str) -> Option<Vec<u8>> {
+        if !self.env.resume {
+            return None;
+        }
+        std::fs::read(self.checkpoint_path(name)).ok()
+    }
+
+    /// Tells the worker the job completed its work (then exit with status 0).
+    pub fn finish(&self) -> Result<(), ClientError> {
+        let path = self.env.control_dir.join("done");
+        std::fs::write(&path, b"").map_err(|source| ClientError::Io { path, source })
+    }
+
+    /// Wraps `iter`: yields items while the lease holds; stops at the first
+    /// boundary after a revocation ([`LeaseIter::revoked`] then says so).
+    pub fn iterate<I: Iterator>(&self, iter: I) -> LeaseIter<'_, I> {
+        LeaseIter {
+            job: self,
+            inner: iter,
+            stopped: false,
+        }
+    }
+}
+
+/// An iterator that ends when the lease is revoked.
+pub struct LeaseIter<'a, I> {
+    job: &'a Job,
+    inner: I,
+    stopped: bool,
+}
+
+impl<I> LeaseIter<'_, I> {
+    /// True if iteration ended because the lease was revoked.
+    pub fn revoked(&self) -> bool {
+        self.stopped
+    }
+}
+
+impl<I: Iterator> Iterator for LeaseIter<'_, I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        if self.stopped {
+            return None;
+        }
+        if self.job.lease_revoked() {
+            self.stopped = true;
+            return None;
+        }
+        self.inner.next()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_in(dir: &Path, resume: bool) -> JobEnv {
+        let vars: HashMap<&str, String> = [
+            (env::JOB_ID, "7".to_string()),
+            (env::RANK, "0".into()),
+            (env::WORLD_SIZE, "2".into()),
+            (env::VISIBLE_DEVICES, "0,1".into()),
+            (env::CHECKPOINT_DIR, dir.join("ckpt").display().to_string()),
+            (env::CONTROL_DIR, dir.display().to_string()),
+            (env::RESUME, if resume { "1" } else { "0" }.into()),
+            (env::BATCH_SIZE, "64".into()),
+        ]
+        .into_iter()
+        .collect();
+        JobEnv::from_lookup(|k| vars.get(k).cloned()).unwrap()
+    }
+
+    #[test]
+    fn reads_the_documented_environment() {
+        let d = tempfile::tempdir().unwrap();
+        let e = env_in(d.path(), true);
+        assert_eq!((e.job_id, e.rank, e.world_size), (7, 0, 2));
+        assert_eq!(e.devices, vec!["0", "1"]);
+        assert_eq!(e.batch_size, Some(64));
+        assert!(e.resume);
+        let err = JobEnv::from_lookup(|_| None).unwrap_err().to_string();
+        assert!(err.contains("BLOX_JOB_ID"), "{err}");
+        let err = JobEnv::from_lookup(|k| (k == env::JOB_ID).then(|| "x".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("BLOX_JOB_ID = `x`"), "{err}");
+    }
+
+    #[test]
+    fn iteration_stops_at_the_boundary_after_revocation() {
+        let d = tempfile::tempdir().unwrap();
+        let job = Job::attach(env_in(d.path(), false)).unwrap();
+        let mut it = job.iterate(0..100);
+        assert_eq!(it.next(), Some(0));
+        assert_eq!(it.next(), Some(1));
+        std::fs::write(d.path().join("revoked"), b"").unwrap();
+        assert_eq!(it.next(), None);
+        assert!(it.revoked());
+    }
+
+    #[test]
+    fn metrics_checkpoints_and_batch_changes_go_through_the_control_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let job = Job::attach(env_in(d.path(), false)).unwrap();
+        job.push_metric("loss", 0.5).unwrap();
+        job.push_metric("progress", 0.25).unwrap();
+        assert!(job.push_metric("bad key", 1.0).is_err());
+        let log = std::fs::read_to_string(d.path().join("metrics")).unwrap();
+        assert_eq!(log, "loss 0.5\nprogress 0.25\n");
+        job.save_checkpoint("state", b"42").unwrap();
+        assert_eq!(job.load_checkpoint("state"), None, "not resuming");
+        let resumed = Job::attach(env_in(d.path(), true)).unwrap();
+        assert_eq!(
+            resumed.load_checkpoint("state").as_deref(),
+            Some(&b"42"[..])
+        );
+        assert_eq!(job.new_batch_size(), None);
+        std::fs::write(d.path().join("batch_size"), "128").unwrap();
+        assert_eq!(job.new_batch_size(), Some(128));
+        job.applied_batch_size(128);
+        assert_eq!(job.new_batch_size(), None);
+    }
+}

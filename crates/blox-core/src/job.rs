@@ -65,6 +65,10 @@ pub struct JobSpec {
     /// the metric store on submission, so the first scheduling decision sees them.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub metrics: std::collections::BTreeMap<String, f64>,
+    /// The program a real backend runs for the job (argv, never through a
+    /// shell); empty for simulated jobs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
 }
 
 impl JobSpec {
@@ -80,6 +84,7 @@ impl JobSpec {
             model: None,
             expected_duration_s: None,
             metrics: Default::default(),
+            command: Vec::new(),
         }
     }
 

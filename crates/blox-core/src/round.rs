@@ -177,6 +177,21 @@ impl RoundLoop {
             self.cluster.release(*id, gpus);
         }
         let ended = self.jobs.prune_finished();
+        // Jobs a backend sent back to the queue while they held GPUs (a crashed
+        // process to be retried) give their GPUs back.
+        let requeued: Vec<(JobId, Vec<GpuId>)> = self
+            .jobs
+            .active()
+            .filter(|j| j.status == JobStatus::Queued && !j.allocation.is_empty())
+            .map(|j| (j.id(), j.allocation.clone()))
+            .collect();
+        for (id, gpus) in requeued {
+            self.cluster.release(id, &gpus);
+            if let Some(j) = self.jobs.get_mut(id) {
+                j.allocation.clear();
+                j.host_share = None;
+            }
+        }
         // 4. Pop newly submitted jobs; impossible requests are rejected here.
         for spec in b
             .poll_submissions(&info)

@@ -1,0 +1,230 @@
+//! The same round loop on real processes: a trace through the simulator and
+//! through the local backend (compressed time: 1 s rounds, jobs of seconds)
+//! with the same policies; crashes, bad commands and preemption with resume.
+
+use blox_core::*;
+use blox_runtime::{LocalBackend, LocalConfig};
+use blox_sim::workload::{SimJob, WorkModel};
+use blox_sim::{SimConfig, Simulation};
+use std::collections::BTreeMap;
+
+const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
+
+fn policies(scheduling: &str, placement: &str) -> Policies {
+    blox_policies::link();
+    let m = |kind: &str, policy: &str| ModuleConfig {
+        policy: policy.into(),
+        line: 0,
+        params: Section::empty(kind),
+    };
+    registry::build_policies(
+        &m("admission", "accept-all"),
+        &m("scheduling", scheduling),
+        &m("placement", placement),
+    )
+    .unwrap()
+}
+
+/// (id, arrival s, GPUs, duration s)
+type Trace = Vec<(u64, f64, u32, f64)>;
+
+fn spec(id: u64, arrival: f64, gpus: u32, dur: f64, argv: Vec<String>) -> JobSpec {
+    let mut s = JobSpec::new(id, arrival, gpus).with_duration(dur);
+    s.command = argv;
+    s
+}
+
+fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        TOY.to_string(),
+        "--duration-s".into(),
+        dur.to_string(),
+        "--iteration-s".into(),
+        "0.02".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Runs the loop on real processes until every job ended; returns the ended
+/// jobs and the backend (for its launch counts).
+fn run_real(
+    scheduling: &str,
+    jobs: Vec<JobSpec>,
+    cluster: ClusterState,
+    cfg: LocalConfig,
+) -> (Vec<Job>, BTreeMap<JobId, u32>) {
+    let n = jobs.len();
+    let mut b = LocalBackend::new(cfg, &cluster, jobs).unwrap();
+    let mut lp = RoundLoop::new(policies(scheduling, "consolidated"), cluster, 1.0);
+    let t = std::time::Instant::now();
+    while !(b.exhausted() && lp.is_idle()) {
+        let r = lp.run_round(&mut b).unwrap();
+        if std::env::var("BLOX_TEST_TRACE").is_ok() {
+            eprintln!(
+                "real t={:.2} launched {:?} preempted {:?} ended {:?}",
+                r.time_s, r.launched, r.preempted, r.ended
+            );
+        }
+        assert!(t.elapsed().as_secs() < 120, "the run did not finish");
+    }
+    let ended = lp.jobs.finished().to_vec();
+    assert_eq!(ended.len(), n, "every job ended");
+    let launches = b.launches();
+    (ended, launches)
+}
+
+fn run_sim(scheduling: &str, trace: &Trace, cluster: ClusterState) -> BTreeMap<u64, f64> {
+    let jobs = trace
+        .iter()
+        .map(|&(id, a, g, d)| SimJob {
+            spec: JobSpec::new(id, a, g).with_duration(d),
+            work: WorkModel::Duration { duration_s: d },
+            converge_at: None,
+        })
+        .collect();
+    let run = RunConfig {
+        round_s: 1.0,
+        ..RunConfig::default()
+    };
+    let mut sim = Simulation::new(
+        policies(scheduling, "consolidated"),
+        cluster,
+        run,
+        SimConfig::default(),
+        jobs,
+    )
+    .unwrap();
+    if std::env::var("BLOX_TEST_TRACE").is_ok() {
+        while !sim.is_done() {
+            let before = sim.round_loop.rounds();
+            sim.step().unwrap();
+            let _ = before;
+            let lp = &sim.round_loop;
+            eprintln!(
+                "sim  t={:.2} running {:?}",
+                sim.backend.now_s(),
+                lp.jobs
+                    .running()
+                    .map(|j| (j.id(), j.attained_service_gpu_s))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    let r = sim.run_to_end().unwrap();
+    r.jobs
+        .iter()
+        .map(|j| (j.job_id, j.jct_s.unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_same_trace_and_policy_give_the_same_schedule_in_simulation_and_for_real() {
+    // 2 nodes x 2 logical GPUs; LAS preempts, so jobs are suspended and resumed.
+    // Durations end mid-round: a job ending exactly on a round boundary ends
+    // a few ms late for real (process start and exit), which can flip a
+    // decision taken at that boundary.
+    let trace: Trace = vec![
+        (0, 0.0, 2, 4.4),
+        (1, 0.0, 1, 2.7),
+        (2, 0.5, 1, 4.6),
+        (3, 1.5, 2, 1.6),
+        (4, 2.5, 1, 2.3),
+        (5, 3.5, 2, 2.8),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = trace
+        .iter()
+        .map(|&(id, a, g, d)| spec(id, a, g, d, toy(d, &[])))
+        .collect();
+    let (real, launches) = run_real(
+        "las",
+        jobs,
+        ClusterState::homogeneous(2, 2),
+        LocalConfig::new(dir.path()),
+    );
+    let sim = run_sim("las", &trace, ClusterState::homogeneous(2, 2));
+    let mut diffs = Vec::new();
+    for j in &real {
+        assert_eq!(j.status, JobStatus::Finished, "{:?}", j.end_reason);
+        let r = j.jct_s().unwrap();
+        let s = sim[&j.id().0];
+        diffs.push((r - s).abs() / s);
+        eprintln!("{}: real {r:.2} s, simulated {s:.2} s", j.id());
+    }
+    let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
+    eprintln!("mean |real - sim| / sim = {:.1} %", 100.0 * mean);
+    assert!(
+        mean < 0.05,
+        "JCTs differ by {:.1} % on average",
+        100.0 * mean
+    );
+    // Someone was preempted and resumed from its checkpoint.
+    assert!(launches.values().any(|&n| n > 1), "{launches:?}");
+}
+
+#[test]
+fn a_crashed_job_resumes_from_its_checkpoint_and_a_bad_one_fails_with_its_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = vec![
+        // Crashes at 50 % on its first launch, then resumes and finishes.
+        spec(0, 0.0, 1, 2.0, toy(2.0, &["--fail-at", "0.5"])),
+        // No duration: exits with status 2 every time.
+        spec(1, 0.0, 1, 1.0, vec![TOY.to_string()]),
+        // A program that does not exist.
+        spec(2, 0.0, 1, 1.0, vec!["/nonexistent/blox-job".to_string()]),
+        // An ordinary job beside them finishes.
+        spec(3, 0.0, 1, 1.0, toy(1.0, &[])),
+    ];
+    let mut cfg = LocalConfig::new(dir.path());
+    cfg.max_retries = 1;
+    let (ended, launches) = run_real("fifo", jobs, ClusterState::homogeneous(1, 4), cfg);
+    let by: BTreeMap<u64, &Job> = ended.iter().map(|j| (j.id().0, j)).collect();
+    assert_eq!(by[&0].status, JobStatus::Finished);
+    assert_eq!(launches[&JobId(0)], 2);
+    // It resumed: the second launch started from the checkpointed iteration.
+    let d0 = blox_runtime::local::job_dir(dir.path(), JobId(0));
+    let err1 = std::fs::read_to_string(d0.join("launch-1/stderr")).unwrap();
+    assert!(
+        err1.contains("failing on purpose at iteration 50"),
+        "{err1}"
+    );
+    let err2 = std::fs::read_to_string(d0.join("launch-2/stderr")).unwrap();
+    // From its last checkpoint before the crash (every 25 iterations).
+    assert!(err2.contains("resumed at iteration 25"), "{err2}");
+    assert_eq!(by[&1].status, JobStatus::Failed);
+    assert!(
+        by[&1]
+            .end_reason
+            .as_deref()
+            .unwrap()
+            .contains("exit status 2"),
+        "{:?}",
+        by[&1].end_reason
+    );
+    assert_eq!(launches[&JobId(1)], 2, "retried once");
+    assert_eq!(by[&2].status, JobStatus::Failed);
+    assert!(
+        by[&2]
+            .end_reason
+            .as_deref()
+            .unwrap()
+            .contains("cannot start"),
+        "{:?}",
+        by[&2].end_reason
+    );
+    assert_eq!(by[&3].status, JobStatus::Finished);
+}
+
+#[test]
+fn a_job_without_a_command_is_refused_up_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = LocalBackend::new(
+        LocalConfig::new(dir.path()),
+        &ClusterState::homogeneous(1, 1),
+        vec![JobSpec::new(4, 0.0, 1)],
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("job-4: no command"), "{e}");
+}
