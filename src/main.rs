@@ -2,6 +2,7 @@
 
 mod bench;
 mod grid;
+mod local;
 mod report;
 mod sweep;
 
@@ -66,6 +67,22 @@ enum Command {
     Report {
         /// The folder `blox sweep --out` wrote.
         dir: PathBuf,
+    },
+    /// Run the config's policies on real job processes on this machine
+    /// (wall-clock rounds; `[cluster]` gives the logical GPUs).
+    Local {
+        config: PathBuf,
+        /// The jobs to run: a TOML file of `[[job]]` tables (see `src/local.rs`).
+        #[arg(long)]
+        jobs: PathBuf,
+        /// Where job control, output and checkpoint folders go (default `blox-local/`).
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Write jobs.csv, rounds.csv and summary.txt here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
     /// List every registered module.
     Policies,
@@ -218,6 +235,14 @@ fn main() {
                 println!("wrote {}", f.display());
             }
         }),
+        Command::Local {
+            config,
+            jobs,
+            workdir,
+            out,
+            set,
+        } => parse_sets(&set)
+            .and_then(|s| local::run(&config, &jobs, workdir.as_deref(), out.as_deref(), &s)),
         Command::Policies => {
             policies();
             Ok(())

@@ -439,3 +439,71 @@ fn synergy_configs_run_and_tune_beats_proportional() {
     let (p, t) = (avg("proportional"), avg("tune"));
     assert!(t < 0.95 * p, "tune {t} h vs proportional {p} h");
 }
+
+#[test]
+fn local_runs_real_processes_under_the_configured_policy() {
+    let dir = tempdir("local");
+    let cfg = write(
+        &dir,
+        "c.toml",
+        "[cluster]\nnodes = 1\ngpus_per_node = 2\n[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n",
+    );
+    // Jobs that speak the control-directory protocol with a plain shell.
+    let done = |secs: &str| {
+        format!("[\"sh\", \"-c\", \"sleep {secs}; touch \\\"$BLOX_CONTROL_DIR/done\\\"\"]")
+    };
+    let jobs = write(
+        &dir,
+        "jobs.toml",
+        &format!(
+            "[[job]]\nname = \"a\"\narrival_s = 0\ngpus = 2\ncommand = {}\n\n[[job]]\nname = \"b\"\narrival_s = 0\ngpus = 1\ncommand = {}\n\n[[job]]\nname = \"too-big\"\narrival_s = 0\ngpus = 3\ncommand = [\"true\"]\n",
+            done("0.6"),
+            done("0.3")
+        ),
+    );
+    let out = dir.join("out");
+    let o = blox(&[
+        "local",
+        cfg.to_str().unwrap(),
+        "--jobs",
+        jobs.to_str().unwrap(),
+        "--workdir",
+        dir.join("work").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    // FIFO: b waits for a (which holds both GPUs); too-big is rejected.
+    let rows = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    let line = |name: &str| {
+        rows.lines()
+            .find(|l| l.split(',').nth(10) == Some(name))
+            .unwrap_or_else(|| panic!("{name} in {rows}"))
+            .to_string()
+    };
+    assert!(line("a").contains(",finished,"), "{rows}");
+    assert!(line("b").contains(",finished,"), "{rows}");
+    assert!(
+        line("too-big").contains(",rejected,") && line("too-big").contains("asks for 3 GPUs"),
+        "{rows}"
+    );
+    let jct = |name: &str| -> f64 { line(name).split(',').nth(4).unwrap().parse().unwrap() };
+    assert!(jct("b") > jct("a"), "b ran after a: {rows}");
+    // A bad jobs file names the job and field.
+    let bad = write(
+        &dir,
+        "bad.toml",
+        "[[job]]\nname = \"x\"\narrival_s = 0\ngpus = 0\ncommand = [\"true\"]\n",
+    );
+    let t = text(&blox(&[
+        "local",
+        cfg.to_str().unwrap(),
+        "--jobs",
+        bad.to_str().unwrap(),
+    ]));
+    assert!(
+        t.contains("job 1 (x)") && t.contains("`gpus` must be at least 1"),
+        "{t}"
+    );
+}
