@@ -341,6 +341,10 @@ impl LaunchMechanism for LocalBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let id = job.id();
+        if self.ended.iter().any(|(j, _, finished)| *j == id && *finished) {
+            // It finished as it was being moved: reported next round, not rerun.
+            return Ok(());
+        }
         let rec = self.records.entry(id).or_default();
         rec.launches += 1;
         let n = rec.launches;
