@@ -171,7 +171,7 @@ fn pollux_autoscaling_resizes_the_simulated_cluster() {
 #[test]
 fn every_pollux_workload_config_runs() {
     for p in [
-        "fifo", "las", "srtf", "themis", "tiresias", "optimus", "pollux",
+        "fifo", "las", "srtf", "themis", "tiresias", "optimus", "pollux", "synergy",
     ] {
         let out = std::env::temp_dir().join(format!("blox-pw-{p}-{}", std::process::id()));
         let mut args: Vec<String> = vec![
