@@ -15,7 +15,11 @@
 //! - `metrics` is an append-only log of `key value` lines the worker folds into
 //!   the scheduler's metric store; `progress` (0–1) is the job's share of work
 //!   done;
-//! - `done` is written by [`Job::finish`] when the job completed its work.
+//! - `done` is written by [`Job::finish`] when the job completed its work;
+//! - `exit_at` fixes, for a multi-rank job, the iteration at which every rank
+//!   stops after a revocation (two-phase revocation, Blox §7: the first rank
+//!   that sees `revoked` at boundary *i* writes *i + 1*; every rank runs up to
+//!   that boundary and stops there, so all ranks checkpoint the same step).
 //!
 //! A lease check is one `stat` of a file that does not exist (a few µs; the
 //! benchmark is in `docs/PERFORMANCE.md`).
@@ -239,7 +243,26 @@ impl Job {
             job: self,
             inner: iter,
             stopped: false,
+            step: 0,
         }
+    }
+
+    /// The agreed exit boundary of a multi-rank job, if one is fixed.
+    fn exit_at(&self) -> Option<u64> {
+        let v = std::fs::read_to_string(self.env.control_dir.join("exit_at")).ok()?;
+        v.trim().parse().ok()
+    }
+
+    /// Proposes `step` as the exit boundary; the first proposal wins
+    /// (written to a private file, then linked into place atomically).
+    fn propose_exit_at(&self, step: u64) -> Option<u64> {
+        let dir = &self.env.control_dir;
+        let tmp = dir.join(format!("exit_at.rank{}", self.env.rank));
+        if std::fs::write(&tmp, step.to_string()).is_ok() {
+            let _ = std::fs::hard_link(&tmp, dir.join("exit_at"));
+            let _ = std::fs::remove_file(&tmp);
+        }
+        self.exit_at()
     }
 }
 
@@ -248,6 +271,8 @@ pub struct LeaseIter<'a, I> {
     job: &'a Job,
     inner: I,
     stopped: bool,
+    /// Iterations yielded so far in this launch (the next boundary).
+    step: u64,
 }
 
 impl<I> LeaseIter<'_, I> {
@@ -263,10 +288,23 @@ impl<I: Iterator> Iterator for LeaseIter<'_, I> {
         if self.stopped {
             return None;
         }
-        if self.job.lease_revoked() {
-            self.stopped = true;
-            return None;
+        if self.job.env.world_size <= 1 {
+            if self.job.lease_revoked() {
+                self.stopped = true;
+                return None;
+            }
+        } else {
+            let exit = match self.job.exit_at() {
+                Some(e) => Some(e),
+                None if self.job.lease_revoked() => self.job.propose_exit_at(self.step + 1),
+                None => None,
+            };
+            if exit.is_some_and(|e| self.step >= e) {
+                self.stopped = true;
+                return None;
+            }
         }
+        self.step += 1;
         self.inner.next()
     }
 }
@@ -311,13 +349,44 @@ mod tests {
     #[test]
     fn iteration_stops_at_the_boundary_after_revocation() {
         let d = tempfile::tempdir().unwrap();
-        let job = Job::attach(env_in(d.path(), false)).unwrap();
+        let mut e = env_in(d.path(), false);
+        e.world_size = 1;
+        let job = Job::attach(e).unwrap();
         let mut it = job.iterate(0..100);
         assert_eq!(it.next(), Some(0));
         assert_eq!(it.next(), Some(1));
         std::fs::write(d.path().join("revoked"), b"").unwrap();
         assert_eq!(it.next(), None);
         assert!(it.revoked());
+    }
+
+    #[test]
+    fn ranks_of_a_multi_rank_job_stop_together_one_boundary_after_revocation() {
+        let d = tempfile::tempdir().unwrap();
+        let rank = |r: u32| {
+            let mut e = env_in(d.path(), false);
+            e.rank = r;
+            Job::attach(e).unwrap()
+        };
+        let (a, b) = (rank(0), rank(1));
+        let (mut ia, mut ib) = (a.iterate(0..100), b.iterate(0..100));
+        // Lockstep for three iterations.
+        for k in 0..3 {
+            assert_eq!(ia.next(), Some(k));
+            assert_eq!(ib.next(), Some(k));
+        }
+        std::fs::write(d.path().join("revoked"), b"").unwrap();
+        // Rank 1 sees it first at boundary 3 and fixes the exit at 4: both run
+        // iteration 3, then both stop at boundary 4.
+        assert_eq!(ib.next(), Some(3));
+        assert_eq!(ia.next(), Some(3));
+        assert_eq!(ia.next(), None);
+        assert_eq!(ib.next(), None);
+        assert!(ia.revoked() && ib.revoked());
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("exit_at")).unwrap(),
+            "4"
+        );
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! environment of [`blox_client::env`]. A waiter thread per process records the
 //! exit time to the millisecond.
 //!
+//! With `process_per_gpu`, a job on k GPUs runs as k processes (ranks 0..k−1,
+//! one GPU each, output in `stdout.rank<r>`/`stderr.rank<r>`) sharing the
+//! control directory; a failing rank takes the others down.
+//!
 //! Preemption writes `revoked`; the job checkpoints and exits at its next
 //! iteration boundary, or is killed after `grace_s`. A process that exits
 //! non-zero, or without finishing, is retried up to `max_retries` times (from
@@ -35,6 +39,10 @@ pub struct LocalConfig {
     pub grace_s: f64,
     /// Times a crashed process is restarted before the job fails.
     pub max_retries: u32,
+    /// One process per GPU (ranks 0..k−1, each seeing its own GPU, sharing
+    /// the launch's control directory; two-phase revocation stops them at the
+    /// same iteration) instead of one process holding all the job's GPUs.
+    pub process_per_gpu: bool,
 }
 
 impl LocalConfig {
@@ -43,6 +51,7 @@ impl LocalConfig {
             workdir: workdir.into(),
             grace_s: 10.0,
             max_retries: 2,
+            process_per_gpu: false,
         }
     }
 }
@@ -54,14 +63,48 @@ struct Exit {
     code: Option<i32>,
 }
 
+/// One process of a launch.
+struct Rank {
+    exit: Arc<Mutex<Option<Exit>>>,
+    kill: Arc<AtomicBool>,
+}
+
 struct Proc {
     control: PathBuf,
     gpus: u32,
     /// Time of the last run-time accounting.
     accounted_s: f64,
-    exit: Arc<Mutex<Option<Exit>>>,
-    kill: Arc<AtomicBool>,
+    ranks: Vec<Rank>,
     metrics_offset: u64,
+}
+
+impl Proc {
+    /// The launch's exit once every rank exited: the last exit time, status 0
+    /// only if every rank exited 0. A rank that fails takes the others down.
+    fn exit(&self) -> Option<Exit> {
+        let exits: Vec<Option<Exit>> = self
+            .ranks
+            .iter()
+            .map(|r| *r.exit.lock().expect("not poisoned"))
+            .collect();
+        if exits.iter().flatten().any(|e| e.code != Some(0)) {
+            self.kill();
+        }
+        let all: Vec<Exit> = exits.into_iter().collect::<Option<_>>()?;
+        let at_s = all.iter().map(|e| e.at_s).fold(0.0, f64::max);
+        let code = all
+            .iter()
+            .map(|e| e.code)
+            .find(|c| *c != Some(0))
+            .unwrap_or(Some(0));
+        Some(Exit { at_s, code })
+    }
+
+    fn kill(&self) {
+        for r in &self.ranks {
+            r.kill.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -248,7 +291,7 @@ impl MetricCollector for LocalBackend {
         let exited: Vec<(JobId, Exit)> = self
             .procs
             .iter()
-            .filter_map(|(id, p)| p.exit.lock().expect("not poisoned").map(|e| (*id, e)))
+            .filter_map(|(id, p)| p.exit().map(|e| (*id, e)))
             .collect();
         for (id, exit) in exited {
             self.account(id, exit.at_s);
@@ -312,13 +355,17 @@ impl PreemptionMechanism for LocalBackend {
         let path = p.control.join("revoked");
         std::fs::write(&path, b"").map_err(|e| be(format!("{}: {e}", path.display())))?;
         let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.grace_s);
+        let mut warned = false;
         let exit = loop {
-            if let Some(e) = *p.exit.lock().expect("not poisoned") {
+            if let Some(e) = p.exit() {
                 break e;
             }
             if Instant::now() >= deadline {
-                tracing::warn!(job = %id, "did not exit {} s after revocation; killed", self.cfg.grace_s);
-                p.kill.store(true, Ordering::Relaxed);
+                if !warned {
+                    tracing::warn!(job = %id, "did not exit {} s after revocation; killed", self.cfg.grace_s);
+                    warned = true;
+                }
+                p.kill();
             }
             std::thread::sleep(Duration::from_millis(1));
         };
@@ -341,7 +388,11 @@ impl LaunchMechanism for LocalBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let id = job.id();
-        if self.ended.iter().any(|(j, _, finished)| *j == id && *finished) {
+        if self
+            .ended
+            .iter()
+            .any(|(j, _, finished)| *j == id && *finished)
+        {
             // It finished as it was being moved: reported next round, not rerun.
             return Ok(());
         }
@@ -367,42 +418,62 @@ impl LaunchMechanism for LocalBackend {
             std::fs::File::create(&p).map_err(|e| be(format!("{}: {e}", p.display())))
         };
         let argv = &job.spec.command;
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .env(env::JOB_ID, id.0.to_string())
-            .env(env::RANK, "0")
-            .env(env::WORLD_SIZE, "1")
-            .env(env::VISIBLE_DEVICES, devices.join(","))
-            .env(env::MASTER_ADDR, "127.0.0.1")
-            .env(env::CHECKPOINT_DIR, &ckpt)
-            .env(env::CONTROL_DIR, &control)
-            .env(env::RESUME, if n > 1 { "1" } else { "0" })
-            .env(
-                env::BATCH_SIZE,
-                batch_size
-                    .or(job.current_batch_size)
-                    .map(|b| b.to_string())
-                    .unwrap_or_default(),
-            )
-            .stdin(Stdio::null())
-            .stdout(out("stdout")?)
-            .stderr(out("stderr")?);
-        let child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                // The job's fault, not the scheduler's: it is retried, then
-                // fails with this reason; the loop goes on.
-                let why = format!("cannot start {argv:?}: {e}");
-                tracing::warn!(job = %id, "{why}");
-                self.records.entry(id).or_default().start_error = Some(why);
-                let at_s = self.now();
-                self.ended.push((id, Exit { at_s, code: None }, false));
-                return Ok(());
-            }
+        // One process with every GPU, or one per GPU.
+        let groups: Vec<Vec<String>> = if self.cfg.process_per_gpu {
+            devices.iter().map(|d| vec![d.clone()]).collect()
+        } else {
+            vec![devices.clone()]
         };
-        let exit = Arc::new(Mutex::new(None));
-        let kill = Arc::new(AtomicBool::new(false));
-        spawn_waiter(child, self.start, exit.clone(), kill.clone());
+        let world = groups.len();
+        let mut ranks = Vec::with_capacity(world);
+        for (rank, devs) in groups.iter().enumerate() {
+            let suffix = if world > 1 {
+                format!(".rank{rank}")
+            } else {
+                String::new()
+            };
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .env(env::JOB_ID, id.0.to_string())
+                .env(env::RANK, rank.to_string())
+                .env(env::WORLD_SIZE, world.to_string())
+                .env(env::VISIBLE_DEVICES, devs.join(","))
+                .env(env::MASTER_ADDR, "127.0.0.1")
+                .env(env::CHECKPOINT_DIR, &ckpt)
+                .env(env::CONTROL_DIR, &control)
+                .env(env::RESUME, if n > 1 { "1" } else { "0" })
+                .env(
+                    env::BATCH_SIZE,
+                    batch_size
+                        .or(job.current_batch_size)
+                        .map(|b| b.to_string())
+                        .unwrap_or_default(),
+                )
+                .stdin(Stdio::null())
+                .stdout(out(&format!("stdout{suffix}"))?)
+                .stderr(out(&format!("stderr{suffix}"))?);
+            let child = match cmd.spawn() {
+                Ok(c) => c,
+                Err(e) => {
+                    // The job's fault, not the scheduler's: it is retried, then
+                    // fails with this reason; the loop goes on.
+                    let why = format!("cannot start {argv:?}: {e}");
+                    tracing::warn!(job = %id, "{why}");
+                    for r in &ranks {
+                        let r: &Rank = r;
+                        r.kill.store(true, Ordering::Relaxed);
+                    }
+                    self.records.entry(id).or_default().start_error = Some(why);
+                    let at_s = self.now();
+                    self.ended.push((id, Exit { at_s, code: None }, false));
+                    return Ok(());
+                }
+            };
+            let exit = Arc::new(Mutex::new(None));
+            let kill = Arc::new(AtomicBool::new(false));
+            spawn_waiter(child, self.start, exit.clone(), kill.clone());
+            ranks.push(Rank { exit, kill });
+        }
         let now = self.now();
         self.procs.insert(
             id,
@@ -410,8 +481,7 @@ impl LaunchMechanism for LocalBackend {
                 control,
                 gpus: gpus.len() as u32,
                 accounted_s: now,
-                exit,
-                kill,
+                ranks,
                 metrics_offset: 0,
             },
         );
@@ -457,15 +527,10 @@ impl Drop for LocalBackend {
     /// No process outlives the backend.
     fn drop(&mut self) {
         for p in self.procs.values() {
-            p.kill.store(true, Ordering::Relaxed);
+            p.kill();
         }
         let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline
-            && self
-                .procs
-                .values()
-                .any(|p| p.exit.lock().map(|e| e.is_none()).unwrap_or(false))
-        {
+        while Instant::now() < deadline && self.procs.values().any(|p| p.exit().is_none()) {
             std::thread::sleep(Duration::from_millis(2));
         }
     }

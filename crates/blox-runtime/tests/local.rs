@@ -228,3 +228,32 @@ fn a_job_without_a_command_is_refused_up_front() {
     .unwrap();
     assert!(e.to_string().contains("job-4: no command"), "{e}");
 }
+
+#[test]
+fn the_ranks_of_a_preempted_job_stop_and_resume_at_the_same_iteration() {
+    // One process per GPU: job 0 runs as ranks 0 and 1; LAS preempts it for
+    // job 1, and both ranks must checkpoint the same step (two-phase revocation).
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = vec![
+        spec(0, 0.0, 2, 3.5, toy(3.5, &[])),
+        spec(1, 1.2, 2, 1.3, toy(1.3, &[])),
+    ];
+    let mut cfg = LocalConfig::new(dir.path());
+    cfg.process_per_gpu = true;
+    let (ended, launches) = run_real("las", jobs, ClusterState::homogeneous(1, 2), cfg);
+    assert!(ended.iter().all(|j| j.status == JobStatus::Finished));
+    assert_eq!(launches[&JobId(0)], 2, "preempted once and resumed");
+    let d0 = blox_runtime::local::job_dir(dir.path(), JobId(0)).join("launch-2");
+    let r0 = std::fs::read_to_string(d0.join("stderr.rank0")).unwrap();
+    let r1 = std::fs::read_to_string(d0.join("stderr.rank1")).unwrap();
+    assert!(r0.contains("resumed at iteration"), "{r0}");
+    assert_eq!(r0, r1, "both ranks resumed from the same step");
+    let fixed = std::fs::read_to_string(
+        blox_runtime::local::job_dir(dir.path(), JobId(0)).join("launch-1/exit_at"),
+    )
+    .unwrap();
+    assert!(
+        r0.contains(&format!("resumed at iteration {}", fixed.trim())),
+        "{r0} vs exit_at {fixed}"
+    );
+}
