@@ -216,7 +216,10 @@ impl Job {
     /// Saves `bytes` as checkpoint `name` atomically (write, then rename).
     pub fn save_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
         let path = self.checkpoint_path(name);
-        let tmp = path.with_extension("tmp");
+        // `<name>[.rank<r>].tmp`: each rank has its own temporary file.
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
         std::fs::write(&tmp, bytes)
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|source| ClientError::Io { path, source })
@@ -404,6 +407,26 @@ mod tests {
         assert_eq!(
             resumed.load_checkpoint("state").as_deref(),
             Some(&b"42"[..])
+        );
+        // Two ranks checkpointing at the same time do not clobber each
+        // other's temporary files.
+        std::thread::scope(|s| {
+            for r in 0..2u32 {
+                let dir = d.path().to_path_buf();
+                s.spawn(move || {
+                    let mut e = env_in(&dir, true);
+                    e.rank = r;
+                    let j = Job::attach(e).unwrap();
+                    for k in 0..2000 {
+                        j.save_checkpoint("state", format!("{r}:{k}").as_bytes())
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            resumed.load_checkpoint("state").as_deref(),
+            Some(&b"0:1999"[..])
         );
         assert_eq!(job.new_batch_size(), None);
         std::fs::write(d.path().join("batch_size"), "128").unwrap();
