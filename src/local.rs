@@ -124,15 +124,7 @@ pub fn run(
                 );
             }
         }
-        rounds.push(RoundRow {
-            time_s: r.time_s,
-            busy_gpus: r.busy_gpus,
-            total_gpus: r.total_gpus,
-            queued_jobs: r.queued_jobs as u32,
-            waiting_jobs: r.waiting_jobs as u32,
-            running_jobs: r.running_jobs as u32,
-            policy: r.policy,
-        });
+        rounds.push(RoundRow::from(r));
     }
     let mut rows: Vec<JobRow> = lp
         .jobs

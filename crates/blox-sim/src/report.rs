@@ -74,6 +74,21 @@ pub struct RoundRow {
     pub policy: String,
 }
 
+impl From<blox_core::RoundReport> for RoundRow {
+    /// The `rounds.csv` row of a round, from what the loop reported.
+    fn from(r: blox_core::RoundReport) -> Self {
+        RoundRow {
+            time_s: r.time_s,
+            busy_gpus: r.busy_gpus,
+            total_gpus: r.total_gpus,
+            queued_jobs: r.queued_jobs as u32,
+            waiting_jobs: r.waiting_jobs as u32,
+            running_jobs: r.running_jobs as u32,
+            policy: r.policy,
+        }
+    }
+}
+
 /// Headline numbers of a run (over the tracked jobs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {

@@ -139,15 +139,7 @@ impl Simulation {
             }
         }
         self.seen_ended = finished.len();
-        self.rounds.push(RoundRow {
-            time_s: r.time_s,
-            busy_gpus: r.busy_gpus,
-            total_gpus: r.total_gpus,
-            queued_jobs: r.queued_jobs as u32,
-            waiting_jobs: r.waiting_jobs as u32,
-            running_jobs: r.running_jobs as u32,
-            policy: r.policy,
-        });
+        self.rounds.push(RoundRow::from(r));
         Ok(true)
     }
 
