@@ -1,6 +1,7 @@
 //! `blox`: simulate, sweep and list composable deep-learning cluster schedulers.
 
 mod bench;
+mod cluster;
 mod grid;
 mod local;
 mod report;
@@ -83,6 +84,37 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+    },
+    /// Run the central scheduler: the config's policies on the workers that
+    /// register with it, wall-clock rounds of `[run] round_s`, `[runtime]` settings.
+    Scheduler {
+        #[arg(long)]
+        config: PathBuf,
+        /// Listen here instead of `[runtime] listen`.
+        #[arg(long)]
+        listen: Option<String>,
+        /// The job table file instead of `[runtime] state`.
+        #[arg(long)]
+        state: Option<PathBuf>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Run a worker manager on this node: registers its GPUs with the scheduler
+    /// and runs the jobs it is given.
+    Worker(cluster::WorkerArgs),
+    /// Submit a job to a scheduler: `blox submit --gpus 2 -- train --epochs 3`.
+    Submit(cluster::SubmitArgs),
+    /// Show a scheduler's jobs (all, or the ones named) and workers.
+    Status {
+        #[command(flatten)]
+        connect: cluster::Connect,
+        jobs: Vec<u64>,
+    },
+    /// Cancel a job (killed if it runs).
+    Cancel {
+        #[command(flatten)]
+        connect: cluster::Connect,
+        job: u64,
     },
     /// List every registered module.
     Policies,
@@ -243,6 +275,16 @@ fn main() {
             set,
         } => parse_sets(&set)
             .and_then(|s| local::run(&config, &jobs, workdir.as_deref(), out.as_deref(), &s)),
+        Command::Scheduler {
+            config,
+            listen,
+            state,
+            set,
+        } => parse_sets(&set).and_then(|s| cluster::scheduler(&config, listen, state, &s)),
+        Command::Worker(a) => cluster::worker(a),
+        Command::Submit(a) => cluster::submit(a),
+        Command::Status { connect, jobs } => cluster::status(&connect, &jobs),
+        Command::Cancel { connect, job } => cluster::cancel(&connect, job),
         Command::Policies => {
             policies();
             Ok(())

@@ -325,6 +325,7 @@ const TOP_LEVEL: &[&str] = &[
     "sim",
     "sweep",
     "synthesizer",
+    "runtime",
 ];
 
 impl Config {
@@ -404,8 +405,14 @@ impl Config {
             }
         }
 
+        // A scheduler's config ([runtime]) may leave the cluster out: the
+        // workers that register bring the GPUs.
+        let workers_bring_gpus = section("cluster").is_none() && section("runtime").is_some();
         let cluster = match section("cluster") {
             Some(s) => s.parse::<ClusterConfig>()?,
+            None if workers_bring_gpus => toml::Value::Table(toml::Table::new())
+                .try_into::<ClusterConfig>()
+                .expect("every [cluster] field is optional"),
             None => {
                 return Err(ConfigError::Parse {
                     file: file_name,
@@ -443,7 +450,7 @@ impl Config {
         let scheduling = module("scheduling", "fifo")?;
         let placement = module("placement", "first-free")?;
         let mut extra = std::collections::BTreeMap::new();
-        for name in ["workload", "sim", "sweep", "synthesizer"] {
+        for name in ["workload", "sim", "sweep", "synthesizer", "runtime"] {
             if let Some(s) = section(name) {
                 extra.insert(name.to_string(), s);
             }
@@ -458,7 +465,9 @@ impl Config {
             placement,
             extra,
         };
-        cfg.cluster_state()?;
+        if !workers_bring_gpus {
+            cfg.cluster_state()?;
+        }
         if !(cfg.run.round_s > 0.0 && cfg.run.round_s.is_finite()) {
             return Err(section("run")
                 .expect("round_s <= 0 needs a [run] section")

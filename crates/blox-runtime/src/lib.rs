@@ -9,11 +9,23 @@
 //!
 //! - [`local`]: job processes on this machine's GPUs (or logical GPUs), leases
 //!   through the job's control directory, checkpoint and resume, crash retries.
-//!
-//! Not yet here (issue 5): the gRPC scheduler and worker managers for several
-//! nodes, NVML discovery, the persistent job table, authentication.
+//! - [`scheduler`]: the central scheduler over gRPC ([`proto`]): the round
+//!   loop on wall-clock rounds, with [`scheduler::ClusterBackend`] driving
+//!   worker managers; submissions persisted in an embedded job table
+//!   ([`store`]).
+//! - [`worker`]: the worker manager of one node: GPU discovery (NVML, or
+//!   logical GPUs), job processes ([`process`]), leases, metric forwarding,
+//!   exit reports, heartbeats.
+//! - [`net`]: the shared token and TLS; [`ctl`]: blocking helpers for tools
+//!   (`blox submit`, `blox status`, `blox cancel`).
 
+pub mod ctl;
 pub mod local;
+pub mod net;
+pub mod process;
+pub mod scheduler;
+pub mod store;
+pub mod worker;
 
 pub use local::{LocalBackend, LocalConfig};
 
@@ -25,5 +37,12 @@ mod tests {
     #[test]
     fn the_local_backend_drives_the_loop() {
         super::assert_backend::<super::LocalBackend>();
+        super::assert_backend::<super::scheduler::ClusterBackend>();
     }
+}
+
+/// Generated protocol types and gRPC stubs (`proto/blox.proto`).
+pub mod proto {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("blox.v1");
 }

@@ -20,14 +20,10 @@
 //! non-zero, or without finishing, is retried up to `max_retries` times (from
 //! its last checkpoint), then the job fails with its exit status.
 
-use blox_client::env;
+use crate::process::{LaunchSpec, Running, StartError};
 use blox_core::*;
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Settings of the local backend.
@@ -56,55 +52,18 @@ impl LocalConfig {
     }
 }
 
-/// How a process ended, as its waiter saw it.
+/// How a launch ended, in seconds since the backend started.
 #[derive(Clone, Copy, Debug)]
 struct Exit {
     at_s: f64,
     code: Option<i32>,
 }
 
-/// One process of a launch.
-struct Rank {
-    exit: Arc<Mutex<Option<Exit>>>,
-    kill: Arc<AtomicBool>,
-}
-
 struct Proc {
-    control: PathBuf,
+    run: Running,
     gpus: u32,
     /// Time of the last run-time accounting.
     accounted_s: f64,
-    ranks: Vec<Rank>,
-    metrics_offset: u64,
-}
-
-impl Proc {
-    /// The launch's exit once every rank exited: the last exit time, status 0
-    /// only if every rank exited 0. A rank that fails takes the others down.
-    fn exit(&self) -> Option<Exit> {
-        let exits: Vec<Option<Exit>> = self
-            .ranks
-            .iter()
-            .map(|r| *r.exit.lock().expect("not poisoned"))
-            .collect();
-        if exits.iter().flatten().any(|e| e.code != Some(0)) {
-            self.kill();
-        }
-        let all: Vec<Exit> = exits.into_iter().collect::<Option<_>>()?;
-        let at_s = all.iter().map(|e| e.at_s).fold(0.0, f64::max);
-        let code = all
-            .iter()
-            .map(|e| e.code)
-            .find(|c| *c != Some(0))
-            .unwrap_or(Some(0));
-        Some(Exit { at_s, code })
-    }
-
-    fn kill(&self) {
-        for r in &self.ranks {
-            r.kill.store(true, Ordering::Relaxed);
-        }
-    }
 }
 
 #[derive(Default)]
@@ -178,39 +137,21 @@ impl LocalBackend {
 
     /// Folds new lines of a process's metric log into the store.
     fn read_metrics(p: &mut Proc, id: JobId, jobs: &mut JobState) {
-        let path = p.control.join("metrics");
-        let Ok(mut f) = std::fs::File::open(&path) else {
-            return;
-        };
-        if f.seek(SeekFrom::Start(p.metrics_offset)).is_err() {
-            return;
-        }
-        let mut r = BufReader::new(&mut f);
-        let mut line = String::new();
-        while let Ok(n) = r.read_line(&mut line) {
-            if n == 0 || !line.ends_with('\n') {
-                break; // a line still being written is read next time
-            }
-            p.metrics_offset += n as u64;
-            let mut it = line.split_whitespace();
-            if let (Some(k), Some(v), None) = (it.next(), it.next(), it.next()) {
-                match v.parse::<f64>() {
-                    Ok(v) if k == "progress" => {
-                        if let Some(j) = jobs.get_mut(id) {
-                            j.progress = v.clamp(0.0, 1.0);
-                        }
-                        jobs.metrics().set(id, k, v);
-                    }
-                    Ok(v) => jobs.metrics().set(id, k, v),
-                    Err(_) => {
-                        tracing::warn!(job = %id, line = %line.trim(), "bad metric line ignored")
-                    }
+        p.run.read_metrics(id.0, |k, v| {
+            if k == "progress" {
+                if let Some(j) = jobs.get_mut(id) {
+                    j.progress = v.clamp(0.0, 1.0);
                 }
-            } else {
-                tracing::warn!(job = %id, line = %line.trim(), "bad metric line ignored");
             }
-            line.clear();
-        }
+            jobs.metrics().set(id, k, v);
+        });
+    }
+
+    fn exit_of(&self, p: &Proc) -> Option<Exit> {
+        p.run.exit().map(|e| Exit {
+            at_s: e.at.saturating_duration_since(self.start).as_secs_f64(),
+            code: e.code,
+        })
     }
 
     /// Charges run time and GPU time up to `until`.
@@ -223,37 +164,6 @@ impl LocalBackend {
             r.attained_gpu_s += dt * p.gpus as f64;
         }
     }
-}
-
-/// Polls the child every 2 ms; records its exit time; kills it when asked.
-fn spawn_waiter(
-    mut child: Child,
-    start: Instant,
-    exit: Arc<Mutex<Option<Exit>>>,
-    kill: Arc<AtomicBool>,
-) {
-    std::thread::spawn(move || loop {
-        if kill.load(Ordering::Relaxed) {
-            let _ = child.kill();
-        }
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                *exit.lock().expect("not poisoned") = Some(Exit {
-                    at_s: start.elapsed().as_secs_f64(),
-                    code: status.code(),
-                });
-                return;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(_) => {
-                *exit.lock().expect("not poisoned") = Some(Exit {
-                    at_s: start.elapsed().as_secs_f64(),
-                    code: None,
-                });
-                return;
-            }
-        }
-    });
 }
 
 impl ClusterManager for LocalBackend {
@@ -291,13 +201,13 @@ impl MetricCollector for LocalBackend {
         let exited: Vec<(JobId, Exit)> = self
             .procs
             .iter()
-            .filter_map(|(id, p)| p.exit().map(|e| (*id, e)))
+            .filter_map(|(id, p)| self.exit_of(p).map(|e| (*id, e)))
             .collect();
         for (id, exit) in exited {
             self.account(id, exit.at_s);
             let mut p = self.procs.remove(&id).expect("listed above");
             Self::read_metrics(&mut p, id, jobs);
-            let done = p.control.join("done").exists();
+            let done = p.run.control.join("done").exists();
             self.ended.push((id, exit, done && exit.code == Some(0)));
         }
         let running: Vec<JobId> = self.procs.keys().copied().collect();
@@ -349,29 +259,20 @@ impl PreemptionMechanism for LocalBackend {
     /// and exit; kills it after that.
     fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
         let id = job.id();
-        let Some(p) = self.procs.get_mut(&id) else {
+        let Some(p) = self.procs.get(&id) else {
             return Ok(()); // it already exited; the exit is folded in next round
         };
-        let path = p.control.join("revoked");
-        std::fs::write(&path, b"").map_err(|e| be(format!("{}: {e}", path.display())))?;
-        let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.grace_s);
-        let mut warned = false;
-        let exit = loop {
-            if let Some(e) = p.exit() {
-                break e;
-            }
-            if Instant::now() >= deadline {
-                if !warned {
-                    tracing::warn!(job = %id, "did not exit {} s after revocation; killed", self.cfg.grace_s);
-                    warned = true;
-                }
-                p.kill();
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        let e = p
+            .run
+            .revoke_and_wait(Duration::from_secs_f64(self.cfg.grace_s), id.0);
+        let finished = p.run.finished(&e);
+        let exit = Exit {
+            at_s: e.at.saturating_duration_since(self.start).as_secs_f64(),
+            code: e.code,
         };
         self.account(id, exit.at_s);
-        let p = self.procs.remove(&id).expect("checked above");
-        if p.control.join("done").exists() && exit.code == Some(0) {
+        self.procs.remove(&id);
+        if finished {
             // It finished just as it was revoked: report that next round.
             self.ended.push((id, exit, true));
         }
@@ -413,78 +314,41 @@ impl LaunchMechanism for LocalBackend {
                     .map_or_else(|| g.0.to_string(), |l| l.to_string())
             })
             .collect();
-        let out = |name: &str| -> Result<std::fs::File, BackendError> {
-            let p = control.join(name);
-            std::fs::File::create(&p).map_err(|e| be(format!("{}: {e}", p.display())))
+        let spec = LaunchSpec {
+            job: id.0,
+            argv: job.spec.command.clone(),
+            devices,
+            control,
+            checkpoint: ckpt,
+            resume: n > 1,
+            batch_size: batch_size.or(job.current_batch_size),
+            master_addr: "127.0.0.1".into(),
+            worker_addr: String::new(),
+            process_per_gpu: self.cfg.process_per_gpu,
+            first_rank: 0,
+            world_size: None,
         };
-        let argv = &job.spec.command;
-        // One process with every GPU, or one per GPU.
-        let groups: Vec<Vec<String>> = if self.cfg.process_per_gpu {
-            devices.iter().map(|d| vec![d.clone()]).collect()
-        } else {
-            vec![devices.clone()]
-        };
-        let world = groups.len();
-        let mut ranks = Vec::with_capacity(world);
-        for (rank, devs) in groups.iter().enumerate() {
-            let suffix = if world > 1 {
-                format!(".rank{rank}")
-            } else {
-                String::new()
-            };
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..])
-                .env(env::JOB_ID, id.0.to_string())
-                .env(env::RANK, rank.to_string())
-                .env(env::WORLD_SIZE, world.to_string())
-                .env(env::VISIBLE_DEVICES, devs.join(","))
-                .env(env::MASTER_ADDR, "127.0.0.1")
-                .env(env::CHECKPOINT_DIR, &ckpt)
-                .env(env::CONTROL_DIR, &control)
-                .env(env::RESUME, if n > 1 { "1" } else { "0" })
-                .env(
-                    env::BATCH_SIZE,
-                    batch_size
-                        .or(job.current_batch_size)
-                        .map(|b| b.to_string())
-                        .unwrap_or_default(),
-                )
-                .stdin(Stdio::null())
-                .stdout(out(&format!("stdout{suffix}"))?)
-                .stderr(out(&format!("stderr{suffix}"))?);
-            let child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => {
-                    // The job's fault, not the scheduler's: it is retried, then
-                    // fails with this reason; the loop goes on.
-                    let why = format!("cannot start {argv:?}: {e}");
-                    tracing::warn!(job = %id, "{why}");
-                    for r in &ranks {
-                        let r: &Rank = r;
-                        r.kill.store(true, Ordering::Relaxed);
-                    }
-                    self.records.entry(id).or_default().start_error = Some(why);
-                    let at_s = self.now();
-                    self.ended.push((id, Exit { at_s, code: None }, false));
-                    return Ok(());
-                }
-            };
-            let exit = Arc::new(Mutex::new(None));
-            let kill = Arc::new(AtomicBool::new(false));
-            spawn_waiter(child, self.start, exit.clone(), kill.clone());
-            ranks.push(Rank { exit, kill });
+        match Running::spawn(&spec) {
+            Ok(run) => {
+                let now = self.now();
+                self.procs.insert(
+                    id,
+                    Proc {
+                        run,
+                        gpus: gpus.len() as u32,
+                        accounted_s: now,
+                    },
+                );
+            }
+            Err(StartError(why)) => {
+                // The job's fault, not the scheduler's: it is retried, then
+                // fails with this reason; the loop goes on.
+                tracing::warn!(job = %id, "{why}");
+                self.records.entry(id).or_default().start_error = Some(why);
+                let at_s = self.now();
+                self.ended.push((id, Exit { at_s, code: None }, false));
+            }
         }
-        let now = self.now();
-        self.procs.insert(
-            id,
-            Proc {
-                control,
-                gpus: gpus.len() as u32,
-                accounted_s: now,
-                ranks,
-                metrics_offset: 0,
-            },
-        );
         Ok(())
     }
 
@@ -499,9 +363,9 @@ impl LaunchMechanism for LocalBackend {
             .procs
             .get(&job.id())
             .ok_or_else(|| be(format!("{} is not running here", job.id())))?;
-        let path = p.control.join("batch_size");
-        std::fs::write(&path, batch_size.to_string())
-            .map_err(|e| be(format!("{}: {e}", path.display())))
+        p.run
+            .set_batch_size(batch_size)
+            .map_err(|e| be(format!("{}: {e}", p.run.control.display())))
     }
 }
 
@@ -527,12 +391,10 @@ impl Drop for LocalBackend {
     /// No process outlives the backend.
     fn drop(&mut self) {
         for p in self.procs.values() {
-            p.kill();
+            p.run.kill();
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline && self.procs.values().any(|p| p.exit().is_none()) {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        // Dropping each `Running` waits for its processes.
+        self.procs.clear();
     }
 }
 

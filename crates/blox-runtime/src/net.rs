@@ -1,0 +1,248 @@
+//! What every gRPC endpoint of the runtime shares: the cluster's shared token
+//! and TLS settings, client connections and the servers' token check.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tonic::metadata::MetadataValue;
+use tonic::service::Interceptor;
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Request, Status};
+
+/// Errors of setting up an endpoint (files, addresses); each names what it read.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("{path}: {message}")]
+    File { path: String, message: String },
+    #[error("bad address `{addr}`: {message}")]
+    Address { addr: String, message: String },
+    #[error("{0}")]
+    Tls(String),
+    #[error("cannot listen on {addr}: {message}")]
+    Listen { addr: String, message: String },
+}
+
+/// TLS files, PEM encoded.
+#[derive(Clone, Debug, Default)]
+pub struct TlsFiles {
+    /// This endpoint's certificate and key (servers).
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// The authority that signed the peers' certificates (clients).
+    pub ca: Option<PathBuf>,
+    /// Name to expect in the peer's certificate; the address's host if unset.
+    pub domain: Option<String>,
+}
+
+/// How endpoints authenticate: a shared token (workers, clients and the
+/// scheduler all hold it) and, optionally, TLS.
+#[derive(Clone, Debug, Default)]
+pub struct Security {
+    pub token: Option<Arc<str>>,
+    pub tls: Option<TlsFiles>,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, NetError> {
+    std::fs::read(path).map_err(|e| NetError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+impl Security {
+    /// Reads the shared token from a file (its first line; surrounding
+    /// whitespace ignored). An empty file is an error.
+    pub fn token_from_file(path: &Path) -> Result<Arc<str>, NetError> {
+        let text = String::from_utf8(read(path)?).map_err(|_| NetError::File {
+            path: path.display().to_string(),
+            message: "the token file is not UTF-8 text".into(),
+        })?;
+        let t = text.lines().next().unwrap_or("").trim();
+        if t.is_empty() {
+            return Err(NetError::File {
+                path: path.display().to_string(),
+                message: "the token file is empty".into(),
+            });
+        }
+        Ok(Arc::from(t))
+    }
+
+    /// `http://` or `https://` (with TLS) in front of `host:port`, unless the
+    /// address already has a scheme.
+    pub fn url(&self, addr: &str) -> String {
+        if addr.contains("://") {
+            addr.to_string()
+        } else if self.tls.is_some() {
+            format!("https://{addr}")
+        } else {
+            format!("http://{addr}")
+        }
+    }
+
+    /// A lazily connecting channel to `addr` (reconnects on its own).
+    pub fn channel(&self, addr: &str) -> Result<Channel, NetError> {
+        let url = self.url(addr);
+        let ep = Endpoint::from_shared(url.clone()).map_err(|e| NetError::Address {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        let ep = ep
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .tcp_nodelay(true);
+        let ep = self.client_tls(ep, &url)?;
+        Ok(ep.connect_lazy())
+    }
+
+    #[cfg(feature = "tls")]
+    fn client_tls(&self, ep: Endpoint, url: &str) -> Result<Endpoint, NetError> {
+        use tonic::transport::{Certificate, ClientTlsConfig};
+        let Some(tls) = &self.tls else {
+            return Ok(ep);
+        };
+        let mut cfg = ClientTlsConfig::new();
+        if let Some(ca) = &tls.ca {
+            cfg = cfg.ca_certificate(Certificate::from_pem(read(ca)?));
+        }
+        if let Some(d) = &tls.domain {
+            cfg = cfg.domain_name(d.clone());
+        }
+        let _ = url;
+        ep.tls_config(cfg).map_err(|e| NetError::Tls(e.to_string()))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn client_tls(&self, ep: Endpoint, _url: &str) -> Result<Endpoint, NetError> {
+        match &self.tls {
+            None => Ok(ep),
+            Some(_) => Err(NetError::Tls(
+                "this build has no TLS (build blox-runtime with the `tls` feature)".into(),
+            )),
+        }
+    }
+
+    /// A server builder with this endpoint's TLS identity, if it has one.
+    pub fn server(&self) -> Result<Server, NetError> {
+        let b = Server::builder().tcp_nodelay(true);
+        self.server_tls(b)
+    }
+
+    #[cfg(feature = "tls")]
+    fn server_tls(&self, mut b: Server) -> Result<Server, NetError> {
+        use tonic::transport::{Identity, ServerTlsConfig};
+        let Some(tls) = &self.tls else {
+            return Ok(b);
+        };
+        match (&tls.cert, &tls.key) {
+            (Some(c), Some(k)) => {
+                let id = Identity::from_pem(read(c)?, read(k)?);
+                b = b
+                    .tls_config(ServerTlsConfig::new().identity(id))
+                    .map_err(|e| NetError::Tls(e.to_string()))?;
+                Ok(b)
+            }
+            (None, None) => Ok(b),
+            _ => Err(NetError::Tls(
+                "TLS needs both a certificate and its key".into(),
+            )),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn server_tls(&self, b: Server) -> Result<Server, NetError> {
+        match &self.tls {
+            Some(t) if t.cert.is_some() || t.key.is_some() => Err(NetError::Tls(
+                "this build has no TLS (build blox-runtime with the `tls` feature)".into(),
+            )),
+            _ => Ok(b),
+        }
+    }
+
+    /// The client-side interceptor that attaches the token.
+    pub fn attach(&self) -> AttachToken {
+        AttachToken(self.token.as_ref().map(|t| {
+            MetadataValue::try_from(format!("Bearer {t}")).expect("a token is printable ASCII")
+        }))
+    }
+
+    /// The server-side interceptor that checks it.
+    pub fn check(&self) -> CheckToken {
+        CheckToken(self.token.clone())
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct AttachToken(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl Interceptor for AttachToken {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// Refuses calls without the shared token (when the cluster has one).
+#[derive(Clone)]
+pub struct CheckToken(Option<Arc<str>>);
+
+impl Interceptor for CheckToken {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let Some(want) = &self.0 else {
+            return Ok(req);
+        };
+        let got = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match got {
+            Some(t) if constant_time_eq(t.as_bytes(), want.as_bytes()) => Ok(req),
+            Some(_) => Err(Status::unauthenticated("wrong token")),
+            None => Err(Status::unauthenticated(
+                "this cluster needs a token (`authorization: Bearer <token>`)",
+            )),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Checks a token is printable ASCII (it travels in a header).
+pub fn validate_token(t: &str) -> Result<(), String> {
+    if t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        Ok(())
+    } else {
+        Err("a token must be printable ASCII without spaces".into())
+    }
+}
+
+pub type SchedulerClient = crate::proto::scheduler_client::SchedulerClient<
+    tonic::service::interceptor::InterceptedService<Channel, AttachToken>,
+>;
+pub type WorkerClient = crate::proto::worker_client::WorkerClient<
+    tonic::service::interceptor::InterceptedService<Channel, AttachToken>,
+>;
+
+impl Security {
+    pub fn scheduler_client(&self, addr: &str) -> Result<SchedulerClient, NetError> {
+        Ok(
+            crate::proto::scheduler_client::SchedulerClient::with_interceptor(
+                self.channel(addr)?,
+                self.attach(),
+            ),
+        )
+    }
+
+    pub fn worker_client(&self, addr: &str) -> Result<WorkerClient, NetError> {
+        Ok(crate::proto::worker_client::WorkerClient::with_interceptor(
+            self.channel(addr)?,
+            self.attach(),
+        ))
+    }
+}

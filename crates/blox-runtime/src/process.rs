@@ -1,0 +1,336 @@
+//! Job processes on one machine: what the local backend and every worker
+//! manager share.
+//!
+//! A launch of a job runs its argv directly (never through a shell), as one
+//! process holding all its GPUs on this machine or one process per GPU, with
+//! the environment of [`blox_client::env`]. It gets a control directory (the
+//! job's `stdout`/`stderr`, its `metrics` log and the `revoked`, `exit_at`,
+//! `done` and `batch_size` files of the lease protocol) and a checkpoint
+//! directory shared by all its launches. A waiter thread per process records
+//! when it exits.
+//!
+//! On Linux every job process gets `SIGKILL` when the process that started
+//! it dies, so a worker that is killed takes its jobs with it (nothing keeps
+//! writing a checkpoint that the job's next launch, elsewhere, reads).
+
+use blox_client::env;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What to run for one launch (or one node's part of it).
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    pub job: u64,
+    pub argv: Vec<String>,
+    /// This machine's device indices (`CUDA_VISIBLE_DEVICES`).
+    pub devices: Vec<String>,
+    pub control: PathBuf,
+    pub checkpoint: PathBuf,
+    pub resume: bool,
+    pub batch_size: Option<u32>,
+    pub master_addr: String,
+    pub worker_addr: String,
+    /// One process per device instead of one with every device.
+    pub process_per_gpu: bool,
+    /// Rank of the first process started here.
+    pub first_rank: u32,
+    /// Processes in the whole job; `None`: those started here.
+    pub world_size: Option<u32>,
+}
+
+/// How a launch (or one of its processes) ended.
+#[derive(Clone, Copy, Debug)]
+pub struct Exit {
+    pub at: Instant,
+    /// Exit status; `None` when killed by a signal (or it could not be waited on).
+    pub code: Option<i32>,
+}
+
+struct Rank {
+    exit: Arc<Mutex<Option<Exit>>>,
+    kill: Arc<AtomicBool>,
+}
+
+/// A running launch: its processes and its control directory.
+pub struct Running {
+    pub control: PathBuf,
+    ranks: Vec<Rank>,
+    metrics_offset: u64,
+}
+
+/// Why a launch could not start; the job's fault (a missing program), so it
+/// is retried and then fails with this reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(pub String);
+
+impl Running {
+    /// Creates the directories and starts the processes.
+    pub fn spawn(spec: &LaunchSpec) -> Result<Running, StartError> {
+        if spec.argv.is_empty() || spec.argv[0].is_empty() {
+            return Err(StartError("no command to run".into()));
+        }
+        for d in [&spec.control, &spec.checkpoint] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| StartError(format!("cannot create {}: {e}", d.display())))?;
+            restrict(d);
+        }
+        let out = |name: &str| -> Result<std::fs::File, StartError> {
+            let p = spec.control.join(name);
+            std::fs::File::create(&p)
+                .map_err(|e| StartError(format!("cannot create {}: {e}", p.display())))
+        };
+        let groups: Vec<Vec<String>> = if spec.process_per_gpu {
+            spec.devices.iter().map(|d| vec![d.clone()]).collect()
+        } else {
+            vec![spec.devices.clone()]
+        };
+        let world = spec.world_size.unwrap_or(groups.len() as u32);
+        let mut running = Running {
+            control: spec.control.clone(),
+            ranks: Vec::with_capacity(groups.len()),
+            metrics_offset: 0,
+        };
+        for (i, devs) in groups.iter().enumerate() {
+            let rank = spec.first_rank + i as u32;
+            let suffix = if groups.len() > 1 {
+                format!(".rank{rank}")
+            } else {
+                String::new()
+            };
+            let mut cmd = Command::new(&spec.argv[0]);
+            cmd.args(&spec.argv[1..])
+                .env(env::JOB_ID, spec.job.to_string())
+                .env(env::RANK, rank.to_string())
+                .env(env::WORLD_SIZE, world.to_string())
+                .env(env::VISIBLE_DEVICES, devs.join(","))
+                .env(env::MASTER_ADDR, &spec.master_addr)
+                .env(env::WORKER_ADDR, &spec.worker_addr)
+                .env(env::CHECKPOINT_DIR, &spec.checkpoint)
+                .env(env::CONTROL_DIR, &spec.control)
+                .env(env::RESUME, if spec.resume { "1" } else { "0" })
+                .env(
+                    env::BATCH_SIZE,
+                    spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),
+                )
+                .stdin(Stdio::null())
+                .stdout(out(&format!("stdout{suffix}"))?)
+                .stderr(out(&format!("stderr{suffix}"))?);
+            match spawn_child(cmd) {
+                Ok(child) => {
+                    let exit = Arc::new(Mutex::new(None));
+                    let kill = Arc::new(AtomicBool::new(false));
+                    spawn_waiter(child, exit.clone(), kill.clone());
+                    running.ranks.push(Rank { exit, kill });
+                }
+                Err(e) => {
+                    running.kill();
+                    return Err(StartError(format!("cannot start {:?}: {e}", spec.argv)));
+                }
+            }
+        }
+        Ok(running)
+    }
+
+    /// The launch's exit once every process exited: the last exit time, and
+    /// status 0 only if every process exited 0. A process that fails takes
+    /// the others down.
+    pub fn exit(&self) -> Option<Exit> {
+        let exits: Vec<Option<Exit>> = self
+            .ranks
+            .iter()
+            .map(|r| *r.exit.lock().expect("not poisoned"))
+            .collect();
+        if exits.iter().flatten().any(|e| e.code != Some(0)) {
+            self.kill();
+        }
+        let all: Vec<Exit> = exits.into_iter().collect::<Option<_>>()?;
+        let at = all.iter().map(|e| e.at).max()?;
+        let code = all
+            .iter()
+            .map(|e| e.code)
+            .find(|c| *c != Some(0))
+            .unwrap_or(Some(0));
+        Some(Exit { at, code })
+    }
+
+    /// Kills every process (they are reaped by their waiters).
+    pub fn kill(&self) {
+        for r in &self.ranks {
+            r.kill.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// True when the job marked itself done and exited cleanly.
+    pub fn finished(&self, exit: &Exit) -> bool {
+        exit.code == Some(0) && self.control.join("done").exists()
+    }
+
+    /// Revokes the lease: the job checkpoints and exits at its next iteration
+    /// boundary.
+    pub fn revoke(&self) -> std::io::Result<()> {
+        std::fs::write(self.control.join("revoked"), b"")
+    }
+
+    /// Revokes the lease and waits for the exit; kills the job once `grace`
+    /// has passed.
+    pub fn revoke_and_wait(&self, grace: Duration, job: u64) -> Exit {
+        if let Err(e) = self.revoke() {
+            tracing::warn!(job, "cannot revoke the lease ({e}); killing the job");
+            self.kill();
+        }
+        let deadline = Instant::now() + grace;
+        let mut warned = false;
+        loop {
+            if let Some(e) = self.exit() {
+                return e;
+            }
+            if Instant::now() >= deadline && !warned {
+                tracing::warn!(
+                    job,
+                    "did not exit {:.1} s after revocation; killed",
+                    grace.as_secs_f64()
+                );
+                warned = true;
+                self.kill();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Waits up to `timeout` for every process to exit.
+    pub fn wait(&self, timeout: Duration) -> Option<Exit> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.exit() {
+                return Some(e);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Writes a new batch size for the job to apply at its next boundary.
+    pub fn set_batch_size(&self, batch_size: u32) -> std::io::Result<()> {
+        std::fs::write(self.control.join("batch_size"), batch_size.to_string())
+    }
+
+    /// Feeds the metric lines written since the last call to `sink`; a line
+    /// still being written is read next time, a malformed one is logged.
+    pub fn read_metrics(&mut self, job: u64, mut sink: impl FnMut(&str, f64)) {
+        let path = self.control.join("metrics");
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            return;
+        };
+        if f.seek(SeekFrom::Start(self.metrics_offset)).is_err() {
+            return;
+        }
+        let mut r = BufReader::new(&mut f);
+        let mut line = String::new();
+        while let Ok(n) = r.read_line(&mut line) {
+            if n == 0 || !line.ends_with('\n') {
+                break;
+            }
+            self.metrics_offset += n as u64;
+            let mut it = line.split_whitespace();
+            match (it.next(), it.next().map(str::parse::<f64>), it.next()) {
+                (Some(k), Some(Ok(v)), None) => sink(k, v),
+                _ => tracing::warn!(job, line = %line.trim(), "bad metric line ignored"),
+            }
+            line.clear();
+        }
+    }
+}
+
+impl Drop for Running {
+    /// No job process outlives its handle.
+    fn drop(&mut self) {
+        if self.exit().is_none() {
+            self.kill();
+            let _ = self.wait(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Owner-only permissions: other users cannot revoke, finish or read a job.
+fn restrict(dir: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+}
+
+type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
+
+/// Starts `cmd` from one long-lived thread. On Linux the child is killed when
+/// the thread that forked it ends (`PR_SET_PDEATHSIG`), so children are
+/// forked from a thread that lives as long as the process.
+fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<(Command, SpawnReply)>();
+        std::thread::Builder::new()
+            .name("blox-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("cannot start the spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply, rx) = mpsc::channel();
+    tx.lock()
+        .expect("not poisoned")
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    rx.recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// Polls the child every 2 ms; records its exit time; kills it when asked.
+fn spawn_waiter(mut child: Child, exit: Arc<Mutex<Option<Exit>>>, kill: Arc<AtomicBool>) {
+    std::thread::spawn(move || loop {
+        if kill.load(Ordering::Relaxed) {
+            let _ = child.kill();
+        }
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                *exit.lock().expect("not poisoned") = Some(Exit {
+                    at: Instant::now(),
+                    code: status.code(),
+                });
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(_) => {
+                *exit.lock().expect("not poisoned") = Some(Exit {
+                    at: Instant::now(),
+                    code: None,
+                });
+                return;
+            }
+        }
+    });
+}

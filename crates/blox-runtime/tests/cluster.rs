@@ -1,0 +1,599 @@
+//! The gRPC runtime in one process: a scheduler and two workers × 2 logical
+//! GPUs on loopback. The same trace through the simulator and through the
+//! cluster; crashes and retries; bad requests answered with a clear status
+//! and no change; the shared token; TLS.
+
+use blox_core::*;
+use blox_runtime::ctl::Ctl;
+use blox_runtime::net::{Security, TlsFiles};
+use blox_runtime::proto::*;
+use blox_runtime::scheduler::{RuntimeConfig, SchedulerHandle};
+use blox_runtime::worker::{WorkerConfig, WorkerHandle};
+use blox_sim::workload::{SimJob, WorkModel};
+use blox_sim::{SimConfig, Simulation};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
+
+fn policies(scheduling: &str) -> Policies {
+    blox_policies::link();
+    let m = |kind: &str, policy: &str| ModuleConfig {
+        policy: policy.into(),
+        line: 0,
+        params: Section::empty(kind),
+    };
+    registry::build_policies(
+        &m("admission", "accept-all"),
+        &m("scheduling", scheduling),
+        &m("placement", "consolidated"),
+    )
+    .unwrap()
+}
+
+fn runtime_config(dir: &Path) -> RuntimeConfig {
+    let mut c = RuntimeConfig::default();
+    c.listen = "127.0.0.1:0".into();
+    c.state = dir.join("state.redb");
+    c.checkpoint_dir = Some(dir.join("checkpoints"));
+    c.heartbeat_s = 0.2;
+    c.worker_timeout_s = 2.0;
+    c.grace_s = 3.0;
+    c
+}
+
+/// A scheduler and its workers; dropping it stops all of them and kills
+/// every job process.
+struct Cluster {
+    workers: Vec<WorkerHandle>,
+    rt: tokio::runtime::Runtime,
+    sched: Option<SchedulerHandle>,
+    security: Security,
+}
+
+impl Cluster {
+    fn start(dir: &Path, cfg: RuntimeConfig, scheduling: &str, workers: usize) -> Cluster {
+        let security = cfg.security().unwrap();
+        let sched = blox_runtime::scheduler::start(cfg, policies(scheduling), 1.0).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut c = Cluster {
+            workers: Vec::new(),
+            rt,
+            sched: Some(sched),
+            security,
+        };
+        for i in 0..workers {
+            c.add_worker(dir, &format!("w{i}"));
+        }
+        c.wait_for_gpus(2 * workers);
+        c
+    }
+
+    fn addr(&self) -> String {
+        self.sched.as_ref().unwrap().address.to_string()
+    }
+
+    fn add_worker(&mut self, dir: &Path, name: &str) {
+        let cfg = WorkerConfig {
+            scheduler: self.addr(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: name.into(),
+            logical_gpus: Some(2),
+            workdir: dir.join(name),
+            security: self.security.clone(),
+        };
+        let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
+        self.workers.push(w);
+    }
+
+    fn ctl(&self) -> Ctl {
+        Ctl::connect(&self.addr(), &self.security).unwrap()
+    }
+
+    /// Waits until the workers' GPUs joined the loop's cluster.
+    fn wait_for_gpus(&self, n: usize) {
+        let mut ctl = self.ctl();
+        let t = Instant::now();
+        loop {
+            let s = ctl.status(&[]).unwrap();
+            let gpus: usize = s
+                .workers
+                .iter()
+                .filter(|w| w.alive)
+                .map(|w| w.gpus.len())
+                .sum();
+            // One round after registering, the node is in the cluster.
+            if gpus >= n && s.rounds >= 2 {
+                std::thread::sleep(Duration::from_millis(1100));
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "workers did not register"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn started(&self) -> Instant {
+        self.sched.as_ref().unwrap().started
+    }
+
+    /// Polls until every listed job ended; returns their records.
+    fn wait_all(&self, ids: &[u64], limit: Duration) -> BTreeMap<u64, JobInfo> {
+        let mut ctl = self.ctl();
+        let t = Instant::now();
+        loop {
+            let s = ctl.status(ids).unwrap();
+            if s.jobs
+                .iter()
+                .all(|j| matches!(j.status.as_str(), "finished" | "failed" | "rejected"))
+            {
+                return s.jobs.into_iter().map(|j| (j.id, j)).collect();
+            }
+            assert!(
+                t.elapsed() < limit,
+                "jobs did not end: {:?}",
+                s.jobs.iter().map(|j| (j.id, &j.status)).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            w.shutdown();
+        }
+        if let Some(s) = self.sched.take() {
+            let _ = s.shutdown();
+        }
+    }
+}
+
+fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        TOY.to_string(),
+        "--duration-s".into(),
+        dur.to_string(),
+        "--iteration-s".into(),
+        "0.02".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn job(name: &str, gpus: u32, command: Vec<String>, duration_s: Option<f64>) -> JobSubmission {
+    JobSubmission {
+        name: name.into(),
+        command,
+        gpus,
+        duration_s,
+        ..Default::default()
+    }
+}
+
+/// (arrival s, GPUs, duration s)
+type Trace = Vec<(f64, u32, f64)>;
+
+fn run_sim(scheduling: &str, trace: &Trace) -> Vec<f64> {
+    let jobs = trace
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, g, d))| SimJob {
+            spec: JobSpec::new(i as u64, a, g).with_duration(d),
+            work: WorkModel::Duration { duration_s: d },
+            converge_at: None,
+        })
+        .collect();
+    let run = RunConfig {
+        round_s: 1.0,
+        ..RunConfig::default()
+    };
+    let sim = Simulation::new(
+        policies(scheduling),
+        ClusterState::homogeneous(2, 2),
+        run,
+        SimConfig::default(),
+        jobs,
+    )
+    .unwrap();
+    let r = sim.run_to_end().unwrap();
+    let mut by: Vec<(u64, f64)> = r
+        .jobs
+        .iter()
+        .map(|j| (j.job_id, j.jct_s.unwrap()))
+        .collect();
+    by.sort_by_key(|x| x.0);
+    by.into_iter().map(|x| x.1).collect()
+}
+
+#[test]
+fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
+    // Blox §6.3: scheduler + 2 workers × 2 logical GPUs, LAS with preemption,
+    // compressed time (1 s rounds, jobs of seconds); durations end mid-round.
+    let trace: Trace = vec![
+        (0.0, 2, 4.4),
+        (0.0, 1, 2.7),
+        (0.5, 1, 4.6),
+        (1.5, 2, 1.6),
+        (2.5, 1, 2.3),
+        (3.5, 2, 2.8),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "las", 2);
+    // Trace time 0 is a round boundary of the scheduler's clock. Each job is
+    // submitted `EARLY` before its trace time, so that a job due on a
+    // boundary is seen in that round as in simulation; its JCT is counted
+    // from its trace time.
+    const EARLY: f64 = 0.05;
+    let t0 = c.started().elapsed().as_secs_f64().ceil() + 1.0;
+    let mut ctl = c.ctl();
+    let mut ids = Vec::new();
+    for (i, &(a, g, d)) in trace.iter().enumerate() {
+        let due = c.started() + Duration::from_secs_f64(t0 + a - EARLY);
+        if let Some(left) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        ids.push(
+            ctl.submit(job(&format!("j{i}"), g, toy(d, &[]), Some(d)))
+                .unwrap(),
+        );
+    }
+    let real = c.wait_all(&ids, Duration::from_secs(60));
+    let sim = run_sim("las", &trace);
+    let mut diffs = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let j = &real[id];
+        assert_eq!(j.status, "finished", "{}: {}", j.name, j.reason);
+        let r = j.jct_s.unwrap() - EARLY;
+        let s = sim[i];
+        diffs.push((r - s).abs() / s);
+        eprintln!("{}: real {r:.2} s, simulated {s:.2} s", j.name);
+    }
+    let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
+    eprintln!("mean |real - sim| / sim = {:.1} %", 100.0 * mean);
+    assert!(
+        mean < 0.05,
+        "JCTs differ by {:.1} % on average",
+        100.0 * mean
+    );
+    // Someone was preempted and resumed from its checkpoint.
+    assert!(
+        real.values().any(|j| j.launches > 1 && j.preemptions > 0),
+        "{real:?}"
+    );
+}
+
+#[test]
+fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_retries = 1;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 2);
+    let mut ctl = c.ctl();
+    let ids = [
+        ctl.submit(job("crash-once", 1, toy(2.0, &["--fail-at", "0.5"]), None))
+            .unwrap(),
+        // No duration: the toy job exits with status 2 every time.
+        ctl.submit(job("always-2", 1, vec![TOY.into()], None))
+            .unwrap(),
+        ctl.submit(job(
+            "missing",
+            1,
+            vec!["/nonexistent/blox-job".into()],
+            None,
+        ))
+        .unwrap(),
+        ctl.submit(job("fine", 1, toy(1.0, &[]), None)).unwrap(),
+    ];
+    let r = c.wait_all(&ids, Duration::from_secs(60));
+    let crash = &r[&ids[0]];
+    assert_eq!(crash.status, "finished", "{}", crash.reason);
+    assert_eq!(crash.launches, 2);
+    // The second launch resumed from the checkpoint before the crash.
+    let ck = dir.path().join("checkpoints").join(ids[0].to_string());
+    let it: u64 = std::fs::read_to_string(ck.join("iteration"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(it, 100, "the job ran to its last iteration");
+    let logs: String = ["w0", "w1"]
+        .iter()
+        .filter_map(|w| {
+            std::fs::read_to_string(
+                dir.path()
+                    .join(w)
+                    .join("jobs")
+                    .join(ids[0].to_string())
+                    .join("launch-2/stderr"),
+            )
+            .ok()
+        })
+        .collect();
+    assert!(logs.contains("resumed at iteration 25"), "{logs}");
+    let bad = &r[&ids[1]];
+    assert_eq!(bad.status, "failed");
+    assert!(bad.reason.contains("exit status 2"), "{}", bad.reason);
+    assert_eq!(bad.launches, 2, "retried once");
+    let missing = &r[&ids[2]];
+    assert_eq!(missing.status, "failed");
+    assert!(
+        missing.reason.contains("cannot start"),
+        "{}",
+        missing.reason
+    );
+    assert_eq!(r[&ids[3]].status, "finished");
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
+    let e = r.unwrap_err();
+    (e.code().unwrap(), e.to_string())
+}
+
+#[test]
+fn bad_requests_get_a_clear_status_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(token_file.clone());
+    // Before any worker registers, nothing can be placed.
+    let security = cfg.security().unwrap();
+    let sched = blox_runtime::scheduler::start(cfg.clone(), policies("fifo"), 1.0).unwrap();
+    let mut ctl = Ctl::connect(&sched.address.to_string(), &security).unwrap();
+    let (c, m) = code(ctl.submit(job("early", 1, toy(1.0, &[]), None)));
+    assert_eq!(c, Code::FailedPrecondition, "{m}");
+    assert!(m.contains("no worker has registered"), "{m}");
+    drop(sched);
+
+    let c = Cluster::start(dir.path(), cfg, "fifo", 2);
+    let mut ctl = c.ctl();
+    let ok = ctl.submit(job("ok", 1, toy(0.5, &[]), None)).unwrap();
+    let cases: Vec<(JobSubmission, Code, &str)> = vec![
+        (
+            job("zero", 0, toy(1.0, &[]), None),
+            Code::InvalidArgument,
+            "gpus: must be at least 1",
+        ),
+        (
+            job("huge", 5, toy(1.0, &[]), None),
+            Code::InvalidArgument,
+            "cluster has 4 GPUs",
+        ),
+        (
+            job("no-argv", 1, vec![], None),
+            Code::InvalidArgument,
+            "command:",
+        ),
+        (
+            job("nul", 1, vec![TOY.into(), "a\0b".into()], None),
+            Code::InvalidArgument,
+            "command[1]: contains a NUL byte",
+        ),
+        (
+            job("dur", 1, toy(1.0, &[]), Some(-3.0)),
+            Code::InvalidArgument,
+            "duration_s",
+        ),
+    ];
+    for (j, want, text) in cases {
+        let (got, m) = code(ctl.submit(j));
+        assert_eq!(got, want, "{m}");
+        assert!(m.contains(text), "{m} should say {text}");
+    }
+    let (got, m) = code(ctl.status(&[ok, 999]));
+    assert_eq!(got, Code::NotFound, "{m}");
+    assert!(m.contains("job 999"), "{m}");
+    let (got, m) = code(ctl.cancel(999));
+    assert_eq!(got, Code::NotFound, "{m}");
+    // A missing job in the request.
+    let (rt, client) = ctl.parts();
+    let e = rt
+        .block_on(client.submit(SubmitRequest { job: None }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    // Workers: no GPUs, unknown worker id.
+    let e = rt
+        .block_on(client.register(RegisterRequest {
+            name: "empty".into(),
+            address: "127.0.0.1:1".into(),
+            ..Default::default()
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    let e = rt
+        .block_on(client.heartbeat(HeartbeatRequest {
+            worker_id: "nobody".into(),
+            running: vec![],
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{}", e.message());
+    // Without the token, or with the wrong one: refused.
+    for token in [None, Some(Arc::from("wrong"))] {
+        let sec = Security { token, tls: None };
+        let mut other = Ctl::connect(&c.addr(), &sec).unwrap();
+        let (got, m) = code(other.submit(job("sneaky", 1, toy(1.0, &[]), None)));
+        assert_eq!(got, Code::Unauthenticated, "{m}");
+    }
+    // Nothing else changed: one job, which finishes; two workers.
+    let r = c.wait_all(&[ok], Duration::from_secs(30));
+    assert_eq!(r[&ok].status, "finished");
+    let s = ctl.status(&[]).unwrap();
+    assert_eq!(s.jobs.len(), 1, "{:?}", s.jobs);
+    assert_eq!(s.workers.iter().filter(|w| w.alive).count(), 2);
+    // A finished job cannot be cancelled.
+    let (got, m) = code(ctl.cancel(ok));
+    assert_eq!(got, Code::FailedPrecondition, "{m}");
+}
+
+#[test]
+fn a_worker_refuses_launches_it_cannot_honour() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let addr = c.workers[0].address.clone();
+    let _rt = c.rt.enter();
+    let mut w = c.security.worker_client(&addr).unwrap();
+    let launch = |job: u64, gpus: Vec<u32>, command: Vec<String>| LaunchRequest {
+        launch: Some(LaunchRef {
+            job_id: job,
+            launch: 1,
+        }),
+        command,
+        gpus,
+        ..Default::default()
+    };
+    let e =
+        c.rt.block_on(w.launch(launch(900, vec![7], toy(1.0, &[]))))
+            .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("no GPU 7"), "{}", e.message());
+    let e =
+        c.rt.block_on(w.launch(launch(900, vec![0], vec![])))
+            .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    let e =
+        c.rt.block_on(w.revoke(RevokeRequest {
+            launch: Some(LaunchRef {
+                job_id: 900,
+                launch: 1,
+            }),
+            grace_s: f64::NAN,
+            kill: false,
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+}
+
+#[test]
+fn a_cancelled_job_is_killed_and_its_gpus_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut ctl = c.ctl();
+    let long = ctl.submit(job("long", 2, toy(60.0, &[]), None)).unwrap();
+    let next = ctl.submit(job("next", 2, toy(0.5, &[]), None)).unwrap();
+    let t = Instant::now();
+    while ctl.status(&[long]).unwrap().jobs[0].status != "running" {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ctl.cancel(long).unwrap();
+    let r = c.wait_all(&[long, next], Duration::from_secs(20));
+    assert_eq!(r[&long].status, "failed");
+    assert_eq!(r[&long].reason, "cancelled");
+    assert_eq!(r[&next].status, "finished");
+}
+
+/// A test CA and a certificate for 127.0.0.1/localhost it signed, made with
+/// openssl (test-only keys).
+fn tls_files(dir: &Path) -> Option<(TlsFiles, TlsFiles)> {
+    let run = |args: &[&str]| {
+        std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=blox test CA",
+    ])?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "node.key",
+        "-out",
+        "node.csr",
+        "-subj",
+        "/CN=localhost",
+    ])?;
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .ok()?;
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "node.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "node.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ])?;
+    let server = TlsFiles {
+        cert: Some(dir.join("node.pem")),
+        key: Some(dir.join("node.key")),
+        ca: Some(dir.join("ca.pem")),
+        domain: Some("localhost".into()),
+    };
+    let client = TlsFiles {
+        cert: None,
+        key: None,
+        ca: Some(dir.join("ca.pem")),
+        domain: Some("localhost".into()),
+    };
+    Some((server, client))
+}
+
+#[test]
+fn tls_by_config_runs_jobs_and_refuses_plain_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((server, client)) = tls_files(dir.path()) else {
+        eprintln!("openssl is not installed here: TLS test skipped");
+        return;
+    };
+    let mut cfg = runtime_config(dir.path());
+    cfg.tls_cert = server.cert.clone();
+    cfg.tls_key = server.key.clone();
+    cfg.tls_ca = server.ca.clone();
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
+    // Workers serve TLS too and trust the same CA.
+    c.security = Security {
+        token: None,
+        tls: Some(server),
+    };
+    c.add_worker(dir.path(), "w0");
+    c.wait_for_gpus(2);
+    c.security.tls = Some(client);
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("secure", 1, toy(0.5, &[]), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(20));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+    // Plain text to a TLS endpoint fails.
+    let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
+    assert!(plain.status(&[]).is_err());
+}
