@@ -349,6 +349,40 @@ fn lease() -> Result<()> {
     Ok(())
 }
 
+/// Metric pushes per second on one scheduler over loopback (blox-runtime's
+/// mock workers; no job processes).
+fn metric_push() -> Result<()> {
+    for (clients, batch) in [(1, 1), (8, 1), (8, 100), (64, 100)] {
+        let r =
+            blox_runtime::bench::metric_push(clients, batch, 3.0).map_err(anyhow::Error::msg)?;
+        println!(
+            "metric-push  {:>3} workers × {:>3} samples per call: {:>9.0} calls/s  {:>11.0} samples/s",
+            r.clients, r.batch, r.rpcs_per_s, r.samples_per_s
+        );
+    }
+    Ok(())
+}
+
+/// The scheduler's round with 1,000 running jobs on 4,096 logical GPUs (512
+/// mock workers × 8), policy time excluded.
+fn runtime_round(repeat: usize) -> Result<()> {
+    for _ in 0..repeat.max(1) {
+        let r =
+            blox_runtime::bench::round_overhead(1000, 512, 8, 100).map_err(anyhow::Error::msg)?;
+        println!(
+            "runtime-round {} jobs on {} GPUs, {} rounds: overhead p50 {:.2} ms, p99 {:.2} ms (target 10 ms); policies p50 {:.2} ms; status view + job table p50 {:.2} ms",
+            r.jobs,
+            r.gpus,
+            r.rounds,
+            1e3 * r.overhead_p50_s,
+            1e3 * r.overhead_p99_s,
+            1e3 * r.policy_p50_s,
+            1e3 * r.publish_p50_s
+        );
+    }
+    Ok(())
+}
+
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -397,9 +431,11 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
         "doubling" => return doubling(dir),
         "synth" => return synth(dir),
         "lease" => return lease(),
+        "metric-push" => return metric_push(),
+        "runtime-round" => return runtime_round(repeat),
         other => {
             bail!(
-                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth, lease or all"
+                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth, lease, metric-push, runtime-round or all"
             )
         }
     };

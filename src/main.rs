@@ -120,7 +120,7 @@ enum Command {
     Policies,
     /// Time the reference simulations (build with --release).
     Bench {
-        /// Which benchmark: `blox-recipe`, `philly-10k`, `pollux`, `ones`, `doubling`, `synth`, `lease` or `all`.
+        /// Which benchmark: `blox-recipe`, `philly-10k`, `pollux`, `ones`, `doubling`, `synth`, `lease`, `metric-push`, `runtime-round` or `all`.
         #[arg(default_value = "all")]
         which: String,
         /// Repetitions (the best is reported).

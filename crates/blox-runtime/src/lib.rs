@@ -19,6 +19,7 @@
 //! - [`net`]: the shared token and TLS; [`ctl`]: blocking helpers for tools
 //!   (`blox submit`, `blox status`, `blox cancel`).
 
+pub mod bench;
 pub mod ctl;
 pub mod local;
 pub mod net;

@@ -545,6 +545,25 @@ struct Ended {
     blame: bool,
 }
 
+/// Per-round timings of the scheduler (the last 10,000 rounds): `busy_s`
+/// from the start of a round to its wait (cluster management, metric
+/// collection, submissions, policies, launches and preemptions), and
+/// `publish_s`, updating the status view and the job table after it.
+#[derive(Clone, Debug, Default)]
+pub struct RoundStats {
+    pub busy_s: Vec<f64>,
+    pub publish_s: Vec<f64>,
+}
+
+impl RoundStats {
+    fn push(v: &mut Vec<f64>, x: f64) {
+        if v.len() >= 10_000 {
+            v.remove(0);
+        }
+        v.push(x);
+    }
+}
+
 /// The round loop's backend over the workers (see the module docs).
 pub struct ClusterBackend {
     hub: SharedHub,
@@ -564,6 +583,8 @@ pub struct ClusterBackend {
     finished_seen: usize,
     last_flush: Instant,
     stop: Arc<AtomicBool>,
+    round_started: Option<Instant>,
+    stats: Arc<Mutex<RoundStats>>,
 }
 
 impl ClusterBackend {
@@ -727,6 +748,7 @@ where
 
 impl ClusterManager for ClusterBackend {
     fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
+        self.round_started = Some(Instant::now());
         let timeout = Duration::from_secs_f64(self.cfg.worker_timeout_s);
         let mut events = Vec::new();
         let mut lost = Vec::new();
@@ -1179,6 +1201,10 @@ impl RoundClock for ClusterBackend {
     }
 
     fn wait_round(&mut self, round_s: f64, _idle: bool) -> Result<(), BackendError> {
+        if let Some(t) = self.round_started.take() {
+            let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            RoundStats::push(&mut s.busy_s, t.elapsed().as_secs_f64());
+        }
         self.next_round += 1;
         let due = self.next_round as f64 * round_s;
         loop {
@@ -1197,10 +1223,16 @@ pub struct SchedulerHandle {
     /// Time 0 of the scheduler's clock (arrivals, finishes, rounds).
     pub started: Instant,
     stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<RoundStats>>,
     thread: Option<std::thread::JoinHandle<Result<(), SchedulerError>>>,
 }
 
 impl SchedulerHandle {
+    /// Timings of the rounds so far.
+    pub fn round_stats(&self) -> RoundStats {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Asks the loop to stop after its current round and waits for it.
     pub fn shutdown(mut self) -> Result<(), SchedulerError> {
         self.stop.store(true, Ordering::Relaxed);
@@ -1360,7 +1392,10 @@ pub fn start(
         finished_seen: 0,
         last_flush: Instant::now(),
         stop: stop.clone(),
+        round_started: None,
+        stats: Arc::new(Mutex::new(RoundStats::default())),
     };
+    let stats = backend.stats.clone();
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())
@@ -1369,7 +1404,10 @@ pub fn start(
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     lp.run_round(&mut backend)?;
+                    let t = Instant::now();
                     backend.publish(&lp)?;
+                    let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
+                    RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
                 }
                 Ok(())
             })();
@@ -1384,6 +1422,7 @@ pub fn start(
         address,
         started: start,
         stop,
+        stats,
         thread: Some(thread),
     })
 }

@@ -621,3 +621,22 @@ async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logical_gpus_on_request_and_a_clear_error_without_nvml() {
+        let g = discover_gpus(Some(3)).unwrap();
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[2].index, 2);
+        assert!(discover_gpus(Some(0)).is_err());
+        match discover_gpus(None) {
+            // A machine with NVIDIA drivers: real devices with UUIDs.
+            Ok(g) => assert!(!g.is_empty() && g.iter().all(|d| !d.uuid.is_empty())),
+            // Without them: the message says how to go on.
+            Err(e) => assert!(e.to_string().contains("--gpus N"), "{e}"),
+        }
+    }
+}

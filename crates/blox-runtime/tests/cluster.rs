@@ -597,3 +597,34 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
     assert!(plain.status(&[]).is_err());
 }
+
+#[test]
+fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cfg =
+        blox_sim::load_config(&root.join("examples/cluster/scheduler.toml"), None, &[]).unwrap();
+    let rc = RuntimeConfig::from_config(&cfg).unwrap();
+    assert_eq!(rc.listen, "127.0.0.1:50051");
+    assert!(rc.state.ends_with("blox-state.redb"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[run]\nround_s = 1\n[runtime]\nlisten = \"127.0.0.1:0\"\nheartbeat = 1\n",
+    )
+    .unwrap();
+    let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
+    let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
+    assert!(e.contains("bad.toml:5") && e.contains("heartbeat"), "{e}");
+    std::fs::write(
+        &bad,
+        "[run]\nround_s = 1\n[runtime]\nheartbeat_s = 2\nworker_timeout_s = 1\n",
+    )
+    .unwrap();
+    let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
+    let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
+    assert!(e.contains("worker_timeout_s"), "{e}");
+    // Without [runtime], a config still needs its [cluster].
+    std::fs::write(&bad, "[run]\nround_s = 1\n").unwrap();
+    assert!(blox_sim::load_config(&bad, None, &[]).is_err());
+}

@@ -1,0 +1,389 @@
+//! Benchmarks of the real runtime, run by `blox bench metric-push` and
+//! `blox bench runtime-round` (results in docs/PERFORMANCE.md).
+//!
+//! Both run an in-process scheduler on loopback against [`MockWorker`], a
+//! worker service that accepts every launch and revocation without starting
+//! a process, so what is measured is the scheduler.
+
+use crate::net::Security;
+use crate::proto::worker_server::{Worker, WorkerServer};
+use crate::proto::*;
+use crate::scheduler::{self, RuntimeConfig};
+use blox_core::*;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status};
+
+/// A worker service that acknowledges everything and runs nothing.
+#[derive(Clone, Default)]
+pub struct MockWorker;
+
+#[tonic::async_trait]
+impl Worker for MockWorker {
+    async fn launch(&self, _r: Request<LaunchRequest>) -> Result<Response<Ack>, Status> {
+        Ok(Response::new(Ack {}))
+    }
+    async fn revoke(&self, _r: Request<RevokeRequest>) -> Result<Response<RevokeReply>, Status> {
+        Ok(Response::new(RevokeReply {
+            was_running: true,
+            ..Default::default()
+        }))
+    }
+    async fn reconfigure(&self, _r: Request<ReconfigureRequest>) -> Result<Response<Ack>, Status> {
+        Ok(Response::new(Ack {}))
+    }
+}
+
+/// Serves a [`MockWorker`] on a free loopback port; returns its address.
+pub async fn serve_mock_worker() -> Result<String, String> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+        let _ = tonic::transport::Server::builder()
+            .add_service(WorkerServer::new(MockWorker))
+            .serve_with_incoming(incoming)
+            .await;
+    });
+    Ok(addr)
+}
+
+fn policies(scheduling: &str, placement: &str) -> Result<Policies, String> {
+    let m = |kind: &str, policy: &str| ModuleConfig {
+        policy: policy.into(),
+        line: 0,
+        params: Section::empty(kind),
+    };
+    registry::build_policies(
+        &m("admission", "accept-all"),
+        &m("scheduling", scheduling),
+        &m("placement", placement),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn bench_config(tag: &str, round_s_timeout: f64) -> RuntimeConfig {
+    let mut c = RuntimeConfig::default();
+    c.listen = "127.0.0.1:0".into();
+    c.state = std::env::temp_dir().join(format!(
+        "blox-bench-{tag}-{}-{}.redb",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    // Registered mock workers never beat.
+    c.heartbeat_s = round_s_timeout;
+    c.worker_timeout_s = 1e6;
+    c
+}
+
+fn rt() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// Registers `n` workers of `gpus` GPUs each, all served by the mock at `mock`.
+async fn register(
+    client: &mut crate::net::SchedulerClient,
+    mock: &str,
+    n: usize,
+    gpus: u32,
+) -> Result<Vec<String>, String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let r = client
+            .register(RegisterRequest {
+                name: format!("node{i}"),
+                address: mock.to_string(),
+                gpus: (0..gpus)
+                    .map(|g| GpuDevice {
+                        index: g,
+                        uuid: format!("node{i}-gpu{g}"),
+                        name: "logical".into(),
+                        memory_gb: 16.0,
+                    })
+                    .collect(),
+                cpus: 32,
+                host_mem_gb: 244.0,
+            })
+            .await
+            .map_err(|e| e.message().to_string())?;
+        ids.push(r.into_inner().worker_id);
+    }
+    Ok(ids)
+}
+
+/// Metric-push throughput of the scheduler.
+#[derive(Clone, Debug)]
+pub struct PushResult {
+    pub clients: usize,
+    pub batch: usize,
+    pub rpcs_per_s: f64,
+    pub samples_per_s: f64,
+}
+
+/// `clients` concurrent workers push batches of `batch` samples to one
+/// scheduler for `seconds`, over loopback.
+pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushResult, String> {
+    let cfg = bench_config("push", 1.0);
+    let state = cfg.state.clone();
+    let sched =
+        scheduler::start(cfg, policies("fifo", "first-free")?, 1.0).map_err(|e| e.to_string())?;
+    let addr = sched.address.to_string();
+    let rt = rt()?;
+    let result = rt.block_on(async move {
+        let mock = serve_mock_worker().await?;
+        let sec = Security::default();
+        let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
+        let ids = register(&mut c, &mock, clients, 1).await?;
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+        let mut tasks = Vec::new();
+        for (k, id) in ids.into_iter().enumerate() {
+            let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
+            tasks.push(tokio::spawn(async move {
+                let samples: Vec<MetricSample> = (0..batch)
+                    .map(|i| MetricSample {
+                        launch: Some(LaunchRef {
+                            job_id: (k * batch + i) as u64,
+                            launch: 1,
+                        }),
+                        key: "loss".into(),
+                        value: i as f64,
+                    })
+                    .collect();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let req = MetricBatch {
+                        worker_id: id.clone(),
+                        samples: samples.clone(),
+                    };
+                    if c.push_metrics(req).await.is_err() {
+                        break;
+                    }
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let t = Instant::now();
+        let mut rpcs = 0u64;
+        for task in tasks {
+            rpcs += task.await.unwrap_or(0);
+        }
+        let el = t.elapsed().as_secs_f64();
+        Ok::<_, String>(PushResult {
+            clients,
+            batch,
+            rpcs_per_s: rpcs as f64 / el,
+            samples_per_s: (rpcs as usize * batch) as f64 / el,
+        })
+    });
+    let _ = sched.shutdown();
+    let _ = std::fs::remove_file(state);
+    result
+}
+
+/// Round overhead of the scheduler with many jobs on many GPUs.
+#[derive(Clone, Debug)]
+pub struct RoundResult {
+    pub jobs: usize,
+    pub gpus: u32,
+    pub rounds: usize,
+    /// Per round, policy time excluded: median and 99th percentile, seconds.
+    pub overhead_p50_s: f64,
+    pub overhead_p99_s: f64,
+    /// Policy time per round (median), seconds.
+    pub policy_p50_s: f64,
+    /// Status view and job table update per round (median), seconds.
+    pub publish_p50_s: f64,
+}
+
+/// A policy whose every call is timed into `log` (policy time is excluded
+/// from the round overhead).
+struct Timed<P> {
+    inner: P,
+    log: Arc<Mutex<Vec<f64>>>,
+}
+
+impl SchedulingPolicy for Timed<Box<dyn SchedulingPolicy>> {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
+        let t = Instant::now();
+        let s = self.inner.schedule(round, jobs, cluster);
+        self.log.lock().unwrap().push(t.elapsed().as_secs_f64());
+        s
+    }
+}
+
+impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
+    fn place(
+        &mut self,
+        round: &RoundInfo,
+        schedule: &Schedule,
+        jobs: &JobState,
+        cluster: &ClusterState,
+    ) -> Placement {
+        let t = Instant::now();
+        let p = self.inner.place(round, schedule, jobs, cluster);
+        self.log.lock().unwrap().push(t.elapsed().as_secs_f64());
+        p
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// `jobs` running jobs spread over `nodes` mock workers of `gpus_per_node`
+/// GPUs (each job as many GPUs as divide evenly), each job pushing one
+/// metric per round; times `rounds` steady-state rounds of FIFO with
+/// consolidated placement.
+pub fn round_overhead(
+    jobs: usize,
+    nodes: usize,
+    gpus_per_node: u32,
+    rounds: usize,
+) -> Result<RoundResult, String> {
+    let total = nodes as u32 * gpus_per_node;
+    let per_job = (total / jobs as u32).max(1).min(gpus_per_node);
+    let round_s = 0.1;
+    let cfg = bench_config("round", round_s);
+    let state = cfg.state.clone();
+    let mut p = policies("fifo", "consolidated")?;
+    let sched_log = Arc::new(Mutex::new(Vec::new()));
+    let place_log = Arc::new(Mutex::new(Vec::new()));
+    p.scheduling = Box::new(Timed {
+        inner: p.scheduling,
+        log: sched_log.clone(),
+    });
+    p.placement = Box::new(Timed {
+        inner: p.placement,
+        log: place_log.clone(),
+    });
+    let sched = scheduler::start(cfg, p, round_s).map_err(|e| e.to_string())?;
+    let addr = sched.address.to_string();
+    let rt = rt()?;
+    let sec = Security::default();
+    let (ids, stop) = rt.block_on(async {
+        let mock = serve_mock_worker().await?;
+        let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
+        let workers = register(&mut c, &mock, nodes, gpus_per_node).await?;
+        // Wait until the nodes joined, then submit.
+        loop {
+            let s = c
+                .status(StatusRequest { job_ids: vec![] })
+                .await
+                .map_err(|e| e.message().to_string())?
+                .into_inner();
+            if s.rounds >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut ids = Vec::new();
+        for i in 0..jobs {
+            let r = c
+                .submit(SubmitRequest {
+                    job: Some(JobSubmission {
+                        name: format!("bench-{i}"),
+                        command: vec!["mock".into()],
+                        gpus: per_job,
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .map_err(|e| e.message().to_string())?;
+            ids.push(r.into_inner().job_id);
+        }
+        // Wait until every job runs.
+        loop {
+            let s = c
+                .status(StatusRequest { job_ids: vec![] })
+                .await
+                .map_err(|e| e.message().to_string())?
+                .into_inner();
+            if s.jobs.iter().all(|j| j.status == "running") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Every job reports progress once per round, from its worker.
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let pusher_ids = ids.clone();
+        let mut pc = c.clone();
+        tokio::spawn(async move {
+            let mut v = 0.0;
+            loop {
+                v += 1e-4;
+                let samples = pusher_ids
+                    .iter()
+                    .map(|id| MetricSample {
+                        launch: Some(LaunchRef {
+                            job_id: *id,
+                            launch: 1,
+                        }),
+                        key: "progress".into(),
+                        value: v,
+                    })
+                    .collect();
+                let _ = pc
+                    .push_metrics(MetricBatch {
+                        worker_id: workers[0].clone(),
+                        samples,
+                    })
+                    .await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs_f64(round_s)) => {}
+                    _ = stop_rx.changed() => return,
+                }
+            }
+        });
+        Ok::<_, String>((ids, stop_tx))
+    })?;
+    let before = sched.round_stats().busy_s.len();
+    let sched_before = sched_log.lock().unwrap().len();
+    let place_before = place_log.lock().unwrap().len();
+    let t = Instant::now();
+    while sched.round_stats().busy_s.len() < before + rounds {
+        std::thread::sleep(Duration::from_millis(20));
+        if t.elapsed() > Duration::from_secs(600) {
+            return Err("the rounds did not complete".into());
+        }
+    }
+    let _ = stop.send(true);
+    let stats = sched.round_stats();
+    let busy = &stats.busy_s[before..before + rounds];
+    let s_log = sched_log.lock().unwrap()[sched_before..].to_vec();
+    let p_log = place_log.lock().unwrap()[place_before..].to_vec();
+    let mut policy: Vec<f64> = (0..rounds)
+        .map(|i| s_log.get(i).copied().unwrap_or(0.0) + p_log.get(i).copied().unwrap_or(0.0))
+        .collect();
+    let mut overhead: Vec<f64> = busy
+        .iter()
+        .zip(&policy)
+        .map(|(b, p)| (b - p).max(0.0))
+        .collect();
+    let mut publish = stats.publish_s[stats.publish_s.len().saturating_sub(rounds)..].to_vec();
+    let r = RoundResult {
+        jobs: ids.len(),
+        gpus: total,
+        rounds,
+        overhead_p50_s: pct(&mut overhead, 0.5),
+        overhead_p99_s: pct(&mut overhead, 0.99),
+        policy_p50_s: pct(&mut policy, 0.5),
+        publish_p50_s: pct(&mut publish, 0.5),
+    };
+    let _ = sched.shutdown();
+    drop(rt);
+    let _ = std::fs::remove_file(state);
+    Ok(r)
+}

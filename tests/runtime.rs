@@ -1,0 +1,391 @@
+//! End to end on loopback, with real processes: `blox scheduler`, two
+//! `blox worker`s × 2 logical GPUs and jobs from `blox submit`. Jobs are
+//! preempted and resume; a worker is killed mid-job; the scheduler is killed
+//! and restarted on its job table; every job finishes and none is lost.
+//! Every process started here is killed when the test ends, pass or fail.
+
+use blox_runtime::ctl::Ctl;
+use blox_runtime::net::Security;
+use blox_runtime::proto::JobInfo;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BLOX: &str = env!("CARGO_BIN_EXE_blox");
+
+/// The example job, built next to `blox` (by `cargo test --workspace`, or here).
+fn toy_job() -> PathBuf {
+    let p = Path::new(BLOX).with_file_name("blox-toy-job");
+    if !p.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "-p", "blox-runtime", "--bin", "blox-toy-job"])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building blox-toy-job failed");
+    }
+    p
+}
+
+/// Children killed (SIGKILL) and reaped on drop.
+#[derive(Default)]
+struct Procs(Vec<(String, Child)>);
+
+impl Procs {
+    /// Starts `blox ARGS`, waits for its "listening on ADDR" line, returns ADDR.
+    fn start(&mut self, name: &str, args: &[&str], log: &Path) -> String {
+        let mut child = Command::new(BLOX)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .env("RUST_LOG", "info")
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        self.0.push((name.into(), child));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a,
+            Err(_) => panic!(
+                "{name} did not start: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            ),
+        }
+    }
+
+    fn kill(&mut self, name: &str) {
+        let i = self.0.iter().position(|(n, _)| n == name).unwrap();
+        let (_, mut c) = self.0.remove(i);
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Processes (of this user) whose environment names a control directory
+/// under `dir`: job processes still alive.
+fn job_processes_under(dir: &Path) -> Vec<u32> {
+    let needle = format!("BLOX_CONTROL_DIR={}", dir.display());
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(e.path().join("environ")) {
+            if env
+                .split(|b| *b == 0)
+                .any(|v| v.starts_with(needle.as_bytes()))
+            {
+                // A zombie has an empty environ; this one is running.
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn status(addr: &str, sec: &Security) -> Vec<JobInfo> {
+    // The scheduler may be restarting: retry.
+    for _ in 0..100 {
+        if let Ok(mut c) = Ctl::connect(addr, sec) {
+            if let Ok(s) = c.status(&[]) {
+                return s.jobs;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the scheduler at {addr} does not answer");
+}
+
+fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    std::fs::write(d.join("token"), "e2e-token\n").unwrap();
+    // A free port for the scheduler, so its restart listens where workers look.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 1.0\n[scheduling]\npolicy = \"las\"\n[placement]\npolicy = \"consolidated\"\n\
+         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\ntoken_file = \"token\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\ngrace_s = 5\n",
+    )
+    .unwrap();
+    let token = d.join("token");
+    let sec = Security {
+        token: Some(Security::token_from_file(&token).unwrap()),
+        tls: None,
+    };
+    let mut procs = Procs::default();
+    let cfg_s = cfg.to_str().unwrap();
+    let token_s = token.to_str().unwrap();
+    let addr = procs.start(
+        "scheduler",
+        &["scheduler", "--config", cfg_s, "--listen", &listen],
+        &d.join("scheduler.log"),
+    );
+    assert_eq!(addr, listen);
+    for w in ["w0", "w1"] {
+        let workdir = d.join(w);
+        procs.start(
+            w,
+            &[
+                "worker",
+                "--scheduler",
+                &addr,
+                "--gpus",
+                "2",
+                "--name",
+                w,
+                "--workdir",
+                workdir.to_str().unwrap(),
+                "--token-file",
+                token_s,
+            ],
+            &d.join(format!("{w}.log")),
+        );
+    }
+    // Both workers are in the cluster once a 4-GPU submission is accepted.
+    let submit = |name: &str, gpus: u32, secs: f64| -> u64 {
+        let o = Command::new(BLOX)
+            .args([
+                "submit",
+                "--scheduler",
+                &addr,
+                "--token-file",
+                token_s,
+                "--name",
+                name,
+                "--gpus",
+                &gpus.to_string(),
+                "--duration-s",
+                &secs.to_string(),
+                "--",
+                toy.to_str().unwrap(),
+                "--duration-s",
+                &secs.to_string(),
+                "--iteration-s",
+                "0.02",
+            ])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.trim().rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    wait_until("both workers registered", Duration::from_secs(30), || {
+        Ctl::connect(&addr, &sec)
+            .ok()
+            .and_then(|mut c| c.status(&[]).ok())
+            .is_some_and(|s| s.workers.iter().filter(|w| w.alive).count() == 2)
+    });
+    // Work for 4 GPUs and more: LAS preempts the long jobs for new ones.
+    let mut ids = vec![
+        submit("long-a", 2, 6.0),
+        submit("long-b", 2, 6.0),
+        submit("mid-a", 1, 3.0),
+    ];
+    std::thread::sleep(Duration::from_secs(2));
+    ids.push(submit("mid-b", 1, 3.0));
+    ids.push(submit("short", 2, 1.5));
+
+    // Kill w1 while it runs a job that has made progress.
+    let mut victim = None;
+    wait_until("a job runs on w1", Duration::from_secs(30), || {
+        victim = status(&addr, &sec).into_iter().find(|j| {
+            j.status == "running" && j.gpus.iter().any(|g| g.starts_with("w1-")) && j.progress > 0.0
+        });
+        victim.is_some()
+    });
+    let victim = victim.unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    procs.kill("w1");
+    // Its job processes died with it.
+    wait_until(
+        "w1's job processes are gone",
+        Duration::from_secs(5),
+        || job_processes_under(&d.join("w1")).is_empty(),
+    );
+    // After the heartbeat timeout its job is requeued, and runs again.
+    wait_until(
+        "the killed worker's job runs again",
+        Duration::from_secs(30),
+        || {
+            status(&addr, &sec)
+                .iter()
+                .find(|j| j.id == victim.id)
+                .is_some_and(|j| j.launches > victim.launches || j.status == "finished")
+        },
+    );
+
+    // Kill the scheduler mid-run and start it again on the same job table.
+    procs.kill("scheduler");
+    let addr2 = procs.start(
+        "scheduler",
+        &["scheduler", "--config", cfg_s, "--listen", &listen],
+        &d.join("scheduler2.log"),
+    );
+    assert_eq!(addr2, addr);
+    // A fresh worker takes w1's place.
+    procs.start(
+        "w2",
+        &[
+            "worker",
+            "--scheduler",
+            &addr,
+            "--gpus",
+            "2",
+            "--name",
+            "w2",
+            "--workdir",
+            d.join("w2").to_str().unwrap(),
+            "--token-file",
+            token_s,
+        ],
+        &d.join("w2.log"),
+    );
+    let after = status(&addr, &sec);
+    assert_eq!(
+        after.len(),
+        ids.len(),
+        "the job table kept every job: {after:?}"
+    );
+    ids.push(submit("after-restart", 1, 1.0));
+
+    let mut last = Vec::new();
+    wait_until("every job ended", Duration::from_secs(120), || {
+        last = status(&addr, &sec);
+        last.len() == ids.len()
+            && last
+                .iter()
+                .all(|j| matches!(j.status.as_str(), "finished" | "failed" | "rejected"))
+    });
+    for j in &last {
+        assert_eq!(j.status, "finished", "{j:?}");
+        assert!(ids.contains(&j.id));
+    }
+    // Someone was preempted by LAS and resumed.
+    assert!(last.iter().any(|j| j.preemptions > 0), "{last:?}");
+    // The killed worker's job resumed from a checkpoint, not from scratch.
+    let ck: u64 = std::fs::read_to_string(
+        d.join("checkpoints")
+            .join(victim.id.to_string())
+            .join("iteration"),
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    assert!(ck > 0);
+    let resumed = ["w0", "w2"].iter().any(|w| {
+        let jd = d.join(w).join("jobs").join(victim.id.to_string());
+        std::fs::read_dir(&jd)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.path().join("stderr"))
+                    .unwrap_or_default()
+                    .contains("resumed at iteration")
+                    && !std::fs::read_to_string(e.path().join("stderr"))
+                        .unwrap_or_default()
+                        .contains("resumed at iteration 0\n")
+            })
+    });
+    assert!(
+        resumed,
+        "job {} did not resume from its checkpoint",
+        victim.id
+    );
+    drop(procs);
+    assert!(
+        job_processes_under(d).is_empty(),
+        "job processes outlived the test"
+    );
+}
+
+#[test]
+fn clients_and_workers_explain_what_is_wrong() {
+    // No scheduler at that address.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = Command::new(BLOX)
+        .args(["status", "--scheduler", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("unavailable"), "{err}");
+    // A submission without a command.
+    let o = Command::new(BLOX)
+        .args(["submit", "--gpus", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no command"), "{err}");
+    // A bad job file names the file and the field.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("job.toml");
+    std::fs::write(&f, "gpus = 1\ncommand = [\"x\"]\ngpu = 2\n").unwrap();
+    let o = Command::new(BLOX)
+        .args(["submit", "--file", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("job.toml") && err.contains("gpu"), "{err}");
+    // A worker with --gpus 0 refuses to start.
+    let o = Command::new(BLOX)
+        .args([
+            "worker",
+            "--gpus",
+            "0",
+            "--scheduler",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--gpus"), "{err}");
+}
