@@ -768,10 +768,9 @@ impl ClusterManager for ClusterBackend {
                     let node = NodeId(self.nodes.len() as u32);
                     w.node = Some(node);
                     self.nodes.push(id.clone());
-                    for (i, g) in w.gpus.iter().enumerate() {
-                        let _ = i;
-                        self.gpu_map.push((node.index(), g.index));
-                    }
+                    // The loop numbers GPUs in the order nodes add them.
+                    self.gpu_map
+                        .extend(w.gpus.iter().map(|g| (node.index(), g.index)));
                     let mut spec = NodeSpec::with_gpus(w.gpus.len() as u32);
                     spec.gpu_type = w.gpus[0].name.clone();
                     if w.gpus[0].memory_gb > 0.0 {

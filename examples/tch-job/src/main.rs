@@ -92,7 +92,8 @@ fn main() {
         }
     }
     let save = |vs: &nn::VarStore, it: u64, g: &NoiseScale| {
-        let tmp = model.with_extension("safetensors.tmp");
+        // tch picks the format from the extension: keep `.safetensors`.
+        let tmp = model.with_extension("tmp.safetensors");
         vs.save(&tmp)
             .and_then(|_| std::fs::rename(&tmp, &model).map_err(Into::into))
             .unwrap_or_else(|e| fail(format!("saving {}: {e}", model.display())));

@@ -27,7 +27,7 @@ fn the_tch_job_is_preempted_resumes_from_its_varstore_and_learns() {
     let jobs: Vec<JobSpec> = (0..2)
         .map(|i| {
             let mut s = JobSpec::new(i, 0.0, 1);
-            s.command = vec![JOB.into(), "--iterations".into(), "1500".into()];
+            s.command = vec![JOB.into(), "--iterations".into(), "8000".into()];
             s
         })
         .collect();
@@ -70,6 +70,11 @@ fn the_tch_job_is_preempted_resumes_from_its_varstore_and_learns() {
         }
         assert!(resumed, "job {id} never resumed from its checkpoint");
         let (first, last) = (losses[0], *losses.last().unwrap());
+        eprintln!(
+            "{id}: {} launches, loss {first:.4} -> {last:.4}, gradient noise scale {:.1} (last)",
+            launches[&id],
+            gns.last().copied().unwrap_or(f64::NAN)
+        );
         assert!(
             last < 0.5 * first,
             "job {id} did not learn: loss {first} -> {last}"
