@@ -156,3 +156,22 @@ pub fn build_policies(
         ),
     })
 }
+
+/// The registered policies `admission`, `scheduling` and `placement`, each
+/// with its default parameters (tests, benchmarks, tools).
+pub fn build_named(
+    admission: &str,
+    scheduling: &str,
+    placement: &str,
+) -> Result<Policies, ConfigError> {
+    let m = |kind: &str, policy: &str| ModuleConfig {
+        policy: policy.into(),
+        line: 0,
+        params: crate::config::Section::empty(kind),
+    };
+    build_policies(
+        &m("admission", admission),
+        &m("scheduling", scheduling),
+        &m("placement", placement),
+    )
+}

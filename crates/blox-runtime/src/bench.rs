@@ -51,17 +51,7 @@ pub async fn serve_mock_worker() -> Result<String, String> {
 }
 
 fn policies(scheduling: &str, placement: &str) -> Result<Policies, String> {
-    let m = |kind: &str, policy: &str| ModuleConfig {
-        policy: policy.into(),
-        line: 0,
-        params: Section::empty(kind),
-    };
-    registry::build_policies(
-        &m("admission", "accept-all"),
-        &m("scheduling", scheduling),
-        &m("placement", placement),
-    )
-    .map_err(|e| e.to_string())
+    registry::build_named("accept-all", scheduling, placement).map_err(|e| e.to_string())
 }
 
 fn bench_config(tag: &str, round_s_timeout: f64) -> RuntimeConfig {
@@ -235,6 +225,24 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
     }
 }
 
+/// Polls the scheduler's status until `done` holds.
+async fn wait_status(
+    c: &mut crate::net::SchedulerClient,
+    done: impl Fn(&StatusReply) -> bool,
+) -> Result<(), String> {
+    loop {
+        let s = c
+            .status(StatusRequest { job_ids: vec![] })
+            .await
+            .map_err(|e| e.message().to_string())?
+            .into_inner();
+        if done(&s) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -277,18 +285,8 @@ pub fn round_overhead(
         let mock = serve_mock_worker().await?;
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
         let workers = register(&mut c, &mock, nodes, gpus_per_node).await?;
-        // Wait until the nodes joined, then submit.
-        loop {
-            let s = c
-                .status(StatusRequest { job_ids: vec![] })
-                .await
-                .map_err(|e| e.message().to_string())?
-                .into_inner();
-            if s.rounds >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // Submissions wait in the scheduler until the nodes joined.
+        wait_status(&mut c, |s| s.rounds >= 2).await?;
         let mut ids = Vec::new();
         for i in 0..jobs {
             let r = c
@@ -304,18 +302,7 @@ pub fn round_overhead(
                 .map_err(|e| e.message().to_string())?;
             ids.push(r.into_inner().job_id);
         }
-        // Wait until every job runs.
-        loop {
-            let s = c
-                .status(StatusRequest { job_ids: vec![] })
-                .await
-                .map_err(|e| e.message().to_string())?
-                .into_inner();
-            if s.jobs.iter().all(|j| j.status == "running") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_status(&mut c, |s| s.jobs.iter().all(|j| j.status == "running")).await?;
         // Every job reports progress once per round, from its worker.
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let pusher_ids = ids.clone();

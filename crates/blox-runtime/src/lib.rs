@@ -24,6 +24,7 @@ pub mod ctl;
 pub mod local;
 pub mod net;
 pub mod process;
+mod record;
 pub mod scheduler;
 pub mod store;
 pub mod worker;

@@ -21,6 +21,7 @@
 //! its last checkpoint), then the job fails with its exit status.
 
 use crate::process::{LaunchSpec, Running, StartError};
+use crate::record::{settle, Ended, Record};
 use blox_core::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -66,16 +67,6 @@ struct Proc {
     accounted_s: f64,
 }
 
-#[derive(Default)]
-struct Record {
-    launches: u32,
-    crashes: u32,
-    /// Why the last launch could not start, if it could not.
-    start_error: Option<String>,
-    run_time_s: f64,
-    attained_gpu_s: f64,
-}
-
 /// Runs jobs as processes on this machine.
 pub struct LocalBackend {
     cfg: LocalConfig,
@@ -88,9 +79,8 @@ pub struct LocalBackend {
     records: HashMap<JobId, Record>,
     /// Local index of each GPU (`CUDA_VISIBLE_DEVICES`).
     local_index: Vec<u32>,
-    /// Jobs whose process ended since the last metric collection:
-    /// (job, exit, finished).
-    ended: Vec<(JobId, Exit, bool)>,
+    /// Launches that ended since the last metric collection.
+    ended: Vec<Ended>,
 }
 
 fn be(msg: impl Into<String>) -> BackendError {
@@ -208,7 +198,11 @@ impl MetricCollector for LocalBackend {
             let mut p = self.procs.remove(&id).expect("listed above");
             Self::read_metrics(&mut p, id, jobs);
             let done = p.run.control.join("done").exists();
-            self.ended.push((id, exit, done && exit.code == Some(0)));
+            self.ended.push(if done && exit.code == Some(0) {
+                Ended::finished(id, exit.at_s)
+            } else {
+                Ended::crashed(id, exit.at_s, exit.code, None)
+            });
         }
         let running: Vec<JobId> = self.procs.keys().copied().collect();
         for id in running {
@@ -216,40 +210,8 @@ impl MetricCollector for LocalBackend {
             let p = self.procs.get_mut(&id).expect("listed above");
             Self::read_metrics(p, id, jobs);
         }
-        for (id, exit, finished) in std::mem::take(&mut self.ended) {
-            let rec = self.records.entry(id).or_default();
-            let Some(job) = jobs.get_mut(id) else {
-                continue;
-            };
-            if finished {
-                job.status = JobStatus::Finished;
-                job.finish_s = Some(exit.at_s);
-                job.progress = 1.0;
-            } else {
-                rec.crashes += 1;
-                let why = match (rec.start_error.take(), exit.code) {
-                    (Some(e), _) => e,
-                    (None, Some(c)) => format!("exit status {c}"),
-                    (None, None) => "killed by a signal".to_string(),
-                };
-                if rec.crashes > self.cfg.max_retries {
-                    tracing::warn!(job = %id, "failed after {} attempts: {why}", rec.crashes);
-                    job.status = JobStatus::Failed;
-                    job.finish_s = Some(exit.at_s);
-                    job.end_reason =
-                        Some(format!("process failed {} times; last: {why}", rec.crashes));
-                } else {
-                    tracing::warn!(job = %id, "process ended without finishing ({why}); retrying from its checkpoint");
-                    job.status = JobStatus::Queued;
-                }
-            }
-        }
-        for (id, rec) in &self.records {
-            if let Some(job) = jobs.get_mut(*id) {
-                job.run_time_s = rec.run_time_s;
-                job.attained_service_gpu_s = rec.attained_gpu_s;
-            }
-        }
+        let ended = std::mem::take(&mut self.ended);
+        settle(ended, &mut self.records, jobs, self.cfg.max_retries);
         Ok(())
     }
 }
@@ -274,7 +236,7 @@ impl PreemptionMechanism for LocalBackend {
         self.procs.remove(&id);
         if finished {
             // It finished just as it was revoked: report that next round.
-            self.ended.push((id, exit, true));
+            self.ended.push(Ended::finished(id, exit.at_s));
         }
         Ok(())
     }
@@ -289,11 +251,7 @@ impl LaunchMechanism for LocalBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let id = job.id();
-        if self
-            .ended
-            .iter()
-            .any(|(j, _, finished)| *j == id && *finished)
-        {
+        if self.ended.iter().any(|e| e.job == id && e.finished) {
             // It finished as it was being moved: reported next round, not rerun.
             return Ok(());
         }
@@ -344,9 +302,8 @@ impl LaunchMechanism for LocalBackend {
                 // The job's fault, not the scheduler's: it is retried, then
                 // fails with this reason; the loop goes on.
                 tracing::warn!(job = %id, "{why}");
-                self.records.entry(id).or_default().start_error = Some(why);
                 let at_s = self.now();
-                self.ended.push((id, Exit { at_s, code: None }, false));
+                self.ended.push(Ended::crashed(id, at_s, None, Some(why)));
             }
         }
         Ok(())

@@ -24,6 +24,7 @@
 use crate::net::{NetError, Security, WorkerClient};
 use crate::proto::scheduler_server::{Scheduler, SchedulerServer};
 use crate::proto::*;
+use crate::record::{settle, Ended, Record};
 use crate::store::{Store, StoreError};
 use blox_core::*;
 use serde::Deserialize;
@@ -527,24 +528,6 @@ struct Live {
     accounted_s: f64,
 }
 
-#[derive(Default)]
-struct Record {
-    launches: u32,
-    crashes: u32,
-    run_time_s: f64,
-    attained_gpu_s: f64,
-}
-
-/// An ended launch: (job, when, exit status, finished, why, the job's fault).
-struct Ended {
-    job: JobId,
-    at_s: f64,
-    code: Option<i32>,
-    finished: bool,
-    reason: String,
-    blame: bool,
-}
-
 /// Per-round timings of the scheduler (the last 10,000 rounds): `busy_s`
 /// from the start of a round to its wait (cluster management, metric
 /// collection, submissions, policies, launches and preemptions), and
@@ -882,14 +865,7 @@ impl MetricCollector for ClusterBackend {
             if !current {
                 // A launch that was already revoked; only a finish matters.
                 if r.finished {
-                    self.ended.push(Ended {
-                        job: id,
-                        at_s,
-                        code: r.code,
-                        finished: true,
-                        reason: String::new(),
-                        blame: false,
-                    });
+                    self.ended.push(Ended::finished(id, at_s));
                 }
                 continue;
             }
@@ -902,35 +878,14 @@ impl MetricCollector for ClusterBackend {
                 self.account(id, at_s);
                 let live = self.running.remove(&id).expect("checked above");
                 self.forget_expected(id, &live);
-                self.ended.push(Ended {
-                    job: id,
-                    at_s,
-                    code: r.code,
-                    finished: true,
-                    reason: String::new(),
-                    blame: false,
-                });
+                self.ended.push(Ended::finished(id, at_s));
             } else {
                 self.account(id, at_s);
                 let live = self.running.remove(&id).expect("checked above");
                 // A failing part takes the others down.
                 self.revoke_parts(id, &live, true);
-                let reason = if !r.reason.is_empty() {
-                    r.reason.clone()
-                } else {
-                    match r.code {
-                        Some(c) => format!("exit status {c}"),
-                        None => "killed by a signal".into(),
-                    }
-                };
-                self.ended.push(Ended {
-                    job: id,
-                    at_s,
-                    code: r.code,
-                    finished: false,
-                    reason,
-                    blame: true,
-                });
+                let reason = (!r.reason.is_empty()).then(|| r.reason.clone());
+                self.ended.push(Ended::crashed(id, at_s, r.code, reason));
             }
         }
         let now = self.now();
@@ -952,39 +907,8 @@ impl MetricCollector for ClusterBackend {
         for id in running {
             self.account(id, now);
         }
-        for e in std::mem::take(&mut self.ended) {
-            let Some(job) = jobs.get_mut(e.job) else {
-                continue;
-            };
-            if job.status.is_terminal() {
-                continue;
-            }
-            if e.finished {
-                job.status = JobStatus::Finished;
-                job.finish_s = Some(e.at_s);
-                job.progress = 1.0;
-                continue;
-            }
-            let rec = self.records.entry(e.job).or_default();
-            if e.blame {
-                rec.crashes += 1;
-            }
-            if rec.crashes > self.cfg.max_retries {
-                tracing::warn!(job = %e.job, "failed after {} attempts: {}", rec.crashes, e.reason);
-                job.status = JobStatus::Failed;
-                job.finish_s = Some(e.at_s);
-                job.end_reason = Some(format!("failed {} times; last: {}", rec.crashes, e.reason));
-            } else {
-                tracing::warn!(job = %e.job, code = ?e.code, "ended without finishing ({}); it goes back to the queue and resumes from its checkpoint", e.reason);
-                job.status = JobStatus::Queued;
-            }
-        }
-        for (id, rec) in &self.records {
-            if let Some(job) = jobs.get_mut(*id) {
-                job.run_time_s = rec.run_time_s;
-                job.attained_service_gpu_s = rec.attained_gpu_s;
-            }
-        }
+        let ended = std::mem::take(&mut self.ended);
+        settle(ended, &mut self.records, jobs, self.cfg.max_retries);
         Ok(())
     }
 }
@@ -1015,14 +939,7 @@ impl PreemptionMechanism for ClusterBackend {
         self.account(id, last);
         self.running.remove(&id);
         if finished {
-            self.ended.push(Ended {
-                job: id,
-                at_s: last,
-                code: Some(0),
-                finished: true,
-                reason: String::new(),
-                blame: false,
-            });
+            self.ended.push(Ended::finished(id, last));
         }
         Ok(())
     }
@@ -1151,14 +1068,9 @@ impl LaunchMechanism for ClusterBackend {
             tracing::warn!(job = %id, "launch failed: {reason}");
             self.revoke_parts(id, &live, true);
             let at_s = self.now();
-            self.ended.push(Ended {
-                job: id,
-                at_s,
-                code: None,
-                finished: false,
-                reason,
-                blame,
-            });
+            let mut e = Ended::crashed(id, at_s, None, Some(reason));
+            e.blame = blame;
+            self.ended.push(e);
             return Ok(());
         }
         tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");

@@ -136,6 +136,19 @@ struct State {
     metrics: Vec<MetricSample>,
 }
 
+impl State {
+    /// The launches running here.
+    fn running(&self) -> Vec<LaunchRef> {
+        self.launches
+            .iter()
+            .map(|(j, l)| LaunchRef {
+                job_id: *j,
+                launch: l.launch,
+            })
+            .collect()
+    }
+}
+
 struct Shared {
     cfg: WorkerConfig,
     gpus: Vec<GpuDevice>,
@@ -458,15 +471,7 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 }
             }
             Some(id) => {
-                let running = sh
-                    .lock()
-                    .launches
-                    .iter()
-                    .map(|(j, l)| LaunchRef {
-                        job_id: *j,
-                        launch: l.launch,
-                    })
-                    .collect();
+                let running = sh.lock().running();
                 match client
                     .heartbeat(HeartbeatRequest {
                         worker_id: id.clone(),
@@ -482,15 +487,7 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     }
                     Err(e) if e.code() == Code::NotFound => {
                         tracing::warn!(worker = %id, "the scheduler does not know this worker any more ({}); revoking every job here and registering again", e.message());
-                        let all: Vec<LaunchRef> = sh
-                            .lock()
-                            .launches
-                            .iter()
-                            .map(|(j, l)| LaunchRef {
-                                job_id: *j,
-                                launch: l.launch,
-                            })
-                            .collect();
+                        let all = sh.lock().running();
                         for l in all {
                             stop_launch(&sh, l).await;
                         }

@@ -12,17 +12,7 @@ const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
 
 fn policies(scheduling: &str, placement: &str) -> Policies {
     blox_policies::link();
-    let m = |kind: &str, policy: &str| ModuleConfig {
-        policy: policy.into(),
-        line: 0,
-        params: Section::empty(kind),
-    };
-    registry::build_policies(
-        &m("admission", "accept-all"),
-        &m("scheduling", scheduling),
-        &m("placement", placement),
-    )
-    .unwrap()
+    registry::build_named("accept-all", scheduling, placement).unwrap()
 }
 
 /// (id, arrival s, GPUs, duration s)

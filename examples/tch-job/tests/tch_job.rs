@@ -12,17 +12,7 @@ const JOB: &str = env!("CARGO_BIN_EXE_blox-tch-job");
 #[test]
 fn the_tch_job_is_preempted_resumes_from_its_varstore_and_learns() {
     blox_policies::link();
-    let m = |kind: &str, policy: &str| ModuleConfig {
-        policy: policy.into(),
-        line: 0,
-        params: Section::empty(kind),
-    };
-    let policies = registry::build_policies(
-        &m("admission", "accept-all"),
-        &m("scheduling", "las"),
-        &m("placement", "consolidated"),
-    )
-    .unwrap();
+    let policies = registry::build_named("accept-all", "las", "consolidated").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let jobs: Vec<JobSpec> = (0..2)
         .map(|i| {

@@ -1,0 +1,168 @@
+//! What the cluster tests share: a scheduler with in-process workers on
+//! loopback, stopped (with every job process) when dropped.
+#![allow(dead_code)]
+
+use blox_core::*;
+use blox_runtime::ctl::Ctl;
+use blox_runtime::net::Security;
+use blox_runtime::proto::*;
+use blox_runtime::scheduler::{RuntimeConfig, SchedulerHandle};
+use blox_runtime::worker::{WorkerConfig, WorkerHandle};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
+
+pub fn policies(scheduling: &str) -> Policies {
+    blox_policies::link();
+    registry::build_named("accept-all", scheduling, "consolidated").unwrap()
+}
+
+pub fn runtime_config(dir: &Path) -> RuntimeConfig {
+    let mut c = RuntimeConfig::default();
+    c.listen = "127.0.0.1:0".into();
+    c.state = dir.join("state.redb");
+    c.checkpoint_dir = Some(dir.join("checkpoints"));
+    c.heartbeat_s = 0.2;
+    c.worker_timeout_s = 2.0;
+    c.grace_s = 3.0;
+    c
+}
+
+/// A scheduler and its workers; dropping it stops all of them and kills
+/// every job process.
+pub struct Cluster {
+    pub workers: Vec<WorkerHandle>,
+    pub rt: tokio::runtime::Runtime,
+    pub sched: Option<SchedulerHandle>,
+    pub security: Security,
+}
+
+impl Cluster {
+    pub fn start(dir: &Path, cfg: RuntimeConfig, scheduling: &str, workers: usize) -> Cluster {
+        let security = cfg.security().unwrap();
+        let sched = blox_runtime::scheduler::start(cfg, policies(scheduling), 1.0).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut c = Cluster {
+            workers: Vec::new(),
+            rt,
+            sched: Some(sched),
+            security,
+        };
+        for i in 0..workers {
+            c.add_worker(dir, &format!("w{i}"));
+        }
+        c.wait_for_gpus(2 * workers);
+        c
+    }
+
+    pub fn addr(&self) -> String {
+        self.sched.as_ref().unwrap().address.to_string()
+    }
+
+    pub fn add_worker(&mut self, dir: &Path, name: &str) {
+        let cfg = WorkerConfig {
+            scheduler: self.addr(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: name.into(),
+            logical_gpus: Some(2),
+            workdir: dir.join(name),
+            security: self.security.clone(),
+        };
+        let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
+        self.workers.push(w);
+    }
+
+    pub fn ctl(&self) -> Ctl {
+        Ctl::connect(&self.addr(), &self.security).unwrap()
+    }
+
+    /// Waits until the workers' GPUs joined the loop's cluster.
+    pub fn wait_for_gpus(&self, n: usize) {
+        let mut ctl = self.ctl();
+        let t = Instant::now();
+        loop {
+            let s = ctl.status(&[]).unwrap();
+            let gpus: usize = s
+                .workers
+                .iter()
+                .filter(|w| w.alive)
+                .map(|w| w.gpus.len())
+                .sum();
+            // One round after registering, the node is in the cluster.
+            if gpus >= n && s.rounds >= 2 {
+                std::thread::sleep(Duration::from_millis(1100));
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "workers did not register"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn started(&self) -> Instant {
+        self.sched.as_ref().unwrap().started
+    }
+
+    /// Polls until every listed job ended; returns their records.
+    pub fn wait_all(&self, ids: &[u64], limit: Duration) -> BTreeMap<u64, JobInfo> {
+        let mut ctl = self.ctl();
+        let t = Instant::now();
+        loop {
+            let s = ctl.status(ids).unwrap();
+            if s.jobs
+                .iter()
+                .all(|j| matches!(j.status.as_str(), "finished" | "failed" | "rejected"))
+            {
+                return s.jobs.into_iter().map(|j| (j.id, j)).collect();
+            }
+            assert!(
+                t.elapsed() < limit,
+                "jobs did not end: {:?}",
+                s.jobs.iter().map(|j| (j.id, &j.status)).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            w.shutdown();
+        }
+        if let Some(s) = self.sched.take() {
+            let _ = s.shutdown();
+        }
+    }
+}
+
+pub fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        TOY.to_string(),
+        "--duration-s".into(),
+        dur.to_string(),
+        "--iteration-s".into(),
+        "0.02".into(),
+    ];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+pub fn job(name: &str, gpus: u32, command: Vec<String>, duration_s: Option<f64>) -> JobSubmission {
+    JobSubmission {
+        name: name.into(),
+        command,
+        gpus,
+        duration_s,
+        ..Default::default()
+    }
+}
