@@ -38,6 +38,10 @@ pub mod env {
     pub const WORKER_ADDR: &str = "BLOX_WORKER_ADDR";
     pub const CHECKPOINT_DIR: &str = "BLOX_CHECKPOINT_DIR";
     pub const CONTROL_DIR: &str = "BLOX_CONTROL_DIR";
+    /// Where the ranks of a job that spans nodes agree on their exit
+    /// iteration (`exit_at`): a directory on storage every node shares.
+    /// Unset: the control directory (all ranks on one node).
+    pub const COORD_DIR: &str = "BLOX_COORD_DIR";
     pub const RESUME: &str = "BLOX_RESUME";
     pub const BATCH_SIZE: &str = "BLOX_BATCH_SIZE";
 }
@@ -74,6 +78,9 @@ pub struct JobEnv {
     pub worker_addr: Option<String>,
     pub checkpoint_dir: PathBuf,
     pub control_dir: PathBuf,
+    /// Where ranks agree on the exit iteration (`BLOX_COORD_DIR`, else the
+    /// control directory).
+    pub coord_dir: PathBuf,
     /// True when a checkpoint from an earlier launch should be restored.
     pub resume: bool,
     /// Global batch size chosen by the scheduler, if any.
@@ -126,6 +133,11 @@ impl JobEnv {
             worker_addr: get(env::WORKER_ADDR),
             checkpoint_dir: PathBuf::from(need(env::CHECKPOINT_DIR)?),
             control_dir: PathBuf::from(need(env::CONTROL_DIR)?),
+            coord_dir: get(env::COORD_DIR)
+                .filter(|v| !v.is_empty())
+                .or_else(|| get(env::CONTROL_DIR))
+                .map(PathBuf::from)
+                .unwrap_or_default(),
             resume: get(env::RESUME).is_some_and(|v| v == "1" || v == "true"),
             batch_size,
         })
@@ -252,14 +264,14 @@ impl Job {
 
     /// The agreed exit boundary of a multi-rank job, if one is fixed.
     fn exit_at(&self) -> Option<u64> {
-        let v = std::fs::read_to_string(self.env.control_dir.join("exit_at")).ok()?;
+        let v = std::fs::read_to_string(self.env.coord_dir.join("exit_at")).ok()?;
         v.trim().parse().ok()
     }
 
     /// Proposes `step` as the exit boundary; the first proposal wins
     /// (written to a private file, then linked into place atomically).
     fn propose_exit_at(&self, step: u64) -> Option<u64> {
-        let dir = &self.env.control_dir;
+        let dir = &self.env.coord_dir;
         let tmp = dir.join(format!("exit_at.rank{}", self.env.rank));
         if std::fs::write(&tmp, step.to_string()).is_ok() {
             let _ = std::fs::hard_link(&tmp, dir.join("exit_at"));

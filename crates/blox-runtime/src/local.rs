@@ -278,6 +278,7 @@ impl LaunchMechanism for LocalBackend {
             devices,
             control,
             checkpoint: ckpt,
+            coord: None,
             resume: n > 1,
             batch_size: batch_size.or(job.current_batch_size),
             master_addr: "127.0.0.1".into(),

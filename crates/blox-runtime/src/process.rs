@@ -31,6 +31,9 @@ pub struct LaunchSpec {
     pub devices: Vec<String>,
     pub control: PathBuf,
     pub checkpoint: PathBuf,
+    /// Shared directory where the ranks of a job spanning nodes agree on
+    /// their exit iteration; `None`: the control directory.
+    pub coord: Option<PathBuf>,
     pub resume: bool,
     pub batch_size: Option<u32>,
     pub master_addr: String,
@@ -75,7 +78,14 @@ impl Running {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return Err(StartError("no command to run".into()));
         }
-        for d in [&spec.control, &spec.checkpoint] {
+        for d in [
+            Some(&spec.control),
+            Some(&spec.checkpoint),
+            spec.coord.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             std::fs::create_dir_all(d)
                 .map_err(|e| StartError(format!("cannot create {}: {e}", d.display())))?;
             restrict(d);
@@ -113,6 +123,7 @@ impl Running {
                 .env(env::WORKER_ADDR, &spec.worker_addr)
                 .env(env::CHECKPOINT_DIR, &spec.checkpoint)
                 .env(env::CONTROL_DIR, &spec.control)
+                .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&spec.control))
                 .env(env::RESUME, if spec.resume { "1" } else { "0" })
                 .env(
                     env::BATCH_SIZE,

@@ -1011,6 +1011,19 @@ impl LaunchMechanism for ClusterBackend {
             .as_ref()
             .map(|d| d.join(id.0.to_string()).display().to_string())
             .unwrap_or_default();
+        // Ranks on several nodes agree on where to stop through shared storage.
+        let coord = match (&self.cfg.checkpoint_dir, parts.len() > 1) {
+            (Some(d), true) => d
+                .join(id.0.to_string())
+                .join(format!(".launch-{launch}"))
+                .display()
+                .to_string(),
+            (None, true) => {
+                tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
+                String::new()
+            }
+            _ => String::new(),
+        };
         let mut first_rank = 0;
         let mut calls = Vec::new();
         for p in &parts {
@@ -1028,6 +1041,7 @@ impl LaunchMechanism for ClusterBackend {
                 process_per_gpu: self.cfg.process_per_gpu,
                 first_rank,
                 world_size: world,
+                coord_dir: coord.clone(),
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32

@@ -225,6 +225,7 @@ impl Worker for Service {
                 .collect(),
             control: dir.join(format!("launch-{}", l.launch)),
             checkpoint,
+            coord: (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir)),
             resume: r.resume,
             batch_size: r.batch_size,
             master_addr: r.master_addr.clone(),

@@ -370,3 +370,70 @@ fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line
     std::fs::write(&bad, "[run]\nround_s = 1\n").unwrap();
     assert!(blox_sim::load_config(&bad, None, &[]).is_err());
 }
+
+#[test]
+fn the_ranks_of_a_job_on_two_workers_stop_and_resume_at_the_same_iteration() {
+    // One process per GPU: a 4-GPU job runs as ranks 0..3 on both workers.
+    // LAS preempts it for a newer job; its ranks agree on the exit iteration
+    // through the shared checkpoint directory (two-phase revocation, Blox §7).
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.process_per_gpu = true;
+    let c = Cluster::start(dir.path(), cfg, "las", 2);
+    let mut ctl = c.ctl();
+    let big = ctl.submit(job("big", 4, toy(3.5, &[]), None)).unwrap();
+    let t = Instant::now();
+    while ctl.status(&[big]).unwrap().jobs[0].progress < 0.2 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the big job did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let small = ctl.submit(job("small", 2, toy(1.0, &[]), None)).unwrap();
+    let r = c.wait_all(&[big, small], Duration::from_secs(60));
+    assert_eq!(r[&big].status, "finished", "{}", r[&big].reason);
+    assert_eq!(r[&small].status, "finished");
+    assert!(
+        r[&big].launches >= 2 && r[&big].preemptions >= 1,
+        "{:?}",
+        r[&big]
+    );
+    let fixed = std::fs::read_to_string(
+        dir.path()
+            .join("checkpoints")
+            .join(big.to_string())
+            .join(".launch-1/exit_at"),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for w in ["w0", "w1"] {
+        let d = dir
+            .path()
+            .join(w)
+            .join("jobs")
+            .join(big.to_string())
+            .join("launch-2");
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with("stderr.rank") {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                assert!(
+                    text.contains(&format!("resumed at iteration {}", fixed.trim())),
+                    "{w}/{name}: {text} (exit_at {fixed})"
+                );
+                seen.push(name);
+            }
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "stderr.rank0",
+            "stderr.rank1",
+            "stderr.rank2",
+            "stderr.rank3"
+        ]
+    );
+}
