@@ -389,3 +389,119 @@ fn clients_and_workers_explain_what_is_wrong() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--gpus"), "{err}");
 }
+
+#[test]
+fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\n\
+         checkpoint_dir = \"checkpoints\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &["scheduler", "--config", cfg.to_str().unwrap()],
+        &d.join("scheduler.log"),
+    );
+    let worker = |procs: &mut Procs, name: &str| {
+        procs.start(
+            name,
+            &[
+                "worker",
+                "--scheduler",
+                &addr,
+                "--gpus",
+                "1",
+                "--name",
+                name,
+                "--workdir",
+                d.join(name).to_str().unwrap(),
+            ],
+            &d.join(format!("{name}.log")),
+        );
+    };
+    worker(&mut procs, "a");
+    let sec = Security::default();
+    wait_until("the worker registered", Duration::from_secs(30), || {
+        Ctl::connect(&addr, &sec)
+            .ok()
+            .and_then(|mut c| c.status(&[]).ok())
+            .is_some_and(|s| s.workers.iter().any(|w| w.alive))
+    });
+    let mut ctl = Ctl::connect(&addr, &sec).unwrap();
+    let id = ctl
+        .submit(blox_runtime::proto::JobSubmission {
+            name: "long".into(),
+            gpus: 1,
+            command: vec![
+                toy.display().to_string(),
+                "--duration-s".into(),
+                "4".into(),
+                "--iteration-s".into(),
+                "0.02".into(),
+            ],
+            ..Default::default()
+        })
+        .unwrap();
+    wait_until("the job made progress", Duration::from_secs(30), || {
+        status(&addr, &sec)
+            .iter()
+            .any(|j| j.id == id && j.progress >= 0.2)
+    });
+    // SIGTERM: the worker revokes its job, which checkpoints and exits 0.
+    let pid = procs.0.iter().find(|(n, _)| n == "a").unwrap().1.id();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let i = procs.0.iter().position(|(n, _)| n == "a").unwrap();
+    let (_, mut child) = procs.0.remove(i);
+    let t = Instant::now();
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the worker did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(code.success(), "{code:?}");
+    let err = std::fs::read_to_string(
+        d.join("a/jobs")
+            .join(id.to_string())
+            .join("launch-1/stderr"),
+    )
+    .unwrap();
+    let at: u64 =
+        std::fs::read_to_string(d.join("checkpoints").join(id.to_string()).join("iteration"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    assert!(
+        at > 0 && err.contains(&format!("checkpointed at iteration {at}")),
+        "{err} / {at}"
+    );
+    // Another worker takes over; the job resumes there from that iteration.
+    worker(&mut procs, "b");
+    let mut last = Vec::new();
+    wait_until("the job finished", Duration::from_secs(60), || {
+        last = status(&addr, &sec);
+        last.iter().any(|j| j.id == id && j.status == "finished")
+    });
+    let err = std::fs::read_to_string(
+        d.join("b/jobs")
+            .join(id.to_string())
+            .join("launch-2/stderr"),
+    )
+    .unwrap();
+    assert!(err.contains(&format!("resumed at iteration {at}")), "{err}");
+}

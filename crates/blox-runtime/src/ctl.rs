@@ -4,6 +4,7 @@
 use crate::net::{NetError, SchedulerClient, Security};
 use crate::proto::*;
 use crate::worker::{WorkerConfig, WorkerError};
+use std::time::Duration;
 
 /// A failed call: the gRPC status (its code and the scheduler's message) or
 /// a local problem (address, TLS files).
@@ -124,7 +125,8 @@ async fn signal() {
     }
 }
 
-/// Runs a worker manager until SIGINT or SIGTERM, then kills its jobs;
+/// Runs a worker manager until SIGINT or SIGTERM, then revokes its jobs
+/// (they checkpoint and exit; up to 30 s, or until a second signal);
 /// `ready` gets the address it serves on once it listens.
 pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), WorkerError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -137,7 +139,13 @@ pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), Wor
         let mut w = crate::worker::start(cfg).await?;
         ready(&w.address);
         signal().await;
-        tracing::info!("stopping: killing the jobs on this worker");
+        tracing::warn!(
+            "stopping: revoking the jobs here (they checkpoint; a second signal kills them)"
+        );
+        tokio::select! {
+            _ = w.drain(Duration::from_secs(30)) => {}
+            _ = signal() => tracing::warn!("killing the jobs here"),
+        }
         w.shutdown();
         Ok(())
     })

@@ -340,6 +340,23 @@ impl WorkerHandle {
         self.shared.lock().worker_id.clone()
     }
 
+    /// Revokes every job here and waits (up to `grace` each, in parallel)
+    /// for them to checkpoint and exit: a node leaving on purpose loses no
+    /// work. The scheduler requeues them when the worker stops beating.
+    pub async fn drain(&mut self, grace: Duration) {
+        let all = self.shared.lock().running();
+        let waits: Vec<_> = all
+            .into_iter()
+            .map(|l| {
+                let sh = self.shared.clone();
+                tokio::spawn(async move { stop_launch_within(&sh, l, grace).await })
+            })
+            .collect();
+        for w in waits {
+            let _ = w.await;
+        }
+    }
+
     /// Stops the service and kills every job here.
     pub fn shutdown(&mut self) {
         let _ = self.stop.send(true);
@@ -515,8 +532,14 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
     }
 }
 
-/// Revokes a launch the scheduler no longer expects (grace: 5 s).
+/// Revokes a launch the scheduler no longer expects, or every launch when
+/// the scheduler forgot this worker (grace: 5 s).
 async fn stop_launch(sh: &Arc<Shared>, l: LaunchRef) {
+    stop_launch_within(sh, l, Duration::from_secs(5)).await
+}
+
+/// Revokes a launch and waits up to `grace` for it to exit (then kills it).
+async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Duration) {
     let taken = {
         let mut st = sh.lock();
         match st.launches.get(&l.job_id) {
@@ -525,13 +548,9 @@ async fn stop_launch(sh: &Arc<Shared>, l: LaunchRef) {
         }
     };
     if let Some(launch) = taken {
-        tracing::info!(
-            job = l.job_id,
-            launch = l.launch,
-            "stopping a launch the scheduler does not expect"
-        );
+        tracing::info!(job = l.job_id, launch = l.launch, "revoking");
         let _ = tokio::task::spawn_blocking(move || {
-            launch.run.revoke_and_wait(Duration::from_secs(5), l.job_id);
+            launch.run.revoke_and_wait(grace, l.job_id);
         })
         .await;
     }

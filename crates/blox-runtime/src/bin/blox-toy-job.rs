@@ -75,6 +75,9 @@ fn main() {
         std::process::exit(1);
     }
     let _ = job.push_metric("progress", done as f64 / total as f64);
+    if revoked {
+        eprintln!("blox-toy-job: lease revoked; checkpointed at iteration {done}");
+    }
     if !revoked && done >= total {
         if let Err(e) = job.finish() {
             eprintln!("blox-toy-job: {e}");
