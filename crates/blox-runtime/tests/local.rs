@@ -247,3 +247,79 @@ fn the_ranks_of_a_preempted_job_stop_and_resume_at_the_same_iteration() {
         "{r0} vs exit_at {fixed}"
     );
 }
+
+#[test]
+fn a_profiled_job_steps_at_the_model_profiles_speed_and_applies_a_new_batch_size() {
+    // The toy job with the Pollux artifact's cifar10 profile (time compressed) on
+    // 2 GPUs; halfway the scheduler doubles its batch size (ONES-style, no
+    // restart) and the iteration time follows the profile.
+    let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
+    let profile = blox_goodput::AppProfile::load(&traces, "cifar10").unwrap();
+    let m0 = profile.limits.m0;
+    let raw = |b: u32| {
+        let local = (b as f64 / 2.0).max(profile.limits.bmin as f64);
+        profile.step_time_or_nearest(&[2], local).unwrap().0
+    };
+    // Scaled so that an iteration at the initial batch takes 7.5 ms.
+    let scale = 0.0075 / raw(m0);
+    let step = |b: u32| raw(b) * scale;
+    let dir = tempfile::tempdir().unwrap();
+    let argv = vec![
+        TOY.to_string(),
+        "--profile".into(),
+        traces.display().to_string(),
+        "--model".into(),
+        "cifar10".into(),
+        "--iterations".into(),
+        "400".into(),
+        "--time-scale".into(),
+        scale.to_string(),
+    ];
+    let cluster = ClusterState::homogeneous(1, 2);
+    let mut b = LocalBackend::new(
+        LocalConfig::new(dir.path()),
+        &cluster,
+        vec![spec(0, 0.0, 2, 1.0, argv)],
+    )
+    .unwrap();
+    let mut lp = RoundLoop::new(policies("fifo", "consolidated"), cluster, 0.5);
+    let mut reconfigured = false;
+    let t = std::time::Instant::now();
+    while !(b.exhausted() && lp.is_idle()) {
+        let r = lp.run_round(&mut b).unwrap();
+        if let Some(j) = lp.jobs.get(JobId(0)) {
+            if !reconfigured && j.is_running() && j.progress > 0.1 {
+                let info = RoundInfo {
+                    round: r.round,
+                    now_s: r.time_s,
+                    round_s: 0.5,
+                };
+                b.reconfigure(&info, j, 2 * m0).unwrap();
+                reconfigured = true;
+            }
+        }
+        assert!(t.elapsed().as_secs() < 60, "the job did not finish");
+    }
+    assert!(reconfigured);
+    assert_eq!(lp.jobs.finished()[0].status, JobStatus::Finished);
+    let err = std::fs::read_to_string(
+        blox_runtime::local::job_dir(dir.path(), JobId(0)).join("launch-1/stderr"),
+    )
+    .unwrap();
+    assert!(
+        err.contains(&format!(
+            "GPUs [2], batch {m0}: {:.6} s per iteration",
+            step(m0)
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("batch {}", 2 * m0))
+            && err.contains(&format!("{:.6} s per iteration", step(2 * m0))),
+        "{err}"
+    );
+    assert!(
+        step(2 * m0) > step(m0),
+        "a larger batch takes longer per step"
+    );
+}

@@ -1,15 +1,27 @@
-//! A dependency-light training job for the local runtime: it "trains" for
-//! `--duration-s` seconds of work in iterations of `--iteration-s`, checks its
-//! lease at every iteration boundary, checkpoints its iteration counter when
-//! the lease is revoked, resumes from it, and reports `progress` and
-//! `iteration` metrics. It also checkpoints every `--checkpoint-every`
-//! iterations (default 25), as training jobs do, so a crash loses little.
-//! `--fail-at F` exits with status 3 once a fraction F of the work is done
-//! (crash tests; only on the first launch).
+//! A dependency-light training job for the runtime. It "trains" in
+//! iterations, checks its lease at every iteration boundary, checkpoints its
+//! iteration counter when the lease is revoked, resumes from it, and reports
+//! `progress` and `iteration` metrics. It also checkpoints every
+//! `--checkpoint-every` iterations (default 25), as training jobs do, so a
+//! crash loses little. `--fail-at F` exits with status 3 once a fraction F of
+//! the work is done (crash tests; only on the first launch).
 //!
-//!     blox-toy-job --duration-s 30 [--iteration-s 0.05] [--checkpoint-every 25] [--fail-at 0.5]
+//! Two ways to set the work:
+//!
+//!     blox-toy-job --duration-s 30 [--iteration-s 0.05]
+//!     blox-toy-job --profile data/pollux/traces --model cifar10 --iterations 2000 [--time-scale 0.01]
+//!
+//! With a profile, each iteration takes the step time measured for that
+//! model (the Pollux artifact's `placements.csv`/`scalability.csv`, through
+//! blox-goodput) at the launch's GPUs and batch size (`BLOX_BATCH_SIZE`, else
+//! the model's initial batch size), times `--time-scale`; a new batch size
+//! from the scheduler changes it at the next boundary. The GPUs are this
+//! process's devices on each of `BLOX_WORLD_SIZE` nodes, or, for one process
+//! per GPU, `BLOX_WORLD_SIZE` GPUs on one node.
 
 use blox_client::Job;
+use blox_goodput::AppProfile;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn arg(args: &[String], name: &str) -> Option<f64> {
@@ -17,25 +29,84 @@ fn arg(args: &[String], name: &str) -> Option<f64> {
     args.get(i + 1)?.parse().ok()
 }
 
+fn text_arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).map(String::as_str)
+}
+
+fn fail(msg: impl std::fmt::Display, code: i32) -> ! {
+    eprintln!("blox-toy-job: {msg}");
+    std::process::exit(code)
+}
+
+const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--checkpoint-every N] [--fail-at FRACTION]";
+
+/// Iteration time from a model profile at this launch's GPUs and `batch`.
+struct Profiled {
+    profile: AppProfile,
+    per_node: Vec<u32>,
+    scale: f64,
+}
+
+impl Profiled {
+    fn step(&self, batch: u32) -> f64 {
+        let replicas: u32 = self.per_node.iter().sum();
+        let local = (batch as f64 / replicas as f64).max(self.profile.limits.bmin as f64);
+        let (step, _sync) = self
+            .profile
+            .step_time_or_nearest(&self.per_node, local)
+            .unwrap_or_else(|| {
+                fail(
+                    format!(
+                        "the {} profile has no step time for {:?} GPUs",
+                        self.profile.app, self.per_node
+                    ),
+                    2,
+                )
+            });
+        step * self.scale
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let Some(duration) = arg(&args, "--duration-s").filter(|d| *d > 0.0) else {
-        eprintln!(
-            "usage: blox-toy-job --duration-s SECONDS [--iteration-s SECONDS] [--fail-at FRACTION]"
-        );
-        std::process::exit(2);
-    };
-    let step = arg(&args, "--iteration-s").unwrap_or(0.05).max(1e-3);
     let fail_at = arg(&args, "--fail-at");
     let every = arg(&args, "--checkpoint-every").unwrap_or(25.0).max(1.0) as u64;
-    let job = match Job::from_env() {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("blox-toy-job: {e}");
-            std::process::exit(2);
-        }
+    let job = Job::from_env().unwrap_or_else(|e| fail(e, 2));
+    let mut batch = job.env.batch_size;
+    let (total, mut step, profiled) = if let Some(dir) = text_arg(&args, "--profile") {
+        let model = text_arg(&args, "--model").unwrap_or_else(|| fail(USAGE, 2));
+        let iterations = arg(&args, "--iterations")
+            .filter(|n| *n >= 1.0)
+            .unwrap_or_else(|| fail(USAGE, 2)) as u64;
+        let profile = AppProfile::load(Path::new(dir), model)
+            .unwrap_or_else(|e| fail(format!("{dir}: {e}"), 2));
+        let world = job.env.world_size.max(1);
+        let devices = job.env.devices.len().max(1) as u32;
+        let per_node = if world > 1 && devices == 1 {
+            vec![world]
+        } else {
+            vec![devices; world as usize]
+        };
+        let b = *batch.get_or_insert(profile.limits.m0);
+        let p = Profiled {
+            profile,
+            per_node,
+            scale: arg(&args, "--time-scale").unwrap_or(1.0).max(0.0),
+        };
+        let step = p.step(b);
+        eprintln!(
+            "blox-toy-job: {model} profile, GPUs {:?}, batch {b}: {step:.6} s per iteration",
+            p.per_node
+        );
+        (iterations, step, Some(p))
+    } else {
+        let duration = arg(&args, "--duration-s")
+            .filter(|d| *d > 0.0)
+            .unwrap_or_else(|| fail(USAGE, 2));
+        let step = arg(&args, "--iteration-s").unwrap_or(0.05).max(1e-3);
+        ((duration / step).round().max(1.0) as u64, step, None)
     };
-    let total = (duration / step).round().max(1.0) as u64;
     let first_launch = !job.env.resume;
     let start_iter: u64 = job
         .load_checkpoint("iteration")
@@ -45,12 +116,18 @@ fn main() {
     if !first_launch {
         eprintln!("blox-toy-job: resumed at iteration {start_iter}");
     }
-    let t0 = Instant::now();
+    let mut due = Instant::now();
     let mut done = start_iter;
     let mut it = job.iterate(start_iter..total);
     for i in &mut it {
+        if let (Some(b), Some(p)) = (job.new_batch_size(), &profiled) {
+            step = p.step(b);
+            batch = Some(b);
+            job.applied_batch_size(b);
+            eprintln!("blox-toy-job: batch {b} from iteration {i}: {step:.6} s per iteration");
+        }
         // Sleep to the iteration's deadline, so time does not drift.
-        let due = t0 + Duration::from_secs_f64((i + 1 - start_iter) as f64 * step);
+        due += Duration::from_secs_f64(step);
         if let Some(left) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(left);
         }
@@ -67,6 +144,10 @@ fn main() {
         if done % 10 == 0 || done == total {
             let _ = job.push_metric("progress", done as f64 / total as f64);
             let _ = job.push_metric("iteration", done as f64);
+            if let Some(b) = batch.filter(|_| profiled.is_some()) {
+                let _ = job.push_metric("batch_size", b as f64);
+                let _ = job.push_metric("throughput", b as f64 / step.max(1e-12));
+            }
         }
     }
     let revoked = it.revoked();
