@@ -61,8 +61,20 @@ pub fn scheduler(
     set: &[(String, String)],
 ) -> Result<()> {
     let cfg = blox_sim::load_config(config, None, set)?;
-    let policies =
+    let mut policies =
         blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    // Policy synthesis ([synthesizer]) runs here as in `blox sim`: it forks
+    // the live state into simulations of every candidate.
+    let sim: blox_sim::SimConfig = cfg.section("sim").parse()?;
+    let selector = blox_sim::synth::Synthesizer::from_config(&cfg, &sim)?.map(|s| {
+        use blox_sim::synth::module_label;
+        policies.names = (
+            module_label(&cfg.admission),
+            module_label(&cfg.scheduling),
+            module_label(&cfg.placement),
+        );
+        Box::new(s) as Box<dyn blox_core::PolicySelector>
+    });
     let mut rt = RuntimeConfig::from_config(&cfg)?;
     if let Some(l) = listen {
         rt.listen = l;
@@ -72,11 +84,18 @@ pub fn scheduler(
     }
     let state = rt.state.clone();
     let label = policies.label();
-    let handle = blox_runtime::scheduler::start(rt, policies, cfg.run.round_s)
-        .with_context(|| format!("starting the scheduler of {}", config.display()))?;
+    let synthesizing = selector.is_some();
+    let handle =
+        blox_runtime::scheduler::start_with_selector(rt, policies, cfg.run.round_s, selector)
+            .with_context(|| format!("starting the scheduler of {}", config.display()))?;
     println!(
-        "blox scheduler: listening on {} ({label}, {} s rounds, job table {})",
+        "blox scheduler: listening on {} ({label}{}, {} s rounds, job table {})",
         handle.address,
+        if synthesizing {
+            ", policy synthesis on"
+        } else {
+            ""
+        },
         cfg.run.round_s,
         state.display()
     );

@@ -505,3 +505,80 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
     .unwrap();
     assert!(err.contains(&format!("resumed at iteration {at}")), "{err}");
 }
+
+#[test]
+fn policy_synthesis_runs_on_the_real_scheduler() {
+    // Blox §5.2 on a live cluster: FIFO to start; short jobs queued behind a
+    // long one make the synthesizer's forks prefer SRTF, and it switches.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n\
+         [runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n\
+         [synthesizer]\nevery_rounds = 1\nhorizon_s = 600\nscheduling = [{ policy = \"fifo\" }, { policy = \"srtf\" }]\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let log = d.join("scheduler.log");
+    let addr = procs.start(
+        "scheduler",
+        &["scheduler", "--config", cfg.to_str().unwrap()],
+        &log,
+    );
+    procs.start(
+        "w",
+        &[
+            "worker",
+            "--scheduler",
+            &addr,
+            "--gpus",
+            "1",
+            "--workdir",
+            d.join("w").to_str().unwrap(),
+        ],
+        &d.join("w.log"),
+    );
+    let sec = Security::default();
+    wait_until("the worker registered", Duration::from_secs(30), || {
+        Ctl::connect(&addr, &sec)
+            .ok()
+            .and_then(|mut c| c.status(&[]).ok())
+            .is_some_and(|s| s.workers.iter().any(|w| w.alive))
+    });
+    let mut ctl = Ctl::connect(&addr, &sec).unwrap();
+    let sub = |name: &str, secs: f64| blox_runtime::proto::JobSubmission {
+        name: name.into(),
+        gpus: 1,
+        duration_s: Some(secs),
+        command: vec![
+            toy.display().to_string(),
+            "--duration-s".into(),
+            secs.to_string(),
+            "--iteration-s".into(),
+            "0.02".into(),
+        ],
+        ..Default::default()
+    };
+    let mut ids = vec![ctl.submit(sub("long", 6.0)).unwrap()];
+    wait_until("the long job runs", Duration::from_secs(30), || {
+        status(&addr, &sec).iter().any(|j| j.status == "running")
+    });
+    for i in 0..3 {
+        ids.push(ctl.submit(sub(&format!("short-{i}"), 0.4)).unwrap());
+    }
+    let mut policies = std::collections::BTreeSet::new();
+    wait_until("every job finished", Duration::from_secs(60), || {
+        let s = Ctl::connect(&addr, &sec).unwrap().status(&[]).unwrap();
+        policies.insert(s.policy.clone());
+        s.jobs.iter().all(|j| j.status == "finished")
+    });
+    assert!(
+        policies.iter().any(|p| p.contains("srtf")),
+        "the synthesizer never switched: {policies:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("policies switched"), "{text}");
+}

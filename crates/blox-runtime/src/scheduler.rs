@@ -1203,6 +1203,17 @@ pub fn start(
     policies: Policies,
     round_s: f64,
 ) -> Result<SchedulerHandle, SchedulerError> {
+    start_with_selector(cfg, policies, round_s, None)
+}
+
+/// [`start`], with a [`PolicySelector`] (policy synthesis, Blox §5.2) that
+/// may swap the policies between rounds, as in simulation.
+pub fn start_with_selector(
+    cfg: RuntimeConfig,
+    policies: Policies,
+    round_s: f64,
+    selector: Option<Box<dyn PolicySelector>>,
+) -> Result<SchedulerHandle, SchedulerError> {
     let security = cfg.security()?;
     let store = Arc::new(Store::open(&cfg.state)?);
     let (records, next_job_id) = store.load()?;
@@ -1326,6 +1337,7 @@ pub fn start(
         .name("blox-scheduler".into())
         .spawn(move || {
             let mut lp = RoundLoop::new(policies, ClusterState::new(), round_s);
+            lp.selector = selector;
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     lp.run_round(&mut backend)?;
