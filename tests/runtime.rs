@@ -115,6 +115,38 @@ fn status(addr: &str, sec: &Security) -> Vec<JobInfo> {
     panic!("the scheduler at {addr} does not answer");
 }
 
+/// Waits until `n` workers are alive at the scheduler.
+fn wait_for_workers(addr: &str, sec: &Security, n: usize) {
+    wait_until("the workers registered", Duration::from_secs(30), || {
+        Ctl::connect(addr, sec)
+            .ok()
+            .and_then(|mut c| c.status(&[]).ok())
+            .is_some_and(|s| s.workers.iter().filter(|w| w.alive).count() >= n)
+    });
+}
+
+/// A 1-GPU toy job of `secs` seconds (iterations of 20 ms).
+fn toy_submission(
+    toy: &Path,
+    name: &str,
+    secs: f64,
+    estimate: Option<f64>,
+) -> blox_runtime::proto::JobSubmission {
+    blox_runtime::proto::JobSubmission {
+        name: name.into(),
+        gpus: 1,
+        duration_s: estimate,
+        command: vec![
+            toy.display().to_string(),
+            "--duration-s".into(),
+            secs.to_string(),
+            "--iteration-s".into(),
+            "0.02".into(),
+        ],
+        ..Default::default()
+    }
+}
+
 fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -210,12 +242,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         );
         out.trim().rsplit(' ').next().unwrap().parse().unwrap()
     };
-    wait_until("both workers registered", Duration::from_secs(30), || {
-        Ctl::connect(&addr, &sec)
-            .ok()
-            .and_then(|mut c| c.status(&[]).ok())
-            .is_some_and(|s| s.workers.iter().filter(|w| w.alive).count() == 2)
-    });
+    wait_for_workers(&addr, &sec, 2);
     // Work for 4 GPUs and more: LAS preempts the long jobs for new ones.
     let mut ids = vec![
         submit("long-a", 2, 6.0),
@@ -427,27 +454,9 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
     };
     worker(&mut procs, "a");
     let sec = Security::default();
-    wait_until("the worker registered", Duration::from_secs(30), || {
-        Ctl::connect(&addr, &sec)
-            .ok()
-            .and_then(|mut c| c.status(&[]).ok())
-            .is_some_and(|s| s.workers.iter().any(|w| w.alive))
-    });
+    wait_for_workers(&addr, &sec, 1);
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();
-    let id = ctl
-        .submit(blox_runtime::proto::JobSubmission {
-            name: "long".into(),
-            gpus: 1,
-            command: vec![
-                toy.display().to_string(),
-                "--duration-s".into(),
-                "4".into(),
-                "--iteration-s".into(),
-                "0.02".into(),
-            ],
-            ..Default::default()
-        })
-        .unwrap();
+    let id = ctl.submit(toy_submission(&toy, "long", 4.0, None)).unwrap();
     wait_until("the job made progress", Duration::from_secs(30), || {
         status(&addr, &sec)
             .iter()
@@ -542,26 +551,9 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
         &d.join("w.log"),
     );
     let sec = Security::default();
-    wait_until("the worker registered", Duration::from_secs(30), || {
-        Ctl::connect(&addr, &sec)
-            .ok()
-            .and_then(|mut c| c.status(&[]).ok())
-            .is_some_and(|s| s.workers.iter().any(|w| w.alive))
-    });
+    wait_for_workers(&addr, &sec, 1);
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();
-    let sub = |name: &str, secs: f64| blox_runtime::proto::JobSubmission {
-        name: name.into(),
-        gpus: 1,
-        duration_s: Some(secs),
-        command: vec![
-            toy.display().to_string(),
-            "--duration-s".into(),
-            secs.to_string(),
-            "--iteration-s".into(),
-            "0.02".into(),
-        ],
-        ..Default::default()
-    };
+    let sub = |name: &str, secs: f64| toy_submission(&toy, name, secs, Some(secs));
     let mut ids = vec![ctl.submit(sub("long", 6.0)).unwrap()];
     wait_until("the long job runs", Duration::from_secs(30), || {
         status(&addr, &sec).iter().any(|j| j.status == "running")

@@ -307,16 +307,19 @@ impl Scheduler for Service {
             .into_inner()
             .job
             .ok_or_else(|| Status::invalid_argument("job: missing"))?;
-        let mut h = lock(&self.hub);
-        let alive = h.workers.values().filter(|w| w.alive).count();
-        let gpus: u32 = h
-            .workers
-            .values()
-            .filter(|w| w.alive)
-            .map(|w| w.gpus.len() as u32)
-            .sum();
-        check_submission(&j, gpus, alive)?;
-        let id = h.next_job_id;
+        let id = {
+            let mut h = lock(&self.hub);
+            let alive = h.workers.values().filter(|w| w.alive).count();
+            let gpus: u32 = h
+                .workers
+                .values()
+                .filter(|w| w.alive)
+                .map(|w| w.gpus.len() as u32)
+                .sum();
+            check_submission(&j, gpus, alive)?;
+            h.next_job_id += 1;
+            h.next_job_id - 1
+        };
         let spec = spec_of(id, &j, self.start.elapsed().as_secs_f64());
         let rec = JobRecord {
             info: Some(JobInfo {
@@ -331,11 +334,15 @@ impl Scheduler for Service {
             job: Some(j),
             run_time_s: 0.0,
         };
-        // Durable before it is acknowledged.
-        self.store
-            .write(&[&rec], Some(id + 1))
-            .map_err(|e| Status::unavailable(e.to_string()))?;
-        h.next_job_id = id + 1;
+        // Durable before it is acknowledged or scheduled; written outside the
+        // hub's lock (an fsync must not stall heartbeats).
+        let (store, rec) = (self.store.clone(), rec);
+        let rec =
+            tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut h = lock(&self.hub);
         h.jobs.insert(id, rec);
         h.submissions.push_back(spec);
         tracing::info!(job = id, "submitted");
@@ -708,8 +715,13 @@ impl ClusterBackend {
         if ids.is_empty() {
             return Ok(());
         }
-        let recs: Vec<&JobRecord> = ids.iter().filter_map(|id| h.jobs.get(id)).collect();
-        self.store.write(&recs, None)?;
+        let recs: Vec<JobRecord> = ids
+            .iter()
+            .filter_map(|id| h.jobs.get(id).cloned())
+            .collect();
+        // Written outside the hub's lock: an fsync must not stall heartbeats.
+        drop(h);
+        self.store.write(&recs.iter().collect::<Vec<_>>(), None)?;
         if flush {
             self.last_flush = Instant::now();
         }

@@ -41,8 +41,8 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     let r = c.wait_all(&ids, Duration::from_secs(60));
     let crash = &r[&ids[0]];
     assert_eq!(crash.status, "finished", "{}", crash.reason);
-    assert_eq!(crash.launches, 2);
-    // The second launch resumed from the checkpoint before the crash.
+    assert!(crash.launches >= 2, "{crash:?}");
+    // The launch after the crash resumed from the checkpoint before it.
     let ck = dir.path().join("checkpoints").join(ids[0].to_string());
     let it: u64 = std::fs::read_to_string(ck.join("iteration"))
         .unwrap()
@@ -67,7 +67,11 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     let bad = &r[&ids[1]];
     assert_eq!(bad.status, "failed");
     assert!(bad.reason.contains("exit status 2"), "{}", bad.reason);
-    assert_eq!(bad.launches, 2, "retried once");
+    // Retried once (max_retries = 1), then failed: two crashes. (Its launch
+    // count may be higher on a loaded machine, where a worker that misses
+    // its heartbeats is declared gone and its jobs relaunched, which does
+    // not count against them.)
+    assert!(bad.reason.starts_with("failed 2 times"), "{}", bad.reason);
     let missing = &r[&ids[2]];
     assert_eq!(missing.status, "failed");
     assert!(

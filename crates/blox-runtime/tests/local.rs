@@ -2,38 +2,17 @@
 //! through the local backend (compressed time: 1 s rounds, jobs of seconds)
 //! with the same policies; crashes, bad commands and preemption with resume.
 
+mod common;
+
 use blox_core::*;
 use blox_runtime::{LocalBackend, LocalConfig};
-use blox_sim::workload::{SimJob, WorkModel};
-use blox_sim::{SimConfig, Simulation};
+use common::{policies, run_sim, toy, Trace, TOY};
 use std::collections::BTreeMap;
-
-const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
-
-fn policies(scheduling: &str, placement: &str) -> Policies {
-    blox_policies::link();
-    registry::build_named("accept-all", scheduling, placement).unwrap()
-}
-
-/// (id, arrival s, GPUs, duration s)
-type Trace = Vec<(u64, f64, u32, f64)>;
 
 fn spec(id: u64, arrival: f64, gpus: u32, dur: f64, argv: Vec<String>) -> JobSpec {
     let mut s = JobSpec::new(id, arrival, gpus).with_duration(dur);
     s.command = argv;
     s
-}
-
-fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
-    let mut v = vec![
-        TOY.to_string(),
-        "--duration-s".into(),
-        dur.to_string(),
-        "--iteration-s".into(),
-        "0.02".into(),
-    ];
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
 }
 
 /// Runs the loop on real processes until every job ended; returns the ended
@@ -46,7 +25,7 @@ fn run_real(
 ) -> (Vec<Job>, BTreeMap<JobId, u32>) {
     let n = jobs.len();
     let mut b = LocalBackend::new(cfg, &cluster, jobs).unwrap();
-    let mut lp = RoundLoop::new(policies(scheduling, "consolidated"), cluster, 1.0);
+    let mut lp = RoundLoop::new(policies(scheduling), cluster, 1.0);
     let t = std::time::Instant::now();
     while !(b.exhausted() && lp.is_idle()) {
         let r = lp.run_round(&mut b).unwrap();
@@ -64,68 +43,26 @@ fn run_real(
     (ended, launches)
 }
 
-fn run_sim(scheduling: &str, trace: &Trace, cluster: ClusterState) -> BTreeMap<u64, f64> {
-    let jobs = trace
-        .iter()
-        .map(|&(id, a, g, d)| SimJob {
-            spec: JobSpec::new(id, a, g).with_duration(d),
-            work: WorkModel::Duration { duration_s: d },
-            converge_at: None,
-        })
-        .collect();
-    let run = RunConfig {
-        round_s: 1.0,
-        ..RunConfig::default()
-    };
-    let mut sim = Simulation::new(
-        policies(scheduling, "consolidated"),
-        cluster,
-        run,
-        SimConfig::default(),
-        jobs,
-    )
-    .unwrap();
-    if std::env::var("BLOX_TEST_TRACE").is_ok() {
-        while !sim.is_done() {
-            let before = sim.round_loop.rounds();
-            sim.step().unwrap();
-            let _ = before;
-            let lp = &sim.round_loop;
-            eprintln!(
-                "sim  t={:.2} running {:?}",
-                sim.backend.now_s(),
-                lp.jobs
-                    .running()
-                    .map(|j| (j.id(), j.attained_service_gpu_s))
-                    .collect::<Vec<_>>()
-            );
-        }
-    }
-    let r = sim.run_to_end().unwrap();
-    r.jobs
-        .iter()
-        .map(|j| (j.job_id, j.jct_s.unwrap()))
-        .collect()
-}
-
 #[test]
 fn the_same_trace_and_policy_give_the_same_schedule_in_simulation_and_for_real() {
     // 2 nodes x 2 logical GPUs; LAS preempts, so jobs are suspended and resumed.
     // Durations end mid-round: a job ending exactly on a round boundary ends
     // a few ms late for real (process start and exit), which can flip a
     // decision taken at that boundary.
+    // (arrival s, GPUs, duration s); job ids are positions.
     let trace: Trace = vec![
-        (0, 0.0, 2, 4.4),
-        (1, 0.0, 1, 2.7),
-        (2, 0.5, 1, 4.6),
-        (3, 1.5, 2, 1.6),
-        (4, 2.5, 1, 2.3),
-        (5, 3.5, 2, 2.8),
+        (0.0, 2, 4.4),
+        (0.0, 1, 2.7),
+        (0.5, 1, 4.6),
+        (1.5, 2, 1.6),
+        (2.5, 1, 2.3),
+        (3.5, 2, 2.8),
     ];
     let dir = tempfile::tempdir().unwrap();
     let jobs = trace
         .iter()
-        .map(|&(id, a, g, d)| spec(id, a, g, d, toy(d, &[])))
+        .enumerate()
+        .map(|(id, &(a, g, d))| spec(id as u64, a, g, d, toy(d, &[])))
         .collect();
     let (real, launches) = run_real(
         "las",
@@ -138,7 +75,7 @@ fn the_same_trace_and_policy_give_the_same_schedule_in_simulation_and_for_real()
     for j in &real {
         assert_eq!(j.status, JobStatus::Finished, "{:?}", j.end_reason);
         let r = j.jct_s().unwrap();
-        let s = sim[&j.id().0];
+        let s = sim[j.id().0 as usize];
         diffs.push((r - s).abs() / s);
         eprintln!("{}: real {r:.2} s, simulated {s:.2} s", j.id());
     }
@@ -282,7 +219,7 @@ fn a_profiled_job_steps_at_the_model_profiles_speed_and_applies_a_new_batch_size
         vec![spec(0, 0.0, 2, 1.0, argv)],
     )
     .unwrap();
-    let mut lp = RoundLoop::new(policies("fifo", "consolidated"), cluster, 0.5);
+    let mut lp = RoundLoop::new(policies("fifo"), cluster, 0.5);
     let mut reconfigured = false;
     let t = std::time::Instant::now();
     while !(b.exhausted() && lp.is_idle()) {

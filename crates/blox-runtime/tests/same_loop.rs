@@ -6,45 +6,8 @@
 mod common;
 
 use blox_core::*;
-use blox_sim::workload::{SimJob, WorkModel};
-use blox_sim::{SimConfig, Simulation};
 use common::*;
 use std::time::{Duration, Instant};
-
-/// (arrival s, GPUs, duration s)
-type Trace = Vec<(f64, u32, f64)>;
-
-fn run_sim(scheduling: &str, trace: &Trace) -> Vec<f64> {
-    let jobs = trace
-        .iter()
-        .enumerate()
-        .map(|(i, &(a, g, d))| SimJob {
-            spec: JobSpec::new(i as u64, a, g).with_duration(d),
-            work: WorkModel::Duration { duration_s: d },
-            converge_at: None,
-        })
-        .collect();
-    let run = RunConfig {
-        round_s: 1.0,
-        ..RunConfig::default()
-    };
-    let sim = Simulation::new(
-        policies(scheduling),
-        ClusterState::homogeneous(2, 2),
-        run,
-        SimConfig::default(),
-        jobs,
-    )
-    .unwrap();
-    let r = sim.run_to_end().unwrap();
-    let mut by: Vec<(u64, f64)> = r
-        .jobs
-        .iter()
-        .map(|j| (j.job_id, j.jct_s.unwrap()))
-        .collect();
-    by.sort_by_key(|x| x.0);
-    by.into_iter().map(|x| x.1).collect()
-}
 
 #[test]
 fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
@@ -79,7 +42,7 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
         );
     }
     let real = c.wait_all(&ids, Duration::from_secs(60));
-    let sim = run_sim("las", &trace);
+    let sim = run_sim("las", &trace, ClusterState::homogeneous(2, 2));
     let mut diffs = Vec::new();
     for (i, id) in ids.iter().enumerate() {
         let j = &real[id];

@@ -8,6 +8,8 @@ use blox_runtime::net::Security;
 use blox_runtime::proto::*;
 use blox_runtime::scheduler::{RuntimeConfig, SchedulerHandle};
 use blox_runtime::worker::{WorkerConfig, WorkerHandle};
+use blox_sim::workload::{SimJob, WorkModel};
+use blox_sim::{SimConfig, Simulation};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -25,7 +27,7 @@ pub fn runtime_config(dir: &Path) -> RuntimeConfig {
     c.state = dir.join("state.redb");
     c.checkpoint_dir = Some(dir.join("checkpoints"));
     c.heartbeat_s = 0.2;
-    c.worker_timeout_s = 2.0;
+    c.worker_timeout_s = 3.0;
     c.grace_s = 3.0;
     c
 }
@@ -165,4 +167,41 @@ pub fn job(name: &str, gpus: u32, command: Vec<String>, duration_s: Option<f64>)
         duration_s,
         ..Default::default()
     }
+}
+
+/// (arrival s, GPUs, duration s)
+pub type Trace = Vec<(f64, u32, f64)>;
+
+/// Simulated JCTs of `trace` (by position) under `scheduling` with
+/// consolidated placement, 1 s rounds.
+pub fn run_sim(scheduling: &str, trace: &Trace, cluster: ClusterState) -> Vec<f64> {
+    let jobs = trace
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, g, d))| SimJob {
+            spec: JobSpec::new(i as u64, a, g).with_duration(d),
+            work: WorkModel::Duration { duration_s: d },
+            converge_at: None,
+        })
+        .collect();
+    let run = RunConfig {
+        round_s: 1.0,
+        ..RunConfig::default()
+    };
+    let sim = Simulation::new(
+        policies(scheduling),
+        cluster,
+        run,
+        SimConfig::default(),
+        jobs,
+    )
+    .unwrap();
+    let r = sim.run_to_end().unwrap();
+    let mut by: Vec<(u64, f64)> = r
+        .jobs
+        .iter()
+        .map(|j| (j.job_id, j.jct_s.unwrap()))
+        .collect();
+    by.sort_by_key(|x| x.0);
+    by.into_iter().map(|x| x.1).collect()
 }
