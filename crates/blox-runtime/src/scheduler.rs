@@ -984,15 +984,23 @@ impl LaunchMechanism for ClusterBackend {
                 None => groups.push((node, vec![idx])),
             }
         }
-        let parts: Vec<Part> = {
+        // The parts, and rank 0's host (for the job's collective library).
+        let (parts, master) = {
             let mut h = lock(&self.hub);
             let mut parts = Vec::new();
+            let mut master = None;
             for (node, idx) in groups {
                 let wid = self.nodes[node].clone();
                 let w = h
                     .workers
                     .get(&wid)
                     .ok_or_else(|| BackendError(format!("worker {wid} is gone")))?;
+                let addr = w.address.split("://").last().unwrap_or("");
+                master.get_or_insert_with(|| {
+                    addr.rsplit_once(':')
+                        .map_or(addr, |(host, _)| host)
+                        .to_string()
+                });
                 parts.push(Part {
                     worker: wid.clone(),
                     client: w.client.clone(),
@@ -1000,17 +1008,7 @@ impl LaunchMechanism for ClusterBackend {
                 });
                 h.expected.entry(wid).or_default().insert((id.0, launch));
             }
-            parts
-        };
-        let master = {
-            let h = lock(&self.hub);
-            let a = h
-                .workers
-                .get(&parts[0].worker)
-                .map_or(String::new(), |w| w.address.clone());
-            let a = a.split("://").last().unwrap_or("").to_string();
-            a.rsplit_once(':')
-                .map_or(a.clone(), |(host, _)| host.to_string())
+            (parts, master.unwrap_or_default())
         };
         let world: u32 = if self.cfg.process_per_gpu {
             gpus.len() as u32

@@ -6,7 +6,7 @@ mod common;
 
 use blox_core::*;
 use blox_runtime::{LocalBackend, LocalConfig};
-use common::{policies, run_sim, toy, Trace, TOY};
+use common::{policies, preemption_trace, run_sim, toy, TOY};
 use std::collections::BTreeMap;
 
 fn spec(id: u64, arrival: f64, gpus: u32, dur: f64, argv: Vec<String>) -> JobSpec {
@@ -49,15 +49,7 @@ fn the_same_trace_and_policy_give_the_same_schedule_in_simulation_and_for_real()
     // Durations end mid-round: a job ending exactly on a round boundary ends
     // a few ms late for real (process start and exit), which can flip a
     // decision taken at that boundary.
-    // (arrival s, GPUs, duration s); job ids are positions.
-    let trace: Trace = vec![
-        (0.0, 2, 4.4),
-        (0.0, 1, 2.7),
-        (0.5, 1, 4.6),
-        (1.5, 2, 1.6),
-        (2.5, 1, 2.3),
-        (3.5, 2, 2.8),
-    ];
+    let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
     let jobs = trace
         .iter()

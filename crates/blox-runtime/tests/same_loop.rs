@@ -13,14 +13,7 @@ use std::time::{Duration, Instant};
 fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
     // Blox §6.3: scheduler + 2 workers × 2 logical GPUs, LAS with preemption,
     // compressed time (1 s rounds, jobs of seconds); durations end mid-round.
-    let trace: Trace = vec![
-        (0.0, 2, 4.4),
-        (0.0, 1, 2.7),
-        (0.5, 1, 4.6),
-        (1.5, 2, 1.6),
-        (2.5, 1, 2.3),
-        (3.5, 2, 2.8),
-    ];
+    let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::start(dir.path(), runtime_config(dir.path()), "las", 2);
     // Trace time 0 is a round boundary of the scheduler's clock. Each job is

@@ -205,3 +205,18 @@ pub fn run_sim(scheduling: &str, trace: &Trace, cluster: ClusterState) -> Vec<f6
     by.sort_by_key(|x| x.0);
     by.into_iter().map(|x| x.1).collect()
 }
+
+/// The sim-vs-real trace of the local and gRPC tests (job ids are
+/// positions): 6 jobs on 2 × 2 GPUs, so LAS preempts and resumes. Durations
+/// end mid-round: a job ending exactly on a round boundary ends a few ms late
+/// for real, which can flip that boundary's decision.
+pub fn preemption_trace() -> Trace {
+    vec![
+        (0.0, 2, 4.4),
+        (0.0, 1, 2.7),
+        (0.5, 1, 4.6),
+        (1.5, 2, 1.6),
+        (2.5, 1, 2.3),
+        (3.5, 2, 2.8),
+    ]
+}
