@@ -346,7 +346,7 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
 
 #[test]
 fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cfg =
         blox_sim::load_config(&root.join("examples/cluster/scheduler.toml"), None, &[]).unwrap();
     let rc = RuntimeConfig::from_config(&cfg).unwrap();

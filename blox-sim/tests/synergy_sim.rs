@@ -12,7 +12,7 @@ use std::path::PathBuf;
 fn profiles() -> HostProfiles {
     host_profile::read(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../data/blox/derived/model_profiles__models_dir.csv"),
+            .join("../data/blox/derived/model_profiles__models_dir.csv"),
     )
     .unwrap()
 }
@@ -151,7 +151,7 @@ fn a_job_whose_model_has_no_profile_is_named_in_the_error() {
     )
     .unwrap();
     let profiles = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data/blox/derived/model_profiles__models_dir.csv");
+        .join("../data/blox/derived/model_profiles__models_dir.csv");
     let cfg = format!(
         "[cluster]\nnodes = 1\ngpus_per_node = 8\n[workload]\npath = {:?}\nhost_profiles = {:?}\n[scheduling]\npolicy = \"synergy\"\n[placement]\npolicy = \"synergy\"\n",
         trace.display().to_string(),

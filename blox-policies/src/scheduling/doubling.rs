@@ -675,7 +675,7 @@ mod tests {
 
     #[test]
     fn allocations_are_powers_of_two_within_capacity() {
-        let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
+        let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/pollux/traces");
         let mut d = Doubling::new(params(Variant::Precompute), Some(traces));
         let cluster = ClusterState::homogeneous(4, 4);
         let mut state = JobState::new();

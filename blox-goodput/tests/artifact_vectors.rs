@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 fn data() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/pollux")
 }
 
 const APPS: [&str; 6] = [

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 fn traces() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/pollux/traces")
 }
 
 fn app(name: &str) -> Arc<AppProfile> {

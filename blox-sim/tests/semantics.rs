@@ -106,10 +106,10 @@ fn round_quantized_mode_reproduces_blox_completion_times() {
     // blox-sim-semantics.md: finish = launch + ceil(duration / R) * R for every job,
     // first start reported one round after the launch.
     let cfg_text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/configs/blox-recipe-fifo.toml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/configs/blox-recipe-fifo.toml"),
     )
     .unwrap();
-    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/configs");
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/configs");
     let cfg = Config::parse(
         &cfg_text,
         "blox-recipe-fifo.toml",

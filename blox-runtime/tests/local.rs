@@ -182,7 +182,7 @@ fn a_profiled_job_steps_at_the_model_profiles_speed_and_applies_a_new_batch_size
     // The toy job with the Pollux artifact's cifar10 profile (time compressed) on
     // 2 GPUs; halfway the scheduler doubles its batch size (ONES-style, no
     // restart) and the iteration time follows the profile.
-    let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
+    let traces = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/pollux/traces");
     let profile = blox_goodput::AppProfile::load(&traces, "cifar10").unwrap();
     let m0 = profile.limits.m0;
     let raw = |b: u32| {

@@ -153,7 +153,7 @@ mod tests {
 
     fn vendored() -> HostProfiles {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../data/blox/derived/model_profiles__models_dir.csv");
+            .join("../data/blox/derived/model_profiles__models_dir.csv");
         read(&path).unwrap()
     }
 

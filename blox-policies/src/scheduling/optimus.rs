@@ -274,7 +274,7 @@ mod tests {
     use crate::test_util::*;
 
     fn optimus(order: Order, remaining: Remaining) -> Optimus {
-        let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/pollux/traces");
+        let traces = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/pollux/traces");
         Optimus {
             cache: ProfileCache::new(&traces),
             params: OptimusParams {
