@@ -43,6 +43,34 @@ impl JobStatus {
     }
 }
 
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A status name that is none of [`JobStatus`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown job status `{0}`; expected submitted, queued, running, finished, failed or rejected")]
+pub struct UnknownStatus(pub String);
+
+impl std::str::FromStr for JobStatus {
+    type Err = UnknownStatus;
+
+    /// The lower-case name of [`JobStatus::as_str`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "submitted" => JobStatus::Submitted,
+            "queued" => JobStatus::Queued,
+            "running" => JobStatus::Running,
+            "finished" => JobStatus::Finished,
+            "failed" => JobStatus::Failed,
+            "rejected" => JobStatus::Rejected,
+            other => return Err(UnknownStatus(other.to_string())),
+        })
+    }
+}
+
 /// What a submitter says about a job (the immutable part).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {

@@ -15,7 +15,7 @@ pub mod registry;
 pub mod round;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
-pub use config::{Config, ConfigError, ModuleConfig, RunConfig, Section};
+pub use config::{Config, ConfigError, ModuleConfig, Override, RunConfig, Section};
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{Job, JobSpec, JobStatus};
 pub use job_state::{JobState, MetricStore};
@@ -24,7 +24,10 @@ pub use module::{
     ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
-pub use round::{LoopError, Policies, PolicySelector, RoundLoop, RoundReport};
+pub use round::{
+    error_chain, LoopError, OnInvalidDecision, Policies, PolicySelector, RoundLoop, RoundReport,
+    SelectorError,
+};
 
 /// Re-exported so policy crates can register without depending on `inventory`.
 pub use inventory;

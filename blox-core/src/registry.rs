@@ -89,13 +89,12 @@ macro_rules! register_placement {
 
 fn unknown(m: &ModuleConfig, kind: &'static str, known: Vec<&'static str>) -> ConfigError {
     ConfigError::UnknownModule {
-        file: m.params.file().to_string(),
-        line: m.line,
-        section: kind.to_string(),
+        at: m.location(),
         kind,
         name: m.policy.clone(),
+        suggestion: crate::config::closest(&m.policy, known.iter().copied()).map(str::to_string),
         known: if known.is_empty() {
-            "(none — is the policy crate linked?)".into()
+            "(none)".into()
         } else {
             known.join(", ")
         },
@@ -164,11 +163,7 @@ pub fn build_named(
     scheduling: &str,
     placement: &str,
 ) -> Result<Policies, ConfigError> {
-    let m = |kind: &str, policy: &str| ModuleConfig {
-        policy: policy.into(),
-        line: 0,
-        params: crate::config::Section::empty(kind),
-    };
+    let m = ModuleConfig::named;
     build_policies(
         &m("admission", admission),
         &m("scheduling", scheduling),

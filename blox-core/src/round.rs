@@ -8,7 +8,7 @@ use crate::job::{Job, JobStatus};
 use crate::job_state::JobState;
 use crate::module::{
     AdmissionPolicy, Backend, BackendError, ClusterEvent, Placement, PlacementPolicy, RoundInfo,
-    SchedulingPolicy,
+    Schedule, SchedulingPolicy,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tracing::{debug, debug_span};
@@ -16,12 +16,14 @@ use tracing::{debug, debug_span};
 /// A failure of one round. State changes made before the failing step stay.
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
-    #[error("backend failed during {step}: {source}")]
+    #[error("backend failed during {step}")]
     Backend {
         step: &'static str,
         #[source]
         source: BackendError,
     },
+    /// A policy's decision broke the contract of its extension point; nothing
+    /// of it was executed.
     #[error("{kind} policy `{module}` returned an invalid decision: {reason}")]
     InvalidDecision {
         kind: &'static str,
@@ -30,8 +32,38 @@ pub enum LoopError {
     },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    #[error("policy selector `{module}` failed: {reason}")]
-    Selector { module: String, reason: String },
+    #[error("policy selector `{module}` failed")]
+    Selector {
+        module: String,
+        #[source]
+        source: SelectorError,
+    },
+}
+
+/// Why a [`PolicySelector`] could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectorError {
+    /// A candidate's policies could not be built.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// A forked run of a candidate failed.
+    #[error("the forked run of candidate `{candidate}` failed")]
+    Fork {
+        candidate: String,
+        #[source]
+        source: Box<LoopError>,
+    },
+}
+
+/// What the loop does with a policy's invalid decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnInvalidDecision {
+    /// Stop: `run_round` returns the error (simulations, tests).
+    #[default]
+    Fail,
+    /// Drop the round's decision, report it in [`RoundReport::invalid`], log
+    /// it, and go on with the next round (a live cluster keeps serving).
+    SkipRound,
 }
 
 fn backend(step: &'static str) -> impl FnOnce(BackendError) -> LoopError {
@@ -58,6 +90,9 @@ pub struct RoundReport {
     pub ended: Vec<JobId>,
     /// The policies that decided this round, `admission/scheduling/placement`.
     pub policy: String,
+    /// A policy's invalid decision that was dropped this round
+    /// ([`OnInvalidDecision::SkipRound`]), with the policy it came from.
+    pub invalid: Option<String>,
 }
 
 /// The three policies of a composed scheduler, with the names they were built from.
@@ -86,7 +121,7 @@ pub trait PolicySelector: Send {
         cluster: &ClusterState,
         waiting: &[Job],
         active: &Policies,
-    ) -> Result<Option<Policies>, String>;
+    ) -> Result<Option<Policies>, SelectorError>;
 }
 
 impl Policies {
@@ -104,6 +139,8 @@ pub struct RoundLoop {
     /// Decisions are validated before they run either way; throwaway forks
     /// (the synthesizer's) turn this off for speed.
     pub check_invariants: bool,
+    /// Fail on a policy's invalid decision, or drop it and go on.
+    pub on_invalid: OnInvalidDecision,
     pub policies: Policies,
     pub jobs: JobState,
     pub cluster: ClusterState,
@@ -118,6 +155,7 @@ impl RoundLoop {
         RoundLoop {
             selector: None,
             check_invariants: true,
+            on_invalid: OnInvalidDecision::Fail,
             policies,
             jobs: JobState::new(),
             cluster,
@@ -235,58 +273,33 @@ impl RoundLoop {
                     self.policies = p;
                 }
                 Ok(None) => {}
-                Err(reason) => {
-                    return Err(LoopError::Selector {
+                Err(source) => {
+                    let e = LoopError::Selector {
                         module: name,
-                        reason,
-                    })
+                        source,
+                    };
+                    if self.on_invalid == OnInvalidDecision::Fail {
+                        return Err(e);
+                    }
+                    tracing::error!(
+                        "{}; keeping {}",
+                        error_chain(&e),
+                        self.policies.label()
+                    );
                 }
             }
         }
-        // 5. Admission.
-        if !self.waiting.is_empty() {
-            self.admit(&info)?;
-        }
-        // 6. Scheduling.
-        let schedule = self
-            .policies
-            .scheduling
-            .schedule(&info, &self.jobs, &self.cluster);
-        for (id, reason) in &schedule.terminate {
-            let Some(job) = self.jobs.get(*id) else {
-                return Err(LoopError::InvalidDecision {
-                    kind: "scheduling",
-                    module: self.policies.names.1.clone(),
-                    reason: format!("terminates {id}, which is not an admitted job"),
-                });
-            };
-            if job.status.is_terminal() {
-                continue;
+        // 5.–8. Admission, scheduling, placement, preemption and launch.
+        let (launched, preempted, invalid) = match self.decide_and_execute(&info, b) {
+            Ok((l, p)) => (l, p, None),
+            Err(e @ LoopError::InvalidDecision { .. })
+                if self.on_invalid == OnInvalidDecision::SkipRound =>
+            {
+                tracing::error!(round = info.round, "{e}; this round's decision is dropped");
+                (Vec::new(), Vec::new(), Some(e.to_string()))
             }
-            if job.is_running() {
-                self.suspend(&info, *id, b)?;
-            }
-            let job = self.jobs.get_mut(*id).expect("checked above");
-            job.status = JobStatus::Finished;
-            job.finish_s = Some(info.now_s);
-            job.end_reason = Some(reason.clone());
-            tracing::debug!(job = %id, "terminated: {reason}");
-        }
-        if let Some(n) = schedule.desired_nodes {
-            let online = self.cluster.nodes().iter().filter(|x| x.online).count() as u32;
-            if n != online {
-                b.request_nodes(&info, n)
-                    .map_err(backend("cluster management"))?;
-            }
-        }
-        // 7. Placement.
-        let placement = self
-            .policies
-            .placement
-            .place(&info, &schedule, &self.jobs, &self.cluster);
-        self.validate(&placement)?;
-        // 8. Preemption, then launch.
-        let (launched, preempted) = self.execute(&info, placement, b)?;
+            Err(e) => return Err(e),
+        };
         if self.check_invariants {
             self.cluster.check_invariants(&self.jobs)?;
         }
@@ -304,6 +317,7 @@ impl RoundLoop {
             preempted,
             ended,
             policy: self.policies.label(),
+            invalid,
         };
         debug!(
             busy = report.busy_gpus,
@@ -316,6 +330,120 @@ impl RoundLoop {
         b.wait_round(self.round_s, self.is_idle())
             .map_err(backend("wait"))?;
         Ok(report)
+    }
+
+    /// Steps 5–8: every policy's decision is checked before any of it runs.
+    fn decide_and_execute<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        b: &mut B,
+    ) -> Result<(Vec<JobId>, Vec<JobId>), LoopError> {
+        // 5. Admission.
+        if !self.waiting.is_empty() {
+            self.admit(info)?;
+        }
+        // 6. Scheduling.
+        let schedule = self
+            .policies
+            .scheduling
+            .schedule(info, &self.jobs, &self.cluster);
+        self.validate_schedule(&schedule)?;
+        for (id, reason) in &schedule.terminate {
+            let job = self.jobs.get(*id).expect("validated");
+            if job.status.is_terminal() {
+                continue;
+            }
+            if job.is_running() {
+                self.suspend(info, *id, b)?;
+            }
+            let job = self.jobs.get_mut(*id).expect("validated");
+            job.status = JobStatus::Finished;
+            job.finish_s = Some(info.now_s);
+            job.end_reason = Some(reason.clone());
+            tracing::debug!(job = %id, "terminated: {reason}");
+        }
+        if let Some(n) = schedule.desired_nodes {
+            let online = self.cluster.nodes().iter().filter(|x| x.online).count() as u32;
+            if n != online {
+                b.request_nodes(info, n)
+                    .map_err(backend("cluster management"))?;
+            }
+        }
+        // 7. Placement.
+        let placement = self
+            .policies
+            .placement
+            .place(info, &schedule, &self.jobs, &self.cluster);
+        self.validate(&placement)?;
+        // 8. Preemption, then launch.
+        self.execute(info, placement, b)
+    }
+
+    /// Checks a schedule before anything acts on it: every entry names an
+    /// admitted, runnable job once, none is also terminated, and no demand
+    /// exceeds the cluster.
+    fn validate_schedule(&self, s: &Schedule) -> Result<(), LoopError> {
+        let bad = |reason: String| LoopError::InvalidDecision {
+            kind: "scheduling",
+            module: self.policies.names.1.clone(),
+            reason,
+        };
+        let unknown = |verb: &str, id: JobId| -> String {
+            if self.waiting.iter().any(|j| j.id() == id) {
+                format!("{verb} {id}, which still waits for admission")
+            } else if self.jobs.finished_job(id).is_some() {
+                format!("{verb} {id}, which has already ended")
+            } else {
+                format!("{verb} {id}, which is not a job the scheduler knows")
+            }
+        };
+        let mut terminated = HashSet::with_capacity(s.terminate.len());
+        for (id, _) in &s.terminate {
+            if self.jobs.get(*id).is_none() {
+                return Err(bad(unknown("terminates", *id)));
+            }
+            terminated.insert(*id);
+        }
+        let cap = self.cluster.max_gpus();
+        let mut seen = HashSet::with_capacity(s.entries.len());
+        for d in &s.entries {
+            let id = d.job;
+            if !seen.insert(id) {
+                return Err(bad(format!("lists {id} twice")));
+            }
+            match self.jobs.get(id) {
+                None => return Err(bad(unknown("schedules", id))),
+                Some(j) if !matches!(j.status, JobStatus::Queued | JobStatus::Running) => {
+                    return Err(bad(format!(
+                        "schedules {id}, which is {}",
+                        j.status.as_str()
+                    )))
+                }
+                Some(_) => {}
+            }
+            if terminated.contains(&id) {
+                return Err(bad(format!("both terminates and schedules {id}")));
+            }
+            if d.gpus > cap {
+                return Err(bad(format!(
+                    "asks for {} GPUs for {id}, but the cluster has {cap}",
+                    d.gpus
+                )));
+            }
+            if d.batch_size == Some(0) {
+                return Err(bad(format!("gives {id} a batch size of 0")));
+            }
+            if let Some(ids) = d.gpu_ids.as_ref().filter(|g| !g.is_empty()) {
+                if ids.len() != d.gpus as usize {
+                    return Err(bad(format!(
+                        "names {} GPUs for {id} but asks for {}",
+                        ids.len(),
+                        d.gpus
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn end_unadmitted(&self, job: &mut Job, now_s: f64, reason: String) {
@@ -574,6 +702,21 @@ impl RoundLoop {
         self.cluster.release(id, &gpus);
         Ok(())
     }
+}
+
+/// An error and its sources, `: `-separated (for logs).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let m = s.to_string();
+        if !out.ends_with(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cur = s.source();
+    }
+    out
 }
 
 fn same_gpus(a: &[GpuId], b: &[GpuId]) -> bool {

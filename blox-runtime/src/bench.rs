@@ -14,6 +14,98 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
+/// A runtime benchmark that could not run.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BenchError(pub String);
+
+impl From<String> for BenchError {
+    fn from(s: String) -> Self {
+        BenchError(s)
+    }
+}
+
+impl From<&str> for BenchError {
+    fn from(s: &str) -> Self {
+        BenchError(s.to_string())
+    }
+}
+
+/// The runtime benchmarks, by name.
+pub const NAMES: &[&str] = &["lease", "metric-push", "runtime-round"];
+
+/// Runs runtime benchmark `which` (one of [`NAMES`]); each result line goes
+/// to `out`.
+pub fn run(which: &str, repeat: usize, out: &mut dyn FnMut(String)) -> Result<(), BenchError> {
+    match which {
+        "lease" => {
+            let n = 1_000_000;
+            let per = lease_check_us(n)?;
+            out(format!(
+                "lease        {n} checks of a held lease: {per:.2} µs per check (target 20 µs)"
+            ));
+        }
+        "metric-push" => {
+            for (clients, batch) in [(1, 1), (8, 1), (8, 100), (64, 100)] {
+                let r = metric_push(clients, batch, 3.0)?;
+                out(format!(
+                    "metric-push  {:>3} workers × {:>3} samples per call: {:>9.0} calls/s  {:>11.0} samples/s",
+                    r.clients, r.batch, r.rpcs_per_s, r.samples_per_s
+                ));
+            }
+        }
+        "runtime-round" => {
+            for _ in 0..repeat.max(1) {
+                let r = round_overhead(1000, 512, 8, 100)?;
+                out(format!(
+                    "runtime-round {} jobs on {} GPUs, {} rounds: overhead p50 {:.2} ms, p99 {:.2} ms (target 10 ms); policies p50 {:.2} ms; status view + job table p50 {:.2} ms",
+                    r.jobs,
+                    r.gpus,
+                    r.rounds,
+                    1e3 * r.overhead_p50_s,
+                    1e3 * r.overhead_p99_s,
+                    1e3 * r.policy_p50_s,
+                    1e3 * r.publish_p50_s
+                ));
+            }
+        }
+        other => {
+            return Err(BenchError(format!(
+                "unknown runtime benchmark `{other}`; choose {}",
+                NAMES.join(", ")
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Microseconds per lease check of `blox-client` (a job's per-iteration
+/// cost), over `n` checks of a lease that holds.
+pub fn lease_check_us(n: u32) -> Result<f64, BenchError> {
+    use blox_client::{env, Job, JobEnv};
+    let dir = std::env::temp_dir().join(format!("blox-bench-lease-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| BenchError(format!("{}: {e}", dir.display())))?;
+    let d = dir.display().to_string();
+    let job = JobEnv::from_lookup(|k| match k {
+        env::JOB_ID => Some("1".into()),
+        env::CHECKPOINT_DIR | env::CONTROL_DIR => Some(d.clone()),
+        _ => None,
+    })
+    .and_then(Job::attach)
+    .map_err(|e| BenchError(e.to_string()))?;
+    let t = Instant::now();
+    let mut revoked = 0u32;
+    for _ in 0..n {
+        revoked += u32::from(std::hint::black_box(&job).lease_revoked());
+    }
+    let per = t.elapsed().as_secs_f64() / n.max(1) as f64 * 1e6;
+    let _ = std::fs::remove_dir_all(&dir);
+    if revoked != 0 {
+        return Err(BenchError("the lease was revoked during the benchmark".into()));
+    }
+    Ok(per)
+}
+
 /// A worker service that acknowledges everything and runs nothing.
 #[derive(Clone, Default)]
 pub struct MockWorker;
@@ -35,7 +127,7 @@ impl Worker for MockWorker {
 }
 
 /// Serves a [`MockWorker`] on a free loopback port; returns its address.
-pub async fn serve_mock_worker() -> Result<String, String> {
+pub async fn serve_mock_worker() -> Result<String, BenchError> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| e.to_string())?;
@@ -120,7 +212,7 @@ pub struct PushResult {
 
 /// `clients` concurrent workers push batches of `batch` samples to one
 /// scheduler for `seconds`, over loopback.
-pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushResult, String> {
+pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushResult, BenchError> {
     let cfg = bench_config("push", 1.0);
     let state = cfg.state.clone();
     let sched =
@@ -167,7 +259,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
             rpcs += task.await.unwrap_or(0);
         }
         let el = t.elapsed().as_secs_f64();
-        Ok::<_, String>(PushResult {
+        Ok::<_, BenchError>(PushResult {
             clients,
             batch,
             rpcs_per_s: rpcs as f64 / el,
@@ -260,7 +352,7 @@ pub fn round_overhead(
     nodes: usize,
     gpus_per_node: u32,
     rounds: usize,
-) -> Result<RoundResult, String> {
+) -> Result<RoundResult, BenchError> {
     let total = nodes as u32 * gpus_per_node;
     let per_job = (total / jobs as u32).max(1).min(gpus_per_node);
     let round_s = 0.1;
@@ -334,7 +426,7 @@ pub fn round_overhead(
                 }
             }
         });
-        Ok::<_, String>((ids, stop_tx))
+        Ok::<_, BenchError>((ids, stop_tx))
     })?;
     let before = sched.round_stats().busy_s.len();
     let sched_before = sched_log.lock().unwrap().len();

@@ -4,6 +4,10 @@
 use crate::net::{NetError, SchedulerClient, Security};
 use crate::proto::*;
 use crate::worker::{WorkerConfig, WorkerError};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 /// A failed call: the gRPC status (its code and the scheduler's message) or
@@ -16,6 +20,9 @@ pub enum CtlError {
     Net(#[from] NetError),
     #[error("{0}")]
     Runtime(String),
+    /// A job file (`blox submit --file`) that cannot be read.
+    #[error("{path}: {message}")]
+    JobFile { path: String, message: String },
 }
 
 fn code_name(c: tonic::Code) -> &'static str {
@@ -149,4 +156,113 @@ pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), Wor
         w.shutdown();
         Ok(())
     })
+}
+
+/// A job file for `blox submit --file` (TOML).
+///
+/// ```toml
+/// name = "resnet"        # optional
+/// gpus = 2
+/// command = ["python", "train.py", "--epochs", "3"]
+/// batch_size = 256       # optional
+/// user = "alice"         # optional
+/// model = "resnet50"     # optional
+/// duration_s = 3600      # optional estimate at `gpus` GPUs
+/// metrics = { best_cpus_per_gpu = 6 }   # optional
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    pub name: Option<String>,
+    pub gpus: u32,
+    pub command: Vec<String>,
+    pub batch_size: Option<u32>,
+    pub user: Option<String>,
+    pub model: Option<String>,
+    pub duration_s: Option<f64>,
+    #[serde(default)]
+    pub metrics: HashMap<String, f64>,
+}
+
+impl JobFile {
+    /// Reads a job file; errors name the file (and line, from the parser).
+    pub fn read(path: &Path) -> Result<JobSubmission, CtlError> {
+        let err = |message: String| CtlError::JobFile {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let f: JobFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        Ok(f.into())
+    }
+}
+
+impl From<JobFile> for JobSubmission {
+    fn from(f: JobFile) -> Self {
+        JobSubmission {
+            name: f.name.unwrap_or_default(),
+            gpus: f.gpus,
+            command: f.command,
+            batch_size: f.batch_size,
+            user: f.user,
+            model: f.model,
+            duration_s: f.duration_s,
+            metrics: f.metrics,
+        }
+    }
+}
+
+/// `blox status`'s view of a scheduler: a header, one line per job and one
+/// per worker.
+pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "scheduler {scheduler} · {} · {} rounds", r.policy, r.rounds);
+    if !r.last_error.is_empty() {
+        let _ = writeln!(out, "last policy error: {}", r.last_error);
+    }
+    let _ = writeln!(
+        out,
+        "{:<6} {:<16} {:<9} {:>4} {:>8} {:>8} {:>5}  where / reason",
+        "job", "name", "status", "gpus", "progress", "JCT s", "runs"
+    );
+    for j in &r.jobs {
+        let jct = j.jct_s.map_or_else(
+            || {
+                j.finished_unix_s
+                    .map_or("-".to_string(), |f| format!("{:.1}", f - j.submitted_unix_s))
+            },
+            |v| format!("{v:.1}"),
+        );
+        let place = if !j.gpus.is_empty() {
+            j.gpus.join(",")
+        } else {
+            j.reason.clone()
+        };
+        let _ = writeln!(
+            out,
+            "{:<6} {:<16} {:<9} {:>4} {:>7.1}% {:>8} {:>5}  {}",
+            j.id,
+            j.name,
+            j.status,
+            j.requested_gpus,
+            100.0 * j.progress,
+            jct,
+            j.launches,
+            place
+        );
+    }
+    let _ = writeln!(out, "workers:");
+    for w in &r.workers {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:<22} {} GPUs ({})  {}, last heartbeat {:.1} s ago",
+            w.id,
+            w.address,
+            w.gpus.len(),
+            w.gpus.first().map_or("", |g| g.name.as_str()),
+            if w.alive { "alive" } else { "gone" },
+            w.last_heartbeat_s_ago
+        );
+    }
+    out
 }

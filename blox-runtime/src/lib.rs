@@ -31,18 +31,6 @@ pub mod worker;
 
 pub use local::{LocalBackend, LocalConfig};
 
-/// Compile-time check that a type can drive the round loop as a real backend.
-pub fn assert_backend<B: blox_core::Backend>() {}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_local_backend_drives_the_loop() {
-        super::assert_backend::<super::LocalBackend>();
-        super::assert_backend::<super::scheduler::ClusterBackend>();
-    }
-}
-
 /// Generated protocol types and gRPC stubs (`proto/blox.proto`).
 pub mod proto {
     #![allow(clippy::all, missing_docs)]

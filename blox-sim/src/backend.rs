@@ -72,6 +72,50 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// Reads and checks `[sim]`: overheads are non-negative seconds, speeds
+    /// positive (a speed of 0 would never finish a job), interference a
+    /// fraction below 1.
+    pub fn from_section(s: &blox_core::Section) -> Result<Self, blox_core::ConfigError> {
+        let c: SimConfig = s.parse()?;
+        let non_negative = |key: &str, v: f64| {
+            if v >= 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(s.error_at(key, format!("`{key}` must be a non-negative number of seconds")))
+            }
+        };
+        non_negative("launch_overhead_s", c.launch_overhead_s)?;
+        non_negative("restart_overhead_s", c.restart_overhead_s)?;
+        if let Some(e) = c.elastic_overhead_s {
+            non_negative("elastic_overhead_s", e)?;
+        }
+        if !(c.epoch_s > 0.0 && c.epoch_s.is_finite()) {
+            return Err(s.error_at("epoch_s", "`epoch_s` must be a positive number of seconds"));
+        }
+        if !(0.0..1.0).contains(&c.interference) {
+            return Err(s.error_at("interference", "`interference` must be a fraction in [0, 1)"));
+        }
+        for (t, v) in &c.type_speed {
+            if !(*v > 0.0 && v.is_finite()) {
+                return Err(s.error_at(
+                    &format!("type_speed.{t}"),
+                    format!("the speed of `{t}` must be positive (a job there would never finish)"),
+                ));
+            }
+        }
+        for (m, types) in &c.model_type_speed {
+            for (t, v) in types {
+                if !(*v > 0.0 && v.is_finite()) {
+                    return Err(s.error_at(
+                        &format!("model_type_speed.{m}.{t}"),
+                        format!("the speed of `{m}` on `{t}` must be positive (it would never finish)"),
+                    ));
+                }
+            }
+        }
+        Ok(c)
+    }
+
     /// Relative speed of `model` on `gpu_type`.
     pub fn speed(&self, model: Option<&str>, gpu_type: &str) -> f64 {
         model
@@ -460,6 +504,12 @@ impl SimBackend {
     /// Jobs of the trace not yet submitted.
     pub fn pending(&self) -> usize {
         self.trace.len() - self.next
+    }
+
+    /// True while something will happen without any policy acting: an
+    /// arrival still to come, or a cluster change to report.
+    pub fn has_pending_events(&self) -> bool {
+        self.next < self.trace.len() || !self.events.is_empty()
     }
 
     fn now(&self) -> f64 {

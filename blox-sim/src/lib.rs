@@ -6,13 +6,15 @@
 //! `blox_core::RoundLoop` — the same code that drives a real cluster.
 
 pub mod backend;
+pub mod bench;
 pub mod host_profile;
 pub mod report;
 pub mod run;
+pub mod sweep;
 pub mod synth;
 pub mod workload;
 
 pub use backend::{SimBackend, SimConfig};
-pub use report::{JobRow, RoundRow, SimResult, Summary};
-pub use run::{load_config, SimError, Simulation};
+pub use report::{JobRow, ReportError, RoundRow, SimResult, StopReason, Summary};
+pub use run::{load_config, ConfigRequest, SimError, Simulation};
 pub use workload::{SimJob, WorkModel, WorkloadError};

@@ -1,10 +1,11 @@
 //! A whole simulation: a config in, job and round tables out.
 
 use crate::backend::{SimBackend, SimConfig};
-use crate::report::{JobRow, RoundRow, SimResult, Summary};
+use crate::report::{RoundRow, SimResult, StopReason};
 use crate::workload::{self, SimJob, WorkloadError};
+use blox_core::config::{ConfigInput, Override, SectionSource};
 use blox_core::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Anything that stops a simulation from starting or finishing.
 #[derive(Debug, thiserror::Error)]
@@ -13,15 +14,36 @@ pub enum SimError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Workload(#[from] WorkloadError),
-    #[error("simulation failed at round {round}: {source}")]
+    /// A round failed (its message names the step and the module).
+    #[error("simulation failed at round {round}")]
     Loop {
         round: u64,
         #[source]
         source: LoopError,
     },
-    #[error("{0}")]
-    Io(String),
+    /// Jobs wait, nothing runs and nothing can change: the run would never end.
+    #[error(
+        "no progress is possible at round {round} ({time_h:.2} h): {detail}; no job runs, all {gpus} GPUs are idle and no arrival or cluster change is pending. The policies (admission `{}`, scheduling `{}`, placement `{}`) start none of the waiting jobs",
+        policies.0, policies.1, policies.2
+    )]
+    Stalled {
+        round: u64,
+        time_h: f64,
+        gpus: u32,
+        detail: String,
+        policies: (String, String, String),
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
+
+/// Rounds in a row with jobs waiting, idle GPUs and nothing pending before a
+/// run is declared stalled (a policy may hold jobs back for a round or two).
+pub const STALL_ROUNDS: u64 = 10;
 
 /// A composed scheduler driving the simulator.
 pub struct Simulation {
@@ -33,6 +55,7 @@ pub struct Simulation {
     tracked_total: usize,
     tracked_ended: usize,
     seen_ended: usize,
+    stalled_rounds: u64,
     /// The synthesizer's decisions, when one is configured.
     pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
@@ -43,10 +66,10 @@ impl Simulation {
     pub fn from_config(cfg: &Config) -> Result<Self, SimError> {
         let policies =
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
-        let sim: SimConfig = cfg.section("sim").parse()?;
+        let sim = SimConfig::from_section(&cfg.section("sim"))?;
         let section = cfg.section("workload");
-        let jobs = workload::load(&section, &cfg.base_dir, cfg.run.seed)?;
-        let host = workload::load_host_profiles(&section, &cfg.base_dir, &jobs)?;
+        let jobs = workload::load(&section, cfg.run.seed)?;
+        let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
         let mut s = Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)?;
         s.backend = s.backend.with_host_profiles(host);
@@ -65,7 +88,9 @@ impl Simulation {
         Ok(s)
     }
 
-    /// Builds a simulation from parts (for tests and custom drivers).
+    /// Builds a simulation from parts (for tests and custom drivers). The jobs
+    /// must be sorted by arrival, with distinct ids and finite, non-negative
+    /// arrival times.
     pub fn new(
         policies: Policies,
         cluster: ClusterState,
@@ -73,6 +98,7 @@ impl Simulation {
         sim: SimConfig,
         jobs: Vec<SimJob>,
     ) -> Result<Self, SimError> {
+        check_jobs(&jobs)?;
         let tracked_total = match run.track_jobs {
             Some([a, b]) => jobs
                 .iter()
@@ -91,6 +117,7 @@ impl Simulation {
             tracked_total,
             tracked_ended: 0,
             seen_ended: 0,
+            stalled_rounds: 0,
             synth_decisions: None,
         })
     }
@@ -102,22 +129,30 @@ impl Simulation {
         }
     }
 
-    /// True once the run's stop condition holds.
-    pub fn is_done(&self) -> bool {
+    /// Why the run stopped (or would stop now), if its stop condition holds.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        if self.run.track_jobs.is_some() && self.tracked_ended >= self.tracked_total {
+            return Some(StopReason::Completed);
+        }
+        if self.backend.exhausted() && self.round_loop.is_idle() {
+            return Some(StopReason::Completed);
+        }
         if let Some(m) = self.run.max_rounds {
             if self.round_loop.rounds() >= m {
-                return true;
+                return Some(StopReason::Limit(format!("run.max_rounds = {m}")));
             }
         }
         if let Some(t) = self.run.max_time_s {
             if self.backend.now_s() >= t {
-                return true;
+                return Some(StopReason::Limit(format!("run.max_time_s = {t}")));
             }
         }
-        if self.run.track_jobs.is_some() && self.tracked_ended >= self.tracked_total {
-            return true;
-        }
-        self.backend.exhausted() && self.round_loop.is_idle()
+        None
+    }
+
+    /// True once the run's stop condition holds.
+    pub fn is_done(&self) -> bool {
+        self.stop_reason().is_some()
     }
 
     /// Runs one round; returns false once done.
@@ -139,8 +174,45 @@ impl Simulation {
             }
         }
         self.seen_ended = finished.len();
+        let stuck = r.running_jobs == 0
+            && r.busy_gpus == 0
+            && r.queued_jobs + r.waiting_jobs > 0
+            && !self.backend.has_pending_events();
+        self.stalled_rounds = if stuck { self.stalled_rounds + 1 } else { 0 };
+        if self.stalled_rounds >= STALL_ROUNDS {
+            return Err(self.stalled(&r));
+        }
         self.rounds.push(RoundRow::from(r));
         Ok(true)
+    }
+
+    fn stalled(&self, r: &RoundReport) -> SimError {
+        let lp = &self.round_loop;
+        let mut waiting: Vec<String> = lp
+            .jobs
+            .queued()
+            .chain(lp.waiting())
+            .take(5)
+            .map(|j| {
+                let state = if j.status == JobStatus::Submitted {
+                    "waiting for admission"
+                } else {
+                    "admitted"
+                };
+                format!("{} ({} GPUs, {state})", j.id(), j.requested_gpus())
+            })
+            .collect();
+        let n = r.queued_jobs + r.waiting_jobs;
+        if n > waiting.len() {
+            waiting.push(format!("{} more", n - waiting.len()));
+        }
+        SimError::Stalled {
+            round: r.round,
+            time_h: r.time_s / 3600.0,
+            gpus: r.total_gpus,
+            detail: format!("{n} jobs wait: {}", waiting.join(", ")),
+            policies: lp.policies.names.clone(),
+        }
     }
 
     /// Fraction of tracked jobs that have ended (for progress bars).
@@ -160,76 +232,133 @@ impl Simulation {
 
     /// The tables of the run so far.
     pub fn finish(self) -> SimResult {
-        let quantized = self.sim.round_quantized;
-        let round_s = self.run.round_s;
-        let now = self.backend.now_s();
-        let state = &self.round_loop.jobs;
-        let mut jobs: Vec<JobRow> = state
-            .finished()
-            .iter()
-            .chain(state.active())
-            .chain(self.round_loop.waiting())
-            .map(|j| JobRow::from_job(j, quantized, round_s))
-            .collect();
-        jobs.sort_by_key(|j| j.job_id);
-        let tracked: Vec<&JobRow> = jobs
-            .iter()
-            .filter(|j| self.is_tracked(JobId(j.job_id)))
-            .collect();
-        let summary = Summary::compute(
-            &tracked,
-            &jobs,
-            self.round_loop.cluster.num_gpus(),
-            now,
-            self.round_loop.rounds(),
-            self.round_loop.policies.names.clone(),
-        );
-        SimResult {
-            jobs,
-            rounds: self.rounds,
-            summary,
-        }
+        let stop = self.stop_reason();
+        let track = self.run.track_jobs;
+        SimResult::from_loop(
+            &self.round_loop,
+            self.rounds,
+            self.backend.now_s(),
+            self.sim.round_quantized,
+            track,
+            stop,
+        )
     }
 }
 
-/// Reads a config file, applies `--set` overrides and an optional workload file
+/// Jobs handed to the simulator: sorted by arrival (the backend releases
+/// them in order), distinct ids, finite arrival times.
+fn check_jobs(jobs: &[SimJob]) -> Result<(), SimError> {
+    let invalid = |m: String| SimError::Workload(WorkloadError::Invalid(m));
+    let mut ids = std::collections::HashSet::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        let a = j.spec.arrival_s;
+        if !(a.is_finite() && a >= 0.0) {
+            return Err(invalid(format!(
+                "{} arrives at {a} s: arrival times must be finite and non-negative",
+                j.spec.id
+            )));
+        }
+        if i > 0 && a < jobs[i - 1].spec.arrival_s {
+            return Err(invalid(format!(
+                "the jobs are not sorted by arrival: {} (at {a} s) comes after {} (at {} s)",
+                j.spec.id,
+                jobs[i - 1].spec.id,
+                jobs[i - 1].spec.arrival_s
+            )));
+        }
+        if !ids.insert(j.spec.id) {
+            return Err(invalid(format!("job id {} appears twice", j.spec.id.0)));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a config file, applies overrides and an optional workload file
 /// (which replaces `workload.path` and is re-detected from its header).
 pub fn load_config(
     path: &Path,
     workload: Option<&Path>,
-    overrides: &[(String, String)],
+    overrides: &[Override],
 ) -> Result<Config, SimError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| SimError::Io(format!("{}: {e}", path.display())))?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    let mut overrides = overrides.to_vec();
-    if let Some(w) = workload {
-        let abs = std::env::current_dir()
-            .map(|d| d.join(w))
-            .unwrap_or_else(|_| w.to_path_buf());
-        let kind = workload::detect_format(&abs)?;
-        let mut cfg_kind = kind.to_string();
-        // A Philly-format file keeps a config's `blox-recipe` kind.
-        if kind == "philly" {
-            let probe = Config::parse(&text, &path.display().to_string(), base, &[])?;
-            if let Some(toml::Value::String(k)) = probe.section("workload").table().get("kind") {
-                if k == "blox-recipe" {
-                    cfg_kind = k.clone();
+    ConfigRequest::new(path)
+        .workload(workload.map(Path::to_path_buf), "--workload")
+        .overrides(overrides.to_vec())
+        .load()
+}
+
+/// A config file plus what replaces parts of it: a workload file (like
+/// `--workload`), whole sections from another file, overrides.
+#[derive(Clone, Debug)]
+pub struct ConfigRequest {
+    pub path: PathBuf,
+    pub workload: Option<(PathBuf, String)>,
+    pub sections: Vec<SectionSource>,
+    pub overrides: Vec<Override>,
+}
+
+impl ConfigRequest {
+    pub fn new(path: &Path) -> Self {
+        ConfigRequest {
+            path: path.to_path_buf(),
+            workload: None,
+            sections: Vec::new(),
+            overrides: Vec::new(),
+        }
+    }
+
+    /// Replaces the workload file; `origin` names where it was asked for.
+    pub fn workload(mut self, path: Option<PathBuf>, origin: &str) -> Self {
+        self.workload = path.map(|p| (p, origin.to_string()));
+        self
+    }
+
+    pub fn overrides(mut self, o: Vec<Override>) -> Self {
+        self.overrides.extend(o);
+        self
+    }
+
+    pub fn sections(mut self, s: Vec<SectionSource>) -> Self {
+        self.sections.extend(s);
+        self
+    }
+
+    /// Reads and checks the config.
+    pub fn load(&self) -> Result<Config, SimError> {
+        let text = std::fs::read_to_string(&self.path).map_err(|source| SimError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        let base = self.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let file = self.path.display().to_string();
+        let mut input = ConfigInput::new(&text, &file, &base);
+        input.sections = self.sections.clone();
+        if let Some((w, origin)) = &self.workload {
+            let abs = std::path::absolute(w).unwrap_or_else(|_| w.clone());
+            let kind = workload::detect_format(&abs)?;
+            let mut cfg_kind = kind.to_string();
+            // A Philly-format file keeps a config's `blox-recipe` kind.
+            if kind == "philly" {
+                let mut probe = ConfigInput::new(&text, &file, &base);
+                probe.sections = self.sections.clone();
+                let probe = Config::from_input(probe)?;
+                if let Some(toml::Value::String(k)) = probe.section("workload").table().get("kind") {
+                    if k == "blox-recipe" {
+                        cfg_kind = k.clone();
+                    }
                 }
             }
+            let origin = format!("{origin} {}", w.display());
+            input.overrides.push(
+                Override::set("workload.path", &toml_string(&abs.display().to_string()))
+                    .with_origin(origin.clone()),
+            );
+            input
+                .overrides
+                .push(Override::set("workload.kind", &toml_string(&cfg_kind)).with_origin(origin));
         }
-        overrides.push((
-            "workload.path".into(),
-            toml_string(&abs.display().to_string()),
-        ));
-        overrides.push(("workload.kind".into(), toml_string(&cfg_kind)));
+        input.overrides.extend(self.overrides.iter().cloned());
+        Ok(Config::from_input(input)?)
     }
-    Ok(Config::parse(
-        &text,
-        &path.display().to_string(),
-        base,
-        &overrides,
-    )?)
 }
 
 fn toml_string(s: &str) -> String {

@@ -161,9 +161,10 @@ impl Synthesizer {
     /// From the config's `[synthesizer]` section, if it has one. Every
     /// candidate is built once here, so a bad name or parameter fails now.
     pub fn from_config(cfg: &Config, sim: &SimConfig) -> Result<Option<Self>, ConfigError> {
-        let Some(section) = cfg.extra.get("synthesizer") else {
+        if !cfg.has_section("synthesizer") {
             return Ok(None);
-        };
+        }
+        let section = &cfg.section("synthesizer");
         let sc: SynthConfig = section.parse()?;
         if !sc.enabled {
             return Ok(None);
@@ -186,24 +187,30 @@ impl Synthesizer {
             if list.is_empty() {
                 return Ok(vec![own.clone()]);
             }
-            let line = section.line_of_key(key).unwrap_or(0);
             list.iter()
-                .map(|t| {
-                    let mut t = t.clone();
-                    let policy = match t.remove("policy") {
-                        Some(toml::Value::String(s)) => s,
-                        _ => {
-                            return Err(section.error_at(
-                                key,
-                                format!("every entry of `{key}` needs `policy = \"name\"`"),
-                            ))
-                        }
+                .enumerate()
+                .map(|(i, t)| {
+                    let path = format!("{key}.{i}");
+                    let mut params = section.subsection(key, &path, t.clone());
+                    let Some(policy) = params.take_string("policy")? else {
+                        return Err(section.error_at(
+                            &path,
+                            format!("every entry of `{key}` needs `policy = \"name\"`"),
+                        ));
                     };
-                    Ok(ModuleConfig {
+                    let line = params.line_of_key("policy").unwrap_or(0);
+                    let m = ModuleConfig {
                         policy,
                         line,
-                        params: Section::from_table(key, t),
-                    })
+                        params,
+                    };
+                    // Built once now, so a bad name or parameter names its entry.
+                    match key {
+                        "admission" => registry::build_admission(&m).map(drop)?,
+                        "scheduling" => registry::build_scheduling(&m).map(drop)?,
+                        _ => registry::build_placement(&m).map(drop)?,
+                    }
+                    Ok(m)
                 })
                 .collect()
         };
@@ -221,11 +228,6 @@ impl Synthesizer {
                     });
                 }
             }
-        }
-        for c in &candidates {
-            c.build().map_err(|e| {
-                section.error_at("scheduling", format!("candidate {}: {e}", c.label()))
-            })?;
         }
         Ok(Some(Synthesizer {
             cfg: sc,
@@ -255,10 +257,10 @@ impl Synthesizer {
 
     /// Forks the live state into a simulation under `c`, runs it ahead and
     /// returns its score (seconds; lower is better).
-    pub fn evaluate(&self, c: &Candidate, live: &LiveView) -> Result<f64, String> {
+    pub fn evaluate(&self, c: &Candidate, live: &LiveView) -> Result<f64, SelectorError> {
         let round_s = live.round.round_s;
         let now = live.round.now_s;
-        let policies = c.build().map_err(|e| e.to_string())?;
+        let policies = c.build()?;
         // Waiting jobs are submitted again in the fork's first round.
         let trace: Vec<SimJob> = live
             .waiting
@@ -290,7 +292,11 @@ impl Synthesizer {
             && backend.now_s() < end
             && rounds < self.cfg.max_fork_rounds
         {
-            fork.run_round(&mut backend).map_err(|e| e.to_string())?;
+            fork.run_round(&mut backend)
+                .map_err(|e| SelectorError::Fork {
+                    candidate: c.label(),
+                    source: Box::new(e),
+                })?;
             rounds += 1;
         }
         let t_end = backend.now_s();
@@ -334,7 +340,7 @@ impl PolicySelector for Synthesizer {
         cluster: &ClusterState,
         waiting: &[Job],
         active: &Policies,
-    ) -> Result<Option<Policies>, String> {
+    ) -> Result<Option<Policies>, SelectorError> {
         if round.round % self.cfg.every_rounds != 0 || (jobs.is_empty() && waiting.is_empty()) {
             return Ok(None);
         }
@@ -376,9 +382,6 @@ impl PolicySelector for Synthesizer {
         if !switched {
             return Ok(None);
         }
-        self.candidates[pick]
-            .build()
-            .map(Some)
-            .map_err(|e| e.to_string())
+        Ok(Some(self.candidates[pick].build()?))
     }
 }

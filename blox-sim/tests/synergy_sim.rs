@@ -214,7 +214,7 @@ fn the_loop_refuses_a_placement_that_oversubscribes_a_servers_cpus() {
         match s.step() {
             Ok(true) => continue,
             Ok(false) => panic!("the run finished"),
-            Err(e) => break e.to_string(),
+            Err(e) => break blox_core::error_chain(&e),
         }
     };
     assert!(

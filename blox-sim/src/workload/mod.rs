@@ -115,39 +115,23 @@ impl SimJob {
     }
 }
 
-/// `[workload]`: which trace, and how to turn it into jobs.
+/// `[workload]`: which trace, and how to turn it into jobs. The keys every
+/// kind accepts are here; the keys of one kind are in [`WorkloadKind`], so a
+/// key that another kind owns is an error instead of being ignored.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// The trace file, relative to the file that names it.
+    pub path: PathBuf,
+    pub kind: WorkloadKind,
+    pub common: CommonKeys,
+}
+
+/// `[workload]` keys that apply to every kind.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkloadConfig {
-    /// `csv`, `blox-csv`, `pollux`, `philly` or `blox-recipe`; default: from the header.
-    pub kind: Option<String>,
-    /// The trace file, relative to the config file.
-    pub path: Option<PathBuf>,
-    /// Poisson arrival rate for `philly` and `blox-recipe`, jobs per hour.
-    pub jobs_per_hour: Option<f64>,
+pub struct CommonKeys {
     /// Use at most this many jobs (in trace order).
     pub num_jobs: Option<usize>,
-    /// `philly`: skip jobs shorter than this, seconds.
-    pub min_duration_s: Option<f64>,
-    /// `philly`: skip jobs longer than this, seconds.
-    pub max_duration_s: Option<f64>,
-    /// `pollux`: folder of per-application profiles (`<app>/placements.csv`, …);
-    /// default `../traces` next to the workload file's folder.
-    pub traces_dir: Option<PathBuf>,
-    /// `pollux`: GPUs per node used to lay out a job for its rigid duration.
-    pub gpus_per_node: Option<u32>,
-    /// `pollux`: `profile` (default; progress from the measured profiles) or
-    /// `duration` (a fixed duration at the tuned GPUs and batch).
-    #[serde(default)]
-    pub model: ProgressModel,
-    /// `pollux`, profile-driven: `fixed` (default; the workload's batch size) or
-    /// `pollux` (a PolluxAgent tunes each job's batch size).
-    #[serde(default)]
-    pub batch_agent: AgentKind,
-    /// `batch_agent = "pollux"`: how the agent searches the batch size,
-    /// `grid50` (default, the artifact's) or `golden-section` (Pollux §4.1).
-    #[serde(default)]
-    pub batch_search: blox_goodput::model::BatchSearch,
     /// Make every job ask for this many GPUs (e.g. 1, as the Blox simulator does).
     pub force_gpus: Option<u32>,
     /// Loss curves for loss-based termination (Blox §5.3): this fraction of
@@ -168,14 +152,246 @@ pub struct WorkloadConfig {
     pub host_profiles: Option<PathBuf>,
     /// Bursts of short jobs (Blox Fig. 15's bursty workload): every
     /// `burst_every_s`, for `burst_length_s`, an extra Poisson stream of 1-GPU
-    /// jobs at `burst_jobs_per_hour` (default: `jobs_per_hour`, doubling the
-    /// arrival rate) lasting U(`burst_min_duration_s`, `burst_max_duration_s`)
-    /// (default 10–60 min). Job ids are renumbered in arrival order.
+    /// jobs at `burst_jobs_per_hour` (default for `philly` and `blox-recipe`:
+    /// `jobs_per_hour`, doubling the arrival rate) lasting
+    /// U(`burst_min_duration_s`, `burst_max_duration_s`) (default 10–60 min).
+    /// Job ids are renumbered in arrival order.
     pub burst_every_s: Option<f64>,
     pub burst_length_s: Option<f64>,
     pub burst_jobs_per_hour: Option<f64>,
     pub burst_min_duration_s: Option<f64>,
     pub burst_max_duration_s: Option<f64>,
+}
+
+/// Keys every kind accepts (besides `kind` and `path`).
+const COMMON_KEYS: &[&str] = &[
+    "num_jobs",
+    "force_gpus",
+    "converge_fraction",
+    "converge_at",
+    "assign_models",
+    "host_profiles",
+    "burst_every_s",
+    "burst_length_s",
+    "burst_jobs_per_hour",
+    "burst_min_duration_s",
+    "burst_max_duration_s",
+];
+
+/// The kind of a workload and the keys only it accepts (`kind = "..."`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user]`.
+    Csv(NoKeys),
+    /// Blox's toy traces: `job_id,num_gpus,submit_time,duration,model,batch_size`.
+    BloxCsv(NoKeys),
+    /// The Pollux artifact's workloads.
+    Pollux(PolluxKeys),
+    /// The Philly digest, re-timed with Poisson arrivals.
+    Philly(PhillyKeys),
+    /// Blox's Philly-Trace recipe.
+    BloxRecipe(RecipeKeys),
+}
+
+/// A kind without keys of its own.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NoKeys {}
+
+/// `kind = "pollux"`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolluxKeys {
+    /// Folder of per-application profiles (`<app>/placements.csv`, …);
+    /// default `../traces` next to the workload file's folder.
+    pub traces_dir: Option<PathBuf>,
+    /// GPUs per node used to lay out a job for its rigid duration (default 4).
+    pub gpus_per_node: Option<u32>,
+    /// `profile` (default; progress from the measured profiles) or
+    /// `duration` (a fixed duration at the tuned GPUs and batch).
+    #[serde(default)]
+    pub model: ProgressModel,
+    /// Profile-driven: `fixed` (default; the workload's batch size) or
+    /// `pollux` (a PolluxAgent tunes each job's batch size).
+    #[serde(default)]
+    pub batch_agent: AgentKind,
+    /// `batch_agent = "pollux"`: how the agent searches the batch size,
+    /// `grid50` (default, the artifact's) or `golden-section` (Pollux §4.1).
+    pub batch_search: Option<blox_goodput::model::BatchSearch>,
+}
+
+/// `kind = "philly"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PhillyKeys {
+    /// Poisson arrival rate, jobs per hour.
+    pub jobs_per_hour: f64,
+    /// Skip jobs shorter than this, seconds.
+    pub min_duration_s: Option<f64>,
+    /// Skip jobs longer than this, seconds.
+    pub max_duration_s: Option<f64>,
+}
+
+/// `kind = "blox-recipe"`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RecipeKeys {
+    /// Poisson arrival rate, jobs per hour.
+    pub jobs_per_hour: f64,
+}
+
+/// Kinds and the keys only they accept.
+const KIND_KEYS: &[(&str, &[&str])] = &[
+    ("csv", &[]),
+    ("blox-csv", &[]),
+    (
+        "pollux",
+        &["traces_dir", "gpus_per_node", "model", "batch_agent", "batch_search"],
+    ),
+    ("philly", &["jobs_per_hour", "min_duration_s", "max_duration_s"]),
+    ("blox-recipe", &["jobs_per_hour"]),
+];
+
+impl WorkloadKind {
+    /// The name used in configs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WorkloadKind::Csv(_) => "csv",
+            WorkloadKind::BloxCsv(_) => "blox-csv",
+            WorkloadKind::Pollux(_) => "pollux",
+            WorkloadKind::Philly(_) => "philly",
+            WorkloadKind::BloxRecipe(_) => "blox-recipe",
+        }
+    }
+
+    /// The arrival rate it was asked for, if it re-times arrivals.
+    pub fn jobs_per_hour(&self) -> Option<f64> {
+        match self {
+            WorkloadKind::Philly(k) => Some(k.jobs_per_hour),
+            WorkloadKind::BloxRecipe(k) => Some(k.jobs_per_hour),
+            _ => None,
+        }
+    }
+}
+
+impl WorkloadConfig {
+    /// Reads and checks `[workload]`: `path` is required; without `kind` the
+    /// format is recognised from the file's CSV header.
+    pub fn from_section(section: &Section) -> Result<Self, WorkloadError> {
+        let mut table = section.table().clone();
+        let path = match table.remove("path") {
+            Some(toml::Value::String(p)) => section.resolve_path(Path::new(&p)),
+            Some(_) => return Err(section.error_at("path", "`path` must be a string").into()),
+            None => {
+                return Err(section
+                    .error_at("path", "[workload] needs `path` (the trace file)")
+                    .into())
+            }
+        };
+        let kind = match table.remove("kind") {
+            Some(toml::Value::String(k)) => k,
+            Some(_) => return Err(section.error_at("kind", "`kind` must be a string").into()),
+            None => detect_format(&path)?.to_string(),
+        };
+        let Some((_, own)) = KIND_KEYS.iter().find(|(k, _)| *k == kind) else {
+            let names: Vec<&str> = KIND_KEYS.iter().map(|(k, _)| *k).collect();
+            let near = blox_core::config::closest(&kind, names.iter().copied())
+                .map(|n| format!(" (did you mean `{n}`?)"))
+                .unwrap_or_default();
+            return Err(section
+                .error_at(
+                    "kind",
+                    format!("unknown workload kind `{kind}`{near}; known: {}", names.join(", ")),
+                )
+                .into());
+        };
+        let mut common = toml::Table::new();
+        let mut specific = toml::Table::new();
+        for (k, v) in table {
+            if COMMON_KEYS.contains(&k.as_str()) {
+                common.insert(k, v);
+            } else if own.contains(&k.as_str()) {
+                specific.insert(k, v);
+            } else {
+                let owners: Vec<&str> = KIND_KEYS
+                    .iter()
+                    .filter(|(_, keys)| keys.contains(&k.as_str()))
+                    .map(|(n, _)| *n)
+                    .collect();
+                let message = if owners.is_empty() {
+                    let all = COMMON_KEYS.iter().chain(own.iter()).copied();
+                    let near = blox_core::config::closest(&k, all)
+                        .map(|n| format!(" (did you mean `{n}`?)"))
+                        .unwrap_or_default();
+                    format!("unknown key `{k}`{near} for a `{kind}` workload")
+                } else {
+                    format!(
+                        "`{k}` does not apply to a `{kind}` workload (only to {}); it would be ignored",
+                        owners.join(", ")
+                    )
+                };
+                return Err(section.error_at(&k, message).into());
+            }
+        }
+        let common: CommonKeys = section.with_table(common).parse()?;
+        specific.insert("kind".into(), toml::Value::String(kind.clone()));
+        let kind: WorkloadKind = section.with_table(specific).parse()?;
+        match &kind {
+            WorkloadKind::Philly(PhillyKeys { jobs_per_hour, .. })
+            | WorkloadKind::BloxRecipe(RecipeKeys { jobs_per_hour }) => {
+                if !(*jobs_per_hour > 0.0 && jobs_per_hour.is_finite()) {
+                    return Err(section
+                        .error_at("jobs_per_hour", "jobs_per_hour must be a positive number")
+                        .into());
+                }
+            }
+            WorkloadKind::Pollux(p) => {
+                if p.batch_search.is_some() && p.batch_agent != AgentKind::Pollux {
+                    return Err(section
+                        .error_at(
+                            "batch_search",
+                            "batch_search applies only with batch_agent = \"pollux\"; it would be ignored",
+                        )
+                        .into());
+                }
+                if p.batch_agent == AgentKind::Pollux && p.model == ProgressModel::Duration {
+                    return Err(section
+                        .error_at(
+                            "batch_agent",
+                            "batch_agent = \"pollux\" needs profile-driven jobs (model = \"profile\")",
+                        )
+                        .into());
+                }
+                if p.gpus_per_node == Some(0) {
+                    return Err(section
+                        .error_at("gpus_per_node", "gpus_per_node must be at least 1")
+                        .into());
+                }
+            }
+            _ => {}
+        }
+        if let Some(WorkloadKind::Philly(p)) = Some(&kind) {
+            if let (Some(lo), Some(hi)) = (p.min_duration_s, p.max_duration_s) {
+                if lo > hi {
+                    return Err(section
+                        .error_at("min_duration_s", "min_duration_s is above max_duration_s")
+                        .into());
+                }
+            }
+        }
+        if common.force_gpus == Some(0) {
+            return Err(section
+                .error_at("force_gpus", "force_gpus must be at least 1")
+                .into());
+        }
+        if common.num_jobs == Some(0) {
+            return Err(section
+                .error_at("num_jobs", "num_jobs must be at least 1")
+                .into());
+        }
+        Ok(WorkloadConfig { path, kind, common })
+    }
 }
 
 /// `[workload] model`.
@@ -239,23 +455,16 @@ pub fn detect_format(path: &Path) -> Result<&'static str, WorkloadError> {
 
 /// Reads the `[workload]` section and produces the jobs, sorted by arrival, with
 /// ids `0..n` in arrival order unless the trace gives ids.
-pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>, WorkloadError> {
-    let cfg: WorkloadConfig = section.parse()?;
-    let path = cfg
-        .path
-        .as_ref()
-        .map(|p| base_dir.join(p))
-        .ok_or_else(|| section.error_at("path", "[workload] needs `path` (the trace file)"))?;
-    let kind = match cfg.kind.as_deref() {
-        Some(k) => k.to_string(),
-        None => detect_format(&path)?.to_string(),
-    };
-    let mut jobs = match kind.as_str() {
-        "csv" => trace::read_generic(&CsvTable::read(&path)?)?,
-        "blox-csv" => trace::read_blox(&CsvTable::read(&path)?)?,
-        "pollux" => {
-            let traces = match &cfg.traces_dir {
-                Some(d) => base_dir.join(d),
+pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> {
+    let cfg = WorkloadConfig::from_section(section)?;
+    let c = &cfg.common;
+    let path = &cfg.path;
+    let mut jobs = match &cfg.kind {
+        WorkloadKind::Csv(_) => trace::read_generic(&CsvTable::read(path)?)?,
+        WorkloadKind::BloxCsv(_) => trace::read_blox(&CsvTable::read(path)?)?,
+        WorkloadKind::Pollux(p) => {
+            let traces = match &p.traces_dir {
+                Some(d) => section.resolve_path(d),
                 None => path
                     .parent()
                     .and_then(|p| p.parent())
@@ -263,46 +472,37 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
                     .unwrap_or_else(|| PathBuf::from("traces")),
             };
             let opt = pollux::PolluxOptions {
-                profile_driven: cfg.model == ProgressModel::Profile,
-                agent_pollux: cfg.batch_agent == AgentKind::Pollux,
-                batch_search: cfg.batch_search,
-                gpus_per_node: cfg.gpus_per_node.unwrap_or(4),
+                profile_driven: p.model == ProgressModel::Profile,
+                agent_pollux: p.batch_agent == AgentKind::Pollux,
+                batch_search: p.batch_search.unwrap_or_default(),
+                gpus_per_node: p.gpus_per_node.unwrap_or(4),
             };
-            pollux::read_workload(&CsvTable::read(&path)?, &traces, opt)?
+            pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?
         }
-        "philly" | "blox-recipe" => {
-            let rate = cfg.jobs_per_hour.ok_or_else(|| {
-                section.error_at("jobs_per_hour", format!("`{kind}` workloads need `jobs_per_hour`"))
-            })?;
-            if !(rate > 0.0 && rate.is_finite()) {
-                return Err(section.error_at("jobs_per_hour", "jobs_per_hour must be positive").into());
-            }
-            let table = CsvTable::read(&path)?;
-            if kind == "philly" {
-                philly::retimed(&table, rate, &cfg, seed)?
-            } else {
-                philly::blox_recipe(&table, rate, cfg.num_jobs, seed)?
-            }
+        WorkloadKind::Philly(p) => {
+            philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?
         }
-        other => {
-            return Err(section
-                .error_at(
-                    "kind",
-                    format!("unknown workload kind `{other}`; known: csv, blox-csv, pollux, philly, blox-recipe"),
-                )
-                .into())
+        WorkloadKind::BloxRecipe(r) => {
+            philly::blox_recipe(&CsvTable::read(path)?, r.jobs_per_hour, c.num_jobs, seed)?
         }
     };
-    if let Some(n) = cfg.num_jobs {
+    if let Some(n) = c.num_jobs {
+        if n > jobs.len() {
+            tracing::warn!(
+                "{}: num_jobs = {n} but the trace gives {} jobs; using all of them",
+                path.display(),
+                jobs.len()
+            );
+        }
         jobs.truncate(n);
     }
-    if let Some(f) = cfg.converge_fraction {
+    if let Some(f) = c.converge_fraction {
         if !(0.0..=1.0).contains(&f) {
             return Err(section
                 .error_at("converge_fraction", "converge_fraction must be in [0, 1]")
                 .into());
         }
-        let at = cfg.converge_at.unwrap_or(0.4);
+        let at = c.converge_at.unwrap_or(0.4);
         if !(at > 0.0 && at <= 1.0) {
             return Err(section
                 .error_at("converge_at", "converge_at must be in (0, 1]")
@@ -313,25 +513,29 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
         for j in &mut jobs {
             j.converge_at = Some(if rng.random_bool(f) { at } else { 1.0 });
         }
+    } else if c.converge_at.is_some() {
+        return Err(section
+            .error_at("converge_at", "converge_at needs converge_fraction; it would be ignored")
+            .into());
     }
-    if let Some(g) = cfg.force_gpus {
+    if let Some(g) = c.force_gpus {
         for j in &mut jobs {
             j.spec.requested_gpus = g;
         }
     }
-    if let Some(every) = cfg.burst_every_s {
-        let length = cfg
+    if let Some(every) = c.burst_every_s {
+        let length = c
             .burst_length_s
             .ok_or_else(|| section.error_at("burst_every_s", "bursts need `burst_length_s` too"))?;
-        let rate = cfg
+        let rate = c
             .burst_jobs_per_hour
-            .or(cfg.jobs_per_hour)
+            .or(cfg.kind.jobs_per_hour())
             .ok_or_else(|| {
                 section.error_at("burst_every_s", "bursts need `burst_jobs_per_hour`")
             })?;
         let (lo, hi) = (
-            cfg.burst_min_duration_s.unwrap_or(600.0),
-            cfg.burst_max_duration_s.unwrap_or(3600.0),
+            c.burst_min_duration_s.unwrap_or(600.0),
+            c.burst_max_duration_s.unwrap_or(3600.0),
         );
         if !(every > 0.0 && length > 0.0 && length <= every && rate > 0.0 && 0.0 < lo && lo <= hi) {
             return Err(section
@@ -342,14 +546,27 @@ pub fn load(section: &Section, base_dir: &Path, seed: u64) -> Result<Vec<SimJob>
                 .into());
         }
         add_bursts(&mut jobs, every, length, rate, (lo, hi), seed);
+    } else if let Some(k) = [
+        ("burst_length_s", c.burst_length_s),
+        ("burst_jobs_per_hour", c.burst_jobs_per_hour),
+        ("burst_min_duration_s", c.burst_min_duration_s),
+        ("burst_max_duration_s", c.burst_max_duration_s),
+    ]
+    .iter()
+    .find(|(_, v)| v.is_some())
+    .map(|(k, _)| *k)
+    {
+        return Err(section
+            .error_at(k, format!("`{k}` needs `burst_every_s`; it would be ignored"))
+            .into());
     }
-    if !cfg.assign_models.is_empty() {
+    if !c.assign_models.is_empty() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e);
         for j in &mut jobs {
             if j.spec.model.is_none() {
-                let k = rng.random_range(0..cfg.assign_models.len());
-                j.spec.model = Some(cfg.assign_models[k].clone());
+                let k = rng.random_range(0..c.assign_models.len());
+                j.spec.model = Some(c.assign_models[k].clone());
             }
         }
     }
@@ -404,14 +621,13 @@ fn add_bursts(
 /// needs a model that has a profile. Empty when the key is not set.
 pub fn load_host_profiles(
     section: &Section,
-    base_dir: &Path,
     jobs: &[SimJob],
 ) -> Result<crate::host_profile::HostProfiles, WorkloadError> {
-    let cfg: WorkloadConfig = section.parse()?;
-    let Some(rel) = cfg.host_profiles.as_ref() else {
+    let cfg = WorkloadConfig::from_section(section)?;
+    let Some(rel) = cfg.common.host_profiles.as_ref() else {
         return Ok(Default::default());
     };
-    let path = base_dir.join(rel);
+    let path = section.resolve_path(rel);
     let profiles = crate::host_profile::read(&path)?;
     let known = || profiles.keys().cloned().collect::<Vec<_>>().join(", ");
     for j in jobs {

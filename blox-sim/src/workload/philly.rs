@@ -9,7 +9,7 @@
 //! stream as, Python's `random` that Blox uses.
 
 use super::table::CsvTable;
-use super::{SimJob, WorkModel, WorkloadConfig, WorkloadError};
+use super::{PhillyKeys, SimJob, WorkModel, WorkloadError};
 use blox_core::JobSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,13 +46,14 @@ fn read_rows(t: &CsvTable) -> Result<Vec<PhillyRow>, WorkloadError> {
 /// unlike the Blox simulator).
 pub fn retimed(
     t: &CsvTable,
-    jobs_per_hour: f64,
-    cfg: &WorkloadConfig,
+    keys: &PhillyKeys,
+    num_jobs: Option<usize>,
     seed: u64,
 ) -> Result<Vec<SimJob>, WorkloadError> {
-    let min = cfg.min_duration_s.unwrap_or(0.0);
-    let max = cfg.max_duration_s.unwrap_or(f64::INFINITY);
-    let limit = cfg.num_jobs.unwrap_or(usize::MAX);
+    let jobs_per_hour = keys.jobs_per_hour;
+    let min = keys.min_duration_s.unwrap_or(0.0);
+    let max = keys.max_duration_s.unwrap_or(f64::INFINITY);
+    let limit = num_jobs.unwrap_or(usize::MAX);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut now = 0.0;
     let mut jobs = Vec::new();

@@ -16,18 +16,43 @@
 //!   simulated a day ahead) on `examples/configs/synth-philly.toml` (128 GPUs,
 //!   Philly recipe at 8 jobs/hour), sampled every 100 rounds from round 1,000
 //!   to 2,000 of the run.
-//! - `lease`: one lease check of `blox-client` (a job's per-iteration cost),
-//!   1,000,000 checks of a lease that holds.
 //! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
 //!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
 //!   applications, 8 rounds.
 
-use anyhow::{bail, Result};
+use crate::{load_config, SimError, Simulation};
 use blox_core::*;
-use blox_sim::{load_config, Simulation};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// A benchmark that could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+type Result<T> = std::result::Result<T, BenchError>;
+
+/// Where benchmark lines go.
+pub type Out<'a> = &'a mut dyn FnMut(String);
+
+/// The registered scheduling policy `name` with default parameters.
+fn scheduling(name: &str, section: &Section) -> Result<Box<dyn SchedulingPolicy>> {
+    let e = registry::find_scheduling(name).ok_or_else(|| {
+        BenchError::Setup(format!(
+            "the `{name}` scheduling policy is not registered (link blox-policies)"
+        ))
+    })?;
+    Ok((e.build)(section)?)
+}
 
 /// Wraps a scheduling policy and records how long each decision takes.
 struct Timed {
@@ -53,7 +78,7 @@ fn percentiles(times: &mut [f64]) -> (f64, f64) {
     (at(0.5), at(0.95))
 }
 
-fn pollux(dir: &Path) -> Result<()> {
+fn pollux(dir: &Path, out: Out) -> Result<()> {
     let config = dir.join("pollux-artifact/pollux.toml");
     let workload = dir.join("../../data/pollux/workloads/workload-6.csv");
     let cfg = load_config(&config, Some(&workload), &[])?;
@@ -72,14 +97,14 @@ fn pollux(dir: &Path) -> Result<()> {
     let wall = t.elapsed().as_secs_f64();
     let mut v = times.lock().expect("not poisoned").clone();
     let (p50, p95) = percentiles(&mut v);
-    println!(
+    out(format!(
         "pollux-64    {:>8} rounds  {:>9.3} s  {:>10.0} rounds/s  {:>6} jobs finished  avg JCT {:>7.2} h  decision p50 {p50:.1} ms  p95 {p95:.1} ms",
         r.summary.rounds,
         wall,
         r.summary.rounds as f64 / wall,
         r.summary.jobs_finished,
         r.summary.avg_jct_s / 3600.0,
-    );
+    ));
     // 2,048 GPUs: PolluxSched alone on synthetic measured jobs.
     let cluster = ClusterState::homogeneous(512, 4);
     let mut state = JobState::new();
@@ -111,9 +136,7 @@ fn pollux(dir: &Path) -> Result<()> {
             state.metrics().set(JobId(id), k, v);
         }
     }
-    let mut sched = blox_core::registry::find_scheduling("pollux")
-        .map(|e| (e.build)(&Section::empty("scheduling")))
-        .ok_or_else(|| anyhow::anyhow!("pollux is not registered"))??;
+    let mut sched = scheduling("pollux", &Section::empty("scheduling"))?;
     let mut times = Vec::new();
     for round in 0..5u64 {
         let info = RoundInfo {
@@ -126,7 +149,7 @@ fn pollux(dir: &Path) -> Result<()> {
         times.push(t.elapsed().as_secs_f64());
     }
     let (p50, p95) = percentiles(&mut times);
-    println!("pollux-2048  PolluxSched, 400 jobs on 512 x 4 GPUs, 5 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms");
+    out(format!("pollux-2048  PolluxSched, 400 jobs on 512 x 4 GPUs, 5 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms"));
     Ok(())
 }
 
@@ -201,13 +224,11 @@ fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
     }
 }
 
-fn ones() -> Result<()> {
+fn ones(out: Out) -> Result<()> {
     for (nodes, jobs) in [(16u32, 120u64), (256, 1500)] {
         let mut cluster = ClusterState::homogeneous(nodes, 4);
         let mut state = synthetic_jobs(jobs);
-        let mut sched = blox_core::registry::find_scheduling("ones")
-            .map(|e| (e.build)(&Section::empty("scheduling")))
-            .ok_or_else(|| anyhow::anyhow!("ones is not registered"))??;
+        let mut sched = scheduling("ones", &Section::empty("scheduling"))?;
         let mut times = Vec::new();
         for round in 0..8u64 {
             let info = RoundInfo {
@@ -221,16 +242,16 @@ fn ones() -> Result<()> {
             apply(&mut state, &mut cluster, &s);
         }
         let (p50, p95) = percentiles(&mut times);
-        println!(
+        out(format!(
             "ones-{:<6} ONES, {jobs} jobs on {nodes} x 4 GPUs, population {}, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms",
             nodes * 4,
             nodes * 4
-        );
+        ));
     }
     Ok(())
 }
 
-fn doubling(dir: &Path) -> Result<()> {
+fn doubling(dir: &Path, out: Out) -> Result<()> {
     let traces = dir.join("../../data/pollux/traces");
     let cluster = ClusterState::homogeneous(256, 4);
     let mut state = JobState::new();
@@ -256,9 +277,7 @@ fn doubling(dir: &Path) -> Result<()> {
         toml::Value::String(traces.display().to_string()),
     );
     let section = Section::from_table("scheduling", table);
-    let mut sched = blox_core::registry::find_scheduling("doubling")
-        .map(|e| (e.build)(&section))
-        .ok_or_else(|| anyhow::anyhow!("doubling is not registered"))??;
+    let mut sched = scheduling("doubling", &section)?;
     let mut times = Vec::new();
     for round in 0..8u64 {
         let info = RoundInfo {
@@ -272,7 +291,7 @@ fn doubling(dir: &Path) -> Result<()> {
         std::hint::black_box(s);
     }
     let (p50, p95) = percentiles(&mut times);
-    println!("doubling-1024  precompute, 400 jobs on 256 x 4 GPUs, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms (first round fits the profiles)");
+    out(format!("doubling-1024  precompute, 400 jobs on 256 x 4 GPUs, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms (first round fits the profiles)"));
     Ok(())
 }
 
@@ -284,11 +303,11 @@ impl SchedulingPolicy for NoSchedule {
     }
 }
 
-fn synth(dir: &Path) -> Result<()> {
+fn synth(dir: &Path, out: Out) -> Result<()> {
     let cfg = load_config(&dir.join("synth-philly.toml"), None, &[])?;
     let mut sim = Simulation::from_config(&cfg)?;
-    let mut synth = blox_sim::synth::Synthesizer::from_config(&cfg, &sim.sim)?
-        .ok_or_else(|| anyhow::anyhow!("synth-philly.toml has no [synthesizer]"))?;
+    let mut synth = crate::synth::Synthesizer::from_config(&cfg, &sim.sim)?
+        .ok_or_else(|| BenchError::Setup("synth-philly.toml has no [synthesizer]".into()))?;
     // The live run keeps its starting policies; decisions are only timed.
     sim.round_loop.selector = None;
     let mut times = Vec::new();
@@ -308,78 +327,21 @@ fn synth(dir: &Path) -> Result<()> {
             let t = Instant::now();
             synth
                 .select(&info, &lp.jobs, &lp.cluster, lp.waiting(), &lp.policies)
-                .map_err(anyhow::Error::msg)?;
+                ?;
             times.push(t.elapsed().as_secs_f64());
             known.push(lp.jobs.num_active() + lp.waiting().len());
         }
     }
     let (p50, p95) = percentiles(&mut times);
     known.sort_unstable();
-    println!(
+    out(format!(
         "synth        {} candidates, 128 GPUs, {}-{} known jobs, {} decisions: p50 {p50:.1} ms  p95 {p95:.1} ms ({} threads)",
         synth.candidates().len(),
         known.first().unwrap_or(&0),
         known.last().unwrap_or(&0),
         times.len(),
         rayon::current_num_threads()
-    );
-    Ok(())
-}
-
-fn lease() -> Result<()> {
-    use blox_client::{env, Job, JobEnv};
-    let dir = std::env::temp_dir().join(format!("blox-bench-lease-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let d = dir.display().to_string();
-    let job = Job::attach(JobEnv::from_lookup(|k| match k {
-        env::JOB_ID => Some("1".into()),
-        env::CHECKPOINT_DIR | env::CONTROL_DIR => Some(d.clone()),
-        _ => None,
-    })?)?;
-    let n = 1_000_000u32;
-    let t = Instant::now();
-    let mut revoked = 0u32;
-    for _ in 0..n {
-        revoked += u32::from(std::hint::black_box(&job).lease_revoked());
-    }
-    let per = t.elapsed().as_secs_f64() / n as f64 * 1e6;
-    let _ = std::fs::remove_dir_all(&dir);
-    anyhow::ensure!(revoked == 0, "the lease was revoked during the benchmark");
-    println!("lease        {n} checks of a held lease: {per:.2} µs per check (target 20 µs)");
-    Ok(())
-}
-
-/// Metric pushes per second on one scheduler over loopback (blox-runtime's
-/// mock workers; no job processes).
-fn metric_push() -> Result<()> {
-    for (clients, batch) in [(1, 1), (8, 1), (8, 100), (64, 100)] {
-        let r =
-            blox_runtime::bench::metric_push(clients, batch, 3.0).map_err(anyhow::Error::msg)?;
-        println!(
-            "metric-push  {:>3} workers × {:>3} samples per call: {:>9.0} calls/s  {:>11.0} samples/s",
-            r.clients, r.batch, r.rpcs_per_s, r.samples_per_s
-        );
-    }
-    Ok(())
-}
-
-/// The scheduler's round with 1,000 running jobs on 4,096 logical GPUs (512
-/// mock workers × 8), policy time excluded.
-fn runtime_round(repeat: usize) -> Result<()> {
-    for _ in 0..repeat.max(1) {
-        let r =
-            blox_runtime::bench::round_overhead(1000, 512, 8, 100).map_err(anyhow::Error::msg)?;
-        println!(
-            "runtime-round {} jobs on {} GPUs, {} rounds: overhead p50 {:.2} ms, p99 {:.2} ms (target 10 ms); policies p50 {:.2} ms; status view + job table p50 {:.2} ms",
-            r.jobs,
-            r.gpus,
-            r.rounds,
-            1e3 * r.overhead_p50_s,
-            1e3 * r.overhead_p99_s,
-            1e3 * r.policy_p50_s,
-            1e3 * r.publish_p50_s
-        );
-    }
+    ));
     Ok(())
 }
 
@@ -390,7 +352,7 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-fn one(name: &str, config: &Path, repeat: usize) -> Result<()> {
+fn one(name: &str, config: &Path, repeat: usize, out: Out) -> Result<()> {
     let cfg = load_config(config, None, &[])?;
     let mut best = f64::INFINITY;
     let mut summary = None;
@@ -402,7 +364,7 @@ fn one(name: &str, config: &Path, repeat: usize) -> Result<()> {
         summary = Some(r.summary);
     }
     let s = summary.expect("ran at least once");
-    println!(
+    out(format!(
         "{name:<12} {:>8} rounds  {:>9.3} s  {:>10.0} rounds/s  {:>6} jobs finished  avg JCT {:>7.2} h  peak RSS {:>7.1} MiB",
         s.rounds,
         best,
@@ -410,15 +372,19 @@ fn one(name: &str, config: &Path, repeat: usize) -> Result<()> {
         s.jobs_finished,
         s.avg_jct_s / 3600.0,
         peak_rss_mib().unwrap_or(f64::NAN)
-    );
+    ));
     Ok(())
 }
 
-pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
-    let dir = default_config.parent().unwrap_or(Path::new("."));
-    if cfg!(debug_assertions) {
-        eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench`");
-    }
+/// The simulation benchmarks, by name.
+pub const NAMES: &[&str] = &["blox-recipe", "philly-10k", "pollux", "ones", "doubling", "synth"];
+
+/// Runs benchmark `which` (one of [`NAMES`], or `all` for the two reference
+/// replays) with the configs under `configs_dir` (the repository's
+/// `examples/configs`), `repeat` times where it repeats; each result line
+/// goes to `out`.
+pub fn run(which: &str, repeat: usize, configs_dir: &Path, out: Out) -> Result<()> {
+    let dir = configs_dir;
     let runs: Vec<(&str, &str)> = match which {
         "blox-recipe" => vec![("blox-recipe", "blox-recipe-fifo.toml")],
         "philly-10k" => vec![("philly-10k", "philly-10k.toml")],
@@ -426,21 +392,19 @@ pub fn run(which: &str, repeat: usize, default_config: &Path) -> Result<()> {
             ("blox-recipe", "blox-recipe-fifo.toml"),
             ("philly-10k", "philly-10k.toml"),
         ],
-        "pollux" => return pollux(dir),
-        "ones" => return ones(),
-        "doubling" => return doubling(dir),
-        "synth" => return synth(dir),
-        "lease" => return lease(),
-        "metric-push" => return metric_push(),
-        "runtime-round" => return runtime_round(repeat),
+        "pollux" => return pollux(dir, out),
+        "ones" => return ones(out),
+        "doubling" => return doubling(dir, out),
+        "synth" => return synth(dir, out),
         other => {
-            bail!(
-                "unknown benchmark `{other}`; choose blox-recipe, philly-10k, pollux, ones, doubling, synth, lease, metric-push, runtime-round or all"
-            )
+            return Err(BenchError::Setup(format!(
+                "unknown simulation benchmark `{other}`; choose {} or all",
+                NAMES.join(", ")
+            )))
         }
     };
     for (name, file) in runs {
-        one(name, &dir.join(file), repeat)?;
+        one(name, &dir.join(file), repeat, &mut *out)?;
     }
     Ok(())
 }

@@ -20,6 +20,10 @@
 //! non-zero, or without finishing, is retried up to `max_retries` times (from
 //! its last checkpoint), then the job fails with its exit status.
 
+mod jobs_file;
+
+pub use jobs_file::{parse_jobs, read_jobs_file, JobsFileError};
+
 use crate::process::{LaunchSpec, Running, StartError};
 use crate::record::{settle, Ended, Record};
 use blox_core::*;
@@ -366,4 +370,20 @@ impl LocalBackend {
 /// The job directory of `id` under `workdir`.
 pub fn job_dir(workdir: &Path, id: JobId) -> PathBuf {
     workdir.join("jobs").join(id.0.to_string())
+}
+
+/// Runs `lp` on `backend` until every job has ended; `on_round` sees each
+/// round's report and the loop after it. Returns every round's report.
+pub fn run_until_done(
+    lp: &mut RoundLoop,
+    backend: &mut LocalBackend,
+    mut on_round: impl FnMut(&RoundReport, &RoundLoop),
+) -> Result<Vec<RoundReport>, LoopError> {
+    let mut rounds = Vec::new();
+    while !(backend.exhausted() && lp.is_idle()) {
+        let r = lp.run_round(backend)?;
+        on_round(&r, lp);
+        rounds.push(r);
+    }
+    Ok(rounds)
 }

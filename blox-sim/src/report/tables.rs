@@ -1,8 +1,54 @@
 //! Result tables (`jobs.csv`, `rounds.csv`, also as Parquet) and the summary.
 
-use blox_core::{Job, JobStatus};
+use blox_core::{Job, JobId, JobStatus, RoundLoop};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Writing a result table or summary failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Table {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl ReportError {
+    pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+        move |source| ReportError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    pub(crate) fn table<E: std::error::Error + Send + Sync + 'static>(
+        path: &Path,
+    ) -> impl FnOnce(E) -> ReportError + '_ {
+        move |e| ReportError::Table {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        }
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StopReason {
+    /// Every (tracked) job ended.
+    Completed,
+    /// A limit of the config (`run.max_rounds`, `run.max_time_s`) stopped it.
+    Limit(String),
+}
 
 /// One row of `jobs.csv`.
 #[derive(Clone, Debug, PartialEq)]
@@ -19,7 +65,7 @@ pub struct JobRow {
     pub restarts: u32,
     pub gpu_seconds: f64,
     pub num_gpus: u32,
-    pub status: String,
+    pub status: JobStatus,
     pub reason: String,
     /// The job's model, if the trace or `assign_models` gave one.
     pub model: String,
@@ -48,7 +94,7 @@ impl JobRow {
             restarts: j.restarts,
             gpu_seconds: j.attained_service_gpu_s,
             num_gpus: j.requested_gpus(),
-            status: j.status.as_str().to_string(),
+            status: j.status.clone(),
             reason: j.end_reason.clone().unwrap_or_default(),
             model: j.spec.model.clone().unwrap_or_default(),
             run_time_s: j.run_time_s,
@@ -56,7 +102,7 @@ impl JobRow {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.status == JobStatus::Finished.as_str()
+        self.status == JobStatus::Finished
     }
 }
 
@@ -105,6 +151,10 @@ pub struct Summary {
     pub preemptions: u64,
     pub rounds: u64,
     pub sim_time_s: f64,
+    /// Tracked jobs that had not ended when the run stopped.
+    pub unfinished: usize,
+    /// The limit that stopped the run early, if one did.
+    pub stopped_by: Option<String>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -131,6 +181,7 @@ impl Summary {
         now_s: f64,
         rounds: u64,
         policies: (String, String, String),
+        stop: Option<StopReason>,
     ) -> Self {
         let mut jcts: Vec<f64> = tracked.iter().filter_map(|j| j.jct_s).collect();
         jcts.sort_by(f64::total_cmp);
@@ -143,7 +194,10 @@ impl Summary {
             policies,
             jobs_total: tracked.len(),
             jobs_finished: tracked.iter().filter(|j| j.is_finished()).count(),
-            jobs_rejected: tracked.iter().filter(|j| j.status == "rejected").count(),
+            jobs_rejected: tracked
+                .iter()
+                .filter(|j| j.status == JobStatus::Rejected)
+                .count(),
             avg_jct_s: mean(&jcts),
             p50_jct_s: percentile(&jcts, 50.0),
             p99_jct_s: percentile(&jcts, 99.0),
@@ -157,7 +211,17 @@ impl Summary {
             preemptions: tracked.iter().map(|j| j.preemptions as u64).sum(),
             rounds,
             sim_time_s: now_s,
+            unfinished: tracked.iter().filter(|j| !j.status.is_terminal()).count(),
+            stopped_by: match stop {
+                Some(StopReason::Limit(l)) => Some(l),
+                _ => None,
+            },
         }
+    }
+
+    /// True when a limit stopped the run with tracked jobs still unfinished.
+    pub fn stopped_early(&self) -> bool {
+        self.stopped_by.is_some() && self.unfinished > 0
     }
 }
 
@@ -197,7 +261,15 @@ impl fmt::Display for Summary {
             "rounds             {} ({} simulated)",
             self.rounds,
             hours(self.sim_time_s)
-        )
+        )?;
+        if let (Some(by), true) = (&self.stopped_by, self.unfinished > 0) {
+            write!(
+                f,
+                "\nwarning            stopped by {by} with {} of {} jobs unfinished",
+                self.unfinished, self.jobs_total
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -239,14 +311,55 @@ pub const ROUND_COLUMNS: &[&str] = &[
 ];
 
 impl SimResult {
+    /// The tables of a round loop's run: every job it has seen (ended,
+    /// admitted, waiting), the rounds it reported, and the summary over the
+    /// tracked jobs (`track`: first and last id; `None`: all).
+    pub fn from_loop(
+        lp: &RoundLoop,
+        rounds: Vec<RoundRow>,
+        now_s: f64,
+        quantized: bool,
+        track: Option<[u64; 2]>,
+        stop: Option<StopReason>,
+    ) -> SimResult {
+        let round_s = lp.round_s();
+        let state = &lp.jobs;
+        let mut jobs: Vec<JobRow> = state
+            .finished()
+            .iter()
+            .chain(state.active())
+            .chain(lp.waiting())
+            .map(|j| JobRow::from_job(j, quantized, round_s))
+            .collect();
+        jobs.sort_by_key(|j| j.job_id);
+        let tracked: Vec<&JobRow> = jobs
+            .iter()
+            .filter(|j| track.is_none_or(|[a, b]| (a..=b).contains(&JobId(j.job_id).0)))
+            .collect();
+        let summary = Summary::compute(
+            &tracked,
+            &jobs,
+            lp.cluster.num_gpus(),
+            now_s,
+            lp.rounds(),
+            lp.policies.names.clone(),
+            stop,
+        );
+        SimResult {
+            jobs,
+            rounds,
+            summary,
+        }
+    }
+
     /// Writes `jobs.csv`, `rounds.csv` (and `.parquet` with the `polars` feature)
     /// and `summary.txt` into `dir`.
-    pub fn write(&self, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+        std::fs::create_dir_all(dir).map_err(ReportError::io(dir))?;
         let mut written = tables::write(self, dir)?;
         let summary = dir.join("summary.txt");
         std::fs::write(&summary, format!("{}\n", self.summary))
-            .map_err(|e| format!("{}: {e}", summary.display()))?;
+            .map_err(ReportError::io(&summary))?;
         written.push(summary);
         Ok(written)
     }
@@ -298,7 +411,7 @@ mod tables {
             ),
             Column::new(
                 "status".into(),
-                j.iter().map(|x| x.status.clone()).collect::<Vec<_>>(),
+                j.iter().map(|x| x.status.as_str()).collect::<Vec<_>>(),
             ),
             Column::new(
                 "name".into(),
@@ -365,29 +478,29 @@ mod tables {
         df: &mut DataFrame,
         dir: &Path,
         stem: &str,
-        out: &mut Vec<std::path::PathBuf>,
-    ) -> Result<(), String> {
+        out: &mut Vec<PathBuf>,
+    ) -> Result<(), ReportError> {
         let csv = dir.join(format!("{stem}.csv"));
-        let mut f = std::fs::File::create(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+        let mut f = std::fs::File::create(&csv).map_err(ReportError::io(&csv))?;
         CsvWriter::new(&mut f)
             .include_header(true)
             .finish(df)
-            .map_err(|e| format!("{}: {e}", csv.display()))?;
+            .map_err(ReportError::table(&csv))?;
         out.push(csv);
         let pq = dir.join(format!("{stem}.parquet"));
-        let f = std::fs::File::create(&pq).map_err(|e| format!("{}: {e}", pq.display()))?;
+        let f = std::fs::File::create(&pq).map_err(ReportError::io(&pq))?;
         ParquetWriter::new(f)
             .finish(df)
-            .map_err(|e| format!("{}: {e}", pq.display()))?;
+            .map_err(ReportError::table(&pq))?;
         out.push(pq);
         Ok(())
     }
 
-    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let mut out = Vec::new();
-        let mut jobs = jobs_frame(r).map_err(|e| e.to_string())?;
+        let mut jobs = jobs_frame(r).map_err(ReportError::table(&dir.join("jobs.csv")))?;
         save(&mut jobs, dir, "jobs", &mut out)?;
-        let mut rounds = rounds_frame(r).map_err(|e| e.to_string())?;
+        let mut rounds = rounds_frame(r).map_err(ReportError::table(&dir.join("rounds.csv")))?;
         save(&mut rounds, dir, "rounds", &mut out)?;
         Ok(out)
     }
@@ -402,10 +515,10 @@ mod tables {
         v.map(|x| x.to_string()).unwrap_or_default()
     }
 
-    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let jobs = dir.join("jobs.csv");
-        let mut w = csv::Writer::from_path(&jobs).map_err(|e| e.to_string())?;
-        w.write_record(JOB_COLUMNS).map_err(|e| e.to_string())?;
+        let mut w = csv::Writer::from_path(&jobs).map_err(ReportError::table(&jobs))?;
+        w.write_record(JOB_COLUMNS).map_err(ReportError::table(&jobs))?;
         for j in &r.jobs {
             w.write_record([
                 j.job_id.to_string(),
@@ -417,7 +530,7 @@ mod tables {
                 opt(j.responsiveness_s),
                 j.preemptions.to_string(),
                 j.gpu_seconds.to_string(),
-                j.status.clone(),
+                j.status.as_str().to_string(),
                 j.name.clone(),
                 j.num_gpus.to_string(),
                 j.restarts.to_string(),
@@ -425,12 +538,13 @@ mod tables {
                 j.model.clone(),
                 j.run_time_s.to_string(),
             ])
-            .map_err(|e| e.to_string())?;
+            .map_err(ReportError::table(&jobs))?;
         }
-        w.flush().map_err(|e| e.to_string())?;
+        w.flush().map_err(ReportError::io(&jobs))?;
         let rounds = dir.join("rounds.csv");
-        let mut w = csv::Writer::from_path(&rounds).map_err(|e| e.to_string())?;
-        w.write_record(ROUND_COLUMNS).map_err(|e| e.to_string())?;
+        let mut w = csv::Writer::from_path(&rounds).map_err(ReportError::table(&rounds))?;
+        w.write_record(ROUND_COLUMNS)
+            .map_err(ReportError::table(&rounds))?;
         for x in &r.rounds {
             w.write_record([
                 x.time_s.to_string(),
@@ -441,9 +555,9 @@ mod tables {
                 x.total_gpus.to_string(),
                 x.policy.clone(),
             ])
-            .map_err(|e| e.to_string())?;
+            .map_err(ReportError::table(&rounds))?;
         }
-        w.flush().map_err(|e| e.to_string())?;
+        w.flush().map_err(ReportError::io(&rounds))?;
         Ok(vec![jobs, rounds])
     }
 }

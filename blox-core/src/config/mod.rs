@@ -1,0 +1,493 @@
+//! The TOML config: cluster, run settings, and one section per module naming a
+//! registered policy and its parameters. Every mistake names the file and
+//! line where the key was written (from the TOML parser's spans), or the
+//! `--set` that put it there.
+//!
+//! ```toml
+//! [cluster]
+//! nodes = 16
+//! gpus_per_node = 4
+//!
+//! [run]
+//! round_s = 60
+//!
+//! [admission]
+//! policy = "load-based"
+//! k = 1.2            # parameters of that policy, checked by its own struct
+//!
+//! [scheduling]
+//! policy = "las"
+//!
+//! [placement]
+//! policy = "consolidated"
+//! ```
+//!
+//! Sections owned by other crates (`[workload]`, `[sim]`, `[sweep]`,
+//! `[synthesizer]`, `[runtime]`) are kept as [`Section`]s and parsed by their
+//! owners with the same error positions.
+
+mod cluster;
+mod section;
+mod source;
+
+pub use cluster::{ClusterConfig, NodeGroup, MAX_NODES};
+pub use section::Section;
+pub use source::{KeyLines, Override, SectionSource};
+
+use serde::Deserialize;
+use source::Origin;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A config problem, with where it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// TOML syntax, or the file as a whole; toml's message carries line and column.
+    #[error("{file}: {message}")]
+    Parse { file: String, message: String },
+    /// A field inside a section.
+    #[error("{file}:{line}: [{section}] {message}")]
+    Field {
+        file: String,
+        line: usize,
+        section: String,
+        message: String,
+    },
+    /// A module name that nothing registered.
+    #[error("{at}: [{kind}] unknown {kind} policy `{name}`{}; registered {kind} policies: {known}. A policy from another crate must be linked into the binary that runs it (`use my_policy as _;` in a runner whose main is `blox::main()`; README, \"Writing a policy\")",
+        suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
+    UnknownModule {
+        /// `file:line`, or the `--set` that named it.
+        at: String,
+        kind: &'static str,
+        name: String,
+        known: String,
+        /// The registered name closest to `name`, if one is close.
+        suggestion: Option<String>,
+    },
+    /// A `--set`/`--unset` override that cannot apply, or a value it set
+    /// that is wrong.
+    #[error("{expr}: {message}")]
+    Override { expr: String, message: String },
+}
+
+/// `[run]`: settings of the loop shared by every backend.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Round length, seconds (Blox uses 300 s; Pollux 60 s).
+    #[serde(default = "default_round_s")]
+    pub round_s: f64,
+    /// Seed of every random draw (workload generation, randomised policies).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Stop after this much (simulated or wall) time, seconds.
+    pub max_time_s: Option<f64>,
+    /// Stop after this many rounds.
+    pub max_rounds: Option<u64>,
+    /// `[first, last]` job ids (inclusive) over which metrics are computed; the run
+    /// stops once all of them have ended while later jobs keep arriving (Blox §6).
+    pub track_jobs: Option<[u64; 2]>,
+    /// A run stopped by `max_rounds` or `max_time_s` with unfinished jobs is
+    /// a warning and a non-zero exit status, unless this is true.
+    #[serde(default)]
+    pub allow_unfinished: bool,
+}
+
+fn default_round_s() -> f64 {
+    300.0
+}
+fn default_seed() -> u64 {
+    1
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            round_s: default_round_s(),
+            seed: default_seed(),
+            max_time_s: None,
+            max_rounds: None,
+            track_jobs: None,
+            allow_unfinished: false,
+        }
+    }
+}
+
+impl RunConfig {
+    fn validate(&self, s: &Section) -> Result<(), ConfigError> {
+        if !(self.round_s > 0.0 && self.round_s.is_finite()) {
+            return Err(s.error_at("round_s", "round_s must be a positive number of seconds"));
+        }
+        if let Some(t) = self.max_time_s {
+            if !(t > 0.0) {
+                return Err(s.error_at("max_time_s", "max_time_s must be a positive number of seconds"));
+            }
+        }
+        if let Some([a, b]) = self.track_jobs {
+            if a > b {
+                return Err(s.error_at("track_jobs", "track_jobs must be [first, last] with first <= last"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A module section: the registered name and its parameters.
+#[derive(Clone, Debug)]
+pub struct ModuleConfig {
+    pub policy: String,
+    /// Line of `policy = …`, for messages.
+    pub line: usize,
+    /// Everything but `policy`: the module's own parameters.
+    pub params: Section,
+}
+
+impl ModuleConfig {
+    /// A module with default parameters, built in code.
+    pub fn named(kind: &str, policy: &str) -> Self {
+        ModuleConfig {
+            policy: policy.into(),
+            line: 0,
+            params: Section::empty(kind),
+        }
+    }
+
+    /// Where the policy was named: `file:line`, or the override.
+    pub fn location(&self) -> String {
+        self.params.location("policy")
+    }
+}
+
+/// A whole config file.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the config came from (file path, or a description).
+    pub file: String,
+    /// Directory that relative paths in the config are resolved against.
+    pub base_dir: PathBuf,
+    pub cluster: ClusterConfig,
+    pub run: RunConfig,
+    pub admission: ModuleConfig,
+    pub scheduling: ModuleConfig,
+    pub placement: ModuleConfig,
+    /// Every other section, by name (`cluster`, `run`, `workload`, `sim`, …).
+    sections: BTreeMap<String, Section>,
+}
+
+/// Sections a config may have.
+pub const SECTIONS: &[&str] = &[
+    "cluster",
+    "run",
+    "admission",
+    "scheduling",
+    "placement",
+    "workload",
+    "sim",
+    "sweep",
+    "synthesizer",
+    "runtime",
+];
+
+/// What a config is read from: a file's text, plus whole sections supplied
+/// from elsewhere and overrides applied in order.
+#[derive(Clone, Debug)]
+pub struct ConfigInput<'a> {
+    pub source: &'a str,
+    /// The file's name, as errors should show it.
+    pub file: &'a str,
+    /// Its folder (relative paths in it resolve against this).
+    pub base_dir: &'a Path,
+    /// Sections replacing the file's own.
+    pub sections: Vec<SectionSource>,
+    pub overrides: Vec<Override>,
+}
+
+impl<'a> ConfigInput<'a> {
+    pub fn new(source: &'a str, file: &'a str, base_dir: &'a Path) -> Self {
+        ConfigInput {
+            source,
+            file,
+            base_dir,
+            sections: Vec::new(),
+            overrides: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses `source` (the text of `file`), after applying `overrides`
+    /// (`("scheduling.policy", "las")`: dotted keys and TOML values; a value
+    /// that is not valid TOML is taken as a string; an empty value removes
+    /// the key).
+    pub fn parse(
+        source: &str,
+        file: &str,
+        base_dir: &Path,
+        overrides: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut input = ConfigInput::new(source, file, base_dir);
+        input.overrides = overrides.iter().map(|(k, v)| Override::set(k, v)).collect();
+        Config::from_input(input)
+    }
+
+    /// Reads a config from its parts (see [`ConfigInput`]).
+    pub fn from_input(input: ConfigInput<'_>) -> Result<Config, ConfigError> {
+        let file = input.file;
+        let mut doc: toml::Table = toml::from_str(input.source).map_err(|e| ConfigError::Parse {
+            file: file.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let lines = KeyLines::of(input.source);
+        let file_arc: Arc<str> = Arc::from(file);
+        let mut origins: HashMap<String, (Origin, PathBuf)> = HashMap::new();
+        let origin_of = |name: &str| Origin {
+            file: file_arc.clone(),
+            lines: Arc::new(lines.under(name)),
+            header: lines.line(name).unwrap_or(0),
+            set: Arc::default(),
+            whole: None,
+        };
+        for s in input.sections {
+            doc.insert(s.name.clone(), toml::Value::Table(s.table));
+            let o = Origin {
+                file: Arc::from(s.file.as_str()),
+                lines: Arc::new(s.lines),
+                header: s.line,
+                set: Arc::default(),
+                whole: None,
+            };
+            origins.insert(s.name.clone(), (o, s.base_dir));
+        }
+        let mut set: HashMap<String, HashMap<String, String>> = HashMap::new();
+        let mut whole: HashMap<String, String> = HashMap::new();
+        for o in &input.overrides {
+            o.apply(&mut doc)?;
+            match o.key.split_once('.') {
+                Some((sec, rest)) => {
+                    set.entry(sec.to_string())
+                        .or_default()
+                        .insert(rest.to_string(), o.origin.clone());
+                }
+                None => {
+                    whole.insert(o.key.clone(), o.origin.clone());
+                }
+            }
+        }
+        let mut sections: BTreeMap<String, Section> = BTreeMap::new();
+        for (key, value) in &doc {
+            let (mut origin, base) = origins
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| (origin_of(key), input.base_dir.to_path_buf()));
+            origin.set = Arc::new(set.remove(key).unwrap_or_default());
+            origin.whole = whole.remove(key);
+            let at = |message: String| -> ConfigError {
+                let s = Section::new(key, toml::Table::new(), origin.clone(), None);
+                s.error_at("", message)
+            };
+            if !SECTIONS.contains(&key.as_str()) {
+                let near = closest(key, SECTIONS.iter().copied())
+                    .map(|s| format!(" (did you mean `{s}`?)"))
+                    .unwrap_or_default();
+                return Err(at(format!(
+                    "unknown section `{key}`{near}; expected one of: {}",
+                    SECTIONS.join(", ")
+                )));
+            }
+            let Some(table) = value.as_table() else {
+                return Err(at(format!("`{key}` must be a table ([{key}])")));
+            };
+            sections.insert(key.clone(), Section::new(key, table.clone(), origin, Some(base)));
+        }
+        let empty = |name: &str| {
+            Section::new(
+                name,
+                toml::Table::new(),
+                Origin {
+                    file: file_arc.clone(),
+                    set: Arc::new(set.get(name).cloned().unwrap_or_default()),
+                    ..Default::default()
+                },
+                Some(input.base_dir.to_path_buf()),
+            )
+        };
+        // A scheduler's config ([runtime]) may leave the cluster out: the
+        // workers that register bring the GPUs.
+        let workers_bring_gpus =
+            !sections.contains_key("cluster") && sections.contains_key("runtime");
+        let cluster = match sections.get("cluster") {
+            Some(s) => s.parse::<ClusterConfig>()?,
+            None if workers_bring_gpus => ClusterConfig::default(),
+            None => {
+                return Err(ConfigError::Parse {
+                    file: file.to_string(),
+                    message: "missing [cluster] section (e.g. nodes = 16, gpus_per_node = 4)"
+                        .into(),
+                })
+            }
+        };
+        let run_section = sections.get("run").cloned().unwrap_or_else(|| empty("run"));
+        let run: RunConfig = run_section.parse()?;
+        run.validate(&run_section)?;
+        let module = |name: &str, default: &str| -> Result<ModuleConfig, ConfigError> {
+            let mut params = sections.get(name).cloned().unwrap_or_else(|| empty(name));
+            let line = params
+                .line_of_key("policy")
+                .unwrap_or_else(|| params.header_line());
+            let policy = params
+                .take_string("policy")?
+                .unwrap_or_else(|| default.to_string());
+            Ok(ModuleConfig {
+                policy,
+                line,
+                params,
+            })
+        };
+        let admission = module("admission", "accept-all")?;
+        let scheduling = module("scheduling", "fifo")?;
+        let placement = module("placement", "first-free")?;
+        for name in ["admission", "scheduling", "placement"] {
+            sections.remove(name);
+        }
+        let cfg = Config {
+            file: file.to_string(),
+            base_dir: input.base_dir.to_path_buf(),
+            cluster,
+            run,
+            admission,
+            scheduling,
+            placement,
+            sections,
+        };
+        if !workers_bring_gpus {
+            cfg.cluster_state()?;
+        }
+        Ok(cfg)
+    }
+
+    /// A section other than the three modules (`cluster`, `run`, `workload`,
+    /// `sim`, …), or an empty one.
+    pub fn section(&self, name: &str) -> Section {
+        self.sections.get(name).cloned().unwrap_or_else(|| {
+            Section::new(
+                name,
+                toml::Table::new(),
+                Origin {
+                    file: Arc::from(self.file.as_str()),
+                    ..Default::default()
+                },
+                Some(self.base_dir.clone()),
+            )
+        })
+    }
+
+    /// Every section but the three modules, by name.
+    pub fn sections(&self) -> impl Iterator<Item = &Section> {
+        self.sections.values()
+    }
+
+    /// True if the config has that section.
+    pub fn has_section(&self, name: &str) -> bool {
+        self.sections.contains_key(name)
+    }
+}
+
+/// The candidate closest to `name` by edit distance, if it is close enough
+/// to be a likely typo.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(name, c), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 4) && *d < c.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(src: &str) -> Result<Config, ConfigError> {
+        Config::parse(src, "test.toml", Path::new("."), &[])
+    }
+
+    #[test]
+    fn gpu_bandwidth_matrix_must_match_the_node() {
+        let ok =
+            "[cluster]\nnodes = 1\ngpus_per_node = 2\ngpu_bandwidth_gbps = [[0, 50], [50, 0]]\n";
+        let c = parse(ok).unwrap().cluster_state().unwrap();
+        assert_eq!(c.nodes()[0].spec.pair_bandwidth(0, 1), 50.0);
+        let bad =
+            "[cluster]\nnodes = 1\ngpus_per_node = 4\ngpu_bandwidth_gbps = [[0, 50], [50, 0]]\n";
+        let err = parse(bad).unwrap_err().to_string();
+        assert!(err.contains("4 x 4"), "{err}");
+    }
+
+    #[test]
+    fn mistyped_key_names_key_and_line() {
+        let src = "[cluster]\nnodes = 2\ngpus_per_node = 4\n\n[run]\nround_s = 60\nsed = 3\n";
+        let err = parse(src).unwrap_err().to_string();
+        assert!(err.contains("sed"), "{err}");
+        assert!(err.contains("test.toml:7"), "{err}");
+    }
+
+    #[test]
+    fn unknown_section_is_an_error_with_line() {
+        let err =
+            parse("[cluster]\nnodes = 1\ngpus_per_node = 1\n[shceduling]\npolicy = \"las\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("test.toml:4"), "{err}");
+        assert!(err.contains("shceduling"), "{err}");
+    }
+
+    #[test]
+    fn module_params_are_kept_apart_from_policy_name() {
+        let cfg = parse(
+            "[cluster]\nnodes = 1\ngpus_per_node = 1\n[admission]\npolicy = \"load-based\"\nk = 1.4\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.admission.policy, "load-based");
+        assert_eq!(cfg.admission.line, 5);
+        assert_eq!(
+            cfg.admission.params.table().get("k").unwrap().as_float(),
+            Some(1.4)
+        );
+        assert_eq!(cfg.scheduling.policy, "fifo");
+    }
+
+    #[test]
+    fn overrides_replace_values_and_create_tables() {
+        let cfg = Config::parse(
+            "[cluster]\nnodes = 1\ngpus_per_node = 1\n",
+            "t.toml",
+            Path::new("."),
+            &[
+                ("scheduling.policy".into(), "las".into()),
+                ("run.round_s".into(), "60".into()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(cfg.scheduling.policy, "las");
+        assert_eq!(cfg.run.round_s, 60.0);
+    }
+
+    #[test]
+    fn node_groups_build_a_heterogeneous_cluster() {
+        let cfg = parse(
+            "[cluster]\n[[cluster.node_groups]]\ncount = 2\ngpus = 4\ngpu_type = \"K80\"\n[[cluster.node_groups]]\ncount = 1\ngpus = 8\n",
+        )
+        .unwrap();
+        let c = cfg.cluster_state().unwrap();
+        assert_eq!(c.num_gpus(), 16);
+        assert_eq!(c.gpu_type(crate::ids::GpuId(0)), Some("K80"));
+        assert_eq!(c.gpu_type(crate::ids::GpuId(8)), Some("V100"));
+    }
+
+    #[test]
+    fn cluster_without_gpus_is_rejected() {
+        assert!(parse("[cluster]\nnodes = 2\n").is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! One table of a config, with where each of its keys was written, so that
+//! its owner (a policy, the simulator, the runtime) reports mistakes at the
+//! user's own file and line, or at the `--set` that caused them.
+
+use super::source::Origin;
+use super::ConfigError;
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One table of the config, with enough context to report positions.
+#[derive(Clone, Debug)]
+pub struct Section {
+    name: String,
+    table: toml::Table,
+    origin: Origin,
+    /// Folder relative paths in this section are resolved against (the config
+    /// file's folder); `None` for sections built in code (the current folder).
+    base_dir: Option<PathBuf>,
+}
+
+impl Section {
+    pub(crate) fn new(
+        name: &str,
+        table: toml::Table,
+        origin: Origin,
+        base_dir: Option<PathBuf>,
+    ) -> Self {
+        Section {
+            name: name.to_string(),
+            table,
+            origin,
+            base_dir,
+        }
+    }
+
+    /// A section built in code (tests, forks): errors report `<code>`.
+    pub fn from_table(name: &str, table: toml::Table) -> Self {
+        Section::new(name, table, Origin::code(), None)
+    }
+
+    /// An empty section (every parameter at its default).
+    pub fn empty(name: &str) -> Self {
+        Self::from_table(name, toml::Table::new())
+    }
+
+    /// A table found at `path` inside this section (e.g. the synthesizer's
+    /// `scheduling.1`), as a section of its own named `name`, keeping the
+    /// positions of its keys.
+    pub fn subsection(&self, name: &str, path: &str, table: toml::Table) -> Section {
+        let set = self
+            .origin
+            .set
+            .iter()
+            .filter_map(|(k, v)| {
+                k.strip_prefix(&format!("{path}."))
+                    .map(|r| (r.to_string(), v.clone()))
+            })
+            .collect();
+        let origin = Origin {
+            file: self.origin.file.clone(),
+            lines: Arc::new(self.origin.lines.under(path)),
+            header: self
+                .origin
+                .lines
+                .line(path)
+                .unwrap_or(self.origin.header),
+            set: Arc::new(set),
+            whole: self
+                .origin
+                .whole
+                .clone()
+                .or_else(|| self.origin.set.get(path).cloned()),
+        };
+        Section::new(name, table, origin, self.base_dir.clone())
+    }
+
+    /// `p` resolved against the config file's folder when relative.
+    pub fn resolve_path(&self, p: &Path) -> PathBuf {
+        match &self.base_dir {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p.to_path_buf(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn table(&self) -> &toml::Table {
+        &self.table
+    }
+
+    /// The file the section was written in.
+    pub fn file(&self) -> &str {
+        &self.origin.file
+    }
+
+    /// Deserialises the section into a typed struct (use
+    /// `#[serde(deny_unknown_fields)]` so a mistyped key is an error). The
+    /// error names the key and where it was written.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        serde_path_to_error::deserialize(toml::Value::Table(self.table.clone())).map_err(|e| {
+            let path: Vec<String> = e
+                .path()
+                .iter()
+                .filter_map(|s| match s {
+                    serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+                    serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                    serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
+                    serde_path_to_error::Segment::Unknown => None,
+                })
+                .collect();
+            let message = e.inner().message().trim().to_string();
+            self.explain(path, message)
+        })
+    }
+
+    /// Turns a deserialisation error at `path` into one that names the key.
+    fn explain(&self, path: Vec<String>, message: String) -> ConfigError {
+        let unknown = message
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split('`').next())
+            .map(str::to_string);
+        let mut key = path.join(".");
+        if let Some(u) = unknown.as_ref().filter(|u| path.last() != Some(u)) {
+            key = if key.is_empty() {
+                u.clone()
+            } else {
+                format!("{key}.{u}")
+            };
+        }
+        let mut message = if unknown.is_none() && !key.is_empty() && !message.contains('`') {
+            format!("`{key}`: {message}")
+        } else {
+            message
+        };
+        if unknown.is_some() {
+            if let Some(o) = self.origin.set_by("policy") {
+                message.push_str(&format!(
+                    " (the policy was changed by `{o}`; a parameter of the old policy is removed with --unset {}.{key})",
+                    self.name
+                ));
+            }
+        }
+        if key.is_empty() {
+            self.header_error(message)
+        } else {
+            self.error_at(&key, message)
+        }
+    }
+
+    /// An error at `key` (or at the section header if the key is absent).
+    pub fn error_at(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        let message = message.into();
+        if let Some(o) = self.origin.set_by(key) {
+            return ConfigError::Override {
+                expr: o.to_string(),
+                message: format!("[{}] {message}", self.name),
+            };
+        }
+        match self.line_of_key(key) {
+            Some(line) => self.field_error(line, message),
+            None => self.header_error(message),
+        }
+    }
+
+    fn header_error(&self, message: String) -> ConfigError {
+        if let Some(w) = &self.origin.whole {
+            return ConfigError::Override {
+                expr: w.clone(),
+                message: format!("[{}] {message}", self.name),
+            };
+        }
+        self.field_error(self.origin.header, message)
+    }
+
+    fn field_error(&self, line: usize, message: String) -> ConfigError {
+        ConfigError::Field {
+            file: self.origin.file.to_string(),
+            line,
+            section: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Line of `key` (a dotted path inside this section) in the file, if it
+    /// is written there.
+    pub fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.origin.lines.line(key)
+    }
+
+    /// Line of the section's header (0 when unknown).
+    pub fn header_line(&self) -> usize {
+        self.origin.header
+    }
+
+    /// Where `key` was written: `file:line`, or the override that set it.
+    pub fn location(&self, key: &str) -> String {
+        if let Some(o) = self.origin.set_by(key) {
+            return o.to_string();
+        }
+        format!(
+            "{}:{}",
+            self.origin.file,
+            self.line_of_key(key).unwrap_or(self.origin.header)
+        )
+    }
+
+    /// Removes and returns a string-valued key (e.g. `policy`).
+    pub fn take_string(&mut self, key: &str) -> Result<Option<String>, ConfigError> {
+        match self.table.get(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => {
+                let s = s.clone();
+                self.table.remove(key);
+                Ok(Some(s))
+            }
+            Some(other) => Err(self.error_at(
+                key,
+                format!("`{key}` must be a string, found {}", other.type_str()),
+            )),
+        }
+    }
+
+    /// The same section (names, positions) holding `table` instead.
+    pub fn with_table(&self, table: toml::Table) -> Section {
+        Section {
+            table,
+            ..self.clone()
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! [`ClusterBackend`]: the round loop's mechanisms over the workers — cluster
+//! management (workers join and leave as nodes), metric collection (metrics,
+//! exits, cancellations folded in each round), job source, preemption and
+//! launch over gRPC, and wall-clock rounds.
+
+use super::{lock, RuntimeConfig, SharedHub};
+use crate::net::WorkerClient;
+use crate::proto::*;
+use crate::record::{settle, Ended, Record};
+use crate::store::Store;
+use blox_core::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Status;
+
+pub(super) struct Part {
+    worker: String,
+    client: WorkerClient,
+    gpus: Vec<u32>,
+}
+
+pub(super) struct Live {
+    launch: u32,
+    parts: Vec<Part>,
+    parts_left: usize,
+    gpus: u32,
+    accounted_s: f64,
+}
+
+/// Per-round timings of the scheduler (the last 10,000 rounds): `busy_s`
+/// from the start of a round to its wait (cluster management, metric
+/// collection, submissions, policies, launches and preemptions), and
+/// `publish_s`, updating the status view and the job table after it.
+#[derive(Clone, Debug, Default)]
+pub struct RoundStats {
+    pub busy_s: Vec<f64>,
+    pub publish_s: Vec<f64>,
+}
+
+impl RoundStats {
+    pub(super) fn push(v: &mut Vec<f64>, x: f64) {
+        if v.len() >= 10_000 {
+            v.remove(0);
+        }
+        v.push(x);
+    }
+}
+
+/// The round loop's backend over the workers (see the module docs).
+pub struct ClusterBackend {
+    pub(super) hub: SharedHub,
+    pub(super) store: Arc<Store>,
+    pub(super) rt: tokio::runtime::Handle,
+    pub(super) cfg: RuntimeConfig,
+    pub(super) start: Instant,
+    pub(super) next_round: u64,
+    /// Worker of each node, by node id.
+    pub(super) nodes: Vec<String>,
+    /// (node, worker's GPU index) of each GPU, by GPU id.
+    pub(super) gpu_map: Vec<(usize, u32)>,
+    pub(super) running: HashMap<JobId, Live>,
+    pub(super) records: HashMap<JobId, Record>,
+    pub(super) ended: Vec<Ended>,
+    /// How many of the loop's finished jobs were published.
+    pub(super) finished_seen: usize,
+    pub(super) last_flush: Instant,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) round_started: Option<Instant>,
+    pub(super) stats: Arc<Mutex<RoundStats>>,
+}
+
+impl ClusterBackend {
+    pub(super) fn now(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    fn at_s(&self, t: Instant) -> f64 {
+        t.saturating_duration_since(self.start).as_secs_f64()
+    }
+
+    fn account(&mut self, id: JobId, until: f64) {
+        if let Some(l) = self.running.get_mut(&id) {
+            let dt = (until - l.accounted_s).max(0.0);
+            l.accounted_s = until.max(l.accounted_s);
+            let r = self.records.entry(id).or_default();
+            r.run_time_s += dt;
+            r.attained_gpu_s += dt * l.gpus as f64;
+        }
+    }
+
+    fn forget_expected(&self, id: JobId, live: &Live) {
+        let mut h = lock(&self.hub);
+        for p in &live.parts {
+            if let Some(e) = h.expected.get_mut(&p.worker) {
+                e.remove(&(id.0, live.launch));
+            }
+        }
+    }
+
+    /// Revokes (or kills) every part of a launch at once; returns the replies
+    /// (an unreachable worker counts as gone).
+    fn revoke_parts(&self, id: JobId, live: &Live, kill: bool) -> Vec<Option<RevokeReply>> {
+        let grace = self.cfg.grace_s;
+        let calls: Vec<_> = live
+            .parts
+            .iter()
+            .map(|p| {
+                let mut c = p.client.clone();
+                let req = RevokeRequest {
+                    launch: Some(LaunchRef {
+                        job_id: id.0,
+                        launch: live.launch,
+                    }),
+                    grace_s: grace,
+                    kill,
+                };
+                let worker = p.worker.clone();
+                self.rt.spawn(async move {
+                    match c.revoke(req).await {
+                        Ok(r) => Some(r.into_inner()),
+                        Err(e) => {
+                            tracing::warn!(job = %id, worker = %worker, "revocation failed: {}", e.message());
+                            None
+                        }
+                    }
+                })
+            })
+            .collect();
+        let out = self.rt.block_on(async { futures_join(calls).await });
+        self.forget_expected(id, live);
+        out
+    }
+}
+
+/// Awaits every task, in order.
+async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T>
+where
+    T: Default,
+{
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap_or_default());
+    }
+    out
+}
+
+impl ClusterManager for ClusterBackend {
+    fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
+        self.round_started = Some(Instant::now());
+        let timeout = Duration::from_secs_f64(self.cfg.worker_timeout_s);
+        let mut events = Vec::new();
+        let mut lost = Vec::new();
+        {
+            let mut h = lock(&self.hub);
+            let h = &mut *h;
+            for (id, w) in h.workers.iter_mut() {
+                if w.alive && w.last_seen.elapsed() > timeout {
+                    w.alive = false;
+                    tracing::warn!(worker = %id, "no heartbeat for {:.1} s: the worker is gone; its jobs go back to the queue", self.cfg.worker_timeout_s);
+                    h.expected.remove(id);
+                    if let Some(n) = w.node {
+                        events.push(ClusterEvent::NodeRemoved(n));
+                        lost.push(id.clone());
+                    }
+                } else if w.alive && w.node.is_none() {
+                    let node = NodeId(self.nodes.len() as u32);
+                    w.node = Some(node);
+                    self.nodes.push(id.clone());
+                    // The loop numbers GPUs in the order nodes add them.
+                    self.gpu_map
+                        .extend(w.gpus.iter().map(|g| (node.index(), g.index)));
+                    let mut spec = NodeSpec::with_gpus(w.gpus.len() as u32);
+                    spec.gpu_type = w.gpus[0].name.clone();
+                    if w.gpus[0].memory_gb > 0.0 {
+                        spec.gpu_mem_gb = w.gpus[0].memory_gb;
+                    }
+                    if w.cpus > 0 {
+                        spec.cpus = w.cpus;
+                    }
+                    if w.host_mem_gb > 0.0 {
+                        spec.host_mem_gb = w.host_mem_gb;
+                    }
+                    events.push(ClusterEvent::NodeAdded(spec));
+                    tracing::info!(worker = %id, node = %node, "worker joined the cluster");
+                }
+            }
+            h.cluster_gpus = h
+                .workers
+                .values()
+                .filter(|w| w.alive && w.node.is_some())
+                .map(|w| w.gpus.len() as u32)
+                .sum();
+        }
+        if !lost.is_empty() {
+            let now = self.now();
+            let hit: Vec<JobId> = self
+                .running
+                .iter()
+                .filter(|(_, l)| l.parts.iter().any(|p| lost.contains(&p.worker)))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in hit {
+                self.account(id, now);
+                let mut live = self.running.remove(&id).expect("listed above");
+                // The job's parts on live workers stop too; the loop requeues it.
+                live.parts.retain(|p| !lost.contains(&p.worker));
+                if !live.parts.is_empty() {
+                    self.revoke_parts(id, &live, true);
+                } else {
+                    self.forget_expected(id, &live);
+                }
+            }
+        }
+        Ok(events)
+    }
+}
+
+impl JobSource for ClusterBackend {
+    fn poll_submissions(&mut self, _round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError> {
+        let mut h = lock(&self.hub);
+        let cap = h.cluster_gpus;
+        let mut out = Vec::new();
+        let mut keep = VecDeque::new();
+        // Jobs larger than the cluster as it is now (workers still joining
+        // after a restart) wait here.
+        while let Some(s) = h.submissions.pop_front() {
+            if s.requested_gpus <= cap {
+                out.push(s);
+            } else {
+                keep.push_back(s);
+            }
+        }
+        h.submissions = keep;
+        Ok(out)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+impl MetricCollector for ClusterBackend {
+    fn collect_metrics(
+        &mut self,
+        _round: &RoundInfo,
+        jobs: &mut JobState,
+    ) -> Result<(), BackendError> {
+        let (exits, metrics, cancels) = {
+            let mut h = lock(&self.hub);
+            let cancels: Vec<(u64, String)> = h
+                .cancels
+                .iter()
+                .filter(|(id, _)| jobs.get(JobId(**id)).is_some())
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            for (id, _) in &cancels {
+                h.cancels.remove(id);
+            }
+            (
+                std::mem::take(&mut h.exits),
+                std::mem::take(&mut h.metrics),
+                cancels,
+            )
+        };
+        for s in metrics {
+            let l = s.launch.expect("checked on receipt");
+            let id = JobId(l.job_id);
+            if let Some(j) = jobs.get_mut(id) {
+                if s.key == "progress" {
+                    j.progress = s.value.clamp(0.0, 1.0);
+                }
+                jobs.metrics().set(id, &s.key, s.value);
+            }
+        }
+        for (r, at) in exits {
+            let l = r.launch.expect("checked on receipt");
+            let id = JobId(l.job_id);
+            let at_s = self.at_s(at);
+            let current = self.running.get(&id).is_some_and(|x| x.launch == l.launch);
+            if !current {
+                // A launch that was already revoked; only a finish matters.
+                if r.finished {
+                    self.ended.push(Ended::finished(id, at_s));
+                }
+                continue;
+            }
+            if r.finished {
+                let live = self.running.get_mut(&id).expect("checked above");
+                live.parts_left = live.parts_left.saturating_sub(1);
+                if live.parts_left > 0 {
+                    continue;
+                }
+                self.account(id, at_s);
+                let live = self.running.remove(&id).expect("checked above");
+                self.forget_expected(id, &live);
+                self.ended.push(Ended::finished(id, at_s));
+            } else {
+                self.account(id, at_s);
+                let live = self.running.remove(&id).expect("checked above");
+                // A failing part takes the others down.
+                self.revoke_parts(id, &live, true);
+                let reason = (!r.reason.is_empty()).then(|| r.reason.clone());
+                self.ended.push(Ended::crashed(id, at_s, r.code, reason));
+            }
+        }
+        let now = self.now();
+        for (id, reason) in cancels {
+            let id = JobId(id);
+            if let Some(live) = self.running.remove(&id) {
+                self.account(id, now);
+                self.revoke_parts(id, &live, true);
+            }
+            if let Some(j) = jobs.get_mut(id) {
+                if !j.status.is_terminal() {
+                    j.status = JobStatus::Failed;
+                    j.finish_s = Some(now);
+                    j.end_reason = Some(reason);
+                }
+            }
+        }
+        let running: Vec<JobId> = self.running.keys().copied().collect();
+        for id in running {
+            self.account(id, now);
+        }
+        let ended = std::mem::take(&mut self.ended);
+        settle(ended, &mut self.records, jobs, self.cfg.max_retries);
+        Ok(())
+    }
+}
+
+impl PreemptionMechanism for ClusterBackend {
+    fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
+        let id = job.id();
+        let Some(live) = self.running.remove(&id) else {
+            return Ok(()); // already exited; folded in next round
+        };
+        let replies = self.revoke_parts(id, &live, false);
+        let now = self.now();
+        let mut last = live.accounted_s;
+        let mut finished = !replies.is_empty();
+        for r in &replies {
+            match r {
+                Some(r) if r.was_running => {
+                    last = last.max(now - r.exited_s_ago);
+                    finished &= r.finished;
+                }
+                _ => {
+                    last = last.max(now);
+                    finished = false;
+                }
+            }
+        }
+        self.running.insert(id, live);
+        self.account(id, last);
+        self.running.remove(&id);
+        if finished {
+            self.ended.push(Ended::finished(id, last));
+        }
+        Ok(())
+    }
+}
+
+impl LaunchMechanism for ClusterBackend {
+    fn launch(
+        &mut self,
+        _round: &RoundInfo,
+        job: &Job,
+        gpus: &[GpuId],
+        batch_size: Option<u32>,
+    ) -> Result<(), BackendError> {
+        let id = job.id();
+        if self.ended.iter().any(|e| e.job == id && e.finished) {
+            return Ok(()); // finished as it was being moved
+        }
+        let rec = self.records.entry(id).or_default();
+        rec.launches += 1;
+        let launch = rec.launches;
+        // Group the GPUs by node, in order.
+        let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
+        for g in gpus {
+            let (node, idx) = *self
+                .gpu_map
+                .get(g.index())
+                .ok_or_else(|| BackendError(format!("{g} is not a GPU of any worker")))?;
+            match groups.iter_mut().find(|(n, _)| *n == node) {
+                Some((_, v)) => v.push(idx),
+                None => groups.push((node, vec![idx])),
+            }
+        }
+        // The parts, and rank 0's host (for the job's collective library).
+        let (parts, master) = {
+            let mut h = lock(&self.hub);
+            let mut parts = Vec::new();
+            let mut master = None;
+            for (node, idx) in groups {
+                let wid = self.nodes[node].clone();
+                let w = h
+                    .workers
+                    .get(&wid)
+                    .ok_or_else(|| BackendError(format!("worker {wid} is gone")))?;
+                let addr = w.address.split("://").last().unwrap_or("");
+                master.get_or_insert_with(|| {
+                    addr.rsplit_once(':')
+                        .map_or(addr, |(host, _)| host)
+                        .to_string()
+                });
+                parts.push(Part {
+                    worker: wid.clone(),
+                    client: w.client.clone(),
+                    gpus: idx,
+                });
+                h.expected.entry(wid).or_default().insert((id.0, launch));
+            }
+            (parts, master.unwrap_or_default())
+        };
+        let world: u32 = if self.cfg.process_per_gpu {
+            gpus.len() as u32
+        } else {
+            parts.len() as u32
+        };
+        let ckpt = self
+            .cfg
+            .checkpoint_dir
+            .as_ref()
+            .map(|d| d.join(id.0.to_string()).display().to_string())
+            .unwrap_or_default();
+        // Ranks on several nodes agree on where to stop through shared storage.
+        let coord = match (&self.cfg.checkpoint_dir, parts.len() > 1) {
+            (Some(d), true) => d
+                .join(id.0.to_string())
+                .join(format!(".launch-{launch}"))
+                .display()
+                .to_string(),
+            (None, true) => {
+                tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
+                String::new()
+            }
+            _ => String::new(),
+        };
+        let mut first_rank = 0;
+        let mut calls = Vec::new();
+        for p in &parts {
+            let req = LaunchRequest {
+                launch: Some(LaunchRef {
+                    job_id: id.0,
+                    launch,
+                }),
+                command: job.spec.command.clone(),
+                gpus: p.gpus.clone(),
+                batch_size: batch_size.or(job.current_batch_size),
+                resume: launch > 1,
+                checkpoint_dir: ckpt.clone(),
+                master_addr: master.clone(),
+                process_per_gpu: self.cfg.process_per_gpu,
+                first_rank,
+                world_size: world,
+                coord_dir: coord.clone(),
+            };
+            first_rank += if self.cfg.process_per_gpu {
+                p.gpus.len() as u32
+            } else {
+                1
+            };
+            let mut c = p.client.clone();
+            calls.push(
+                self.rt
+                    .spawn(async move { c.launch(req).await.map(|_| ()) }),
+            );
+        }
+        let results: Vec<Result<(), Status>> = self.rt.block_on(async {
+            let mut out = Vec::new();
+            for c in calls {
+                out.push(
+                    c.await
+                        .unwrap_or_else(|e| Err(Status::internal(e.to_string()))),
+                );
+            }
+            out
+        });
+        let live = Live {
+            launch,
+            parts_left: parts.len(),
+            parts,
+            gpus: gpus.len() as u32,
+            accounted_s: self.now(),
+        };
+        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
+            // The job's fault (its program cannot start) counts as a crash;
+            // an unreachable worker does not (it is declared gone soon).
+            let blame = matches!(
+                e.code(),
+                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument
+            );
+            let reason = e.message().to_string();
+            tracing::warn!(job = %id, "launch failed: {reason}");
+            self.revoke_parts(id, &live, true);
+            let at_s = self.now();
+            let mut e = Ended::crashed(id, at_s, None, Some(reason));
+            e.blame = blame;
+            self.ended.push(e);
+            return Ok(());
+        }
+        tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
+        self.running.insert(id, live);
+        Ok(())
+    }
+
+    fn reconfigure(
+        &mut self,
+        _round: &RoundInfo,
+        job: &Job,
+        batch_size: u32,
+    ) -> Result<(), BackendError> {
+        let id = job.id();
+        let live = self
+            .running
+            .get(&id)
+            .ok_or_else(|| BackendError(format!("{id} is not running")))?;
+        for p in &live.parts {
+            let mut c = p.client.clone();
+            let req = ReconfigureRequest {
+                launch: Some(LaunchRef {
+                    job_id: id.0,
+                    launch: live.launch,
+                }),
+                batch_size,
+            };
+            if let Err(e) = self.rt.block_on(c.reconfigure(req)) {
+                tracing::warn!(job = %id, worker = %p.worker, "reconfiguration failed: {}", e.message());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RoundClock for ClusterBackend {
+    fn now_s(&self) -> f64 {
+        self.now()
+    }
+
+    fn wait_round(&mut self, round_s: f64, _idle: bool) -> Result<(), BackendError> {
+        if let Some(t) = self.round_started.take() {
+            let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            RoundStats::push(&mut s.busy_s, t.elapsed().as_secs_f64());
+        }
+        self.next_round += 1;
+        let due = self.next_round as f64 * round_s;
+        loop {
+            let left = due - self.now();
+            if left <= 0.0 || self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_secs_f64(left.min(0.05)));
+        }
+    }
+}
+
+

@@ -1,0 +1,127 @@
+//! `[runtime]`: how the scheduler serves and supervises the cluster.
+
+use crate::net::{NetError, Security};
+use blox_core::{Config, ConfigError};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// `[runtime]`: how the scheduler serves and supervises the cluster.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Address the scheduler listens on.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The persistent job table (a redb file).
+    #[serde(default = "default_state")]
+    pub state: PathBuf,
+    /// Checkpoints of job N go to `checkpoint_dir/N`; on a real cluster a
+    /// directory every node mounts. Unset: each worker keeps checkpoints in
+    /// its own workdir (a job resumes only on the node that wrote them).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Seconds a revoked job may take to checkpoint and exit before it is killed.
+    #[serde(default = "default_grace")]
+    pub grace_s: f64,
+    /// Times a crashed job is restarted before it fails.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+    /// How often workers beat.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat_s: f64,
+    /// A worker silent this long is declared dead and its jobs requeued.
+    #[serde(default = "default_timeout")]
+    pub worker_timeout_s: f64,
+    /// One process per GPU instead of one per node.
+    #[serde(default)]
+    pub process_per_gpu: bool,
+    /// The shared token (first line of the file); unset: no authentication.
+    pub token_file: Option<PathBuf>,
+    /// TLS: the scheduler's certificate and key, and the authority that
+    /// signed the workers' certificates.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:50051".into()
+}
+fn default_state() -> PathBuf {
+    "blox-state.redb".into()
+}
+fn default_grace() -> f64 {
+    10.0
+}
+fn default_retries() -> u32 {
+    2
+}
+fn default_heartbeat() -> f64 {
+    1.0
+}
+fn default_timeout() -> f64 {
+    5.0
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        toml::Value::Table(Default::default())
+            .try_into()
+            .expect("every field has a default")
+    }
+}
+
+impl RuntimeConfig {
+    /// Reads `[runtime]` of a blox config (paths relative to the config file).
+    pub fn from_config(cfg: &Config) -> Result<Self, ConfigError> {
+        let s = cfg.section("runtime");
+        let mut r: RuntimeConfig = s.parse()?;
+        for (key, v) in [
+            ("grace_s", r.grace_s),
+            ("heartbeat_s", r.heartbeat_s),
+            ("worker_timeout_s", r.worker_timeout_s),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(
+                    s.error_at(key, format!("`{key}` must be a positive number of seconds"))
+                );
+            }
+        }
+        if r.worker_timeout_s <= r.heartbeat_s {
+            return Err(s.error_at(
+                "worker_timeout_s",
+                "`worker_timeout_s` must be longer than `heartbeat_s`",
+            ));
+        }
+        r.state = s.resolve_path(&r.state);
+        r.checkpoint_dir = r.checkpoint_dir.map(|p| s.resolve_path(&p));
+        for p in [
+            &mut r.token_file,
+            &mut r.tls_cert,
+            &mut r.tls_key,
+            &mut r.tls_ca,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *p = s.resolve_path(p);
+        }
+        Ok(r)
+    }
+
+    /// The token and TLS settings it names.
+    pub fn security(&self) -> Result<Security, NetError> {
+        let token = self
+            .token_file
+            .as_deref()
+            .map(Security::token_from_file)
+            .transpose()?;
+        let tls = (self.tls_cert.is_some() || self.tls_key.is_some() || self.tls_ca.is_some())
+            .then(|| crate::net::TlsFiles {
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+                ca: self.tls_ca.clone(),
+                domain: None,
+            });
+        Ok(Security { token, tls })
+    }
+}

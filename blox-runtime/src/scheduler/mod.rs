@@ -1,0 +1,308 @@
+//! The central scheduler (`blox scheduler`): the blox-core round loop on
+//! wall-clock rounds over a cluster of worker managers (Blox §6.3).
+//!
+//! [`ClusterBackend`] implements every mechanism trait of the loop over gRPC,
+//! so the policies that were compared in simulation drive real jobs with no
+//! change:
+//!
+//! - cluster management: a registered worker joins as a node with its GPUs;
+//!   one silent for `worker_timeout_s` leaves, and the loop requeues its jobs
+//!   (they resume from their last checkpoint);
+//! - metric collection: metrics and exits the workers pushed since the last
+//!   round (progress, crashes with their exit status, retries up to
+//!   `max_retries`);
+//! - job source: `Submit` calls, each written to the persistent job table
+//!   ([`crate::store`]) before it is acknowledged;
+//! - preemption: `Revoke` on every worker of the job (the lease is revoked,
+//!   the job checkpoints and exits, or is killed after `grace_s`);
+//! - launch: `Launch` on every worker of the job, its GPUs grouped by node.
+//!
+//! A restarted scheduler reads the job table and queues every accepted,
+//! unfinished job again; workers it no longer knows revoke their jobs (which
+//! checkpoint) and register again, so running jobs are requeued and resume.
+
+mod backend;
+mod config;
+mod service;
+mod status;
+mod table;
+
+pub use backend::{ClusterBackend, RoundStats};
+pub use config::RuntimeConfig;
+
+use crate::net::{NetError, WorkerClient};
+use crate::proto::scheduler_server::SchedulerServer;
+use crate::proto::*;
+use crate::store::{Store, StoreError};
+use blox_core::*;
+use service::{spec_of, Service};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Errors that stop the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Loop(#[from] LoopError),
+    #[error("{0}")]
+    Runtime(String),
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+struct WorkerEntry {
+    address: String,
+    gpus: Vec<GpuDevice>,
+    cpus: u32,
+    host_mem_gb: f64,
+    last_seen: Instant,
+    alive: bool,
+    /// The node it is in the loop's cluster, once joined.
+    node: Option<NodeId>,
+    client: WorkerClient,
+}
+
+/// What the gRPC handlers and the round loop share.
+struct Hub {
+    epoch: String,
+    workers: BTreeMap<String, WorkerEntry>,
+    next_worker: u64,
+    /// Accepted submissions not yet handed to the loop.
+    submissions: VecDeque<JobSpec>,
+    exits: Vec<(ExitReport, Instant)>,
+    metrics: Vec<MetricSample>,
+    cancels: BTreeMap<u64, String>,
+    /// Launches each worker should be running.
+    expected: HashMap<String, HashSet<(u64, u32)>>,
+    /// Every job's record, as persisted (status, placement, counters).
+    jobs: BTreeMap<u64, JobRecord>,
+    next_job_id: u64,
+    /// GPUs of the workers in the loop's cluster.
+    cluster_gpus: u32,
+    rounds: u64,
+    policy: String,
+    /// The last invalid decision a policy made (dropped), for `Status`.
+    last_error: String,
+}
+
+type SharedHub = Arc<Mutex<Hub>>;
+
+fn lock(h: &SharedHub) -> MutexGuard<'_, Hub> {
+    h.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+
+/// A running scheduler: its address, and a way to stop it.
+pub struct SchedulerHandle {
+    pub address: SocketAddr,
+    /// Time 0 of the scheduler's clock (arrivals, finishes, rounds).
+    pub started: Instant,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Mutex<RoundStats>>,
+    thread: Option<std::thread::JoinHandle<Result<(), SchedulerError>>>,
+}
+
+impl SchedulerHandle {
+    /// Timings of the rounds so far.
+    pub fn round_stats(&self) -> RoundStats {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Asks the loop to stop after its current round and waits for it.
+    pub fn shutdown(mut self) -> Result<(), SchedulerError> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(SchedulerError::Runtime(
+                "the scheduler thread panicked".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The flag that stops the loop (e.g. from a signal handler).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Waits until the loop ends (after the stop flag is set) and returns its result.
+    pub fn wait(mut self) -> Result<(), SchedulerError> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(SchedulerError::Runtime(
+                "the scheduler thread panicked".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SchedulerHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the scheduler: reads the job table, binds the service, and runs
+/// `policies` on rounds of `round_s` in a thread of its own until stopped.
+pub fn start(
+    cfg: RuntimeConfig,
+    policies: Policies,
+    round_s: f64,
+) -> Result<SchedulerHandle, SchedulerError> {
+    start_with_selector(cfg, policies, round_s, None)
+}
+
+/// [`start`], with a [`PolicySelector`] (policy synthesis, Blox §5.2) that
+/// may swap the policies between rounds, as in simulation.
+pub fn start_with_selector(
+    cfg: RuntimeConfig,
+    policies: Policies,
+    round_s: f64,
+    selector: Option<Box<dyn PolicySelector>>,
+) -> Result<SchedulerHandle, SchedulerError> {
+    let security = cfg.security()?;
+    let store = Arc::new(Store::open(&cfg.state)?);
+    let (records, next_job_id) = store.load()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("blox-scheduler-rpc")
+        .enable_all()
+        .build()
+        .map_err(|e| SchedulerError::Runtime(e.to_string()))?;
+    let listen: SocketAddr = cfg.listen.parse().map_err(|e| NetError::Address {
+        addr: cfg.listen.clone(),
+        message: format!("{e}"),
+    })?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(listen))
+        .map_err(|e| NetError::Listen {
+            addr: cfg.listen.clone(),
+            message: e.to_string(),
+        })?;
+    let address = listener.local_addr().map_err(|e| NetError::Listen {
+        addr: cfg.listen.clone(),
+        message: e.to_string(),
+    })?;
+    let start = Instant::now();
+    // Every accepted, unfinished job is queued again, in id order; its
+    // service so far still counts.
+    let mut hub = Hub {
+        epoch: format!("{:x}", (unix_now() * 1000.0) as u64 % 0xffff_ffff),
+        workers: BTreeMap::new(),
+        next_worker: 0,
+        submissions: VecDeque::new(),
+        exits: Vec::new(),
+        metrics: Vec::new(),
+        cancels: BTreeMap::new(),
+        expected: HashMap::new(),
+        jobs: BTreeMap::new(),
+        next_job_id,
+        cluster_gpus: 0,
+        rounds: 0,
+        policy: policies.label(),
+        last_error: String::new(),
+    };
+    let (seeded, restored) = table::restore(&mut hub, records);
+    if restored > 0 {
+        tracing::info!(
+            jobs = restored,
+            "restored unfinished jobs from the job table; they are queued again"
+        );
+    }
+    let hub = Arc::new(Mutex::new(hub));
+    let svc = Service {
+        hub: hub.clone(),
+        store: store.clone(),
+        start,
+        cfg: cfg.clone(),
+        security: security.clone(),
+    };
+    let mut server = security.server()?;
+    let router = server.add_service(SchedulerServer::with_interceptor(svc, security.check()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    rt.spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let r = router
+            .serve_with_incoming_shutdown(incoming, async move {
+                while !stop2.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!("scheduler service stopped: {e}");
+        }
+    });
+    let mut backend = ClusterBackend {
+        hub,
+        store,
+        rt: rt.handle().clone(),
+        cfg,
+        start,
+        next_round: 0,
+        nodes: Vec::new(),
+        gpu_map: Vec::new(),
+        running: HashMap::new(),
+        records: seeded,
+        ended: Vec::new(),
+        finished_seen: 0,
+        last_flush: Instant::now(),
+        stop: stop.clone(),
+        round_started: None,
+        stats: Arc::new(Mutex::new(RoundStats::default())),
+    };
+    let stats = backend.stats.clone();
+    let stop3 = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("blox-scheduler".into())
+        .spawn(move || {
+            let mut lp = RoundLoop::new(policies, ClusterState::new(), round_s);
+            lp.selector = selector;
+            // A policy's invalid decision is dropped and shown by `Status`;
+            // the scheduler keeps serving.
+            lp.on_invalid = OnInvalidDecision::SkipRound;
+            let r = (|| {
+                while !stop3.load(Ordering::Relaxed) {
+                    let report = lp.run_round(&mut backend)?;
+                    if let Some(e) = &report.invalid {
+                        lock(&backend.hub).last_error = format!("round {}: {e}", report.round);
+                    }
+                    let t = Instant::now();
+                    backend.publish(&lp)?;
+                    let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
+                    RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
+                }
+                Ok(())
+            })();
+            // Jobs keep running on their workers; a restarted scheduler
+            // requeues them.
+            drop(backend);
+            rt.shutdown_timeout(Duration::from_secs(1));
+            r
+        })
+        .map_err(|e| SchedulerError::Runtime(e.to_string()))?;
+    Ok(SchedulerHandle {
+        address,
+        started: start,
+        stop,
+        stats,
+        thread: Some(thread),
+    })
+}
+

@@ -1,0 +1,289 @@
+//! The `Scheduler` gRPC service: submissions (durable before they are
+//! acknowledged), status, cancellation, worker registration, heartbeats,
+//! exit reports and metric pushes. Handlers only record what arrived in the
+//! shared [`Hub`]; the round driver acts on it.
+
+use super::table::info_of;
+use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
+use crate::net::Security;
+use crate::proto::scheduler_server::Scheduler;
+use crate::proto::*;
+use crate::store::Store;
+use blox_core::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status};
+
+/// Checks a submission; the error names the field.
+pub(super) fn check_submission(j: &JobSubmission, cluster_gpus: u32, workers: usize) -> Result<(), Status> {
+    if j.command.is_empty() || j.command[0].trim().is_empty() {
+        return Err(Status::invalid_argument(
+            "command: must name a program and its arguments (argv, no shell)",
+        ));
+    }
+    if let Some(i) = j.command.iter().position(|a| a.contains('\0')) {
+        return Err(Status::invalid_argument(format!(
+            "command[{i}]: contains a NUL byte"
+        )));
+    }
+    if j.gpus == 0 {
+        return Err(Status::invalid_argument("gpus: must be at least 1"));
+    }
+    if j.batch_size == Some(0) {
+        return Err(Status::invalid_argument("batch_size: must be at least 1"));
+    }
+    if let Some(d) = j.duration_s {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(Status::invalid_argument(
+                "duration_s: must be a positive number of seconds",
+            ));
+        }
+    }
+    if let Some((k, _)) = j
+        .metrics
+        .iter()
+        .find(|(k, v)| k.is_empty() || !v.is_finite())
+    {
+        return Err(Status::invalid_argument(format!(
+            "metrics[{k:?}]: keys must be non-empty and values finite"
+        )));
+    }
+    if workers == 0 {
+        return Err(Status::failed_precondition(
+            "no worker has registered yet: the cluster has no GPUs",
+        ));
+    }
+    if j.gpus > cluster_gpus {
+        return Err(Status::invalid_argument(format!(
+            "gpus: asks for {} but the cluster has {cluster_gpus} GPUs on {workers} workers",
+            j.gpus
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn spec_of(id: u64, j: &JobSubmission, arrival_s: f64) -> JobSpec {
+    let mut s = JobSpec::new(id, arrival_s, j.gpus);
+    s.name = if j.name.is_empty() {
+        format!("job-{id}")
+    } else {
+        j.name.clone()
+    };
+    s.command = j.command.clone();
+    s.batch_size = j.batch_size;
+    s.user = j.user.clone();
+    s.model = j.model.clone();
+    s.expected_duration_s = j.duration_s;
+    s.metrics = j.metrics.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    s
+}
+
+pub(super) struct Service {
+    pub(super) hub: SharedHub,
+    pub(super) store: Arc<Store>,
+    pub(super) start: Instant,
+    pub(super) cfg: RuntimeConfig,
+    pub(super) security: Security,
+}
+
+fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Status> {
+    match h.workers.get_mut(id) {
+        Some(w) if w.alive => Ok(w),
+        _ => Err(Status::not_found(format!(
+            "worker `{id}` is not registered with this scheduler; register again"
+        ))),
+    }
+}
+
+#[tonic::async_trait]
+impl Scheduler for Service {
+    async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
+        let j = req
+            .into_inner()
+            .job
+            .ok_or_else(|| Status::invalid_argument("job: missing"))?;
+        let id = {
+            let mut h = lock(&self.hub);
+            let alive = h.workers.values().filter(|w| w.alive).count();
+            let gpus: u32 = h
+                .workers
+                .values()
+                .filter(|w| w.alive)
+                .map(|w| w.gpus.len() as u32)
+                .sum();
+            check_submission(&j, gpus, alive)?;
+            h.next_job_id += 1;
+            h.next_job_id - 1
+        };
+        let spec = spec_of(id, &j, self.start.elapsed().as_secs_f64());
+        let rec = JobRecord {
+            info: Some(JobInfo {
+                id,
+                name: spec.name.clone(),
+                status: JobStatus::Submitted.as_str().into(),
+                requested_gpus: j.gpus,
+                submitted_unix_s: unix_now(),
+                command: j.command.clone(),
+                ..Default::default()
+            }),
+            job: Some(j),
+            run_time_s: 0.0,
+        };
+        // Durable before it is acknowledged or scheduled; written outside the
+        // hub's lock (an fsync must not stall heartbeats).
+        let (store, rec) = (self.store.clone(), rec);
+        let rec =
+            tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut h = lock(&self.hub);
+        h.jobs.insert(id, rec);
+        h.submissions.push_back(spec);
+        tracing::info!(job = id, "submitted");
+        Ok(Response::new(SubmitReply { job_id: id }))
+    }
+
+    async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let r = req.into_inner();
+        let h = lock(&self.hub);
+        super::status::reply(&h, &r).map(Response::new)
+    }
+
+    async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        let id = req.into_inner().job_id;
+        let mut h = lock(&self.hub);
+        let Some(rec) = h.jobs.get(&id) else {
+            return Err(Status::not_found(format!("job {id} is not known")));
+        };
+        let info = info_of(rec);
+        if info
+            .status
+            .parse::<JobStatus>()
+            .is_ok_and(|s| s.is_terminal())
+        {
+            return Err(Status::failed_precondition(format!(
+                "job {id} already ended ({})",
+                info.status
+            )));
+        }
+        if let Some(pos) = h.submissions.iter().position(|s| s.id.0 == id) {
+            // Not handed to the loop yet: it ends here.
+            h.submissions.remove(pos);
+            let rec = h.jobs.get_mut(&id).expect("checked above");
+            let info = rec.info.as_mut().expect("records carry info");
+            info.status = JobStatus::Failed.as_str().into();
+            info.reason = "cancelled".into();
+            info.finished_unix_s = Some(unix_now());
+            let rec = rec.clone();
+            self.store
+                .write(&[&rec], None)
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+        } else {
+            h.cancels.insert(id, "cancelled".into());
+        }
+        tracing::info!(job = id, "cancel requested");
+        Ok(Response::new(CancelReply {}))
+    }
+
+    async fn register(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterReply>, Status> {
+        let r = req.into_inner();
+        if r.gpus.is_empty() {
+            return Err(Status::invalid_argument("gpus: a worker needs at least 1"));
+        }
+        let mut seen = HashSet::new();
+        if let Some(g) = r.gpus.iter().find(|g| !seen.insert(g.index)) {
+            return Err(Status::invalid_argument(format!(
+                "gpus: index {} appears twice",
+                g.index
+            )));
+        }
+        if r.address.is_empty() {
+            return Err(Status::invalid_argument(
+                "address: the worker's own service address is required",
+            ));
+        }
+        let client = self
+            .security
+            .worker_client(&r.address)
+            .map_err(|e| Status::invalid_argument(format!("address: {e}")))?;
+        let mut h = lock(&self.hub);
+        h.next_worker += 1;
+        let name = if r.name.is_empty() { "worker" } else { &r.name };
+        let id = format!("{name}-{}-{}", h.epoch, h.next_worker);
+        tracing::info!(worker = %id, address = %r.address, gpus = r.gpus.len(), "worker registered");
+        h.workers.insert(
+            id.clone(),
+            WorkerEntry {
+                address: r.address,
+                gpus: r.gpus,
+                cpus: r.cpus,
+                host_mem_gb: r.host_mem_gb,
+                last_seen: Instant::now(),
+                alive: true,
+                node: None,
+                client,
+            },
+        );
+        Ok(Response::new(RegisterReply {
+            worker_id: id,
+            heartbeat_s: self.cfg.heartbeat_s,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        let r = req.into_inner();
+        let mut h = lock(&self.hub);
+        worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
+        let expected = h.expected.get(&r.worker_id);
+        let stop = r
+            .running
+            .into_iter()
+            .filter(|l| !expected.is_some_and(|e| e.contains(&(l.job_id, l.launch))))
+            .collect();
+        Ok(Response::new(HeartbeatReply { stop }))
+    }
+
+    async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {
+        let r = req.into_inner();
+        if r.launch.is_none() {
+            return Err(Status::invalid_argument("launch: missing"));
+        }
+        if !(r.exited_s_ago >= 0.0 && r.exited_s_ago.is_finite()) {
+            return Err(Status::invalid_argument(
+                "exited_s_ago: must be a non-negative number",
+            ));
+        }
+        let mut h = lock(&self.hub);
+        worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
+        let at = Instant::now()
+            .checked_sub(Duration::from_secs_f64(r.exited_s_ago))
+            .unwrap_or_else(Instant::now);
+        h.exits.push((r, at));
+        Ok(Response::new(Ack {}))
+    }
+
+    async fn push_metrics(&self, req: Request<MetricBatch>) -> Result<Response<Ack>, Status> {
+        let r = req.into_inner();
+        if let Some(i) = r
+            .samples
+            .iter()
+            .position(|s| s.launch.is_none() || s.key.is_empty())
+        {
+            return Err(Status::invalid_argument(format!(
+                "samples[{i}]: needs a launch and a key"
+            )));
+        }
+        let mut h = lock(&self.hub);
+        worker_known(&mut h, &r.worker_id)?;
+        h.metrics.extend(r.samples);
+        Ok(Response::new(Ack {}))
+    }
+}

@@ -1,0 +1,145 @@
+//! The job table: every job's record as persisted (status, placement,
+//! counters), restored when the scheduler starts and updated after every
+//! round from the loop's view (state changes at once, progress every 5 s).
+
+use super::backend::ClusterBackend;
+use super::{lock, spec_of, unix_now, Hub};
+use crate::proto::*;
+use crate::record::Record;
+use crate::store::StoreError;
+use blox_core::*;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub(super) fn info_of(r: &JobRecord) -> &JobInfo {
+    r.info.as_ref().expect("records always carry their info")
+}
+
+impl ClusterBackend {
+    /// Publishes the loop's view of every job (for `Status`) and persists the
+    /// changes: state changes at once, progress and service every 5 s.
+    pub(super) fn publish(&mut self, lp: &RoundLoop) -> Result<(), StoreError> {
+        let mut h = lock(&self.hub);
+        h.rounds = lp.rounds();
+        h.policy = lp.policies.label();
+        let mut urgent: Vec<u64> = Vec::new();
+        let mut dirty: Vec<u64> = Vec::new();
+        let now_unix = unix_now();
+        let now_s = self.now();
+        let finished = lp.jobs.finished();
+        let fresh = &finished[self.finished_seen.min(finished.len())..];
+        self.finished_seen = finished.len();
+        let jobs = lp
+            .jobs
+            .active()
+            .chain(lp.waiting().iter())
+            .chain(fresh.iter());
+        for j in jobs {
+            let id = j.id().0;
+            let Some(rec) = h.jobs.get_mut(&id) else {
+                continue;
+            };
+            let run_time_s = self
+                .records
+                .get(&j.id())
+                .map_or(j.run_time_s, |r| r.run_time_s);
+            let info = rec.info.as_mut().expect("records carry info");
+            let status = j.status.as_str();
+            let gpus: Vec<String> = j
+                .allocation
+                .iter()
+                .filter(|_| !j.status.is_terminal())
+                .map(|g| match self.gpu_map.get(g.index()) {
+                    Some((n, i)) => format!("{}:{i}", self.nodes[*n]),
+                    None => g.to_string(),
+                })
+                .collect();
+            let reason = j.end_reason.clone().unwrap_or_default();
+            let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
+            let changed_state = info.status != status
+                || info.gpus != gpus
+                || info.launches != launches
+                || info.reason != reason;
+            let changed = changed_state
+                || info.progress != j.progress
+                || info.attained_gpu_s != j.attained_service_gpu_s;
+            if !changed {
+                continue;
+            }
+            info.status = status.into();
+            info.gpus = gpus;
+            info.launches = launches;
+            info.preemptions = j.preemptions;
+            info.progress = j.progress;
+            info.attained_gpu_s = j.attained_service_gpu_s;
+            info.reason = reason;
+            if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
+                info.finished_unix_s = Some(now_unix - (now_s - f).max(0.0));
+                info.jct_s = j.jct_s();
+            }
+            rec.run_time_s = run_time_s;
+            if changed_state {
+                urgent.push(id);
+            } else {
+                dirty.push(id);
+            }
+        }
+        let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
+        let mut ids = urgent;
+        if flush || !ids.is_empty() {
+            ids.extend(dirty);
+        }
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let recs: Vec<JobRecord> = ids
+            .iter()
+            .filter_map(|id| h.jobs.get(id).cloned())
+            .collect();
+        // Written outside the hub's lock: an fsync must not stall heartbeats.
+        drop(h);
+        self.store.write(&recs.iter().collect::<Vec<_>>(), None)?;
+        if flush {
+            self.last_flush = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+
+
+/// Puts the job table's records into `hub`: every accepted, unfinished job
+/// is queued again (its JCT still counts from its submission, its service so
+/// far is kept). Returns the backend's records of those jobs and their count.
+pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId, Record>, usize) {
+    let mut seeded = HashMap::new();
+    let mut restored = 0;
+    for mut r in records {
+        let info = r.info.clone().unwrap_or_default();
+        let status = info.status.parse::<JobStatus>();
+        if status.is_err() {
+            tracing::warn!(job = info.id, "the job table has an unknown status `{}`; the job is queued again", info.status);
+        }
+        if !status.is_ok_and(|s| s.is_terminal()) {
+            let Some(sub) = r.job.clone() else { continue };
+            let arrival = -(unix_now() - info.submitted_unix_s).max(0.0);
+            hub.submissions.push_back(spec_of(info.id, &sub, arrival));
+            seeded.insert(
+                JobId(info.id),
+                Record {
+                    launches: info.launches,
+                    crashes: 0,
+                    run_time_s: r.run_time_s,
+                    attained_gpu_s: info.attained_gpu_s,
+                },
+            );
+            if let Some(i) = r.info.as_mut() {
+                i.status = JobStatus::Submitted.as_str().into();
+                i.gpus.clear();
+            }
+            restored += 1;
+        }
+        hub.jobs.insert(info.id, r);
+    }
+    (seeded, restored)
+}

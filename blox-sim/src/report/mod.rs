@@ -1,0 +1,10 @@
+//! Everything a run reports: the result tables of one run ([`tables`]:
+//! `jobs.csv`, `rounds.csv`, Parquet, the summary), the charts ([`plots`])
+//! and the plots and tables of a whole sweep ([`sweep`], `blox report`).
+
+pub mod plots;
+pub mod sweep;
+pub mod tables;
+
+pub use sweep::report_sweep;
+pub use tables::*;

@@ -1,0 +1,378 @@
+//! `blox report DIR`: plots and a markdown summary from a sweep's output
+//! (`DIR/sweep.csv` and the cells' `jobs.csv` and `rounds.csv`).
+//!
+//! Per grid: `<grid>-jct-cdf.svg` (CDF of job completion times per policy,
+//! all the grid's cells pooled), and either `<grid>-jct-vs-load.svg` and
+//! `<grid>-resp-vs-load.svg` (grids with loads) or `<grid>-jct-by-workload.svg`
+//! (grids over workloads); GPU utilisation and queue length over time;
+//! the synthesizer's policy timeline where the policy changed; `summary.md`
+//! holds the tables. Every plot is written as SVG and PNG.
+
+use super::plots::{downsample, line_chart, line_chart_scaled, timeline_chart, PlotError, PolicyPoint, Series};
+use super::ReportError;
+use crate::sweep::{slug, SweepRow};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn table_err(path: &Path) -> impl Fn(csv::Error) -> ReportError + '_ {
+    move |e| ReportError::Table {
+        path: path.to_path_buf(),
+        source: Box::new(e),
+    }
+}
+
+fn plot_err(path: &Path) -> impl FnOnce(PlotError) -> ReportError + '_ {
+    move |source| ReportError::Table {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Finished jobs' completion times (hours) of one cell.
+fn jcts_h(cell: &Path) -> Result<Vec<f64>, ReportError> {
+    let path = cell.join("jobs.csv");
+    let mut rdr = csv::Reader::from_path(&path).map_err(table_err(&path))?;
+    let i = rdr
+        .headers()
+        .map_err(table_err(&path))?
+        .iter()
+        .position(|h| h == "jct_s")
+        .ok_or_else(|| ReportError::Invalid {
+            path: path.clone(),
+            message: "no jct_s column".into(),
+        })?;
+    let mut out = Vec::new();
+    for rec in rdr.records() {
+        if let Some(v) = rec.map_err(table_err(&path))?.get(i).and_then(|s| s.parse::<f64>().ok()) {
+            out.push(v / 3600.0);
+        }
+    }
+    Ok(out)
+}
+
+/// One round of a cell's `rounds.csv`.
+struct RoundPoint {
+    t_h: f64,
+    util_pct: f64,
+    /// Admitted jobs without GPUs plus jobs waiting for admission.
+    queue: f64,
+    policy: String,
+}
+
+fn rounds_of(cell: &Path) -> Result<Vec<RoundPoint>, ReportError> {
+    let path = cell.join("rounds.csv");
+    let mut rdr = csv::Reader::from_path(&path).map_err(table_err(&path))?;
+    let h = rdr.headers().map_err(table_err(&path))?.clone();
+    let col = |name: &str| {
+        h.iter()
+            .position(|x| x == name)
+            .ok_or_else(|| ReportError::Invalid {
+                path: path.clone(),
+                message: format!("no {name} column"),
+            })
+    };
+    let (t, busy, total, queued, waiting) = (
+        col("time_s")?,
+        col("busy_gpus")?,
+        col("total_gpus")?,
+        col("queued_jobs")?,
+        col("waiting_jobs")?,
+    );
+    let policy = h.iter().position(|x| x == "policy");
+    let mut out = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(table_err(&path))?;
+        let num = |i: usize| {
+            rec.get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        out.push(RoundPoint {
+            t_h: num(t) / 3600.0,
+            util_pct: 100.0 * num(busy) / num(total).max(1.0),
+            queue: num(queued) + num(waiting),
+            policy: policy
+                .and_then(|i| rec.get(i))
+                .unwrap_or_default()
+                .to_string(),
+        });
+    }
+    Ok(out)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// Writes the plots and `summary.md` for the sweep output in `dir`.
+pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    let table = dir.join("sweep.csv");
+    let rows = crate::sweep::read_rows(&table).map_err(|e| ReportError::Invalid {
+        path: table.clone(),
+        message: e.to_string(),
+    })?;
+    if rows.is_empty() {
+        return Err(ReportError::Invalid {
+            path: table,
+            message: "has no rows".into(),
+        });
+    }
+    let mut grids: BTreeMap<String, Vec<SweepRow>> = BTreeMap::new();
+    for r in rows {
+        grids.entry(r.grid.clone()).or_default().push(r);
+    }
+    let mut written = Vec::new();
+    let mut md = String::new();
+    for (grid, rows) in &grids {
+        // Policies in first-seen order.
+        let mut policies: Vec<String> = Vec::new();
+        for r in rows {
+            if !policies.contains(&r.policy) {
+                policies.push(r.policy.clone());
+            }
+        }
+        // JCT CDF, every cell of the policy pooled.
+        let mut cdf: Series = Vec::new();
+        for p in &policies {
+            let mut all = Vec::new();
+            for r in rows.iter().filter(|r| &r.policy == p) {
+                all.extend(jcts_h(&dir.join(&r.dir))?);
+            }
+            all.sort_by(f64::total_cmp);
+            let n = all.len().max(1) as f64;
+            cdf.push((
+                p.clone(),
+                all.iter()
+                    .enumerate()
+                    .map(|(i, v)| (*v, (i + 1) as f64 / n))
+                    .collect(),
+            ));
+        }
+        let path = dir.join(format!("{}-jct-cdf.svg", slug(grid)));
+        line_chart(
+            &path,
+            &format!("{grid}: JCT CDF (all cells pooled)"),
+            "job completion time (hours, log scale)",
+            "fraction of jobs",
+            &cdf,
+            true,
+        ).map_err(plot_err(&path))?;
+        written.push(path);
+        let loads: Vec<f64> = {
+            let mut l: Vec<f64> = rows.iter().filter_map(|r| r.jobs_per_hour).collect();
+            l.sort_by(f64::total_cmp);
+            l.dedup();
+            l
+        };
+        let _ = writeln!(md, "## {grid}\n");
+        if !loads.is_empty() {
+            for (metric, file, label) in [
+                ("jct", "jct-vs-load", "average JCT (hours)"),
+                ("resp", "resp-vs-load", "average responsiveness (hours)"),
+            ] {
+                let series: Series = policies
+                    .iter()
+                    .map(|p| {
+                        let pts = loads
+                            .iter()
+                            .map(|l| {
+                                let v: Vec<f64> = rows
+                                    .iter()
+                                    .filter(|r| &r.policy == p && r.jobs_per_hour == Some(*l))
+                                    .map(|r| if metric == "jct" { r.avg_jct_s } else { r.avg_responsiveness_s } / 3600.0)
+                                    .collect();
+                                (*l, mean(&v))
+                            })
+                            .collect();
+                        (p.clone(), pts)
+                    })
+                    .collect();
+                let path = dir.join(format!("{}-{file}.svg", slug(grid)));
+                line_chart(
+                    &path,
+                    &format!("{grid}: {label} vs load"),
+                    "load (jobs per hour)",
+                    label,
+                    &series,
+                    false,
+                ).map_err(plot_err(&path))?;
+                written.push(path);
+            }
+            let _ = writeln!(
+                md,
+                "Average JCT (hours) by load (jobs/hour); p99 JCT, responsiveness and makespan at the highest load.\n"
+            );
+            let mut head = "| policy |".to_string();
+            for l in &loads {
+                let _ = write!(head, " {l} |");
+            }
+            let hi = *loads.last().expect("non-empty");
+            let _ = writeln!(
+                md,
+                "{head} p99 JCT @{hi} | avg resp. @{hi} | makespan @{hi} | finished |"
+            );
+            let _ = writeln!(md, "|---|{}---|---|---|---|", "---|".repeat(loads.len()));
+            for p in &policies {
+                let mut line = format!("| {p} |");
+                for l in &loads {
+                    let v: Vec<f64> = rows
+                        .iter()
+                        .filter(|r| &r.policy == p && r.jobs_per_hour == Some(*l))
+                        .map(|r| r.avg_jct_s / 3600.0)
+                        .collect();
+                    let _ = write!(line, " {:.3} |", mean(&v));
+                }
+                let at: Vec<&SweepRow> = rows
+                    .iter()
+                    .filter(|r| &r.policy == p && r.jobs_per_hour == Some(hi))
+                    .collect();
+                let m = |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
+                let _ = writeln!(
+                    line,
+                    " {:.2} | {:.3} | {:.1} h | {:.0}/{:.0} |",
+                    m(|r| r.p99_jct_s / 3600.0),
+                    m(|r| r.avg_responsiveness_s / 3600.0),
+                    m(|r| r.makespan_s / 3600.0),
+                    m(|r| r.finished as f64),
+                    m(|r| r.jobs as f64)
+                );
+                md.push_str(&line);
+            }
+        } else {
+            let workloads: Vec<String> = {
+                let mut w: Vec<String> = Vec::new();
+                for r in rows {
+                    if !w.contains(&r.workload) {
+                        w.push(r.workload.clone());
+                    }
+                }
+                w
+            };
+            let series: Series = policies
+                .iter()
+                .map(|p| {
+                    let pts = workloads
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, w)| {
+                            rows.iter()
+                                .find(|r| &r.policy == p && &r.workload == w)
+                                .map(|r| ((i + 1) as f64, r.avg_jct_s / 3600.0))
+                        })
+                        .collect();
+                    (p.clone(), pts)
+                })
+                .collect();
+            let path = dir.join(format!("{}-jct-by-workload.svg", slug(grid)));
+            line_chart(
+                &path,
+                &format!("{grid}: average JCT per workload"),
+                "workload (index in the sweep)",
+                "average JCT (hours)",
+                &series,
+                false,
+            ).map_err(plot_err(&path))?;
+            written.push(path);
+            if workloads.len() > 1 {
+                let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
+            }
+            let _ = writeln!(md, "| policy | avg JCT (h) | p99 JCT (h) | avg responsiveness (h) | makespan (h) | GPU util. | preemptions | finished |");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            for p in &policies {
+                let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
+                let m = |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
+                let _ = writeln!(
+                    md,
+                    "| {p} | {:.3} | {:.2} | {:.3} | {:.2} | {:.1} % | {:.0} | {:.0}/{:.0} |",
+                    m(|r| r.avg_jct_s / 3600.0),
+                    m(|r| r.p99_jct_s / 3600.0),
+                    m(|r| r.avg_responsiveness_s / 3600.0),
+                    m(|r| r.makespan_s / 3600.0),
+                    m(|r| 100.0 * r.gpu_utilisation),
+                    m(|r| r.preemptions as f64),
+                    m(|r| r.finished as f64),
+                    m(|r| r.jobs as f64)
+                );
+            }
+        }
+        // GPU utilisation and queue length over time: the highest load (or the
+        // first workload) of each policy.
+        let pick = |p: &String| -> Option<&SweepRow> {
+            let mine = rows.iter().filter(|r| &r.policy == p);
+            match loads.last() {
+                Some(hi) => mine.filter(|r| r.jobs_per_hour == Some(*hi)).next(),
+                None => mine.into_iter().next(),
+            }
+        };
+        let mut util: Series = Vec::new();
+        let mut queue: Series = Vec::new();
+        let mut at = String::new();
+        for p in &policies {
+            let Some(r) = pick(p) else { continue };
+            at = match r.jobs_per_hour {
+                Some(l) => format!("{l} jobs/hour"),
+                None => r.workload.clone(),
+            };
+            let pts = rounds_of(&dir.join(&r.dir))?;
+            let u: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.util_pct)).collect();
+            let q: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.queue)).collect();
+            util.push((p.clone(), downsample(&u, 600)));
+            queue.push((p.clone(), downsample(&q, 600)));
+            // The synthesizer's policy timeline, where the policy changed.
+            let distinct: std::collections::BTreeSet<&str> =
+                pts.iter().map(|x| x.policy.as_str()).collect();
+            if distinct.len() > 1 {
+                for c in rows.iter().filter(|c| &c.policy == p) {
+                    let pts = rounds_of(&dir.join(&c.dir))?;
+                    let tag = match c.jobs_per_hour {
+                        Some(l) => format!("{l}jph"),
+                        None if c.workload.is_empty() => "default".to_string(),
+                        None => c.workload.clone(),
+                    };
+                    let file = format!("{}-{}-{}-timeline.svg", slug(grid), slug(p), slug(&tag));
+                    let path = dir.join(&file);
+                    let tl: Vec<PolicyPoint> = pts
+                        .iter()
+                        .map(|x| PolicyPoint {
+                            t_h: x.t_h,
+                            policy: x.policy.clone(),
+                        })
+                        .collect();
+                    timeline_chart(
+                        &path,
+                        &format!("{grid}: {p} ({tag}), policies chosen over time"),
+                        &tl,
+                    ).map_err(plot_err(&path))?;
+                    written.push(path);
+                    let _ = writeln!(
+                        md,
+                        "\n{p} ({tag}) switched policies {} times: ![timeline]({file})",
+                        pts.windows(2).filter(|w| w[0].policy != w[1].policy).count()
+                    );
+                }
+            }
+        }
+        for (series, file, label) in [
+            (&util, "util-over-time", "GPU utilisation (%)"),
+            (&queue, "queue-over-time", "jobs waiting for GPUs"),
+        ] {
+            let path = dir.join(format!("{}-{file}.svg", slug(grid)));
+            line_chart_scaled(
+                &path,
+                &format!("{grid}: {label} over time ({at})"),
+                "time (hours)",
+                label,
+                series,
+                false,
+                false,
+            ).map_err(plot_err(&path))?;
+            written.push(path);
+        }
+        md.push('\n');
+    }
+    let path = dir.join("summary.md");
+    std::fs::write(&path, md).map_err(ReportError::io(&path))?;
+    written.push(path);
+    Ok(written)
+}

@@ -1,0 +1,210 @@
+//! The command line's arguments (clap).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "blox",
+    version,
+    about = "Composable deep-learning cluster schedulers: simulate, sweep, compare, run"
+)]
+pub struct Cli {
+    /// Log level filter (e.g. `info`, `debug`, `blox_core=debug`); also RUST_LOG.
+    #[arg(long, global = true, default_value = "warn")]
+    pub log: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Changes to a config before it is read.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Overrides {
+    /// Set a config value: `--set scheduling.policy=las --set run.seed=3`
+    /// (TOML values; `--set key=` removes the key).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Remove a config key, e.g. a parameter of a policy a `--set` replaced.
+    #[arg(long = "unset", value_name = "KEY")]
+    pub unset: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one simulation and print its summary.
+    Sim(SimArgs),
+    /// Run policies × loads × seeds from a config's [sweep] section, or whole
+    /// configs × workloads × loads × seeds from a file of [[grid]]s (resumable), in parallel.
+    Sweep {
+        config: PathBuf,
+        /// Where `sweep.csv` and the cells' folders go.
+        #[arg(long, default_value = "sweep-out")]
+        out: PathBuf,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Plots (SVG and PNG) and a markdown summary of a sweep's output folder.
+    Report {
+        /// The folder `blox sweep --out` wrote.
+        dir: PathBuf,
+    },
+    /// Run the config's policies on real job processes on this machine
+    /// (wall-clock rounds; `[cluster]` gives the logical GPUs).
+    Local {
+        config: PathBuf,
+        /// The jobs to run: a TOML file of `[[job]]` tables (see
+        /// `blox_runtime::local::read_jobs_file`).
+        #[arg(long)]
+        jobs: PathBuf,
+        /// Where job control, output and checkpoint folders go.
+        #[arg(long, default_value = "blox-local")]
+        workdir: PathBuf,
+        /// Write jobs.csv, rounds.csv and summary.txt here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Run the central scheduler: the config's policies on the workers that
+    /// register with it, wall-clock rounds of `[run] round_s`, `[runtime]` settings.
+    Scheduler {
+        #[arg(long)]
+        config: PathBuf,
+        /// Listen here instead of `[runtime] listen`.
+        #[arg(long)]
+        listen: Option<String>,
+        /// The job table file instead of `[runtime] state`.
+        #[arg(long)]
+        state: Option<PathBuf>,
+        #[command(flatten)]
+        overrides: Overrides,
+    },
+    /// Run a worker manager on this node: registers its GPUs with the scheduler
+    /// and runs the jobs it is given.
+    Worker(WorkerArgs),
+    /// Submit a job to a scheduler: `blox submit --gpus 2 -- train --epochs 3`.
+    Submit(SubmitArgs),
+    /// Show a scheduler's jobs (all, or the ones named) and workers.
+    Status {
+        #[command(flatten)]
+        connect: Connect,
+        jobs: Vec<u64>,
+    },
+    /// Cancel a job (killed if it runs).
+    Cancel {
+        #[command(flatten)]
+        connect: Connect,
+        job: u64,
+    },
+    /// List every registered module (built-in and linked into this binary).
+    Policies,
+    /// Time the reference simulations and the runtime (build with --release).
+    Bench {
+        /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `doubling`, `synth`,
+        /// `lease`, `metric-push`, `runtime-round`, or `all` (the two replays).
+        #[arg(default_value = "all")]
+        which: String,
+        /// Repetitions (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+    },
+}
+
+/// Options of `blox sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// The config (TOML). Default: the bundled `examples/configs/default.toml`.
+    pub config: Option<PathBuf>,
+    /// Replace the config's workload file (format recognised from its header).
+    #[arg(long)]
+    pub workload: Option<PathBuf>,
+    /// Write jobs.csv, rounds.csv (and .parquet) and summary.txt here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub overrides: Overrides,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Exit 0 even when `run.max_rounds` / `run.max_time_s` stop the run
+    /// with jobs unfinished (also `[run] allow_unfinished = true`).
+    #[arg(long)]
+    pub allow_unfinished: bool,
+}
+
+/// How to reach and authenticate with a scheduler (clients and workers).
+#[derive(Args, Clone, Debug)]
+pub struct Connect {
+    /// The scheduler's address.
+    #[arg(long, env = "BLOX_SCHEDULER", default_value = "127.0.0.1:50051")]
+    pub scheduler: String,
+    /// File holding the cluster's shared token.
+    #[arg(long, env = "BLOX_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Use TLS, trusting this certificate authority (PEM).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name to expect in the peer's certificate (default: the address's host).
+    #[arg(long)]
+    pub tls_domain: Option<String>,
+}
+
+/// Options of `blox worker`.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub connect: Connect,
+    /// N logical GPUs instead of the ones NVML finds (also where NVML is absent).
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Where the worker's own service listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// The address the scheduler should use to reach this worker (default: --listen).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// The node's name (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Control directories and (without a shared checkpoint dir) checkpoints.
+    #[arg(long, default_value = "blox-worker")]
+    pub workdir: PathBuf,
+    /// This worker's TLS certificate and key (PEM).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Options of `blox submit`.
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pub connect: Connect,
+    /// The job as a TOML file (name, gpus, command, batch_size, user, model,
+    /// duration_s, metrics); flags override its fields.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    #[arg(long)]
+    pub batch_size: Option<u32>,
+    #[arg(long)]
+    pub user: Option<String>,
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Expected run time at --gpus GPUs (for SRTF-like policies).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// A metric known up front: `--metric best_cpus_per_gpu=6`.
+    #[arg(long = "metric", value_name = "KEY=VALUE")]
+    pub metrics: Vec<String>,
+    /// The program and its arguments (after `--`).
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}

@@ -1,0 +1,210 @@
+//! The real runtime's commands: `blox scheduler`, `blox worker`,
+//! `blox submit`, `blox status` and `blox cancel` (blox-runtime's scheduler,
+//! worker manager and gRPC protocol).
+
+use crate::cli::{Connect, SubmitArgs, WorkerArgs};
+use crate::say;
+use anyhow::{bail, Context, Result};
+use blox_core::Override;
+use blox_runtime::ctl::{Ctl, CtlError, JobFile};
+use blox_runtime::net::{Security, TlsFiles};
+use blox_runtime::proto::JobSubmission;
+use blox_runtime::scheduler::{RuntimeConfig, SchedulerHandle};
+use blox_runtime::worker::WorkerConfig;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The token and TLS settings of a connection (a worker adds its own
+/// certificate and key).
+fn security(c: &Connect, cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Security> {
+    let token = c
+        .token_file
+        .as_deref()
+        .map(Security::token_from_file)
+        .transpose()?;
+    let tls = (c.tls_ca.is_some() || cert.is_some() || key.is_some()).then(|| TlsFiles {
+        cert,
+        key,
+        ca: c.tls_ca.clone(),
+        domain: c.tls_domain.clone(),
+    });
+    Ok(Security { token, tls })
+}
+
+fn ctl(c: &Connect) -> Result<Ctl> {
+    Ctl::connect(&c.scheduler, &security(c, None, None)?)
+        .with_context(|| format!("connecting to {}", c.scheduler))
+}
+
+/// Starts the scheduler a config describes: its policies (and policy
+/// synthesis, if it has a `[synthesizer]`), its `[runtime]` settings with
+/// `listen` and `state` replaced when given.
+pub fn start_scheduler(
+    cfg: &blox_core::Config,
+    listen: Option<String>,
+    state: Option<PathBuf>,
+) -> Result<SchedulerHandle> {
+    let mut policies =
+        blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    // Policy synthesis ([synthesizer]) runs here as in `blox sim`: it forks
+    // the live state into simulations of every candidate.
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
+    let selector = blox_sim::synth::Synthesizer::from_config(cfg, &sim)?.map(|s| {
+        use blox_sim::synth::module_label;
+        policies.names = (
+            module_label(&cfg.admission),
+            module_label(&cfg.scheduling),
+            module_label(&cfg.placement),
+        );
+        Box::new(s) as Box<dyn blox_core::PolicySelector>
+    });
+    let mut rt = RuntimeConfig::from_config(cfg)?;
+    if let Some(l) = listen {
+        rt.listen = l;
+    }
+    if let Some(s) = state {
+        rt.state = s;
+    }
+    Ok(blox_runtime::scheduler::start_with_selector(
+        rt,
+        policies,
+        cfg.run.round_s,
+        selector,
+    )?)
+}
+
+/// `blox scheduler`: runs until SIGINT/SIGTERM.
+pub fn scheduler(
+    config: &Path,
+    listen: Option<String>,
+    state: Option<PathBuf>,
+    overrides: &[Override],
+) -> Result<ExitCode> {
+    let cfg = blox_sim::load_config(config, None, overrides)?;
+    let rt = RuntimeConfig::from_config(&cfg)?;
+    let table = state.clone().unwrap_or(rt.state);
+    let synthesizing = cfg.has_section("synthesizer");
+    let handle = start_scheduler(&cfg, listen, state)
+        .with_context(|| format!("starting the scheduler of {}", config.display()))?;
+    say!(
+        "blox scheduler: listening on {} ({}/{}/{}{}, {} s rounds, job table {})",
+        handle.address,
+        cfg.admission.policy,
+        cfg.scheduling.policy,
+        cfg.placement.policy,
+        if synthesizing {
+            ", policy synthesis on"
+        } else {
+            ""
+        },
+        cfg.run.round_s,
+        table.display()
+    )?;
+    let stop = handle.stop_flag();
+    std::thread::spawn(move || {
+        if blox_runtime::ctl::wait_for_signal().is_ok() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    handle.wait()?;
+    eprintln!("blox scheduler: stopped; running jobs are requeued when it starts again");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "worker".into())
+}
+
+pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
+    let security = security(&a.connect, a.tls_cert.clone(), a.tls_key.clone())?;
+    let listen = a
+        .listen
+        .parse()
+        .with_context(|| format!("--listen {}: expected HOST:PORT", a.listen))?;
+    let cfg = WorkerConfig {
+        scheduler: a.connect.scheduler.clone(),
+        listen,
+        advertise: a.advertise,
+        name: a.name.unwrap_or_else(host_name),
+        logical_gpus: a.gpus,
+        workdir: a.workdir,
+        security,
+    };
+    blox_runtime::ctl::run_worker(cfg, |addr| {
+        let _ = say!("blox worker: listening on {addr}");
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn submission(a: &SubmitArgs) -> Result<JobSubmission> {
+    let mut j = match &a.file {
+        Some(path) => JobFile::read(path)?,
+        None => JobSubmission::default(),
+    };
+    if let Some(n) = &a.name {
+        j.name = n.clone();
+    }
+    if let Some(g) = a.gpus {
+        j.gpus = g;
+    }
+    if a.batch_size.is_some() {
+        j.batch_size = a.batch_size;
+    }
+    if a.user.is_some() {
+        j.user = a.user.clone();
+    }
+    if a.model.is_some() {
+        j.model = a.model.clone();
+    }
+    if a.duration_s.is_some() {
+        j.duration_s = a.duration_s;
+    }
+    for m in &a.metrics {
+        let (k, v) = m
+            .split_once('=')
+            .with_context(|| format!("--metric {m}: expected KEY=VALUE"))?;
+        let v: f64 = v
+            .trim()
+            .parse()
+            .with_context(|| format!("--metric {m}: the value is not a number"))?;
+        j.metrics.insert(k.trim().to_string(), v);
+    }
+    if !a.command.is_empty() {
+        j.command = a.command.clone();
+    }
+    if j.command.is_empty() {
+        bail!("no command: give it after `--` (blox submit --gpus 1 -- train --epochs 3) or in --file");
+    }
+    if j.gpus == 0 && a.file.is_none() && a.gpus.is_none() {
+        j.gpus = 1;
+    }
+    Ok(j)
+}
+
+pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let j = submission(&a)?;
+    let id = ctl(&a.connect)?.submit(j).map_err(rpc("submit"))?;
+    say!("submitted job {id}")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rpc(what: &'static str) -> impl Fn(CtlError) -> anyhow::Error {
+    move |e| anyhow::anyhow!("{what}: {e}")
+}
+
+pub fn status(connect: &Connect, jobs: &[u64]) -> Result<ExitCode> {
+    let r = ctl(connect)?.status(jobs).map_err(rpc("status"))?;
+    let text = blox_runtime::ctl::render_status(&connect.scheduler, &r);
+    say!("{}", text.trim_end())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cancel(connect: &Connect, job: u64) -> Result<ExitCode> {
+    ctl(connect)?.cancel(job).map_err(rpc("cancel"))?;
+    say!("cancelled job {job}")?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,93 @@
+//! `blox local CONFIG --jobs JOBS.toml`: the config's policies on real job
+//! processes on this machine (`blox_runtime::LocalBackend`), with wall-clock
+//! rounds of `[run] round_s`; the config's `[cluster]` gives the (logical)
+//! GPUs. The same result tables as `blox sim`.
+
+use crate::say;
+use anyhow::Result;
+use blox_core::*;
+use blox_runtime::local::{read_jobs_file, run_until_done};
+use blox_runtime::{LocalBackend, LocalConfig};
+use blox_sim::{ConfigRequest, RoundRow, SimResult, StopReason};
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn run(
+    config: &Path,
+    jobs: &Path,
+    workdir: &Path,
+    out: Option<&Path>,
+    overrides: &[Override],
+) -> Result<ExitCode> {
+    let cfg = ConfigRequest::new(config)
+        .overrides(overrides.to_vec())
+        .load()?;
+    let specs = read_jobs_file(jobs)?;
+    let cluster = cfg.cluster_state()?;
+    let policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    let n = specs.len();
+    let mut backend = LocalBackend::new(LocalConfig::new(workdir), &cluster, specs)?;
+    let round_s = cfg.run.round_s;
+    let mut lp = RoundLoop::new(policies, cluster, round_s);
+    eprintln!(
+        "blox local: {n} jobs on {} GPUs, {round_s} s rounds; job output under {}",
+        lp.cluster.num_gpus(),
+        workdir.join("jobs").display()
+    );
+    let reports = run_until_done(&mut lp, &mut backend, |r, lp| {
+        for id in &r.ended {
+            if let Some(j) = lp.jobs.finished_job(*id) {
+                eprintln!(
+                    "  {:>8.1} s  {} {} {}",
+                    r.time_s,
+                    id,
+                    j.status,
+                    j.end_reason.as_deref().unwrap_or("")
+                );
+            }
+        }
+    })?;
+    let rounds = reports.into_iter().map(RoundRow::from).collect();
+    let result = SimResult::from_loop(
+        &lp,
+        rounds,
+        backend.now_s(),
+        false,
+        None,
+        Some(StopReason::Completed),
+    );
+    say!("blox local {}", config.display())?;
+    say!(
+        "{:<8} {:<16} {:<9} {:>9} {:>12} {:>11}  reason",
+        "job",
+        "name",
+        "status",
+        "JCT s",
+        "queueing s",
+        "preemptions"
+    )?;
+    for r in &result.jobs {
+        let s = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+        say!(
+            "{:<8} {:<16} {:<9} {:>9} {:>12} {:>11}  {}",
+            r.job_id,
+            r.name,
+            r.status,
+            s(r.jct_s),
+            s(r.queueing_s),
+            r.preemptions,
+            r.reason
+        )?;
+    }
+    say!(
+        "GPU utilisation {:.1} %, {} rounds of {round_s} s",
+        100.0 * result.summary.gpu_utilisation,
+        result.summary.rounds
+    )?;
+    if let Some(dir) = out {
+        for f in result.write(dir)? {
+            say!("wrote {}", f.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

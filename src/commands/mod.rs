@@ -1,0 +1,175 @@
+//! One function per subcommand: read the arguments, call the library, print.
+
+pub mod cluster;
+pub mod local;
+pub mod study;
+
+use crate::cli::{Command, Overrides, SimArgs};
+use crate::say;
+use anyhow::{Context, Result};
+use blox_core::Override;
+use blox_sim::{ConfigRequest, Simulation};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The config `blox sim` runs when given none, relative to this crate.
+pub const DEFAULT_CONFIG: &str = "examples/configs/default.toml";
+
+/// The bundled default config: next to the sources this library was built
+/// from, else relative to the working directory.
+pub fn default_config() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_CONFIG);
+    if built.exists() {
+        built
+    } else {
+        PathBuf::from(DEFAULT_CONFIG)
+    }
+}
+
+/// The `--set` and `--unset` options as overrides, in the order given
+/// (every `--set` first, then every `--unset`).
+pub fn overrides(o: &Overrides) -> Result<Vec<Override>> {
+    let mut out = Vec::new();
+    for s in &o.set {
+        out.push(Override::parse_cli(s)?);
+    }
+    for k in &o.unset {
+        out.push(Override::unset(k));
+    }
+    Ok(out)
+}
+
+/// Runs one parsed command.
+pub fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Sim(a) => sim(a),
+        Command::Sweep {
+            config,
+            out,
+            threads,
+            overrides: o,
+        } => study::sweep(&config, &out, threads, &overrides(&o)?),
+        Command::Report { dir } => study::report(&dir),
+        Command::Local {
+            config,
+            jobs,
+            workdir,
+            out,
+            overrides: o,
+        } => local::run(&config, &jobs, &workdir, out.as_deref(), &overrides(&o)?),
+        Command::Scheduler {
+            config,
+            listen,
+            state,
+            overrides: o,
+        } => cluster::scheduler(&config, listen, state, &overrides(&o)?),
+        Command::Worker(a) => cluster::worker(a),
+        Command::Submit(a) => cluster::submit(a),
+        Command::Status { connect, jobs } => cluster::status(&connect, &jobs),
+        Command::Cancel { connect, job } => cluster::cancel(&connect, job),
+        Command::Policies => policies(),
+        Command::Bench { which, repeat } => study::bench(&which, repeat),
+    }
+}
+
+/// `blox sim`.
+pub fn sim(a: SimArgs) -> Result<ExitCode> {
+    let path = a.config.clone().unwrap_or_else(default_config);
+    let cfg = ConfigRequest::new(&path)
+        .workload(a.workload.clone(), "--workload")
+        .overrides(overrides(&a.overrides)?)
+        .load()?;
+    let start = std::time::Instant::now();
+    let mut simulation = Simulation::from_config(&cfg)?;
+    let bar = if a.quiet {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(1000);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {percent}% of tracked jobs done {msg}",
+            )
+            .expect("valid template"),
+        );
+        b
+    };
+    let mut n = 0u64;
+    let stepped = (|| {
+        while simulation.step()? {
+            n += 1;
+            if n % 256 == 0 {
+                bar.set_position((simulation.fraction_done() * 1000.0) as u64);
+            }
+        }
+        Ok::<_, blox_sim::SimError>(())
+    })();
+    bar.finish_and_clear();
+    stepped?;
+    let result = simulation.finish();
+    let elapsed = start.elapsed();
+    say!("blox sim {}", path.display())?;
+    say!("{}", result.summary)?;
+    say!(
+        "wall time          {:.3} s ({:.0} rounds/s)",
+        elapsed.as_secs_f64(),
+        result.summary.rounds as f64 / elapsed.as_secs_f64().max(1e-9)
+    )?;
+    if let Some(dir) = &a.out {
+        let files = result
+            .write(dir)
+            .with_context(|| format!("writing results to {}", dir.display()))?;
+        for f in files {
+            say!("wrote {}", f.display())?;
+        }
+    }
+    let s = &result.summary;
+    if s.stopped_early() && !(a.allow_unfinished || cfg.run.allow_unfinished) {
+        anyhow::bail!(
+            "{} stopped the run with {} of {} jobs unfinished (pass --allow-unfinished or set [run] allow_unfinished = true if that is intended)",
+            s.stopped_by.as_deref().unwrap_or("a limit"),
+            s.unfinished,
+            s.jobs_total
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `blox policies`: every registered module of this binary.
+pub fn policies() -> Result<ExitCode> {
+    use blox_core::registry::*;
+    let kinds: [(&str, Vec<(&str, &str)>); 3] = [
+        (
+            "admission",
+            admission_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "scheduling",
+            scheduling_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "placement",
+            placement_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+    ];
+    let width = kinds
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|e| e.0.len()))
+        .max()
+        .unwrap_or(0);
+    for (kind, entries) in kinds {
+        say!("{kind}:")?;
+        for (name, about) in entries {
+            say!("  {name:<width$}  {about}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

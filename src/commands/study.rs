@@ -1,0 +1,117 @@
+//! `blox sweep`, `blox report` and `blox bench`.
+
+use crate::say;
+use anyhow::Result;
+use blox_core::Override;
+use blox_sim::sweep::{self, SweepOptions, SweepRow};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// `blox sweep FILE --out DIR`: a `[sweep]` config or a `[[grid]]` file.
+pub fn sweep(
+    file: &Path,
+    out: &Path,
+    threads: Option<usize>,
+    overrides: &[Override],
+) -> Result<ExitCode> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos} cells done, {msg}")
+            .expect("valid template"),
+    );
+    let b = bar.clone();
+    let opts = SweepOptions {
+        threads,
+        on_cell: Some(Arc::new(move |r: &SweepRow| {
+            b.inc(1);
+            b.set_message(r.dir.clone());
+        })),
+    };
+    let started = std::time::Instant::now();
+    let outcome = sweep::run_file(file, out, overrides, &opts);
+    bar.finish_and_clear();
+    let outcome = outcome?;
+    eprintln!(
+        "{} cells: {} already done, {} to run",
+        outcome.rows.len(),
+        outcome.reused,
+        outcome.ran
+    );
+    say!(
+        "{:<18} {:<34} {:<16} {:>6} {:>5} {:>10} {:>10} {:>7}",
+        "grid",
+        "policy",
+        "workload",
+        "jobs/h",
+        "seed",
+        "avg JCT h",
+        "p99 JCT h",
+        "util %"
+    )?;
+    for r in &outcome.rows {
+        say!(
+            "{:<18} {:<34} {:<16} {:>6} {:>5} {:>10.3} {:>10.2} {:>7.1}",
+            r.grid,
+            r.policy,
+            r.workload,
+            r.jobs_per_hour.map(|v| v.to_string()).unwrap_or_default(),
+            r.seed.map(|v| v.to_string()).unwrap_or_default(),
+            r.avg_jct_s / 3600.0,
+            r.p99_jct_s / 3600.0,
+            100.0 * r.gpu_utilisation
+        )?;
+    }
+    say!(
+        "{} cells ({} run) in {:.2} s; wrote {}",
+        outcome.rows.len(),
+        outcome.ran,
+        started.elapsed().as_secs_f64(),
+        outcome.table.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `blox report DIR`.
+pub fn report(dir: &Path) -> Result<ExitCode> {
+    for f in blox_sim::report::report_sweep(dir)? {
+        say!("wrote {}", f.display())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `blox bench WHICH`: simulation benchmarks (blox-sim) and runtime
+/// benchmarks (blox-runtime).
+pub fn bench(which: &str, repeat: usize) -> Result<ExitCode> {
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench`");
+    }
+    let configs = super::default_config()
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let mut failed: Option<std::io::Error> = None;
+    let mut print = |line: String| {
+        if failed.is_none() {
+            if let Err(e) = crate::out::line(format_args!("{line}")) {
+                failed = Some(e);
+            }
+        }
+    };
+    if blox_runtime::bench::NAMES.contains(&which) {
+        blox_runtime::bench::run(which, repeat, &mut print)?;
+    } else if which == "all" || blox_sim::bench::NAMES.contains(&which) {
+        blox_sim::bench::run(which, repeat, &configs, &mut print)?;
+    } else {
+        anyhow::bail!(
+            "unknown benchmark `{which}`; choose {}, {} or all",
+            blox_sim::bench::NAMES.join(", "),
+            blox_runtime::bench::NAMES.join(", ")
+        );
+    }
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
