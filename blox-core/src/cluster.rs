@@ -282,6 +282,16 @@ impl ClusterState {
     }
 
     /// GPU type of a GPU (its node's).
+    /// The node a GPU is on.
+    pub fn node_of(&self, id: GpuId) -> Option<NodeId> {
+        self.gpu(id).map(|g| g.node)
+    }
+
+    /// The spec of the node a GPU is on.
+    pub fn node_spec_of(&self, id: GpuId) -> Option<&NodeSpec> {
+        self.node_of(id).and_then(|n| self.node(n)).map(|n| &n.spec)
+    }
+
     pub fn gpu_type(&self, id: GpuId) -> Option<&str> {
         self.gpu(id)
             .map(|g| self.nodes[g.node.index()].spec.gpu_type.as_str())

@@ -202,6 +202,21 @@ impl Job {
         self.status == JobStatus::Running
     }
 
+    /// Seconds since submission without GPUs (queueing so far), at `now_s`.
+    pub fn waiting_s(&self, now_s: f64) -> f64 {
+        (now_s - self.spec.arrival_s - self.run_time_s).max(0.0)
+    }
+
+    /// Seconds since submission, at `now_s`.
+    pub fn age_s(&self, now_s: f64) -> f64 {
+        (now_s - self.spec.arrival_s).max(0.0)
+    }
+
+    /// Seconds since the job last (re)started, if it has run.
+    pub fn since_launch_s(&self, now_s: f64) -> Option<f64> {
+        self.last_launch_s.map(|t| (now_s - t).max(0.0))
+    }
+
     /// Remaining run time at the requested GPU count, if the duration is known.
     pub fn expected_remaining_s(&self) -> Option<f64> {
         self.spec

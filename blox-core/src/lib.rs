@@ -13,6 +13,7 @@ pub mod job_state;
 pub mod module;
 pub mod registry;
 pub mod round;
+pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{Config, ConfigError, ModuleConfig, Override, RunConfig, Section};
@@ -28,6 +29,8 @@ pub use round::{
     error_chain, LoopError, OnInvalidDecision, Policies, PolicySelector, RoundLoop, RoundReport,
     SelectorError,
 };
+
+pub use walk::{priority_walk, FreeGpus, WalkParams};
 
 /// Re-exported so policy crates can register without depending on `inventory`.
 pub use inventory;

@@ -27,10 +27,21 @@ pub struct RoundInfo {
 
 /// What admission decided for this round. Jobs named in neither list stay in the
 /// wait queue (deferred) and are offered again next round, in submission order.
+/// Each job may be named once, and only jobs offered this round.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct AdmissionDecision {
     pub accept: Vec<JobId>,
     pub reject: Vec<(JobId, String)>,
+}
+
+impl AdmissionDecision {
+    /// Admits every waiting job.
+    pub fn accept_all(waiting: &[Job]) -> Self {
+        AdmissionDecision {
+            accept: waiting.iter().map(Job::id).collect(),
+            reject: Vec::new(),
+        }
+    }
 }
 
 /// Admission policy: which submitted jobs enter the scheduler's view.
@@ -46,6 +57,14 @@ pub trait AdmissionPolicy: Send {
 }
 
 /// One entry of a schedule: a job and what it should get.
+///
+/// ```
+/// # use blox_core::*;
+/// let d = Demand::new(JobId(7), 4).with_batch_size(512);
+/// assert_eq!((d.gpus, d.batch_size, d.gpu_ids), (4, Some(512), None));
+/// let pinned = Demand::new(JobId(7), 0).on_gpus(vec![GpuId(0), GpuId(1)]);
+/// assert_eq!(pinned.gpus, 2);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Demand {
     pub job: JobId,
@@ -64,6 +83,12 @@ pub struct Demand {
 
 /// A scheduling decision: jobs in priority order, highest first. A runnable job
 /// missing from it should not hold GPUs this round.
+///
+/// The loop checks it before placement sees it: every entry names an
+/// admitted, runnable (queued or running) job, once; no job is both
+/// scheduled and terminated; no demand asks for more GPUs than the cluster
+/// can have; named GPU ids match the GPU count. A schedule that breaks a
+/// rule is refused, naming the scheduling policy and the job.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Schedule {
     pub entries: Vec<Demand>,
@@ -76,22 +101,67 @@ pub struct Schedule {
     pub terminate: Vec<(JobId, String)>,
 }
 
+impl Demand {
+    /// `gpus` GPUs for `job` at its current batch size; the placement policy
+    /// chooses which GPUs, with the proportional host share.
+    pub fn new(job: JobId, gpus: u32) -> Self {
+        Demand {
+            job,
+            gpus,
+            batch_size: None,
+            gpu_ids: None,
+            host: None,
+        }
+    }
+
+    /// The job at its requested GPU count.
+    pub fn requested(job: &Job) -> Self {
+        Demand::new(job.id(), job.requested_gpus())
+    }
+
+    /// Runs the job at global batch size `batch`.
+    pub fn with_batch_size(mut self, batch: u32) -> Self {
+        self.batch_size = Some(batch);
+        self
+    }
+
+    /// Names the GPUs (a joint policy; pair it with the `explicit`
+    /// placement). The GPU count becomes their number.
+    pub fn on_gpus(mut self, gpus: Vec<GpuId>) -> Self {
+        self.gpus = gpus.len() as u32;
+        self.gpu_ids = Some(gpus);
+        self
+    }
+
+    /// Asks for CPUs and host memory per GPU (Synergy-style placements).
+    pub fn with_host(mut self, host: HostShare) -> Self {
+        self.host = Some(host);
+        self
+    }
+}
+
 impl Schedule {
+    /// An empty schedule: nobody runs.
+    pub fn new() -> Self {
+        Schedule::default()
+    }
+
+    /// Appends `d` below every entry so far (lower priority).
+    pub fn push(&mut self, d: Demand) {
+        self.entries.push(d);
+    }
+
+    /// Ends `job` now (it must not also be in `entries`).
+    pub fn terminate(&mut self, job: JobId, reason: impl Into<String>) {
+        self.terminate.push((job, reason.into()));
+    }
+
     /// Each job at its requested GPU count and batch size, in the given order.
     pub fn in_priority_order<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Self {
         Schedule {
             desired_nodes: None,
             terminate: Vec::new(),
-            entries: jobs
-                .into_iter()
-                .map(|j| Demand {
-                    job: j.id(),
-                    gpus: j.requested_gpus(),
-                    batch_size: None,
-                    gpu_ids: None,
-                    host: None,
-                })
-                .collect(),
+            entries: jobs.into_iter().map(Demand::requested).collect(),
         }
     }
 
@@ -127,10 +197,21 @@ impl Assignment {
     }
 }
 
-/// A placement decision. Running jobs in neither list keep their GPUs.
-/// A running job listed in `launch` with other GPUs or another host share is
-/// restarted (re-allocation); with the same GPUs and host share and another
-/// batch size it is reconfigured in place.
+/// A placement decision, checked by the loop before anything runs:
+///
+/// - a running job in neither list **keeps its GPUs** (whatever the schedule
+///   said about it — a placement that wants it stopped must preempt it);
+/// - a job in `preempt` must be running; it checkpoints and releases its GPUs;
+/// - a job in `launch` must be admitted and runnable, at most once, on GPUs
+///   that exist, are online and that no job holds after the decision (GPUs
+///   of jobs preempted or moved in the same decision are free);
+/// - a running job listed in `launch` with other GPUs or another host share
+///   is restarted there (a re-allocation); with the same GPUs and host share
+///   and another batch size it is reconfigured in place;
+/// - CPU and host memory shares must fit each node.
+///
+/// A decision that breaks a rule is refused as a whole, naming the policy.
+/// [`crate::walk::priority_walk`] builds placements that keep these rules.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Placement {
     /// Running jobs to suspend (checkpoint and release their GPUs).

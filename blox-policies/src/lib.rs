@@ -12,8 +12,8 @@
 //! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
-//! policies only by name must still link the crate: call [`link`] or write
-//! `use blox_policies as _;`.
+//! policies only by name must still link the crate: `use blox_policies as _;`
+//! (the `blox` library does, so `blox::main()` always has them).
 
 pub mod admission;
 pub mod lp;
@@ -24,7 +24,3 @@ pub mod scheduling;
 
 #[cfg(test)]
 pub(crate) mod test_util;
-
-/// Makes sure this crate is linked into a binary that only refers to its policies
-/// by name (through the registry).
-pub fn link() {}

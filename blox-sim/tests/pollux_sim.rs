@@ -1,5 +1,7 @@
 //! Profile-driven simulation of Pollux workloads (pollux-data.md §3–4, §7).
 
+// The built-in policies, registered by name.
+use blox_policies as _;
 use blox_core::*;
 use blox_sim::backend::SimConfig;
 use blox_sim::workload::pollux::{rigid_duration_s, AppProfile};
@@ -39,7 +41,6 @@ fn artifact_sim() -> SimConfig {
 }
 
 fn policies(scheduling: &str, placement: &str) -> Policies {
-    blox_policies::link();
     let module = |kind: &str, policy: &str| ModuleConfig {
         policy: policy.to_string(),
         line: 0,
@@ -59,7 +60,6 @@ fn run(
     placement: &str,
     sim: SimConfig,
 ) -> blox_sim::report::SimResult {
-    blox_policies::link();
     let policies = policies(scheduling, placement);
     let run = RunConfig {
         round_s: 60.0,

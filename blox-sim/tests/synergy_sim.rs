@@ -1,6 +1,8 @@
 //! Synergy in the simulator: job speed follows the CPUs and memory a job gets
 //! (host profiles), and Synergy-TUNE uses that (OSDI'22 §4.3).
 
+// The built-in policies, registered by name.
+use blox_policies as _;
 use blox_core::*;
 use blox_sim::backend::SimConfig;
 use blox_sim::host_profile::{self, HostProfiles};
@@ -40,7 +42,6 @@ fn job(id: u64, arrival: f64, gpus: u32, model: &str, duration_s: f64) -> SimJob
 }
 
 fn synergy(mode: &str) -> Policies {
-    blox_policies::link();
     let mut t = toml::Table::new();
     t.insert("mode".into(), toml::Value::String(mode.into()));
     let sched = Section::from_table("scheduling", t);
@@ -159,7 +160,6 @@ fn a_job_whose_model_has_no_profile_is_named_in_the_error() {
     );
     let c = dir.path().join("c.toml");
     std::fs::write(&c, cfg).unwrap();
-    blox_policies::link();
     let config = blox_sim::load_config(&c, None, &[]).unwrap();
     let e = Simulation::from_config(&config)
         .err()

@@ -1,10 +1,11 @@
 //! The policy synthesizer (Blox §5.2): it switches when the workload changes
 //! character and always picks the best forked score.
 
+// The built-in policies, registered by name.
+use blox_policies as _;
 use blox_sim::{load_config, Simulation};
 
 fn run(trace: &str, extra: &str) -> (blox_sim::SimResult, Vec<blox_sim::synth::Decision>) {
-    blox_policies::link();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("t.csv"), trace).unwrap();
     let cfg = format!(
@@ -106,7 +107,6 @@ fn the_synthesized_run_beats_static_fifo_on_the_burst() {
 
 #[test]
 fn a_bad_candidate_fails_at_load_with_the_synthesizer_line() {
-    blox_policies::link();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("t.csv"),

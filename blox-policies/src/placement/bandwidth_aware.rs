@@ -9,7 +9,7 @@
 //! one). Jobs spanning nodes are placed as `consolidated` places them.
 
 use super::consolidated::fewest_nodes;
-use super::walk::{priority_walk, FreeGpus, WalkParams};
+use blox_core::walk::{priority_walk, FreeGpus, WalkParams};
 use blox_core::*;
 
 /// Parameters: `backfill` (false), `preempt` (true), as `consolidated`.

@@ -4,7 +4,7 @@
 //! "consolidated" placement; Tiresias, NSDI'19, §4 on consolidation), with Blox's
 //! preemption of lower-priority jobs.
 
-use super::walk::{priority_walk, FreeGpus, WalkParams};
+use blox_core::walk::{priority_walk, FreeGpus, WalkParams};
 use blox_core::*;
 
 /// Fewest-nodes placement. Parameters: `backfill` (false), `preempt` (true).

@@ -2,7 +2,7 @@
 //! nodes as needed (Blox, EuroSys'24, §4.1 "first free GPU" placement, the Blox
 //! simulator's default), with Blox's preemption of lower-priority jobs.
 
-use super::walk::{priority_walk, WalkParams};
+use blox_core::walk::{priority_walk, WalkParams};
 use blox_core::*;
 
 /// First-fit placement. Parameters: `backfill` (false), `preempt` (true).

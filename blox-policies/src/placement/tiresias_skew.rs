@@ -16,7 +16,7 @@
 //! that whole nodes stay free for sensitive jobs. Preemption follows Blox's walk.
 
 use super::consolidated::fewest_nodes;
-use super::walk::{priority_walk, FreeGpus, WalkParams};
+use blox_core::walk::{priority_walk, FreeGpus, WalkParams};
 use blox_core::*;
 use serde::Deserialize;
 

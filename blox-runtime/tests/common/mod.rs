@@ -2,6 +2,8 @@
 //! loopback, stopped (with every job process) when dropped.
 #![allow(dead_code)]
 
+// The built-in policies, registered by name.
+use blox_policies as _;
 use blox_core::*;
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::Security;
@@ -17,7 +19,6 @@ use std::time::{Duration, Instant};
 pub const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
 
 pub fn policies(scheduling: &str) -> Policies {
-    blox_policies::link();
     registry::build_named("accept-all", scheduling, "consolidated").unwrap()
 }
 

@@ -1,48 +1,13 @@
-//! An example third-party scheduling policy in its own crate.
+//! Third-party policies in their own crate: one per extension point, each
+//! registered by name, selectable from any config once the crate is linked
+//! into the binary that runs it (`src/main.rs` is that binary: three lines).
 //!
-//! `fewest-gpus-first` runs the jobs that ask for the fewest GPUs first (earliest
-//! arrival on ties) — a "smallest job first" heuristic. Everything a policy crate
-//! needs is `blox-core`: implement [`SchedulingPolicy`], register a factory by name,
-//! and link the crate into a binary (`use custom_policy as _;`). A config then
-//! selects it with `[scheduling] policy = "fewest-gpus-first"`.
+//! | kind | name | file |
+//! |---|---|---|
+//! | admission | `max-waiting` | [`max_waiting`] |
+//! | scheduling | `fewest-gpus-first` | [`fewest_gpus_first`] |
+//! | placement | `spread` | [`spread`] |
 
-use blox_core::*;
-use serde::Deserialize;
-
-/// Parameters, read from the `[scheduling]` section.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FewestGpusFirst {
-    /// Reverse the order (largest jobs first).
-    #[serde(default)]
-    pub largest_first: bool,
-}
-
-impl SchedulingPolicy for FewestGpusFirst {
-    fn schedule(
-        &mut self,
-        _round: &RoundInfo,
-        jobs: &JobState,
-        _cluster: &ClusterState,
-    ) -> Schedule {
-        let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| {
-            let by_size = a.requested_gpus().cmp(&b.requested_gpus());
-            let by_size = if self.largest_first {
-                by_size.reverse()
-            } else {
-                by_size
-            };
-            by_size
-                .then(a.arrival_s().total_cmp(&b.arrival_s()))
-                .then(a.id().cmp(&b.id()))
-        });
-        Schedule::in_priority_order(order)
-    }
-}
-
-blox_core::register_scheduling!(
-    "fewest-gpus-first",
-    "example crate: jobs asking for the fewest GPUs first",
-    |params| Ok(Box::new(params.parse::<FewestGpusFirst>()?))
-);
+pub mod fewest_gpus_first;
+pub mod max_waiting;
+pub mod spread;

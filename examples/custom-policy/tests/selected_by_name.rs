@@ -92,3 +92,56 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn spread_takes_each_gpu_from_the_emptiest_node() {
+    use blox_core::*;
+    use custom_policy::spread::Spread;
+    let mut cluster = ClusterState::homogeneous(2, 4);
+    let mut jobs = JobState::new();
+    // Job 0 holds three GPUs of node 0; job 1 (3 GPUs) arrives.
+    let held = vec![GpuId(0), GpuId(1), GpuId(2)];
+    cluster.assign(JobId(0), &held).unwrap();
+    let mut j0 = Job::new(JobSpec::new(0, 0.0, 3));
+    j0.status = JobStatus::Running;
+    j0.allocation = held;
+    jobs.insert(j0);
+    jobs.insert(Job::new(JobSpec::new(1, 1.0, 3)));
+    let order: Vec<&Job> = jobs.runnable().collect();
+    let round = RoundInfo { round: 0, now_s: 0.0, round_s: 60.0 };
+    let p = Spread::default().place(&round, &Schedule::in_priority_order(order), &jobs, &cluster);
+    assert!(p.preempt.is_empty());
+    let gpus = &p.launch[0].gpus;
+    let on_node1 = gpus.iter().filter(|g| cluster.node_of(**g) == Some(NodeId(1))).count();
+    // Node 1 has 4 free GPUs, node 0 one: node 1 stays the emptiest for all three.
+    assert_eq!((gpus.len(), on_node1), (3, 3), "{gpus:?}");
+    // With both nodes empty, a 2-GPU job spans both.
+    let empty = ClusterState::homogeneous(2, 4);
+    let mut jobs = JobState::new();
+    jobs.insert(Job::new(JobSpec::new(5, 0.0, 2)));
+    let order: Vec<&Job> = jobs.runnable().collect();
+    let p = Spread::default().place(&round, &Schedule::in_priority_order(order), &jobs, &empty);
+    assert_eq!(empty.nodes_spanned(&p.launch[0].gpus), 2);
+}
+
+#[test]
+fn max_waiting_defers_beyond_its_limit_and_rejects_large_jobs() {
+    use blox_core::*;
+    let cfg = Config::parse(
+        "[cluster]\nnodes = 1\ngpus_per_node = 4\n[admission]\npolicy = \"max-waiting\"\nlimit = 2\nmax_gpus = 2\n",
+        "a.toml",
+        Path::new("."),
+        &[],
+    )
+    .unwrap();
+    let mut adm = blox_core::registry::build_admission(&cfg.admission).unwrap();
+    let waiting: Vec<Job> = [(0, 1), (1, 4), (2, 1), (3, 1)]
+        .iter()
+        .map(|&(id, g)| Job::new(JobSpec::new(id, 0.0, g)))
+        .collect();
+    let round = RoundInfo { round: 0, now_s: 0.0, round_s: 60.0 };
+    let d = adm.admit(&round, &waiting, &JobState::new(), &ClusterState::homogeneous(1, 4));
+    assert_eq!(d.accept, vec![JobId(0), JobId(2)], "two admitted, job 3 waits");
+    assert_eq!(d.reject.len(), 1);
+    assert_eq!(d.reject[0].0, JobId(1));
+}

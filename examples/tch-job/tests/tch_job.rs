@@ -4,6 +4,8 @@
 //! Runs only with `--features tch` (libtorch installed; see README.md).
 #![cfg(feature = "tch")]
 
+// The built-in policies, registered by name.
+use blox_policies as _;
 use blox_core::*;
 use blox_runtime::{LocalBackend, LocalConfig};
 
@@ -11,7 +13,6 @@ const JOB: &str = env!("CARGO_BIN_EXE_blox-tch-job");
 
 #[test]
 fn the_tch_job_is_preempted_resumes_from_its_varstore_and_learns() {
-    blox_policies::link();
     let policies = registry::build_named("accept-all", "las", "consolidated").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let jobs: Vec<JobSpec> = (0..2)

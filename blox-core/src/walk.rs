@@ -9,8 +9,33 @@
 //!    up until it fits (none are preempted if even that would not make room);
 //! 4. a job that still cannot be placed stops the walk (no backfilling), unless
 //!    `backfill = true`.
+//!
+//! A placement policy built on it only chooses GPUs:
+//!
+//! ```
+//! use blox_core::*;
+//!
+//! /// Lowest free GPU ids first.
+//! struct LowestIds;
+//!
+//! impl PlacementPolicy for LowestIds {
+//!     fn place(&mut self, _: &RoundInfo, s: &Schedule, jobs: &JobState, c: &ClusterState) -> Placement {
+//!         priority_walk(&WalkParams::default(), s, jobs, c, |free, _job, n| {
+//!             Some(free.iter().take(n as usize).collect())
+//!         })
+//!     }
+//! }
+//! ```
+//!
+//! Running jobs that the schedule lists at the GPU count they hold keep their
+//! GPUs (they appear in the placement only if their batch size changes);
+//! running jobs it leaves out are preempted.
 
-use blox_core::*;
+use crate::cluster::ClusterState;
+use crate::ids::{GpuId, JobId, NodeId};
+use crate::job::Job;
+use crate::job_state::JobState;
+use crate::module::{Assignment, Placement, Schedule};
 use serde::Deserialize;
 
 /// Free GPUs during the walk: a dense bitmap plus per-node counts.
@@ -22,7 +47,8 @@ pub struct FreeGpus<'a> {
 }
 
 impl<'a> FreeGpus<'a> {
-    fn new(cluster: &'a ClusterState) -> Self {
+    /// The cluster's free GPUs now.
+    pub fn new(cluster: &'a ClusterState) -> Self {
         let mut free = vec![false; cluster.gpus().len()];
         let mut per_node = vec![0; cluster.nodes().len()];
         let mut count = 0;
@@ -116,7 +142,7 @@ fn yes() -> bool {
 }
 
 /// Runs the walk; `choose(free, job, n)` picks `n` GPUs for `job` out of `free`
-/// or says it cannot.
+/// (it is only called when at least `n` are free) or says it cannot.
 pub fn priority_walk(
     params: &WalkParams,
     schedule: &Schedule,
@@ -225,4 +251,65 @@ pub fn priority_walk(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobSpec, JobStatus};
+
+    fn state(jobs: &[(u64, u32, &[u32])]) -> (JobState, ClusterState) {
+        let mut c = ClusterState::homogeneous(1, 4);
+        let mut s = JobState::new();
+        for &(id, want, held) in jobs {
+            let mut j = Job::new(JobSpec::new(id, id as f64, want));
+            if !held.is_empty() {
+                let gpus: Vec<GpuId> = held.iter().map(|g| GpuId(*g)).collect();
+                c.assign(JobId(id), &gpus).unwrap();
+                j.allocation = gpus;
+                j.status = JobStatus::Running;
+            }
+            s.insert(j);
+        }
+        (s, c)
+    }
+
+    fn lowest(free: &FreeGpus, _: &Job, n: u32) -> Option<Vec<GpuId>> {
+        Some(free.iter().take(n as usize).collect())
+    }
+
+    #[test]
+    fn a_higher_priority_job_preempts_the_lowest_running_ones() {
+        // Jobs 1 and 2 run on two GPUs each; job 3 (4 GPUs) comes first now.
+        let (s, c) = state(&[(1, 2, &[0, 1]), (2, 2, &[2, 3]), (3, 4, &[])]);
+        let order: Vec<&Job> = [3, 1, 2].iter().map(|i| s.get(JobId(*i)).unwrap()).collect();
+        let p = priority_walk(&WalkParams::default(), &Schedule::in_priority_order(order), &s, &c, lowest);
+        assert_eq!(p.preempt, vec![JobId(2), JobId(1)], "bottom of the order first");
+        assert_eq!(p.launch.len(), 1);
+        assert_eq!(p.launch[0].job, JobId(3));
+    }
+
+    #[test]
+    fn a_job_that_cannot_fit_stops_the_walk_unless_backfilling() {
+        let (s, c) = state(&[(1, 3, &[0, 1, 2]), (2, 2, &[]), (3, 1, &[])]);
+        let order: Vec<&Job> = [1, 2, 3].iter().map(|i| s.get(JobId(*i)).unwrap()).collect();
+        let sched = Schedule::in_priority_order(order);
+        let p = priority_walk(&WalkParams::default(), &sched, &s, &c, lowest);
+        assert!(p.launch.is_empty() && p.preempt.is_empty(), "{p:?}");
+        let backfill = WalkParams {
+            backfill: true,
+            preempt: true,
+        };
+        let p = priority_walk(&backfill, &sched, &s, &c, lowest);
+        assert_eq!(p.launch.iter().map(|a| a.job).collect::<Vec<_>>(), vec![JobId(3)]);
+    }
+
+    #[test]
+    fn running_jobs_left_out_of_the_schedule_are_preempted() {
+        let (s, c) = state(&[(1, 1, &[0]), (2, 1, &[1])]);
+        let only2 = Schedule::in_priority_order([s.get(JobId(2)).unwrap()]);
+        let p = priority_walk(&WalkParams::default(), &only2, &s, &c, lowest);
+        assert_eq!(p.preempt, vec![JobId(1)]);
+        assert!(p.launch.is_empty(), "job 2 keeps its GPU: {p:?}");
+    }
 }

@@ -1,0 +1,118 @@
+//! The README's "Writing a policy" works as written from a crate outside the
+//! repository: its files are taken from the README, written to a temporary
+//! folder (the repository's path put in place of `/path/to/blox-rs`), built
+//! against this workspace by path, and its commands run.
+//!
+//! The crate shares this workspace's `target/` folder and `Cargo.lock` (so
+//! nothing is fetched and little is compiled anew) and builds offline.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PLACEHOLDER: &str = "/path/to/blox-rs";
+
+/// The README's files (`my-policy/<path>`: fenced block) and its commands.
+fn readme_crate() -> (BTreeMap<String, String>, Vec<String>) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("### Writing a policy")
+        .nth(1)
+        .expect("README has a Writing a policy section");
+    let section = section.split("\n### ").next().unwrap();
+    let mut files = BTreeMap::new();
+    let mut commands = Vec::new();
+    let mut lines = section.lines();
+    let mut pending: Option<String> = None;
+    while let Some(line) = lines.next() {
+        if let Some(rest) = line.strip_prefix("`my-policy/") {
+            pending = rest.split('`').next().map(str::to_string);
+        } else if line.starts_with("```") {
+            let lang = line.trim_start_matches('`');
+            let mut body = String::new();
+            for l in lines.by_ref() {
+                if l.starts_with("```") {
+                    break;
+                }
+                body.push_str(l);
+                body.push('\n');
+            }
+            match pending.take() {
+                Some(name) => {
+                    files.insert(name, body);
+                }
+                None if lang == "sh" => commands.extend(
+                    body.lines()
+                        .filter(|l| l.starts_with("cargo run --"))
+                        .map(|l| l.split('#').next().unwrap().trim().to_string()),
+                ),
+                None => {}
+            }
+        }
+    }
+    (files, commands)
+}
+
+#[test]
+fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let (files, commands) = readme_crate();
+    for f in ["Cargo.toml", "src/lib.rs", "src/main.rs", "fewest.toml", "compare.toml"] {
+        assert!(files.contains_key(f), "the README shows my-policy/{f}");
+    }
+    assert_eq!(commands.len(), 4, "{commands:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let krate = dir.path().join("my-policy");
+    for (name, body) in &files {
+        let p = krate.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body.replace(PLACEHOLDER, root.to_str().unwrap())).unwrap();
+    }
+    // Outside this workspace, resolved from this workspace's lock file.
+    std::fs::copy(root.join("Cargo.lock"), krate.join("Cargo.lock")).unwrap();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(&cargo)
+        .args(["build", "--offline", "--quiet"])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(&krate)
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "the README's crate does not build:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let bin = target.join("debug").join("my-policy");
+    let out_dir = krate.join("sweep-out");
+    let mut outputs = Vec::new();
+    for cmd in &commands {
+        let args: Vec<&str> = cmd
+            .trim_start_matches("cargo run --")
+            .split_whitespace()
+            .collect();
+        let o = Command::new(&bin)
+            .args(&args)
+            .current_dir(&krate)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "`{cmd}` failed:\n{text}");
+        outputs.push(text);
+    }
+    assert!(outputs[0].contains("fewest-gpus-first") && outputs[0].contains("las"), "{}", outputs[0]);
+    assert!(outputs[1].contains("scheduling=fewest-gpus-first"), "{}", outputs[1]);
+    assert!(outputs[1].contains("80 finished of 80"), "{}", outputs[1]);
+    let table = std::fs::read_to_string(out_dir.join("sweep.csv")).unwrap();
+    assert_eq!(table.lines().count(), 1 + 3, "{table}");
+    assert!(table.contains("fewest-gpus-first"), "{table}");
+    assert!(out_dir.join("summary.md").is_file(), "{}", outputs[3]);
+    assert!(out_dir.join("compare-jct-cdf.png").is_file(), "{}", outputs[3]);
+}
