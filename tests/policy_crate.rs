@@ -58,7 +58,13 @@ fn readme_crate() -> (BTreeMap<String, String>, Vec<String>) {
 fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let (files, commands) = readme_crate();
-    for f in ["Cargo.toml", "src/lib.rs", "src/main.rs", "fewest.toml", "compare.toml"] {
+    for f in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "src/main.rs",
+        "fewest.toml",
+        "compare.toml",
+    ] {
         assert!(files.contains_key(f), "the README shows my-policy/{f}");
     }
     assert_eq!(commands.len(), 4, "{commands:?}");
@@ -107,12 +113,24 @@ fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
         assert!(o.status.success(), "`{cmd}` failed:\n{text}");
         outputs.push(text);
     }
-    assert!(outputs[0].contains("fewest-gpus-first") && outputs[0].contains("las"), "{}", outputs[0]);
-    assert!(outputs[1].contains("scheduling=fewest-gpus-first"), "{}", outputs[1]);
+    assert!(
+        outputs[0].contains("fewest-gpus-first") && outputs[0].contains("las"),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[1].contains("scheduling=fewest-gpus-first"),
+        "{}",
+        outputs[1]
+    );
     assert!(outputs[1].contains("80 finished of 80"), "{}", outputs[1]);
     let table = std::fs::read_to_string(out_dir.join("sweep.csv")).unwrap();
     assert_eq!(table.lines().count(), 1 + 3, "{table}");
     assert!(table.contains("fewest-gpus-first"), "{table}");
     assert!(out_dir.join("summary.md").is_file(), "{}", outputs[3]);
-    assert!(out_dir.join("compare-jct-cdf.png").is_file(), "{}", outputs[3]);
+    assert!(
+        out_dir.join("compare-jct-cdf.png").is_file(),
+        "{}",
+        outputs[3]
+    );
 }

@@ -51,7 +51,9 @@ impl std::fmt::Display for JobStatus {
 
 /// A status name that is none of [`JobStatus`]'s.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown job status `{0}`; expected submitted, queued, running, finished, failed or rejected")]
+#[error(
+    "unknown job status `{0}`; expected submitted, queued, running, finished, failed or rejected"
+)]
 pub struct UnknownStatus(pub String);
 
 impl std::str::FromStr for JobStatus {

@@ -281,11 +281,7 @@ impl RoundLoop {
                     if self.on_invalid == OnInvalidDecision::Fail {
                         return Err(e);
                     }
-                    tracing::error!(
-                        "{}; keeping {}",
-                        error_chain(&e),
-                        self.policies.label()
-                    );
+                    tracing::error!("{}; keeping {}", error_chain(&e), self.policies.label());
                 }
             }
         }

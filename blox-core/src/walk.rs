@@ -282,9 +282,22 @@ mod tests {
     fn a_higher_priority_job_preempts_the_lowest_running_ones() {
         // Jobs 1 and 2 run on two GPUs each; job 3 (4 GPUs) comes first now.
         let (s, c) = state(&[(1, 2, &[0, 1]), (2, 2, &[2, 3]), (3, 4, &[])]);
-        let order: Vec<&Job> = [3, 1, 2].iter().map(|i| s.get(JobId(*i)).unwrap()).collect();
-        let p = priority_walk(&WalkParams::default(), &Schedule::in_priority_order(order), &s, &c, lowest);
-        assert_eq!(p.preempt, vec![JobId(2), JobId(1)], "bottom of the order first");
+        let order: Vec<&Job> = [3, 1, 2]
+            .iter()
+            .map(|i| s.get(JobId(*i)).unwrap())
+            .collect();
+        let p = priority_walk(
+            &WalkParams::default(),
+            &Schedule::in_priority_order(order),
+            &s,
+            &c,
+            lowest,
+        );
+        assert_eq!(
+            p.preempt,
+            vec![JobId(2), JobId(1)],
+            "bottom of the order first"
+        );
         assert_eq!(p.launch.len(), 1);
         assert_eq!(p.launch[0].job, JobId(3));
     }
@@ -292,7 +305,10 @@ mod tests {
     #[test]
     fn a_job_that_cannot_fit_stops_the_walk_unless_backfilling() {
         let (s, c) = state(&[(1, 3, &[0, 1, 2]), (2, 2, &[]), (3, 1, &[])]);
-        let order: Vec<&Job> = [1, 2, 3].iter().map(|i| s.get(JobId(*i)).unwrap()).collect();
+        let order: Vec<&Job> = [1, 2, 3]
+            .iter()
+            .map(|i| s.get(JobId(*i)).unwrap())
+            .collect();
         let sched = Schedule::in_priority_order(order);
         let p = priority_walk(&WalkParams::default(), &sched, &s, &c, lowest);
         assert!(p.launch.is_empty() && p.preempt.is_empty(), "{p:?}");
@@ -301,7 +317,10 @@ mod tests {
             preempt: true,
         };
         let p = priority_walk(&backfill, &sched, &s, &c, lowest);
-        assert_eq!(p.launch.iter().map(|a| a.job).collect::<Vec<_>>(), vec![JobId(3)]);
+        assert_eq!(
+            p.launch.iter().map(|a| a.job).collect::<Vec<_>>(),
+            vec![JobId(3)]
+        );
     }
 
     #[test]

@@ -101,7 +101,9 @@ pub fn lease_check_us(n: u32) -> Result<f64, BenchError> {
     let per = t.elapsed().as_secs_f64() / n.max(1) as f64 * 1e6;
     let _ = std::fs::remove_dir_all(&dir);
     if revoked != 0 {
-        return Err(BenchError("the lease was revoked during the benchmark".into()));
+        return Err(BenchError(
+            "the lease was revoked during the benchmark".into(),
+        ));
     }
     Ok(per)
 }

@@ -216,7 +216,11 @@ impl From<JobFile> for JobSubmission {
 /// per worker.
 pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "scheduler {scheduler} · {} · {} rounds", r.policy, r.rounds);
+    let _ = writeln!(
+        out,
+        "scheduler {scheduler} · {} · {} rounds",
+        r.policy, r.rounds
+    );
     if !r.last_error.is_empty() {
         let _ = writeln!(out, "last policy error: {}", r.last_error);
     }
@@ -228,8 +232,9 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
     for j in &r.jobs {
         let jct = j.jct_s.map_or_else(
             || {
-                j.finished_unix_s
-                    .map_or("-".to_string(), |f| format!("{:.1}", f - j.submitted_unix_s))
+                j.finished_unix_s.map_or("-".to_string(), |f| {
+                    format!("{:.1}", f - j.submitted_unix_s)
+                })
             },
             |v| format!("{v:.1}"),
         );

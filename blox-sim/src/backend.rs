@@ -81,7 +81,10 @@ impl SimConfig {
             if v >= 0.0 && v.is_finite() {
                 Ok(())
             } else {
-                Err(s.error_at(key, format!("`{key}` must be a non-negative number of seconds")))
+                Err(s.error_at(
+                    key,
+                    format!("`{key}` must be a non-negative number of seconds"),
+                ))
             }
         };
         non_negative("launch_overhead_s", c.launch_overhead_s)?;
@@ -93,7 +96,10 @@ impl SimConfig {
             return Err(s.error_at("epoch_s", "`epoch_s` must be a positive number of seconds"));
         }
         if !(0.0..1.0).contains(&c.interference) {
-            return Err(s.error_at("interference", "`interference` must be a fraction in [0, 1)"));
+            return Err(s.error_at(
+                "interference",
+                "`interference` must be a fraction in [0, 1)",
+            ));
         }
         for (t, v) in &c.type_speed {
             if !(*v > 0.0 && v.is_finite()) {
@@ -108,7 +114,9 @@ impl SimConfig {
                 if !(*v > 0.0 && v.is_finite()) {
                     return Err(s.error_at(
                         &format!("model_type_speed.{m}.{t}"),
-                        format!("the speed of `{m}` on `{t}` must be positive (it would never finish)"),
+                        format!(
+                            "the speed of `{m}` on `{t}` must be positive (it would never finish)"
+                        ),
                     ));
                 }
             }

@@ -325,9 +325,7 @@ fn synth(dir: &Path, out: Out) -> Result<()> {
             };
             let lp = &sim.round_loop;
             let t = Instant::now();
-            synth
-                .select(&info, &lp.jobs, &lp.cluster, lp.waiting(), &lp.policies)
-                ?;
+            synth.select(&info, &lp.jobs, &lp.cluster, lp.waiting(), &lp.policies)?;
             times.push(t.elapsed().as_secs_f64());
             known.push(lp.jobs.num_active() + lp.waiting().len());
         }
@@ -377,7 +375,14 @@ fn one(name: &str, config: &Path, repeat: usize, out: Out) -> Result<()> {
 }
 
 /// The simulation benchmarks, by name.
-pub const NAMES: &[&str] = &["blox-recipe", "philly-10k", "pollux", "ones", "doubling", "synth"];
+pub const NAMES: &[&str] = &[
+    "blox-recipe",
+    "philly-10k",
+    "pollux",
+    "ones",
+    "doubling",
+    "synth",
+];
 
 /// Runs benchmark `which` (one of [`NAMES`], or `all` for the two reference
 /// replays) with the configs under `configs_dir` (the repository's

@@ -341,7 +341,8 @@ impl ConfigRequest {
                 let mut probe = ConfigInput::new(&text, &file, &base);
                 probe.sections = self.sections.clone();
                 let probe = Config::from_input(probe)?;
-                if let Some(toml::Value::String(k)) = probe.section("workload").table().get("kind") {
+                if let Some(toml::Value::String(k)) = probe.section("workload").table().get("kind")
+                {
                     if k == "blox-recipe" {
                         cfg_kind = k.clone();
                     }

@@ -1,8 +1,8 @@
 //! Profile-driven simulation of Pollux workloads (pollux-data.md §3–4, §7).
 
 // The built-in policies, registered by name.
-use blox_policies as _;
 use blox_core::*;
+use blox_policies as _;
 use blox_sim::backend::SimConfig;
 use blox_sim::workload::pollux::{rigid_duration_s, AppProfile};
 use blox_sim::workload::{BatchAgent, SimJob, WorkModel};

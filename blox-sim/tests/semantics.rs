@@ -120,8 +120,7 @@ fn round_quantized_mode_reproduces_blox_completion_times() {
         ],
     )
     .unwrap();
-    let trace =
-        blox_sim::workload::load(&cfg.section("workload"), cfg.run.seed).unwrap();
+    let trace = blox_sim::workload::load(&cfg.section("workload"), cfg.run.seed).unwrap();
     let r = Simulation::from_config(&cfg).unwrap().run_to_end().unwrap();
     let round = 300.0;
     let mut checked = 0;

@@ -2,8 +2,8 @@
 //! (host profiles), and Synergy-TUNE uses that (OSDI'22 §4.3).
 
 // The built-in policies, registered by name.
-use blox_policies as _;
 use blox_core::*;
+use blox_policies as _;
 use blox_sim::backend::SimConfig;
 use blox_sim::host_profile::{self, HostProfiles};
 use blox_sim::workload::{SimJob, WorkModel};

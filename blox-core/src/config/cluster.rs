@@ -71,7 +71,9 @@ impl Config {
                     return Err(s.error_at("nodes", format!("`nodes` must be at most {MAX_NODES}")));
                 }
                 if g == 0 || g > 1024 {
-                    return Err(s.error_at("gpus_per_node", "`gpus_per_node` must be from 1 to 1024"));
+                    return Err(
+                        s.error_at("gpus_per_node", "`gpus_per_node` must be from 1 to 1024")
+                    );
                 }
                 let mut spec = NodeSpec::with_gpus(g);
                 if let Some(t) = &c.gpu_type {
@@ -117,7 +119,10 @@ impl Config {
             let g = NodeGroup::from_section(&sub)?;
             total += g.count as u64;
             if total > MAX_NODES as u64 {
-                return Err(sub.error_at("count", format!("the cluster would have more than {MAX_NODES} nodes")));
+                return Err(sub.error_at(
+                    "count",
+                    format!("the cluster would have more than {MAX_NODES} nodes"),
+                ));
             }
             for _ in 0..g.count {
                 cluster.add_node(g.spec.clone());
@@ -134,9 +139,8 @@ impl Config {
                     ),
                 ));
             }
-            let gpus = u32::try_from(m as u64 * per_node).map_err(|_| {
-                s.error_at("max_nodes", "max_nodes × GPUs per node is too large")
-            })?;
+            let gpus = u32::try_from(m as u64 * per_node)
+                .map_err(|_| s.error_at("max_nodes", "max_nodes × GPUs per node is too large"))?;
             cluster.set_max_gpus(Some(gpus));
         }
         if cluster.num_gpus() == 0 {

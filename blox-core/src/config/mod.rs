@@ -122,12 +122,18 @@ impl RunConfig {
         }
         if let Some(t) = self.max_time_s {
             if !(t > 0.0) {
-                return Err(s.error_at("max_time_s", "max_time_s must be a positive number of seconds"));
+                return Err(s.error_at(
+                    "max_time_s",
+                    "max_time_s must be a positive number of seconds",
+                ));
             }
         }
         if let Some([a, b]) = self.track_jobs {
             if a > b {
-                return Err(s.error_at("track_jobs", "track_jobs must be [first, last] with first <= last"));
+                return Err(s.error_at(
+                    "track_jobs",
+                    "track_jobs must be [first, last] with first <= last",
+                ));
             }
         }
         Ok(())
@@ -235,10 +241,11 @@ impl Config {
     /// Reads a config from its parts (see [`ConfigInput`]).
     pub fn from_input(input: ConfigInput<'_>) -> Result<Config, ConfigError> {
         let file = input.file;
-        let mut doc: toml::Table = toml::from_str(input.source).map_err(|e| ConfigError::Parse {
-            file: file.to_string(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
+        let mut doc: toml::Table =
+            toml::from_str(input.source).map_err(|e| ConfigError::Parse {
+                file: file.to_string(),
+                message: e.to_string().trim_end().to_string(),
+            })?;
         let lines = KeyLines::of(input.source);
         let file_arc: Arc<str> = Arc::from(file);
         let mut origins: HashMap<String, (Origin, PathBuf)> = HashMap::new();
@@ -299,7 +306,10 @@ impl Config {
             let Some(table) = value.as_table() else {
                 return Err(at(format!("`{key}` must be a table ([{key}])")));
             };
-            sections.insert(key.clone(), Section::new(key, table.clone(), origin, Some(base)));
+            sections.insert(
+                key.clone(),
+                Section::new(key, table.clone(), origin, Some(base)),
+            );
         }
         let empty = |name: &str| {
             Section::new(

@@ -60,11 +60,7 @@ impl Section {
         let origin = Origin {
             file: self.origin.file.clone(),
             lines: Arc::new(self.origin.lines.under(path)),
-            header: self
-                .origin
-                .lines
-                .line(path)
-                .unwrap_or(self.origin.header),
+            header: self.origin.lines.line(path).unwrap_or(self.origin.header),
             set: Arc::new(set),
             whole: self
                 .origin

@@ -159,10 +159,7 @@ impl Override {
             table = match entry {
                 toml::Value::Table(t) => t,
                 other => {
-                    return Err(self.error(format!(
-                        "`{p}` is a {}, not a table",
-                        other.type_str()
-                    )))
+                    return Err(self.error(format!("`{p}` is a {}, not a table", other.type_str())))
                 }
             };
         }

@@ -9,4 +9,3 @@ pub mod first_free;
 pub mod most_free;
 pub mod synergy;
 pub mod tiresias_skew;
-

@@ -118,7 +118,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("comand"), "{e}");
-        let ok = parse_jobs("[[job]]\narrival_s = 2\ngpus = 3\ncommand = [\"a\", \"b\"]\n", p).unwrap();
+        let ok = parse_jobs(
+            "[[job]]\narrival_s = 2\ngpus = 3\ncommand = [\"a\", \"b\"]\n",
+            p,
+        )
+        .unwrap();
         assert_eq!((ok[0].requested_gpus, ok[0].command.len()), (3, 2));
     }
 }

@@ -556,5 +556,3 @@ impl RoundClock for ClusterBackend {
         }
     }
 }
-
-

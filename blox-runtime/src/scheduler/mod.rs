@@ -102,7 +102,6 @@ fn lock(h: &SharedHub) -> MutexGuard<'_, Hub> {
     h.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-
 /// A running scheduler: its address, and a way to stop it.
 pub struct SchedulerHandle {
     pub address: SocketAddr,
@@ -305,4 +304,3 @@ pub fn start_with_selector(
         thread: Some(thread),
     })
 }
-

@@ -16,7 +16,11 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
 /// Checks a submission; the error names the field.
-pub(super) fn check_submission(j: &JobSubmission, cluster_gpus: u32, workers: usize) -> Result<(), Status> {
+pub(super) fn check_submission(
+    j: &JobSubmission,
+    cluster_gpus: u32,
+    workers: usize,
+) -> Result<(), Status> {
     if j.command.is_empty() || j.command[0].trim().is_empty() {
         return Err(Status::invalid_argument(
             "command: must name a program and its arguments (argv, no shell)",

@@ -106,8 +106,6 @@ impl ClusterBackend {
     }
 }
 
-
-
 /// Puts the job table's records into `hub`: every accepted, unfinished job
 /// is queued again (its JCT still counts from its submission, its service so
 /// far is kept). Returns the backend's records of those jobs and their count.
@@ -118,7 +116,11 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
         let info = r.info.clone().unwrap_or_default();
         let status = info.status.parse::<JobStatus>();
         if status.is_err() {
-            tracing::warn!(job = info.id, "the job table has an unknown status `{}`; the job is queued again", info.status);
+            tracing::warn!(
+                job = info.id,
+                "the job table has an unknown status `{}`; the job is queued again",
+                info.status
+            );
         }
         if !status.is_ok_and(|s| s.is_terminal()) {
             let Some(sub) = r.job.clone() else { continue };

@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 // The built-in policies, registered by name.
-use blox_policies as _;
 use blox_core::*;
+use blox_policies as _;
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::Security;
 use blox_runtime::proto::*;

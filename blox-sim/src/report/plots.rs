@@ -274,4 +274,3 @@ where
     root.present()?;
     Ok(())
 }
-

@@ -8,7 +8,9 @@
 //! the synthesizer's policy timeline where the policy changed; `summary.md`
 //! holds the tables. Every plot is written as SVG and PNG.
 
-use super::plots::{downsample, line_chart, line_chart_scaled, timeline_chart, PlotError, PolicyPoint, Series};
+use super::plots::{
+    downsample, line_chart, line_chart_scaled, timeline_chart, PlotError, PolicyPoint, Series,
+};
 use super::ReportError;
 use crate::sweep::{slug, SweepRow};
 use std::collections::BTreeMap;
@@ -44,7 +46,11 @@ fn jcts_h(cell: &Path) -> Result<Vec<f64>, ReportError> {
         })?;
     let mut out = Vec::new();
     for rec in rdr.records() {
-        if let Some(v) = rec.map_err(table_err(&path))?.get(i).and_then(|s| s.parse::<f64>().ok()) {
+        if let Some(v) = rec
+            .map_err(table_err(&path))?
+            .get(i)
+            .and_then(|s| s.parse::<f64>().ok())
+        {
             out.push(v / 3600.0);
         }
     }
@@ -157,7 +163,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
             "fraction of jobs",
             &cdf,
             true,
-        ).map_err(plot_err(&path))?;
+        )
+        .map_err(plot_err(&path))?;
         written.push(path);
         let loads: Vec<f64> = {
             let mut l: Vec<f64> = rows.iter().filter_map(|r| r.jobs_per_hour).collect();
@@ -196,7 +203,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                     label,
                     &series,
                     false,
-                ).map_err(plot_err(&path))?;
+                )
+                .map_err(plot_err(&path))?;
                 written.push(path);
             }
             let _ = writeln!(
@@ -227,7 +235,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                     .iter()
                     .filter(|r| &r.policy == p && r.jobs_per_hour == Some(hi))
                     .collect();
-                let m = |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
+                let m =
+                    |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
                 let _ = writeln!(
                     line,
                     " {:.2} | {:.3} | {:.1} h | {:.0}/{:.0} |",
@@ -272,7 +281,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                 "average JCT (hours)",
                 &series,
                 false,
-            ).map_err(plot_err(&path))?;
+            )
+            .map_err(plot_err(&path))?;
             written.push(path);
             if workloads.len() > 1 {
                 let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
@@ -281,7 +291,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
             let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
             for p in &policies {
                 let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
-                let m = |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
+                let m =
+                    |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
                 let _ = writeln!(
                     md,
                     "| {p} | {:.3} | {:.2} | {:.3} | {:.2} | {:.1} % | {:.0} | {:.0}/{:.0} |",
@@ -343,12 +354,15 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                         &path,
                         &format!("{grid}: {p} ({tag}), policies chosen over time"),
                         &tl,
-                    ).map_err(plot_err(&path))?;
+                    )
+                    .map_err(plot_err(&path))?;
                     written.push(path);
                     let _ = writeln!(
                         md,
                         "\n{p} ({tag}) switched policies {} times: ![timeline]({file})",
-                        pts.windows(2).filter(|w| w[0].policy != w[1].policy).count()
+                        pts.windows(2)
+                            .filter(|w| w[0].policy != w[1].policy)
+                            .count()
                     );
                 }
             }
@@ -366,7 +380,8 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                 series,
                 false,
                 false,
-            ).map_err(plot_err(&path))?;
+            )
+            .map_err(plot_err(&path))?;
             written.push(path);
         }
         md.push('\n');

@@ -518,7 +518,8 @@ mod tables {
     pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let jobs = dir.join("jobs.csv");
         let mut w = csv::Writer::from_path(&jobs).map_err(ReportError::table(&jobs))?;
-        w.write_record(JOB_COLUMNS).map_err(ReportError::table(&jobs))?;
+        w.write_record(JOB_COLUMNS)
+            .map_err(ReportError::table(&jobs))?;
         for j in &r.jobs {
             w.write_record([
                 j.job_id.to_string(),

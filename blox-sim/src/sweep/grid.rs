@@ -181,10 +181,8 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                         for s in &seeds {
                             let mut overrides = set(&g.set, &format!("{gk}.set"));
                             if let Some(extra) = g.set_for.get(&names[ci]) {
-                                overrides.extend(set(
-                                    extra,
-                                    &format!("{gk}.set_for.{}", names[ci]),
-                                ));
+                                overrides
+                                    .extend(set(extra, &format!("{gk}.set_for.{}", names[ci])));
                             }
                             if let Some((vi, v)) = v {
                                 overrides.extend(set(&v.set, &format!("{gk}.variants.{vi}.set")));
@@ -201,13 +199,11 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                             }
                             if let Some(s) = s {
                                 overrides.push(
-                                    Override::set("run.seed", &s.to_string()).with_origin(
-                                        format!(
-                                            "{} (grid `{}`, seeds)",
-                                            at(&format!("{gk}.seeds")),
-                                            g.name
-                                        ),
-                                    ),
+                                    Override::set("run.seed", &s.to_string()).with_origin(format!(
+                                        "{} (grid `{}`, seeds)",
+                                        at(&format!("{gk}.seeds")),
+                                        g.name
+                                    )),
                                 );
                             }
                             let workload_origin = w.map(|i| {

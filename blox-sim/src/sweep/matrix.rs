@@ -22,7 +22,13 @@ use blox_core::config::{Override, SectionSource};
 use blox_core::{Config, ModuleConfig, Section};
 use std::path::{Path, PathBuf};
 
-const KEYS: &[&str] = &["admission", "scheduling", "placement", "jobs_per_hour", "seeds"];
+const KEYS: &[&str] = &[
+    "admission",
+    "scheduling",
+    "placement",
+    "jobs_per_hour",
+    "seeds",
+];
 
 /// One entry of a module list: the section that replaces the config's.
 #[derive(Clone)]
@@ -100,7 +106,10 @@ fn entries(
                     })
                 }
                 _ => Err(sweep
-                    .error_at(&item, format!("entries of `{key}` are policy names or tables"))
+                    .error_at(
+                        &item,
+                        format!("entries of `{key}` are policy names or tables"),
+                    )
                     .into()),
             }
         })
@@ -122,7 +131,13 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
             .map(|n| format!(" (did you mean `{n}`?)"))
             .unwrap_or_default();
         return Err(sweep
-            .error_at(k, format!("unknown key `{k}`{near}; expected one of {}", KEYS.join(", ")))
+            .error_at(
+                k,
+                format!(
+                    "unknown key `{k}`{near}; expected one of {}",
+                    KEYS.join(", ")
+                ),
+            )
             .into());
     }
     let adm = entries(&base, &sweep, &base.admission, "admission", path)?;
@@ -139,9 +154,10 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
             .enumerate()
             .map(|(i, s)| match s.as_integer() {
                 Some(n) if n >= 0 => Ok(Some((i, n as u64))),
-                _ => Err(SweepError::from(
-                    sweep.error_at(&format!("seeds.{i}"), "seeds must be non-negative integers"),
-                )),
+                _ => Err(SweepError::from(sweep.error_at(
+                    &format!("seeds.{i}"),
+                    "seeds must be non-negative integers",
+                ))),
             })
             .collect::<Result<_, _>>()?,
     };
@@ -156,18 +172,23 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
                 let policy = format!("{}/{}/{}", a.label, s.label, p.label);
                 for l in &loads {
                     for seed in &seeds {
-                        let sections: Vec<SectionSource> = [a, s, p]
-                            .iter()
-                            .filter_map(|e| e.section.clone())
-                            .collect();
+                        let sections: Vec<SectionSource> =
+                            [a, s, p].iter().filter_map(|e| e.section.clone()).collect();
                         let mut o = overrides.to_vec();
-                        o.push(Override::unset("sweep").with_origin(format!("{} [sweep]", path.display())));
+                        o.push(
+                            Override::unset("sweep")
+                                .with_origin(format!("{} [sweep]", path.display())),
+                        );
                         let mut load = None;
                         if let Some((i, v)) = l {
                             load = v.as_float().or(v.as_integer().map(|x| x as f64));
-                            o.push(Override::set("workload.jobs_per_hour", &v.to_string()).with_origin(
-                                sweep.location(&format!("jobs_per_hour.{i}")) + " ([sweep] jobs_per_hour)",
-                            ));
+                            o.push(
+                                Override::set("workload.jobs_per_hour", &v.to_string())
+                                    .with_origin(
+                                        sweep.location(&format!("jobs_per_hour.{i}"))
+                                            + " ([sweep] jobs_per_hour)",
+                                    ),
+                            );
                         }
                         if let Some((i, n)) = seed {
                             o.push(Override::set("run.seed", &n.to_string()).with_origin(
@@ -198,7 +219,9 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
                             workload: String::new(),
                             jobs_per_hour: load,
                             seed: seed.map(|(_, n)| n),
-                            dir: PathBuf::from(slug(&grid)).join(slug(&policy)).join(slug(&leaf)),
+                            dir: PathBuf::from(slug(&grid))
+                                .join(slug(&policy))
+                                .join(slug(&leaf)),
                             config,
                         });
                     }

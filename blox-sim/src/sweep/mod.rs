@@ -326,7 +326,10 @@ pub fn run_cells(
     for (i, r) in fresh {
         rows[i] = Some(r?);
     }
-    let rows: Vec<SweepRow> = rows.into_iter().map(|r| r.expect("every cell ran")).collect();
+    let rows: Vec<SweepRow> = rows
+        .into_iter()
+        .map(|r| r.expect("every cell ran"))
+        .collect();
     std::fs::create_dir_all(out).map_err(SweepError::io(out))?;
     let table = out.join("sweep.csv");
     write_rows(&table, &rows)?;
@@ -354,14 +357,12 @@ fn run_cell(cell: &Cell, out: &Path) -> Result<SweepRow, SweepError> {
     // pool steals work from its own meanwhile, so the write could sit
     // behind a whole other cell (observed: parquet files stuck at 0 bytes).
     std::thread::scope(|s| {
-        s.spawn(|| r.write(&dir))
-            .join()
-            .unwrap_or_else(|_| {
-                Err(ReportError::Invalid {
-                    path: dir.clone(),
-                    message: "writing the tables panicked".into(),
-                })
+        s.spawn(|| r.write(&dir)).join().unwrap_or_else(|_| {
+            Err(ReportError::Invalid {
+                path: dir.clone(),
+                message: "writing the tables panicked".into(),
             })
+        })
     })?;
     let row = cell.row(&r.summary, wall_s);
     write_rows(&dir.join("cell.csv"), std::slice::from_ref(&row))?;
@@ -385,10 +386,12 @@ pub fn write_rows(path: &Path, rows: &[SweepRow]) -> Result<(), SweepError> {
 
 /// Reads a `sweep.csv` (or `cell.csv`); errors name the file and line.
 pub fn read_rows(path: &Path) -> Result<Vec<SweepRow>, SweepError> {
-    let mut r = csv::Reader::from_path(path).map_err(|e| SweepError::Report(ReportError::Table {
-        path: path.to_path_buf(),
-        source: Box::new(e),
-    }))?;
+    let mut r = csv::Reader::from_path(path).map_err(|e| {
+        SweepError::Report(ReportError::Table {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
+    })?;
     let mut rows = Vec::new();
     for (i, rec) in r.deserialize::<SweepRow>().enumerate() {
         rows.push(rec.map_err(|e| SweepError::Invalid {
@@ -438,7 +441,14 @@ mod tests {
             p("data/workloads-0.5/workload-1.csv"),
             p("data/workloads/workload-2.csv"),
         ]);
-        assert_eq!(l, ["workloads-workload-1", "workloads-0.5-workload-1", "workload-2"]);
+        assert_eq!(
+            l,
+            [
+                "workloads-workload-1",
+                "workloads-0.5-workload-1",
+                "workload-2"
+            ]
+        );
         let same = workload_labels(&[p("a/w.csv"), p("a/w.csv")]);
         assert_ne!(same[0], same[1]);
     }

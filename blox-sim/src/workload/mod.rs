@@ -247,9 +247,18 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
     ("blox-csv", &[]),
     (
         "pollux",
-        &["traces_dir", "gpus_per_node", "model", "batch_agent", "batch_search"],
+        &[
+            "traces_dir",
+            "gpus_per_node",
+            "model",
+            "batch_agent",
+            "batch_search",
+        ],
     ),
-    ("philly", &["jobs_per_hour", "min_duration_s", "max_duration_s"]),
+    (
+        "philly",
+        &["jobs_per_hour", "min_duration_s", "max_duration_s"],
+    ),
     ("blox-recipe", &["jobs_per_hour"]),
 ];
 
@@ -302,7 +311,10 @@ impl WorkloadConfig {
             return Err(section
                 .error_at(
                     "kind",
-                    format!("unknown workload kind `{kind}`{near}; known: {}", names.join(", ")),
+                    format!(
+                        "unknown workload kind `{kind}`{near}; known: {}",
+                        names.join(", ")
+                    ),
                 )
                 .into());
         };
@@ -479,9 +491,7 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
             };
             pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?
         }
-        WorkloadKind::Philly(p) => {
-            philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?
-        }
+        WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
         WorkloadKind::BloxRecipe(r) => {
             philly::blox_recipe(&CsvTable::read(path)?, r.jobs_per_hour, c.num_jobs, seed)?
         }
@@ -515,7 +525,10 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
         }
     } else if c.converge_at.is_some() {
         return Err(section
-            .error_at("converge_at", "converge_at needs converge_fraction; it would be ignored")
+            .error_at(
+                "converge_at",
+                "converge_at needs converge_fraction; it would be ignored",
+            )
             .into());
     }
     if let Some(g) = c.force_gpus {
@@ -557,7 +570,10 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
     .map(|(k, _)| *k)
     {
         return Err(section
-            .error_at(k, format!("`{k}` needs `burst_every_s`; it would be ignored"))
+            .error_at(
+                k,
+                format!("`{k}` needs `burst_every_s`; it would be ignored"),
+            )
             .into());
     }
     if !c.assign_models.is_empty() {

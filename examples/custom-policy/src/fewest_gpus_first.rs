@@ -14,7 +14,12 @@ pub struct FewestGpusFirst {
 }
 
 impl SchedulingPolicy for FewestGpusFirst {
-    fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _cluster: &ClusterState) -> Schedule {
+    fn schedule(
+        &mut self,
+        _round: &RoundInfo,
+        jobs: &JobState,
+        _cluster: &ClusterState,
+    ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| {
             let by_size = a.requested_gpus().cmp(&b.requested_gpus());

@@ -32,7 +32,8 @@ impl AdmissionPolicy for MaxWaiting {
         let mut queued = jobs.queued().count();
         for j in waiting {
             if let Some(m) = self.max_gpus.filter(|m| j.requested_gpus() > *m) {
-                d.reject.push((j.id(), format!("asks for more than {m} GPUs")));
+                d.reject
+                    .push((j.id(), format!("asks for more than {m} GPUs")));
             } else if queued < self.limit {
                 d.accept.push(j.id());
                 queued += 1;

@@ -28,7 +28,9 @@ impl PlacementPolicy for Spread {
             let mut taken: Vec<GpuId> = Vec::new();
             while (taken.len() as u32) < n {
                 // The node with the most free GPUs left; lowest id on ties.
-                let (node, count) = left.iter_mut().max_by_key(|(id, c)| (*c, std::cmp::Reverse(*id)))?;
+                let (node, count) = left
+                    .iter_mut()
+                    .max_by_key(|(id, c)| (*c, std::cmp::Reverse(*id)))?;
                 if *count == 0 {
                     return None;
                 }

@@ -108,11 +108,18 @@ fn spread_takes_each_gpu_from_the_emptiest_node() {
     jobs.insert(j0);
     jobs.insert(Job::new(JobSpec::new(1, 1.0, 3)));
     let order: Vec<&Job> = jobs.runnable().collect();
-    let round = RoundInfo { round: 0, now_s: 0.0, round_s: 60.0 };
+    let round = RoundInfo {
+        round: 0,
+        now_s: 0.0,
+        round_s: 60.0,
+    };
     let p = Spread::default().place(&round, &Schedule::in_priority_order(order), &jobs, &cluster);
     assert!(p.preempt.is_empty());
     let gpus = &p.launch[0].gpus;
-    let on_node1 = gpus.iter().filter(|g| cluster.node_of(**g) == Some(NodeId(1))).count();
+    let on_node1 = gpus
+        .iter()
+        .filter(|g| cluster.node_of(**g) == Some(NodeId(1)))
+        .count();
     // Node 1 has 4 free GPUs, node 0 one: node 1 stays the emptiest for all three.
     assert_eq!((gpus.len(), on_node1), (3, 3), "{gpus:?}");
     // With both nodes empty, a 2-GPU job spans both.
@@ -139,9 +146,22 @@ fn max_waiting_defers_beyond_its_limit_and_rejects_large_jobs() {
         .iter()
         .map(|&(id, g)| Job::new(JobSpec::new(id, 0.0, g)))
         .collect();
-    let round = RoundInfo { round: 0, now_s: 0.0, round_s: 60.0 };
-    let d = adm.admit(&round, &waiting, &JobState::new(), &ClusterState::homogeneous(1, 4));
-    assert_eq!(d.accept, vec![JobId(0), JobId(2)], "two admitted, job 3 waits");
+    let round = RoundInfo {
+        round: 0,
+        now_s: 0.0,
+        round_s: 60.0,
+    };
+    let d = adm.admit(
+        &round,
+        &waiting,
+        &JobState::new(),
+        &ClusterState::homogeneous(1, 4),
+    );
+    assert_eq!(
+        d.accept,
+        vec![JobId(0), JobId(2)],
+        "two admitted, job 3 waits"
+    );
     assert_eq!(d.reject.len(), 1);
     assert_eq!(d.reject[0].0, JobId(1));
 }

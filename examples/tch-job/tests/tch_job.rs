@@ -5,8 +5,8 @@
 #![cfg(feature = "tch")]
 
 // The built-in policies, registered by name.
-use blox_policies as _;
 use blox_core::*;
+use blox_policies as _;
 use blox_runtime::{LocalBackend, LocalConfig};
 
 const JOB: &str = env!("CARGO_BIN_EXE_blox-tch-job");

@@ -1,0 +1,288 @@
+//! Guard rails for policy authors: each deliberately broken policy below gets
+//! an error that names the policy that broke the contract and the job, before
+//! anything of its decision runs; a run that can never end stops with an
+//! error instead of spinning.
+
+use blox_core::*;
+use blox_sim::{SimConfig, SimError, SimJob, Simulation, WorkModel};
+
+use blox_policies as _;
+
+fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
+    SimJob {
+        converge_at: None,
+        spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
+        work: WorkModel::Duration {
+            duration_s: duration,
+        },
+    }
+}
+
+/// A scheduling policy that returns whatever `f` makes of the jobs.
+struct Broken<F>(F);
+
+impl<F: FnMut(&JobState) -> Schedule + Send> SchedulingPolicy for Broken<F> {
+    fn schedule(&mut self, _: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
+        (self.0)(jobs)
+    }
+}
+
+fn with_scheduling(s: Box<dyn SchedulingPolicy>) -> Policies {
+    let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
+    p.scheduling = s;
+    p.names.1 = "broken".into();
+    p
+}
+
+fn simulate(p: Policies, jobs: Vec<SimJob>, run: RunConfig) -> Result<Simulation, SimError> {
+    let mut s = Simulation::new(
+        p,
+        ClusterState::homogeneous(2, 4),
+        run,
+        SimConfig::default(),
+        jobs,
+    )?;
+    while s.step()? {}
+    Ok(s)
+}
+
+fn run_config() -> RunConfig {
+    RunConfig {
+        round_s: 60.0,
+        ..RunConfig::default()
+    }
+}
+
+/// The error text of a run with `f` as its scheduling policy.
+fn error_of<F: FnMut(&JobState) -> Schedule + Send + 'static>(f: F, jobs: Vec<SimJob>) -> String {
+    let e = simulate(with_scheduling(Box::new(Broken(f))), jobs, run_config())
+        .err()
+        .expect("the broken policy is stopped");
+    error_chain(&e)
+}
+
+#[test]
+fn a_job_scheduled_twice_is_blamed_on_the_scheduling_policy() {
+    let e = error_of(
+        |jobs| {
+            let mut s = Schedule::in_priority_order(jobs.runnable());
+            s.entries.extend(s.entries.clone());
+            s
+        },
+        vec![job(0, 0.0, 1, 600.0)],
+    );
+    assert!(
+        e.contains("scheduling policy `broken`") && e.contains("lists job-0 twice"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unknown_job_is_an_error_not_ignored() {
+    let e = error_of(
+        |_| {
+            let mut s = Schedule::new();
+            s.push(Demand::new(JobId(42), 1));
+            s
+        },
+        vec![job(0, 0.0, 1, 600.0)],
+    );
+    assert!(
+        e.contains("scheduling policy `broken`")
+            && e.contains("job-42, which is not a job the scheduler knows"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_job_still_waiting_for_admission_cannot_be_scheduled() {
+    // Admission never admits; the policy schedules the waiting job anyway.
+    struct Never;
+    impl AdmissionPolicy for Never {
+        fn admit(
+            &mut self,
+            _: &RoundInfo,
+            _: &[Job],
+            _: &JobState,
+            _: &ClusterState,
+        ) -> AdmissionDecision {
+            AdmissionDecision::default()
+        }
+    }
+    let mut p = with_scheduling(Box::new(Broken(|_: &JobState| {
+        let mut s = Schedule::new();
+        s.push(Demand::new(JobId(0), 1));
+        s
+    })));
+    p.admission = Box::new(Never);
+    let e = simulate(p, vec![job(0, 0.0, 1, 600.0)], run_config())
+        .err()
+        .unwrap();
+    let e = error_chain(&e);
+    assert!(e.contains("job-0, which still waits for admission"), "{e}");
+}
+
+#[test]
+fn a_job_both_terminated_and_scheduled_is_refused() {
+    let e = error_of(
+        |jobs| {
+            let mut s = Schedule::in_priority_order(jobs.runnable());
+            s.terminate(JobId(0), "done");
+            s
+        },
+        vec![job(0, 0.0, 1, 600.0)],
+    );
+    assert!(e.contains("both terminates and schedules job-0"), "{e}");
+}
+
+#[test]
+fn a_demand_larger_than_the_cluster_stops_at_once_instead_of_spinning() {
+    // The case that kept `blox sim` at 99 % CPU: one job asked for 10,000 GPUs.
+    let e = error_of(
+        |jobs| {
+            let mut s = Schedule::new();
+            for j in jobs.runnable() {
+                s.push(Demand::new(j.id(), 10_000));
+            }
+            s
+        },
+        vec![job(0, 0.0, 1, 600.0), job(1, 0.0, 1, 600.0)],
+    );
+    assert!(
+        e.contains("scheduling policy `broken`")
+            && e.contains("asks for 10000 GPUs for job-0, but the cluster has 8"),
+        "{e}"
+    );
+}
+
+#[test]
+fn nothing_of_an_invalid_decision_runs() {
+    let p = with_scheduling(Box::new(Broken(|jobs: &JobState| {
+        let mut s = Schedule::in_priority_order(jobs.runnable());
+        s.push(Demand::new(JobId(99), 1));
+        s
+    })));
+    let mut s = Simulation::new(
+        p,
+        ClusterState::homogeneous(1, 4),
+        run_config(),
+        SimConfig::default(),
+        vec![job(0, 0.0, 1, 600.0)],
+    )
+    .unwrap();
+    assert!(s.step().is_err());
+    assert_eq!(s.round_loop.cluster.num_busy(), 0, "job 0 was not launched");
+}
+
+#[test]
+fn a_live_loop_drops_an_invalid_decision_and_goes_on() {
+    // Every other round the policy lists a job twice; in the rounds between
+    // it is right, so the job runs and finishes.
+    let mut n = 0;
+    let p = with_scheduling(Box::new(Broken(move |jobs: &JobState| {
+        n += 1;
+        let mut s = Schedule::in_priority_order(jobs.runnable());
+        if n % 2 == 1 {
+            s.entries.extend(s.entries.clone());
+        }
+        s
+    })));
+    let mut s = Simulation::new(
+        p,
+        ClusterState::homogeneous(1, 4),
+        run_config(),
+        SimConfig::default(),
+        vec![job(0, 0.0, 1, 600.0)],
+    )
+    .unwrap();
+    s.round_loop.on_invalid = OnInvalidDecision::SkipRound;
+    let r = s.run_to_end().unwrap();
+    assert_eq!(r.summary.jobs_finished, 1);
+    let first = &r.rounds[0];
+    assert_eq!(first.busy_gpus, 0, "the first round's decision was dropped");
+}
+
+#[test]
+fn a_policy_that_never_starts_anything_is_a_stall_not_a_hang() {
+    let e = simulate(
+        with_scheduling(Box::new(Broken(|_: &JobState| Schedule::new()))),
+        vec![job(0, 0.0, 1, 600.0), job(1, 30.0, 2, 600.0)],
+        run_config(),
+    )
+    .err()
+    .expect("stops");
+    assert!(matches!(e, SimError::Stalled { .. }), "{e:?}");
+    let e = error_chain(&e);
+    assert!(
+        e.contains("no progress is possible")
+            && e.contains("scheduling `broken`")
+            && e.contains("job-0 (1 GPUs, admitted)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_admission_policy_that_defers_forever_is_a_stall() {
+    struct Never;
+    impl AdmissionPolicy for Never {
+        fn admit(
+            &mut self,
+            _: &RoundInfo,
+            _: &[Job],
+            _: &JobState,
+            _: &ClusterState,
+        ) -> AdmissionDecision {
+            AdmissionDecision::default()
+        }
+    }
+    let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
+    p.admission = Box::new(Never);
+    p.names.0 = "never".into();
+    let e = simulate(p, vec![job(0, 0.0, 1, 600.0)], run_config())
+        .err()
+        .unwrap();
+    let e = error_chain(&e);
+    assert!(
+        e.contains("admission `never`") && e.contains("waiting for admission"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_run_stopped_by_max_rounds_says_so_in_its_summary() {
+    let run = RunConfig {
+        round_s: 60.0,
+        max_rounds: Some(3),
+        ..RunConfig::default()
+    };
+    let s = simulate(
+        registry::build_named("accept-all", "fifo", "first-free").unwrap(),
+        vec![job(0, 0.0, 1, 6000.0)],
+        run,
+    )
+    .unwrap();
+    let r = s.finish();
+    assert!(r.summary.stopped_early());
+    assert_eq!(r.summary.unfinished, 1);
+    let text = r.summary.to_string();
+    assert!(
+        text.contains("warning")
+            && text.contains("stopped by run.max_rounds = 3 with 1 of 1 jobs unfinished"),
+        "{text}"
+    );
+}
+
+#[test]
+fn jobs_out_of_arrival_order_are_refused() {
+    let e = Simulation::new(
+        registry::build_named("accept-all", "fifo", "first-free").unwrap(),
+        ClusterState::homogeneous(1, 4),
+        run_config(),
+        SimConfig::default(),
+        vec![job(0, 100.0, 1, 60.0), job(1, 50.0, 1, 60.0)],
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("not sorted by arrival"), "{e}");
+}
