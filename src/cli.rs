@@ -33,8 +33,8 @@ pub struct Overrides {
 pub enum Command {
     /// Run one simulation and print its summary.
     Sim(SimArgs),
-    /// Run policies × loads × seeds from a config's [sweep] section, or whole
-    /// configs × workloads × loads × seeds from a file of [[grid]]s (resumable), in parallel.
+    /// Run policies × loads × seeds from a config's `[sweep]` section, or whole
+    /// configs × workloads × loads × seeds from a file of `[[grid]]`s (resumable), in parallel.
     Sweep {
         config: PathBuf,
         /// Where `sweep.csv` and the cells' folders go.

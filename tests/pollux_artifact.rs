@@ -104,42 +104,85 @@ fn pollux_runs_the_artifact_experiment_and_is_seeded() {
     ));
 }
 
+fn mean_jct_s(rows: &[Vec<String>]) -> f64 {
+    let v: Vec<f64> = col(rows, "jct_s")
+        .iter()
+        .map(|j| j.parse().unwrap())
+        .collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Pollux §5.3 (scheduling interval): PolluxSched decides every interval —
+/// rounds are exactly that far apart, fewer when longer — and the decisions
+/// it makes depend on it.
 #[test]
 fn pollux_scheduling_interval_experiment() {
+    let mut rounds = Vec::new();
+    let mut jcts = Vec::new();
     for s in ["30", "120", "480"] {
         let mut extra = SMALL_GA.to_vec();
         let set = format!("run.round_s={s}");
         extra.push(&set);
-        check(&sim(
+        let (jobs, r) = sim_tables(
             &format!("interval-{s}"),
             "pollux",
             "workloads/workload-3.csv",
             &extra,
-        ));
+        );
+        check(&jobs);
+        let times: Vec<f64> = col(&r, "time_s")
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect();
+        let step: f64 = s.parse().unwrap();
+        for w in times.windows(2) {
+            assert!(
+                ((w[1] - w[0]) / step).fract().abs() < 1e-9 && w[1] > w[0],
+                "rounds {} and {} are not whole {s} s intervals apart",
+                w[0],
+                w[1]
+            );
+        }
+        rounds.push(times.len());
+        jcts.push(mean_jct_s(&jobs));
     }
+    assert!(rounds[0] > rounds[1] && rounds[1] > rounds[2], "{rounds:?}");
+    assert!(
+        jcts[0] != jcts[2],
+        "the interval changes the schedule: {jcts:?}"
+    );
 }
 
+/// Pollux §5.3 (interference): injected slowdown of co-located distributed
+/// jobs raises JCT when PolluxSched ignores it, and its interference
+/// avoidance (no two distributed jobs on one node) takes it back to the
+/// interference-free JCT.
 #[test]
 fn pollux_interference_experiment() {
-    let mut extra = SMALL_GA.to_vec();
-    extra.extend([
-        "sim.interference=0.5",
-        "scheduling.interference_avoidance=false",
-    ]);
-    check(&sim(
+    let run = |tag: &str, extra: &[&str]| {
+        let mut all = SMALL_GA.to_vec();
+        all.extend(extra);
+        let jobs = sim(tag, "pollux", "workloads/workload-3.csv", &all);
+        check(&jobs);
+        mean_jct_s(&jobs)
+    };
+    let none = run("interference-none", &["sim.interference=0"]);
+    let ignored = run(
         "interference-off",
-        "pollux",
-        "workloads/workload-3.csv",
-        &extra,
-    ));
-    let mut extra = SMALL_GA.to_vec();
-    extra.push("sim.interference=0.5");
-    check(&sim(
-        "interference-avoid",
-        "pollux",
-        "workloads/workload-3.csv",
-        &extra,
-    ));
+        &[
+            "sim.interference=0.5",
+            "scheduling.interference_avoidance=false",
+        ],
+    );
+    let avoided = run("interference-avoid", &["sim.interference=0.5"]);
+    assert!(
+        ignored > 1.2 * avoided,
+        "ignored {ignored} s vs avoided {avoided} s"
+    );
+    assert!(
+        (avoided / none - 1.0).abs() < 0.1,
+        "avoidance keeps JCT near the interference-free {none} s: {avoided} s"
+    );
 }
 
 /// Cloud auto-scaling (Pollux §4.2.2) end to end: a lightly loaded 2-node

@@ -161,13 +161,6 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     let d = dir.path();
     let toy = toy_job();
     std::fs::write(d.join("token"), "e2e-token\n").unwrap();
-    // A free port for the scheduler, so its restart listens where workers look.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
     let cfg = d.join("scheduler.toml");
     std::fs::write(
         &cfg,
@@ -184,12 +177,13 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     let mut procs = Procs::default();
     let cfg_s = cfg.to_str().unwrap();
     let token_s = token.to_str().unwrap();
+    // The first start picks a free port; the restart listens on the same one,
+    // where the workers look.
     let addr = procs.start(
         "scheduler",
-        &["scheduler", "--config", cfg_s, "--listen", &listen],
+        &["scheduler", "--config", cfg_s, "--listen", "127.0.0.1:0"],
         &d.join("scheduler.log"),
     );
-    assert_eq!(addr, listen);
     for w in ["w0", "w1"] {
         let workdir = d.join(w);
         procs.start(
@@ -249,7 +243,18 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         submit("long-b", 2, 6.0),
         submit("mid-a", 1, 3.0),
     ];
-    std::thread::sleep(Duration::from_secs(2));
+    // More work arrives once the first jobs are under way.
+    wait_until(
+        "the first jobs make progress",
+        Duration::from_secs(30),
+        || {
+            status(&addr, &sec)
+                .iter()
+                .filter(|j| j.status == "running" && j.progress > 0.0)
+                .count()
+                >= 2
+        },
+    );
     ids.push(submit("mid-b", 1, 3.0));
     ids.push(submit("short", 2, 1.5));
 
@@ -262,7 +267,22 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         victim.is_some()
     });
     let victim = victim.unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    // It has checkpointed (the toy job saves every few iterations) before
+    // its worker dies.
+    let checkpoint = d
+        .join("checkpoints")
+        .join(victim.id.to_string())
+        .join("iteration");
+    wait_until(
+        "the job on w1 checkpointed",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&checkpoint)
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|i| i > 0)
+        },
+    );
     procs.kill("w1");
     // Its job processes died with it.
     wait_until(
@@ -286,7 +306,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     procs.kill("scheduler");
     let addr2 = procs.start(
         "scheduler",
-        &["scheduler", "--config", cfg_s, "--listen", &listen],
+        &["scheduler", "--config", cfg_s, "--listen", &addr],
         &d.join("scheduler2.log"),
     );
     assert_eq!(addr2, addr);
@@ -370,12 +390,8 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
 
 #[test]
 fn clients_and_workers_explain_what_is_wrong() {
-    // No scheduler at that address.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // No scheduler at that address (port 1 is reserved; nothing listens).
+    let port = 1;
     let o = Command::new(BLOX)
         .args(["status", "--scheduler", &format!("127.0.0.1:{port}")])
         .output()

@@ -36,7 +36,7 @@ pub enum LoopError {
     Selector {
         module: String,
         #[source]
-        source: SelectorError,
+        source: Box<SelectorError>,
     },
 }
 
@@ -146,6 +146,8 @@ pub struct RoundLoop {
     pub cluster: ClusterState,
     /// Submitted, not yet admitted jobs, in submission order.
     waiting: Vec<Job>,
+    /// The last invalid decision dropped (logged once, not every round).
+    last_invalid: Option<String>,
     round: u64,
     round_s: f64,
 }
@@ -160,6 +162,7 @@ impl RoundLoop {
             jobs: JobState::new(),
             cluster,
             waiting: Vec::new(),
+            last_invalid: None,
             round: 0,
             round_s,
         }
@@ -276,7 +279,7 @@ impl RoundLoop {
                 Err(source) => {
                     let e = LoopError::Selector {
                         module: name,
-                        source,
+                        source: Box::new(source),
                     };
                     if self.on_invalid == OnInvalidDecision::Fail {
                         return Err(e);
@@ -291,8 +294,21 @@ impl RoundLoop {
             Err(e @ LoopError::InvalidDecision { .. })
                 if self.on_invalid == OnInvalidDecision::SkipRound =>
             {
-                tracing::error!(round = info.round, "{e}; this round's decision is dropped");
-                (Vec::new(), Vec::new(), Some(e.to_string()))
+                let text = e.to_string();
+                // Logged when it first appears, not again every round.
+                if self.last_invalid.as_deref() != Some(text.as_str()) {
+                    tracing::error!(
+                        round = info.round,
+                        "{text}; this round's decision is dropped"
+                    );
+                } else {
+                    tracing::debug!(
+                        round = info.round,
+                        "{text}; this round's decision is dropped"
+                    );
+                }
+                self.last_invalid = Some(text.clone());
+                (Vec::new(), Vec::new(), Some(text))
             }
             Err(e) => return Err(e),
         };

@@ -138,7 +138,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gavel_sized_program_solves_quickly() {
+    fn a_gavel_sized_program_is_feasible_and_beats_the_uniform_share() {
         // 150 jobs x 3 types: max-min shape with degenerate zero rows.
         let (nj, nk) = (150, 3);
         let nv = nj * nk + 1;
@@ -169,7 +169,29 @@ mod tests {
             b.push(16.0);
         }
         let s = maximize(&c, &a, &b).unwrap();
-        assert!(s.objective > 0.0);
+        // Feasible: every constraint holds and no variable is negative.
+        for (row, bi) in a.iter().zip(&b) {
+            let lhs: f64 = row.iter().zip(&s.x).map(|(r, x)| r * x).sum();
+            assert!(lhs <= bi + 1e-6, "{lhs} > {bi}");
+        }
+        assert!(s.x.iter().all(|v| *v >= -1e-9));
+        // At least as good as a feasible point: every job the same share
+        // `alpha` of every type, as much as the busiest type allows.
+        let alpha = 16.0 / (0..nj).map(|j| 1.0 + (j % 4) as f64).sum::<f64>();
+        assert!(nk as f64 * alpha <= 1.0);
+        let worst_uniform = (0..nj)
+            .map(|j| {
+                (0..nk)
+                    .map(|k| alpha * (1.0 + ((j * 7 + k * 3) % 5) as f64))
+                    .sum::<f64>()
+            })
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            s.objective >= worst_uniform - 1e-9,
+            "{} below the feasible {worst_uniform}",
+            s.objective
+        );
+        assert!((s.objective - s.x[nv - 1]).abs() < 1e-9);
     }
 
     #[test]

@@ -149,19 +149,20 @@ fn policies(scheduling: &str, placement: &str) -> Result<Policies, String> {
 }
 
 fn bench_config(tag: &str, round_s_timeout: f64) -> RuntimeConfig {
-    let mut c = RuntimeConfig::default();
-    c.listen = "127.0.0.1:0".into();
-    c.state = std::env::temp_dir().join(format!(
-        "blox-bench-{tag}-{}-{}.redb",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    // Registered mock workers never beat.
-    c.heartbeat_s = round_s_timeout;
-    c.worker_timeout_s = 1e6;
-    c
+    RuntimeConfig {
+        listen: "127.0.0.1:0".into(),
+        state: std::env::temp_dir().join(format!(
+            "blox-bench-{tag}-{}-{}.redb",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        )),
+        // Registered mock workers never beat.
+        heartbeat_s: round_s_timeout,
+        worker_timeout_s: 1e6,
+        ..RuntimeConfig::default()
+    }
 }
 
 fn rt() -> Result<tokio::runtime::Runtime, String> {

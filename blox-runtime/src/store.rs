@@ -1,5 +1,5 @@
 //! The scheduler's persistent job table: one prost-encoded
-//! [`JobRecord`](crate::proto::JobRecord) per job in an embedded redb
+//! [`JobRecord`] per job in an embedded redb
 //! database, written before a submission is acknowledged and whenever a job
 //! changes state, so a restarted scheduler still knows every accepted,
 //! unfinished job.

@@ -240,66 +240,24 @@ fn a_cancelled_job_is_killed_and_its_gpus_freed() {
     assert_eq!(r[&next].status, "finished");
 }
 
-/// A test CA and a certificate for 127.0.0.1/localhost it signed, made with
-/// openssl (test-only keys).
-fn tls_files(dir: &Path) -> Option<(TlsFiles, TlsFiles)> {
-    let run = |args: &[&str]| {
-        std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    };
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=blox test CA",
-    ])?;
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "node.key",
-        "-out",
-        "node.csr",
-        "-subj",
-        "/CN=localhost",
-    ])?;
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .ok()?;
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "node.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "node.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    ])?;
+/// A test CA and a certificate for 127.0.0.1/localhost it signed, made in
+/// process with rcgen (test-only keys), as PEM files in `dir`.
+fn tls_files(dir: &Path) -> (TlsFiles, TlsFiles) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "blox test CA");
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut node =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    node.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let node = node.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("node.pem"), node.pem()).unwrap();
+    std::fs::write(dir.join("node.key"), key.serialize_pem()).unwrap();
     let server = TlsFiles {
         cert: Some(dir.join("node.pem")),
         key: Some(dir.join("node.key")),
@@ -312,16 +270,13 @@ fn tls_files(dir: &Path) -> Option<(TlsFiles, TlsFiles)> {
         ca: Some(dir.join("ca.pem")),
         domain: Some("localhost".into()),
     };
-    Some((server, client))
+    (server, client)
 }
 
 #[test]
 fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     let dir = tempfile::tempdir().unwrap();
-    let Some((server, client)) = tls_files(dir.path()) else {
-        eprintln!("openssl is not installed here: TLS test skipped");
-        return;
-    };
+    let (server, client) = tls_files(dir.path());
     let mut cfg = runtime_config(dir.path());
     cfg.tls_cert = server.cert.clone();
     cfg.tls_key = server.key.clone();
@@ -440,4 +395,54 @@ fn the_ranks_of_a_job_on_two_workers_stop_and_resume_at_the_same_iteration() {
             "stderr.rank3"
         ]
     );
+}
+
+/// A scheduling policy that breaks its contract every other round (it lists
+/// every job twice); in the rounds between it is FIFO.
+struct EveryOtherRoundBroken;
+
+use blox_core::{ClusterState, JobState, RoundInfo, Schedule, SchedulingPolicy};
+
+impl SchedulingPolicy for EveryOtherRoundBroken {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
+        let mut s = Schedule::in_priority_order(jobs.runnable());
+        if round.round % 2 == 0 {
+            s.entries.extend(s.entries.clone());
+        }
+        s
+    }
+}
+
+blox_core::register_scheduling!(
+    "test-broken-every-other-round",
+    "test only: an invalid schedule every other round",
+    |_| Ok(Box::new(EveryOtherRoundBroken))
+);
+
+#[test]
+fn an_invalid_decision_is_dropped_shown_by_status_and_the_scheduler_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(
+        dir.path(),
+        runtime_config(dir.path()),
+        "test-broken-every-other-round",
+        1,
+    );
+    c.wait_for_gpus(2);
+    let mut ctl = c.ctl();
+    // A 3 s job spans rounds of both kinds (1 s rounds).
+    let id = ctl.submit(job("a", 1, toy(3.0, &[]), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(30));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+    let s = ctl.status(&[]).unwrap();
+    assert!(
+        s.last_error
+            .contains("scheduling policy `test-broken-every-other-round`")
+            && s.last_error.contains("lists job-"),
+        "{}",
+        s.last_error
+    );
+    // `blox status` shows it.
+    let text = blox_runtime::ctl::render_status(&c.addr(), &s);
+    assert!(text.contains("last policy error: round "), "{text}");
 }

@@ -925,12 +925,11 @@ impl SimBackend {
                 .fold(f64::INFINITY, f64::min),
             None => 1.0,
         };
-        let type_speed = if host_speed.is_finite() {
+        if host_speed.is_finite() {
             type_speed * host_speed
         } else {
             type_speed
-        };
-        type_speed
+        }
     }
 
     /// Takes over a job from a live scheduler (a synthesizer's fork): `job` as

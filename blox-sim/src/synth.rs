@@ -176,7 +176,7 @@ impl Synthesizer {
             return Err(section.error_at("jct_weight", "jct_weight must be in [0, 1]"));
         }
         if let Some(h) = sc.horizon_s {
-            if !(h > 0.0) {
+            if h.is_nan() || h <= 0.0 {
                 return Err(section.error_at("horizon_s", "horizon_s must be positive"));
             }
         }
@@ -341,7 +341,9 @@ impl PolicySelector for Synthesizer {
         waiting: &[Job],
         active: &Policies,
     ) -> Result<Option<Policies>, SelectorError> {
-        if round.round % self.cfg.every_rounds != 0 || (jobs.is_empty() && waiting.is_empty()) {
+        if !round.round.is_multiple_of(self.cfg.every_rounds)
+            || (jobs.is_empty() && waiting.is_empty())
+        {
             return Ok(None);
         }
         let live = LiveView {

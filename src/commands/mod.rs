@@ -97,7 +97,7 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
     let stepped = (|| {
         while simulation.step()? {
             n += 1;
-            if n % 256 == 0 {
+            if n.is_multiple_of(256) {
                 bar.set_position((simulation.fraction_done() * 1000.0) as u64);
             }
         }

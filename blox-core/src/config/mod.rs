@@ -121,7 +121,7 @@ impl RunConfig {
             return Err(s.error_at("round_s", "round_s must be a positive number of seconds"));
         }
         if let Some(t) = self.max_time_s {
-            if !(t > 0.0) {
+            if t.is_nan() || t <= 0.0 {
                 return Err(s.error_at(
                     "max_time_s",
                     "max_time_s must be a positive number of seconds",

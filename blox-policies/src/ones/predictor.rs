@@ -88,8 +88,8 @@ impl Predictor {
             return 1.0;
         };
         let mut y = f.w[0];
-        for k in 0..FEATURES {
-            y += f.w[k + 1] * (x[k] - f.mean[k]) / f.scale[k];
+        for (k, xk) in x.iter().enumerate() {
+            y += f.w[k + 1] * (xk - f.mean[k]) / f.scale[k];
         }
         if y.is_finite() {
             y.max(1.0)

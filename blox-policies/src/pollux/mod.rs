@@ -471,7 +471,7 @@ blox_core::register_scheduling!(
             return Err(p.error_at("population", "population and generations must be at least 1"));
         }
         if let Some(a) = &params.autoscale {
-            if a.min_nodes == 0 || a.max_nodes < a.min_nodes || !(a.low_util < a.high_util) {
+            if a.min_nodes == 0 || a.max_nodes < a.min_nodes || a.low_util.partial_cmp(&a.high_util) != Some(std::cmp::Ordering::Less) {
                 return Err(p.error_at("autoscale", "autoscale needs 1 <= min_nodes <= max_nodes and low_util < high_util"));
             }
         }

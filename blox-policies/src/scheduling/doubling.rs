@@ -86,11 +86,12 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Option<Vec<f64
             return None;
         }
         a.swap(i, p);
-        for r in 0..n {
+        let pivot = a[i].clone();
+        for (r, row) in a.iter_mut().enumerate().take(n) {
             if r != i {
-                let f = a[r][i] / a[i][i];
-                for c in i..=n {
-                    a[r][c] -= f * a[i][c];
+                let f = row[i] / pivot[i];
+                for (x, p) in row[i..=n].iter_mut().zip(&pivot[i..=n]) {
+                    *x -= f * p;
                 }
             }
         }

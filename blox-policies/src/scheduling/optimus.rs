@@ -87,6 +87,9 @@ pub struct Optimus {
     losses: HashMap<JobId, Vec<(f64, f64)>>,
 }
 
+/// A job Optimus can model: profile, batch, most GPUs, remaining iterations.
+type JobInfo = (Arc<AppProfile>, u32, u32, f64);
+
 impl Optimus {
     fn profile(&mut self, app: &str) -> Option<Arc<AppProfile>> {
         match self.cache.get(app) {
@@ -108,7 +111,7 @@ impl Optimus {
         }
         let g = self.params.gpus_per_node;
         let mut per_node = vec![g; (k / g) as usize];
-        if k % g != 0 {
+        if !k.is_multiple_of(g) {
             per_node.push(k % g);
         }
         let c = p.limits.fixed_batch_accumulating_alone(k, m as f64);
@@ -151,7 +154,7 @@ impl SchedulingPolicy for Optimus {
             super::doubling::record_loss(self.losses.entry(j.id()).or_default(), jobs, j.id());
         }
         // Per job: profile, batch, max GPUs, remaining iterations.
-        let mut info: Vec<Option<(Arc<AppProfile>, u32, u32, f64)>> = order
+        let mut info: Vec<Option<JobInfo>> = order
             .iter()
             .map(|j| {
                 let app = j.spec.model.as_deref()?;

@@ -138,10 +138,10 @@ fn main() {
                 std::process::exit(3);
             }
         }
-        if done % every == 0 {
+        if done.is_multiple_of(every) {
             let _ = job.save_checkpoint("iteration", done.to_string().as_bytes());
         }
-        if done % 10 == 0 || done == total {
+        if done.is_multiple_of(10) || done == total {
             let _ = job.push_metric("progress", done as f64 / total as f64);
             let _ = job.push_metric("iteration", done as f64);
             if let Some(b) = batch.filter(|_| profiled.is_some()) {

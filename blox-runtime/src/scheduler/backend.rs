@@ -135,9 +135,9 @@ impl ClusterBackend {
 }
 
 /// Awaits every task, in order.
-async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T>
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T>
 where
-    T: Default,
+    T: Default + Send + 'static,
 {
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {

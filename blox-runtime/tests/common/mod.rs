@@ -23,14 +23,15 @@ pub fn policies(scheduling: &str) -> Policies {
 }
 
 pub fn runtime_config(dir: &Path) -> RuntimeConfig {
-    let mut c = RuntimeConfig::default();
-    c.listen = "127.0.0.1:0".into();
-    c.state = dir.join("state.redb");
-    c.checkpoint_dir = Some(dir.join("checkpoints"));
-    c.heartbeat_s = 0.2;
-    c.worker_timeout_s = 3.0;
-    c.grace_s = 3.0;
-    c
+    RuntimeConfig {
+        listen: "127.0.0.1:0".into(),
+        state: dir.join("state.redb"),
+        checkpoint_dir: Some(dir.join("checkpoints")),
+        heartbeat_s: 0.2,
+        worker_timeout_s: 3.0,
+        grace_s: 3.0,
+        ..RuntimeConfig::default()
+    }
 }
 
 /// A scheduler and its workers; dropping it stops all of them and kills

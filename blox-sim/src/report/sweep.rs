@@ -310,10 +310,10 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         // GPU utilisation and queue length over time: the highest load (or the
         // first workload) of each policy.
         let pick = |p: &String| -> Option<&SweepRow> {
-            let mine = rows.iter().filter(|r| &r.policy == p);
+            let mut mine = rows.iter().filter(|r| &r.policy == p);
             match loads.last() {
-                Some(hi) => mine.filter(|r| r.jobs_per_hour == Some(*hi)).next(),
-                None => mine.into_iter().next(),
+                Some(hi) => mine.find(|r| r.jobs_per_hour == Some(*hi)),
+                None => mine.next(),
             }
         };
         let mut util: Series = Vec::new();

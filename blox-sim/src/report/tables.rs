@@ -356,7 +356,7 @@ impl SimResult {
     /// and `summary.txt` into `dir`.
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         std::fs::create_dir_all(dir).map_err(ReportError::io(dir))?;
-        let mut written = tables::write(self, dir)?;
+        let mut written = writer::write(self, dir)?;
         let summary = dir.join("summary.txt");
         std::fs::write(&summary, format!("{}\n", self.summary))
             .map_err(ReportError::io(&summary))?;
@@ -366,7 +366,7 @@ impl SimResult {
 }
 
 #[cfg(feature = "polars")]
-mod tables {
+mod writer {
     use super::*;
     use polars::prelude::*;
 
@@ -507,7 +507,7 @@ mod tables {
 }
 
 #[cfg(not(feature = "polars"))]
-mod tables {
+mod writer {
     //! Without polars: the same CSV columns through the `csv` crate, no Parquet.
     use super::*;
 

@@ -239,7 +239,7 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                                 .join(slug(&leaf));
                             let config = request.load().map_err(|source| SweepError::Cell {
                                 cell: format!("grid `{}`, cell {}", g.name, dir.display()),
-                                source,
+                                source: Box::new(source),
                             })?;
                             out.push(Cell {
                                 grid: g.name.clone(),

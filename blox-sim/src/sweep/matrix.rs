@@ -123,7 +123,7 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
         .load()
         .map_err(|source| SweepError::Cell {
             cell: format!("{}", path.display()),
-            source,
+            source: Box::new(source),
         })?;
     let sweep = base.section("sweep");
     if let Some(k) = sweep.table().keys().find(|k| !KEYS.contains(&k.as_str())) {
@@ -201,7 +201,7 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
                             .load()
                             .map_err(|source| SweepError::Cell {
                                 cell: format!("[sweep] cell {policy}"),
-                                source,
+                                source: Box::new(source),
                             })?;
                         let mut leaf = String::new();
                         if let Some(l) = load {

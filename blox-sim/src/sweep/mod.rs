@@ -34,7 +34,7 @@ pub enum SweepError {
     Cell {
         cell: String,
         #[source]
-        source: SimError,
+        source: Box<SimError>,
     },
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -250,13 +250,16 @@ fn unique_dirs(cells: &mut [Cell]) {
     }
 }
 
+/// A callback for every cell that ran.
+pub type OnCell = std::sync::Arc<dyn Fn(&SweepRow) + Send + Sync>;
+
 /// How a sweep runs.
 #[derive(Clone, Default)]
 pub struct SweepOptions {
     /// Worker threads (`None`: all cores).
     pub threads: Option<usize>,
     /// Called after every cell that ran (for a progress bar).
-    pub on_cell: Option<std::sync::Arc<dyn Fn(&SweepRow) + Send + Sync>>,
+    pub on_cell: Option<OnCell>,
 }
 
 /// What a sweep did.
@@ -344,7 +347,7 @@ pub fn run_cells(
 fn run_cell(cell: &Cell, out: &Path) -> Result<SweepRow, SweepError> {
     let failed = |source: SimError| SweepError::Cell {
         cell: format!("sweep cell {}", cell.name()),
-        source,
+        source: Box::new(source),
     };
     let t = std::time::Instant::now();
     let r = Simulation::from_config(&cell.config)

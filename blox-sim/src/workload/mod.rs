@@ -349,41 +349,37 @@ impl WorkloadConfig {
         let common: CommonKeys = section.with_table(common).parse()?;
         specific.insert("kind".into(), toml::Value::String(kind.clone()));
         let kind: WorkloadKind = section.with_table(specific).parse()?;
-        match &kind {
-            WorkloadKind::Philly(PhillyKeys { jobs_per_hour, .. })
-            | WorkloadKind::BloxRecipe(RecipeKeys { jobs_per_hour }) => {
-                if !(*jobs_per_hour > 0.0 && jobs_per_hour.is_finite()) {
-                    return Err(section
-                        .error_at("jobs_per_hour", "jobs_per_hour must be a positive number")
-                        .into());
-                }
+        if let Some(rate) = kind.jobs_per_hour() {
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err(section
+                    .error_at("jobs_per_hour", "jobs_per_hour must be a positive number")
+                    .into());
             }
-            WorkloadKind::Pollux(p) => {
-                if p.batch_search.is_some() && p.batch_agent != AgentKind::Pollux {
-                    return Err(section
-                        .error_at(
-                            "batch_search",
-                            "batch_search applies only with batch_agent = \"pollux\"; it would be ignored",
-                        )
-                        .into());
-                }
-                if p.batch_agent == AgentKind::Pollux && p.model == ProgressModel::Duration {
-                    return Err(section
-                        .error_at(
-                            "batch_agent",
-                            "batch_agent = \"pollux\" needs profile-driven jobs (model = \"profile\")",
-                        )
-                        .into());
-                }
-                if p.gpus_per_node == Some(0) {
-                    return Err(section
-                        .error_at("gpus_per_node", "gpus_per_node must be at least 1")
-                        .into());
-                }
-            }
-            _ => {}
         }
-        if let Some(WorkloadKind::Philly(p)) = Some(&kind) {
+        if let WorkloadKind::Pollux(p) = &kind {
+            if p.batch_search.is_some() && p.batch_agent != AgentKind::Pollux {
+                return Err(section
+                    .error_at(
+                        "batch_search",
+                        "batch_search applies only with batch_agent = \"pollux\"; it would be ignored",
+                    )
+                    .into());
+            }
+            if p.batch_agent == AgentKind::Pollux && p.model == ProgressModel::Duration {
+                return Err(section
+                    .error_at(
+                        "batch_agent",
+                        "batch_agent = \"pollux\" needs profile-driven jobs (model = \"profile\")",
+                    )
+                    .into());
+            }
+            if p.gpus_per_node == Some(0) {
+                return Err(section
+                    .error_at("gpus_per_node", "gpus_per_node must be at least 1")
+                    .into());
+            }
+        }
+        if let WorkloadKind::Philly(p) = &kind {
             if let (Some(lo), Some(hi)) = (p.min_duration_s, p.max_duration_s) {
                 if lo > hi {
                     return Err(section

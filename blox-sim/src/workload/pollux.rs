@@ -32,7 +32,7 @@ pub fn rigid_duration_s(
 ) -> Option<f64> {
     let r = replicas.max(1);
     let mut per_node = vec![gpus_per_node; (r / gpus_per_node) as usize];
-    if r % gpus_per_node != 0 {
+    if !r.is_multiple_of(gpus_per_node) {
         per_node.push(r % gpus_per_node);
     }
     let c = p.limits.fixed_batch(r, batch as f64);
