@@ -109,15 +109,15 @@ impl NodeSpec {
     }
 
     /// Checks that a bandwidth matrix, if given, is `gpus × gpus`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ClusterError> {
         let n = self.gpus as usize;
         if !self.gpu_bandwidth_gbps.is_empty()
             && (self.gpu_bandwidth_gbps.len() != n
                 || self.gpu_bandwidth_gbps.iter().any(|r| r.len() != n))
         {
-            return Err(format!(
+            return Err(ClusterError::InvalidSpec(format!(
                 "gpu_bandwidth_gbps must be a {n} x {n} matrix (one row per GPU)"
-            ));
+            )));
         }
         Ok(())
     }
@@ -176,6 +176,9 @@ pub enum ClusterError {
     NoSuchNode { node: NodeId },
     #[error("cluster invariant broken: {0}")]
     Invariant(String),
+    /// A node description that cannot be used.
+    #[error("{0}")]
+    InvalidSpec(String),
 }
 
 /// The cluster: nodes and GPUs.

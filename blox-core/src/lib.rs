@@ -32,6 +32,11 @@ pub use round::{
 
 pub use walk::{priority_walk, FreeGpus, WalkParams};
 
+/// `docs/WRITING-POLICIES.md`: the contract of every extension point, with
+/// an example of each (compiled and run as this crate's doc tests).
+#[doc = include_str!("../../docs/WRITING-POLICIES.md")]
+pub mod writing_policies {}
+
 /// Re-exported so policy crates can register without depending on `inventory`.
 pub use inventory;
 /// Re-exported for building config sections in code and tests.

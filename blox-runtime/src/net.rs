@@ -63,6 +63,13 @@ impl Security {
                 message: "the token file is empty".into(),
             });
         }
+        // It travels in a request header.
+        if !t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+            return Err(NetError::File {
+                path: path.display().to_string(),
+                message: "a token must be printable ASCII without spaces".into(),
+            });
+        }
         Ok(Arc::from(t))
     }
 
@@ -211,15 +218,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Checks a token is printable ASCII (it travels in a header).
-pub fn validate_token(t: &str) -> Result<(), String> {
-    if t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
-        Ok(())
-    } else {
-        Err("a token must be printable ASCII without spaces".into())
-    }
 }
 
 pub type SchedulerClient = crate::proto::scheduler_client::SchedulerClient<

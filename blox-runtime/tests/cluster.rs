@@ -406,7 +406,7 @@ use blox_core::{ClusterState, JobState, RoundInfo, Schedule, SchedulingPolicy};
 impl SchedulingPolicy for EveryOtherRoundBroken {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
         let mut s = Schedule::in_priority_order(jobs.runnable());
-        if round.round % 2 == 0 {
+        if round.round.is_multiple_of(2) {
             s.entries.extend(s.entries.clone());
         }
         s

@@ -54,7 +54,7 @@ impl NodeGroup {
         };
         let spec: NodeSpec = s.with_table(t).parse()?;
         spec.validate()
-            .map_err(|m| s.error_at("gpu_bandwidth_gbps", m))?;
+            .map_err(|e| s.error_at("gpu_bandwidth_gbps", e.to_string()))?;
         Ok(NodeGroup { count, spec })
     }
 }
@@ -96,7 +96,7 @@ impl Config {
                 }
                 spec.gpu_bandwidth_gbps = c.gpu_bandwidth_gbps.clone();
                 spec.validate()
-                    .map_err(|m| s.error_at("gpu_bandwidth_gbps", m))?;
+                    .map_err(|e| s.error_at("gpu_bandwidth_gbps", e.to_string()))?;
                 for _ in 0..n {
                     cluster.add_node(spec.clone());
                 }
