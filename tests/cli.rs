@@ -507,3 +507,104 @@ fn local_runs_real_processes_under_the_configured_policy() {
         "{t}"
     );
 }
+
+#[test]
+fn sweep_labels_with_commas_survive_the_table_and_report_reads_it() {
+    let dir = tempdir("sweep-commas");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s,user\n0,0,4,600,a\n1,0,1,60,b\n2,30,2,300,a\n",
+    );
+    // A policy with two parameters is labelled `quota(max_gpus=4,max_jobs=2)`.
+    let cfg = write(
+        &dir,
+        "s.toml",
+        &format!("{SMALL}\n[sweep]\nadmission = [\"accept-all\", {{ policy = \"quota\", max_jobs = 2, max_gpus = 4 }}]\n"),
+    );
+    let out = dir.join("out");
+    let o = blox(&[
+        "sweep",
+        cfg.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut rdr = csv::Reader::from_path(out.join("sweep.csv")).unwrap();
+    let header = rdr.headers().unwrap().clone();
+    let admission = header.iter().position(|h| h == "admission").unwrap();
+    let labels: Vec<String> = rdr
+        .records()
+        .map(|r| r.unwrap()[admission].to_string())
+        .collect();
+    assert!(labels.iter().any(|l| l.contains(',')), "{labels:?}");
+    let o = blox(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.join("summary.md").is_file());
+}
+
+#[test]
+fn a_grid_cell_is_recomputed_when_its_config_changes_and_stems_do_not_collide() {
+    let dir = tempdir("grid-hash");
+    for sub in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        // Same file name in two folders, different jobs.
+        write(
+            &dir.join(sub),
+            "trace.csv",
+            &format!(
+                "job_id,arrival_s,num_gpus,duration_s\n0,0,1,{}\n",
+                if sub == "a" { 600 } else { 60 }
+            ),
+        );
+    }
+    let cfg = write(&dir, "fifo.toml", SMALL);
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,1,10\n",
+    );
+    let grid = write(
+        &dir,
+        "grid.toml",
+        "[[grid]]\nname = \"g\"\nconfigs = [\"fifo.toml\"]\nworkloads = [\"a/trace.csv\", \"b/trace.csv\"]\n",
+    );
+    let out = dir.join("out");
+    let run = || {
+        blox(&[
+            "sweep",
+            grid.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let o = run();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("2 cells: 0 already done, 2 to run"),
+        "{}",
+        text(&o)
+    );
+    let table = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert!(
+        table.contains("a-trace") && table.contains("b-trace"),
+        "{table}"
+    );
+    // Each cell ran its own trace (jobs of 600 s and of 60 s).
+    let mut rdr = csv::Reader::from_path(out.join("sweep.csv")).unwrap();
+    let jct = rdr
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "avg_jct_s")
+        .unwrap();
+    let jcts: Vec<f64> = rdr
+        .records()
+        .map(|r| r.unwrap()[jct].parse().unwrap())
+        .collect();
+    assert_eq!(jcts, vec![600.0, 60.0], "{table}");
+    // Unchanged: both reused. Changed config: both run again.
+    assert!(text(&run()).contains("2 cells: 2 already done, 0 to run"));
+    std::fs::write(&cfg, SMALL.replace("round_s = 60", "round_s = 30")).unwrap();
+    assert!(text(&run()).contains("2 cells: 0 already done, 2 to run"));
+}

@@ -44,20 +44,7 @@ pub fn start_scheduler(
     listen: Option<String>,
     state: Option<PathBuf>,
 ) -> Result<SchedulerHandle> {
-    let mut policies =
-        blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
-    // Policy synthesis ([synthesizer]) runs here as in `blox sim`: it forks
-    // the live state into simulations of every candidate.
-    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
-    let selector = blox_sim::synth::Synthesizer::from_config(cfg, &sim)?.map(|s| {
-        use blox_sim::synth::module_label;
-        policies.names = (
-            module_label(&cfg.admission),
-            module_label(&cfg.scheduling),
-            module_label(&cfg.placement),
-        );
-        Box::new(s) as Box<dyn blox_core::PolicySelector>
-    });
+    let (policies, selector) = super::policies_of(cfg)?;
     let mut rt = RuntimeConfig::from_config(cfg)?;
     if let Some(l) = listen {
         rt.listen = l;
@@ -81,6 +68,21 @@ pub fn scheduler(
     overrides: &[Override],
 ) -> Result<ExitCode> {
     let cfg = blox_sim::load_config(config, None, overrides)?;
+    let synth = cfg.has_section("synthesizer");
+    super::note_unused(
+        &cfg,
+        "scheduler",
+        &[
+            ("cluster", "the workers that register bring the GPUs"),
+            ("workload", "jobs come from `blox submit`"),
+            ("sweep", "`blox sweep` runs its combinations"),
+            (
+                if synth { "" } else { "sim" },
+                "it configures simulations; here only policy synthesis's forks use it",
+            ),
+        ],
+        &["max_time_s", "max_rounds", "track_jobs", "allow_unfinished"],
+    );
     let rt = RuntimeConfig::from_config(&cfg)?;
     let table = state.clone().unwrap_or(rt.state);
     let synthesizing = cfg.has_section("synthesizer");

@@ -22,13 +22,29 @@ pub fn run(
     let cfg = ConfigRequest::new(config)
         .overrides(overrides.to_vec())
         .load()?;
+    let synth = cfg.has_section("synthesizer");
+    super::note_unused(
+        &cfg,
+        "local",
+        &[
+            ("workload", "jobs come from --jobs"),
+            ("sweep", "`blox sweep` runs its combinations"),
+            ("runtime", "it configures `blox scheduler`"),
+            (
+                if synth { "" } else { "sim" },
+                "overheads are real here; only policy synthesis's forks use it",
+            ),
+        ],
+        &["max_time_s", "max_rounds", "track_jobs", "allow_unfinished"],
+    );
     let specs = read_jobs_file(jobs)?;
     let cluster = cfg.cluster_state()?;
-    let policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    let (policies, selector) = super::policies_of(&cfg)?;
     let n = specs.len();
     let mut backend = LocalBackend::new(LocalConfig::new(workdir), &cluster, specs)?;
     let round_s = cfg.run.round_s;
     let mut lp = RoundLoop::new(policies, cluster, round_s);
+    lp.selector = selector;
     eprintln!(
         "blox local: {n} jobs on {} GPUs, {round_s} s rounds; job output under {}",
         lp.cluster.num_gpus(),

@@ -39,6 +39,54 @@ pub fn overrides(o: &Overrides) -> Result<Vec<Override>> {
     Ok(out)
 }
 
+/// The config's policies, and its policy selector if it has a
+/// `[synthesizer]` (the same one `blox sim` runs), named alike.
+pub fn policies_of(
+    cfg: &blox_core::Config,
+) -> Result<(
+    blox_core::Policies,
+    Option<Box<dyn blox_core::PolicySelector>>,
+)> {
+    let mut policies =
+        blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
+    let selector = blox_sim::synth::Synthesizer::from_config(cfg, &sim)?.map(|s| {
+        use blox_sim::synth::module_label;
+        policies.names = (
+            module_label(&cfg.admission),
+            module_label(&cfg.scheduling),
+            module_label(&cfg.placement),
+        );
+        Box::new(s) as Box<dyn blox_core::PolicySelector>
+    });
+    Ok((policies, selector))
+}
+
+/// Says on stderr which parts of a config `command` does not read (one
+/// config may serve the simulator and a cluster, so this is a note, not an
+/// error). `unused`: (section, why); `run_keys`: `[run]` keys it ignores.
+pub fn note_unused(
+    cfg: &blox_core::Config,
+    command: &str,
+    unused: &[(&str, &str)],
+    run_keys: &[&str],
+) {
+    for (section, why) in unused {
+        if cfg.has_section(section) {
+            eprintln!("note: `blox {command}` does not read [{section}] ({why})");
+        }
+    }
+    let run = cfg.section("run");
+    for key in run_keys {
+        if run.table().contains_key(*key) {
+            eprintln!(
+                "note: `blox {command}` does not read [run] {key} ({})",
+                run.location(key)
+            );
+        }
+    }
+}
+
 /// Runs one parsed command.
 pub fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
@@ -79,6 +127,15 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
         .workload(a.workload.clone(), "--workload")
         .overrides(overrides(&a.overrides)?)
         .load()?;
+    note_unused(
+        &cfg,
+        "sim",
+        &[
+            ("sweep", "`blox sweep` runs its combinations"),
+            ("runtime", "it configures `blox scheduler`"),
+        ],
+        &[],
+    );
     let start = std::time::Instant::now();
     let mut simulation = Simulation::from_config(&cfg)?;
     let bar = if a.quiet {
