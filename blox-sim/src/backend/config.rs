@@ -1,0 +1,143 @@
+//! `[sim]`: the simulator's settings, checked when read.
+
+use serde::Deserialize;
+
+/// `[sim]`: simulator settings.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    /// Blox compatibility: credit whole rounds and stamp completions (and, in the
+    /// reports, first starts) at round boundaries.
+    #[serde(default)]
+    pub round_quantized: bool,
+    /// Seconds between a job's first launch and its first progress.
+    #[serde(default)]
+    pub launch_overhead_s: f64,
+    /// Seconds lost on every relaunch after a preemption or re-allocation
+    /// (checkpoint restore; Pollux's artifact uses 30 s).
+    #[serde(default)]
+    pub restart_overhead_s: f64,
+    /// The first round runs at `round_s`, not at 0: jobs are first seen one
+    /// interval in, as in the Pollux artifact's simulator (§7.1).
+    #[serde(default)]
+    pub start_after_first_round: bool,
+    /// Injected interference (Pollux Fig. 9): a distributed job touching a node
+    /// that hosts two or more distributed jobs runs this fraction slower for the
+    /// round (`pollux-data.md` §7.4). Profile-driven jobs only.
+    #[serde(default)]
+    pub interference: f64,
+    /// Cost, seconds, of an elastic change: a running job moved to other GPUs
+    /// within a round, or its batch size changed in place. ONES scales jobs in
+    /// the background in about 1 s instead of a checkpoint restart (ONES §3.3.1,
+    /// §4.3, Fig. 16). Unset: a move costs `restart_overhead_s` like any
+    /// restart, and an in-place batch change costs nothing.
+    #[serde(default)]
+    pub elastic_overhead_s: Option<f64>,
+    /// Duration-based jobs have no epochs or samples; for policies that read
+    /// them (ONES) they report an epoch every `epoch_s` seconds of work at the
+    /// requested GPU count, one sample per GPU-second of work, and throughput
+    /// linear in GPUs (the duration model's speedup).
+    #[serde(default = "d_epoch_s")]
+    pub epoch_s: f64,
+    /// Relative speed of each GPU type (heterogeneous clusters, Gavel): a job
+    /// runs at the speed of the slowest GPU it holds. Types not listed: 1.
+    #[serde(default)]
+    pub type_speed: std::collections::BTreeMap<String, f64>,
+    /// Per-model speeds by GPU type, overriding `type_speed` for that model.
+    #[serde(default)]
+    pub model_type_speed:
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+}
+
+impl SimConfig {
+    /// Reads and checks `[sim]`: overheads are non-negative seconds, speeds
+    /// positive (a speed of 0 would never finish a job), interference a
+    /// fraction below 1.
+    pub fn from_section(s: &blox_core::Section) -> Result<Self, blox_core::ConfigError> {
+        let c: SimConfig = s.parse()?;
+        let non_negative = |key: &str, v: f64| {
+            if v >= 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(s.error_at(
+                    key,
+                    format!("`{key}` must be a non-negative number of seconds"),
+                ))
+            }
+        };
+        non_negative("launch_overhead_s", c.launch_overhead_s)?;
+        non_negative("restart_overhead_s", c.restart_overhead_s)?;
+        if let Some(e) = c.elastic_overhead_s {
+            non_negative("elastic_overhead_s", e)?;
+        }
+        if !(c.epoch_s > 0.0 && c.epoch_s.is_finite()) {
+            return Err(s.error_at("epoch_s", "`epoch_s` must be a positive number of seconds"));
+        }
+        if !(0.0..1.0).contains(&c.interference) {
+            return Err(s.error_at(
+                "interference",
+                "`interference` must be a fraction in [0, 1)",
+            ));
+        }
+        for (t, v) in &c.type_speed {
+            if !(*v > 0.0 && v.is_finite()) {
+                return Err(s.error_at(
+                    &format!("type_speed.{t}"),
+                    format!("the speed of `{t}` must be positive (a job there would never finish)"),
+                ));
+            }
+        }
+        for (m, types) in &c.model_type_speed {
+            for (t, v) in types {
+                if !(*v > 0.0 && v.is_finite()) {
+                    return Err(s.error_at(
+                        &format!("model_type_speed.{m}.{t}"),
+                        format!(
+                            "the speed of `{m}` on `{t}` must be positive (it would never finish)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(c)
+    }
+
+    /// Relative speed of `model` on `gpu_type`.
+    pub fn speed(&self, model: Option<&str>, gpu_type: &str) -> f64 {
+        model
+            .and_then(|m| self.model_type_speed.get(m))
+            .and_then(|t| t.get(gpu_type))
+            .or_else(|| self.type_speed.get(gpu_type))
+            .copied()
+            .unwrap_or(1.0)
+    }
+
+    /// Every GPU type the speed tables name.
+    pub(super) fn speed_types(&self) -> std::collections::BTreeSet<&str> {
+        self.type_speed
+            .keys()
+            .chain(self.model_type_speed.values().flat_map(|t| t.keys()))
+            .map(|s| s.as_str())
+            .collect()
+    }
+}
+
+fn d_epoch_s() -> f64 {
+    600.0
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            round_quantized: false,
+            launch_overhead_s: 0.0,
+            restart_overhead_s: 0.0,
+            start_after_first_round: false,
+            interference: 0.0,
+            elastic_overhead_s: None,
+            epoch_s: d_epoch_s(),
+            type_speed: Default::default(),
+            model_type_speed: Default::default(),
+        }
+    }
+}
