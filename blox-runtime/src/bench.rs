@@ -397,7 +397,12 @@ pub fn round_overhead(
                 .map_err(|e| e.message().to_string())?;
             ids.push(r.into_inner().job_id);
         }
-        wait_status(&mut c, |s| s.jobs.iter().all(|j| j.status == "running")).await?;
+        wait_status(&mut c, |s| {
+            s.jobs
+                .iter()
+                .all(|j| j.status == JobStatus::Running.as_str())
+        })
+        .await?;
         // Every job reports progress once per round, from its worker.
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let pusher_ids = ids.clone();

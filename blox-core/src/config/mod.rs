@@ -500,4 +500,62 @@ mod tests {
     fn cluster_without_gpus_is_rejected() {
         assert!(parse("[cluster]\nnodes = 2\n").is_err());
     }
+
+    #[test]
+    fn type_and_missing_field_errors_name_the_key_and_its_line() {
+        let err = parse("[cluster]\nnodes = 2\ngpus_per_node = \"four\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("test.toml:3: [cluster] `gpus_per_node`"),
+            "{err}"
+        );
+        let err = parse(
+            "[cluster]\n[[cluster.node_groups]]\ngpus = 4\n[[cluster.node_groups]]\ncount = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("[cluster.node_groups[0]]") && err.contains("missing field `count`"),
+            "{err}"
+        );
+        let err =
+            parse("[cluster]\n[[cluster.node_groups]]\ncount = 1\ngpus = 4\ngpu_typ = \"A100\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("test.toml:5") && err.contains("gpu_typ"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_mistyped_section_name_gets_a_suggestion() {
+        let err = parse("[cluster]\nnodes = 1\ngpus_per_node = 1\n[schedulng]\npolicy = \"las\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean `scheduling`?"), "{err}");
+    }
+
+    #[test]
+    fn overrides_are_named_as_the_origin_of_what_they_set() {
+        let err = Config::parse(
+            "[cluster]\nnodes = 1\ngpus_per_node = 1\n[run]\nround_s = 60\n",
+            "t.toml",
+            Path::new("."),
+            &[("run.seed".into(), "\"x\"".into())],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("--set run.seed=\"x\": [run]"), "{err}");
+        // An empty value removes the key: back to the default round length.
+        let cfg = Config::parse(
+            "[cluster]\nnodes = 1\ngpus_per_node = 1\n[run]\nround_s = 60\n",
+            "t.toml",
+            Path::new("."),
+            &[("run.round_s".into(), "".into())],
+        )
+        .unwrap();
+        assert_eq!(cfg.run.round_s, 300.0);
+    }
 }
