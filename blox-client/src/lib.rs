@@ -44,7 +44,16 @@ pub mod env {
     pub const COORD_DIR: &str = "BLOX_COORD_DIR";
     pub const RESUME: &str = "BLOX_RESUME";
     pub const BATCH_SIZE: &str = "BLOX_BATCH_SIZE";
+    /// When the worker started this process, Unix seconds (fractional): the
+    /// job's start-up is measured from here to its first iteration.
+    pub const LAUNCH_UNIX_S: &str = "BLOX_LAUNCH_UNIX_S";
 }
+
+/// The metric a job pushes once per launch, at its first iteration boundary:
+/// seconds from its launch to there (imports, device initialisation,
+/// checkpoint restore). The scheduler protects a launch from preemption until
+/// it has reported it and then run `[run] min_run_s` more.
+pub const STARTUP_METRIC: &str = "startup_s";
 
 /// What can go wrong reading the environment or talking to the worker.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +94,8 @@ pub struct JobEnv {
     pub resume: bool,
     /// Global batch size chosen by the scheduler, if any.
     pub batch_size: Option<u32>,
+    /// When the worker started the process, Unix seconds.
+    pub launch_unix_s: Option<f64>,
 }
 
 impl JobEnv {
@@ -140,6 +151,20 @@ impl JobEnv {
                 .unwrap_or_default(),
             resume: get(env::RESUME).is_some_and(|v| v == "1" || v == "true"),
             batch_size,
+            launch_unix_s: match get(env::LAUNCH_UNIX_S).filter(|v| !v.is_empty()) {
+                None => None,
+                Some(v) => Some(
+                    v.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|t| t.is_finite() && *t >= 0.0)
+                        .ok_or_else(|| ClientError::Bad {
+                            name: env::LAUNCH_UNIX_S,
+                            value: v.clone(),
+                            message: "expected Unix seconds".into(),
+                        })?,
+                ),
+            },
         })
     }
 }
@@ -152,6 +177,8 @@ pub struct Job {
     metrics: File,
     /// Global batch size in use (starts at the launch's).
     batch: std::cell::Cell<Option<u32>>,
+    /// Whether this launch's start-up was reported.
+    started: std::cell::Cell<bool>,
 }
 
 impl Job {
@@ -170,6 +197,7 @@ impl Job {
             .map_err(io(&mpath))?;
         Ok(Job {
             batch: std::cell::Cell::new(env.batch_size),
+            started: std::cell::Cell::new(false),
             revoked: env.control_dir.join("revoked"),
             batch_file: env.control_dir.join("batch_size"),
             metrics,
@@ -212,6 +240,31 @@ impl Job {
             path: self.env.control_dir.join("metrics"),
             source,
         })
+    }
+
+    /// Reports that start-up is over: the job is at its first iteration
+    /// boundary. Pushes [`STARTUP_METRIC`] (seconds since the worker started
+    /// the process) once per launch, from rank 0; later calls do nothing.
+    /// [`Job::iterate`] calls it before the first iteration, so a job that
+    /// iterates through it need not. Returns the start-up, if measured.
+    pub fn report_started(&self) -> Result<Option<f64>, ClientError> {
+        if self.started.replace(true) {
+            return Ok(None);
+        }
+        let startup = self.startup_so_far().unwrap_or(0.0);
+        if self.env.rank == 0 {
+            self.push_metric(STARTUP_METRIC, startup)?;
+        }
+        Ok(Some(startup))
+    }
+
+    /// Seconds since the worker started this process, if it said when.
+    pub fn startup_so_far(&self) -> Option<f64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_secs_f64();
+        self.env.launch_unix_s.map(|t| (now - t).max(0.0))
     }
 
     /// The checkpoint file `name` of this job (rank-specific for rank > 0).
@@ -318,6 +371,11 @@ impl<I: Iterator> Iterator for LeaseIter<'_, I> {
                 self.stopped = true;
                 return None;
             }
+        }
+        if self.step == 0 {
+            // The first boundary: start-up is over (a failed write only
+            // loses the measurement; the job goes on).
+            let _ = self.job.report_started();
         }
         self.step += 1;
         self.inner.next()

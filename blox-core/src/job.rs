@@ -130,7 +130,8 @@ impl JobSpec {
 pub struct Job {
     pub spec: JobSpec,
     pub status: JobStatus,
-    /// GPU-seconds of service received so far (Σ GPUs × running time).
+    /// GPU-seconds of productive service received so far (Σ GPUs × time
+    /// past each launch's first iteration); start-up is in `startup_gpu_s`.
     pub attained_service_gpu_s: f64,
     /// Wall seconds spent holding GPUs.
     pub run_time_s: f64,
@@ -163,6 +164,31 @@ pub struct Job {
     pub last_launch_s: Option<f64>,
     /// Why the job ended, for `Failed` and `Rejected`.
     pub end_reason: Option<String>,
+    /// When the current launch passed its first iteration boundary (its
+    /// start-up — imports, initialisation, checkpoint restore — done);
+    /// `None` while it starts, and while it is not running. Backends set it:
+    /// the simulator from its start-up model, a real backend from the
+    /// `startup_s` the job reports.
+    #[serde(default)]
+    pub first_iteration_s: Option<f64>,
+    /// Start-up of the last launch that got past it, seconds.
+    #[serde(default)]
+    pub last_startup_s: Option<f64>,
+    /// Wall seconds spent starting, over all launches.
+    #[serde(default)]
+    pub startup_s: f64,
+    /// GPU-seconds held while starting (beside `attained_service_gpu_s`,
+    /// which counts only productive time).
+    #[serde(default)]
+    pub startup_gpu_s: f64,
+    /// Launches in a row that ended (preempted, moved, lost with a node,
+    /// crashed) before their first iteration.
+    #[serde(default)]
+    pub launches_without_progress: u32,
+    /// Something an operator should know (e.g. the job keeps being stopped
+    /// before it starts), shown by `blox status`.
+    #[serde(default)]
+    pub warning: Option<String>,
 }
 
 impl Job {
@@ -185,6 +211,41 @@ impl Job {
             launches: 0,
             last_launch_s: None,
             end_reason: None,
+            first_iteration_s: None,
+            last_startup_s: None,
+            startup_s: 0.0,
+            startup_gpu_s: 0.0,
+            launches_without_progress: 0,
+            warning: None,
+        }
+    }
+
+    /// GPU-seconds held, start-up included (what simulators that do not
+    /// model start-up call attained service, e.g. the Pollux artifact's).
+    pub fn held_service_gpu_s(&self) -> f64 {
+        self.attained_service_gpu_s + self.startup_gpu_s
+    }
+
+    /// True while the job holds GPUs but has not reached its first iteration.
+    pub fn is_starting(&self) -> bool {
+        self.is_running() && self.first_iteration_s.is_none()
+    }
+
+    /// Seconds the current launch has run past its first iteration.
+    pub fn productive_run_s(&self, now_s: f64) -> Option<f64> {
+        self.first_iteration_s
+            .filter(|_| self.is_running())
+            .map(|f| (now_s - f).max(0.0))
+    }
+
+    /// Records that the current launch passed its first iteration at `at_s`
+    /// after starting for `startup_s` (backends call this once per launch).
+    pub fn reached_first_iteration(&mut self, at_s: f64, startup_s: f64) {
+        if self.first_iteration_s.is_none() {
+            self.first_iteration_s = Some(at_s);
+            self.last_startup_s = Some(startup_s.max(0.0));
+            self.launches_without_progress = 0;
+            self.warning = None;
         }
     }
 

@@ -99,6 +99,10 @@ pub struct Schedule {
     /// They are stopped, recorded as finished at this round, and must not
     /// appear in `entries`.
     pub terminate: Vec<(JobId, String)>,
+    /// Productive seconds past its first iteration a job must run before it
+    /// may be preempted or moved, if this policy wants more than the loop's
+    /// `min_run_s` (it cannot ask for less).
+    pub min_run_s: Option<f64>,
 }
 
 impl Demand {
@@ -161,6 +165,7 @@ impl Schedule {
         Schedule {
             desired_nodes: None,
             terminate: Vec::new(),
+            min_run_s: None,
             entries: jobs.into_iter().map(Demand::requested).collect(),
         }
     }

@@ -212,6 +212,15 @@ impl From<JobFile> for JobSubmission {
     }
 }
 
+/// What separates a new note from what `place` already says.
+fn sep(place: &str) -> &'static str {
+    if place.is_empty() {
+        ""
+    } else {
+        " · "
+    }
+}
+
 /// `blox status`'s view of a scheduler: a header, one line per job and one
 /// per worker.
 pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
@@ -238,11 +247,17 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
             },
             |v| format!("{v:.1}"),
         );
-        let place = if !j.gpus.is_empty() {
+        let mut place = if !j.gpus.is_empty() {
             j.gpus.join(",")
         } else {
             j.reason.clone()
         };
+        if j.startup_s > 0.0 {
+            let _ = write!(place, "{}start-up {:.1} s", sep(&place), j.startup_s);
+        }
+        if !j.warning.is_empty() {
+            let _ = write!(place, "{}warning: {}", sep(&place), j.warning);
+        }
         let _ = writeln!(
             out,
             "{:<6} {:<16} {:<9} {:>4} {:>7.1}% {:>8} {:>5}  {}",

@@ -106,6 +106,12 @@ impl Running {
             ranks: Vec::with_capacity(groups.len()),
             metrics_offset: 0,
         };
+        // Start-up is measured from here (the job reports its first
+        // iteration against it; `blox_client::STARTUP_METRIC`).
+        let launched = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| format!("{:.3}", d.as_secs_f64()))
+            .unwrap_or_default();
         for (i, devs) in groups.iter().enumerate() {
             let rank = spec.first_rank + i as u32;
             let suffix = if groups.len() > 1 {
@@ -125,6 +131,7 @@ impl Running {
                 .env(env::CONTROL_DIR, &spec.control)
                 .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&spec.control))
                 .env(env::RESUME, if spec.resume { "1" } else { "0" })
+                .env(env::LAUNCH_UNIX_S, &launched)
                 .env(
                     env::BATCH_SIZE,
                     spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),

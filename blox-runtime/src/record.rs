@@ -6,13 +6,104 @@
 use blox_core::*;
 use std::collections::HashMap;
 
-/// Launches, crashes and service of one job.
+/// Launches, crashes and service of one job (over its ended launches).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Record {
     pub launches: u32,
     pub crashes: u32,
+    /// Wall seconds holding GPUs, start-up included.
     pub run_time_s: f64,
+    /// Productive GPU-seconds (past each launch's first iteration).
     pub attained_gpu_s: f64,
+    /// Wall seconds and GPU-seconds spent starting.
+    pub startup_s: f64,
+    pub startup_gpu_s: f64,
+}
+
+impl Record {
+    /// Adds an ended launch.
+    pub fn fold(&mut self, c: &LaunchClock) {
+        let (held, startup) = c.split();
+        let g = c.gpus as f64;
+        self.run_time_s += held;
+        self.startup_s += startup;
+        self.attained_gpu_s += (held - startup) * g;
+        self.startup_gpu_s += startup * g;
+    }
+}
+
+/// One launch's time: when it started, how far it is accounted, and when it
+/// passed its first iteration (from the [`blox_client::STARTUP_METRIC`] it
+/// reports). Until then its time is start-up.
+#[derive(Clone, Debug)]
+pub(crate) struct LaunchClock {
+    pub launched_s: f64,
+    pub accounted_s: f64,
+    pub gpus: u32,
+    pub first_iteration_s: Option<f64>,
+}
+
+impl LaunchClock {
+    pub fn new(now_s: f64, gpus: u32) -> Self {
+        LaunchClock {
+            launched_s: now_s,
+            accounted_s: now_s,
+            gpus,
+            first_iteration_s: None,
+        }
+    }
+
+    /// Accounts the launch's time up to `until`.
+    pub fn advance(&mut self, until: f64) {
+        self.accounted_s = self.accounted_s.max(until);
+    }
+
+    /// A metric the launch pushed, seen at `now_s`.
+    pub fn on_metric(&mut self, key: &str, value: f64, now_s: f64) {
+        if key == blox_client::STARTUP_METRIC
+            && self.first_iteration_s.is_none()
+            && value.is_finite()
+            && value >= 0.0
+        {
+            // The job measured from its spawn, a little after `launched_s`;
+            // never later than when we learn of it.
+            self.first_iteration_s = Some((self.launched_s + value).min(now_s));
+        }
+    }
+
+    /// A launch that reported no start-up for `max_startup_s` (a program
+    /// that does not use a client library, or hung): its start-up is taken
+    /// as unknown and none of its time counts as starting; the loop no
+    /// longer protects it either.
+    pub fn give_up_waiting(&mut self, now_s: f64, max_startup_s: f64) {
+        if self.first_iteration_s.is_none() && now_s - self.launched_s >= max_startup_s {
+            tracing::debug!(
+                "a launch reported no start-up in {max_startup_s} s; its time counts as productive"
+            );
+            self.first_iteration_s = Some(self.launched_s);
+        }
+    }
+
+    /// A launch that finished its work without reporting its start-up did
+    /// work all along: none of its time counts as starting.
+    pub fn finished(&mut self) {
+        self.first_iteration_s.get_or_insert(self.launched_s);
+    }
+
+    /// (Seconds held, of which starting) so far.
+    pub fn split(&self) -> (f64, f64) {
+        let held = (self.accounted_s - self.launched_s).max(0.0);
+        let startup = self
+            .first_iteration_s
+            .map_or(held, |f| (f - self.launched_s).clamp(0.0, held));
+        (held, startup)
+    }
+
+    /// Start-up of this launch, once it passed its first iteration.
+    pub fn startup_s(&self) -> Option<f64> {
+        self.first_iteration_s
+            .map(|f| (f - self.launched_s).max(0.0))
+    }
 }
 
 /// How one launch ended.
@@ -57,10 +148,12 @@ impl Ended {
     }
 }
 
-/// Applies ended launches to their jobs, then every job's service so far.
-pub(crate) fn settle(
+/// Applies ended launches to their jobs, then every job's service so far:
+/// its ended launches (`records`) plus the running ones (`live`).
+pub(crate) fn settle<'a>(
     ended: Vec<Ended>,
     records: &mut HashMap<JobId, Record>,
+    live: impl Iterator<Item = (JobId, &'a LaunchClock)>,
     jobs: &mut JobState,
     max_retries: u32,
 ) {
@@ -95,6 +188,24 @@ pub(crate) fn settle(
         if let Some(job) = jobs.get_mut(*id) {
             job.run_time_s = rec.run_time_s;
             job.attained_service_gpu_s = rec.attained_gpu_s;
+            job.startup_s = rec.startup_s;
+            job.startup_gpu_s = rec.startup_gpu_s;
+        }
+    }
+    for (id, c) in live {
+        let Some(job) = jobs.get_mut(id) else {
+            continue;
+        };
+        let (held, startup) = c.split();
+        let g = c.gpus as f64;
+        job.run_time_s += held;
+        job.startup_s += startup;
+        job.attained_service_gpu_s += (held - startup) * g;
+        job.startup_gpu_s += startup * g;
+        if let (Some(f), Some(s)) = (c.first_iteration_s, c.startup_s()) {
+            if job.is_running() && job.first_iteration_s.is_none() {
+                job.reached_first_iteration(f, s);
+            }
         }
     }
 }

@@ -446,3 +446,61 @@ fn an_invalid_decision_is_dropped_shown_by_status_and_the_scheduler_keeps_servin
     let text = blox_runtime::ctl::render_status(&c.addr(), &s);
     assert!(text.contains("last policy error: round "), "{text}");
 }
+
+#[test]
+fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_retries = 3;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let mut ctl = c.ctl();
+    let ids = [
+        // Exits with status 2 before its first iteration, every launch.
+        ctl.submit(job("never-starts", 1, vec![TOY.into()], None))
+            .unwrap(),
+        // Crashes once after its first iteration: no warning.
+        ctl.submit(job(
+            "crash-once",
+            1,
+            toy(1.0, &["--fail-at", "0.5", "--startup-s", "0.3"]),
+            None,
+        ))
+        .unwrap(),
+        ctl.submit(job(
+            "slow-start",
+            1,
+            toy(0.5, &["--startup-s", "1.0"]),
+            None,
+        ))
+        .unwrap(),
+    ];
+    let r = c.wait_all(&ids, Duration::from_secs(60));
+    let never = &r[&ids[0]];
+    assert_eq!(never.status, "failed", "{never:?}");
+    assert!(
+        never
+            .warning
+            .contains("stopped before its first iteration 3 launches in a row (its process ends while starting"),
+        "{never:?}"
+    );
+    let once = &r[&ids[1]];
+    assert_eq!(once.status, "finished", "{once:?}");
+    assert!(once.warning.is_empty(), "{once:?}");
+    // Two launches, 0.3 s of start-up each (and the time to exec).
+    assert!((0.6..1.2).contains(&once.startup_s), "{once:?}");
+    let slow = &r[&ids[2]];
+    assert_eq!(slow.status, "finished", "{slow:?}");
+    assert!((1.0..1.6).contains(&slow.startup_s), "{slow:?}");
+    assert!(
+        (slow.startup_gpu_s - slow.startup_s).abs() < 1e-6,
+        "{slow:?}"
+    );
+    // Productive service is the work alone, not the start-up.
+    assert!(slow.attained_gpu_s < 1.0, "{slow:?}");
+    let text = blox_runtime::ctl::render_status(&c.addr(), &ctl.status(&ids).unwrap());
+    assert!(
+        text.contains("warning: stopped before its first iteration"),
+        "{text}"
+    );
+    assert!(text.contains("start-up 1."), "{text}");
+}

@@ -107,7 +107,8 @@ impl Simulation {
             None => jobs.len(),
         };
         let backend = SimBackend::new(sim.clone(), run.round_s, jobs, &cluster);
-        let round_loop = RoundLoop::new(policies, cluster, run.round_s);
+        let mut round_loop = RoundLoop::new(policies, cluster, run.round_s);
+        round_loop.startup = StartupRules::from_run(&run);
         Ok(Simulation {
             round_loop,
             backend,

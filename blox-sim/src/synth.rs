@@ -146,6 +146,8 @@ pub struct Synthesizer {
     cfg: SynthConfig,
     candidates: Vec<Candidate>,
     sim: SimConfig,
+    /// The live loop's start-up rules, which the forks follow too.
+    startup: StartupRules,
     decisions: Arc<Mutex<Vec<Decision>>>,
 }
 
@@ -236,6 +238,7 @@ impl Synthesizer {
                 start_after_first_round: false,
                 ..sim.clone()
             },
+            startup: StartupRules::from_run(&cfg.run),
             decisions: Arc::new(Mutex::new(Vec::new())),
         }))
     }
@@ -266,6 +269,7 @@ impl Synthesizer {
             .waiting
             .iter()
             .map(|j| SimJob {
+                startup_s: None,
                 spec: j.spec.clone(),
                 work: WorkModel::Duration {
                     duration_s: self.estimate(j),
@@ -285,6 +289,7 @@ impl Synthesizer {
         }
         let mut fork = RoundLoop::new(policies, live.cluster.clone(), round_s);
         fork.jobs = jobs;
+        fork.startup = self.startup;
         fork.check_invariants = false;
         let end = self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h);
         let mut rounds = 0;

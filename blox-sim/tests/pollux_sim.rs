@@ -22,6 +22,7 @@ fn job(id: u64, arrival: f64, gpus: u32, app: &Arc<AppProfile>, agent: BatchAgen
     let mut spec = JobSpec::new(id, arrival, gpus);
     spec.model = Some(app.app.clone());
     SimJob {
+        startup_s: None,
         converge_at: None,
         spec,
         work: WorkModel::Profile {

@@ -27,6 +27,7 @@ fn policies(a: &str, s: &str, p: &str) -> Policies {
 
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
     SimJob {
+        startup_s: None,
         converge_at: None,
         spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
         work: WorkModel::Duration {

@@ -35,6 +35,7 @@ fn job(id: u64, arrival: f64, gpus: u32, model: &str, duration_s: f64) -> SimJob
     let mut spec = JobSpec::new(id, arrival, gpus).with_duration(duration_s);
     spec.model = Some(model.into());
     SimJob {
+        startup_s: None,
         converge_at: None,
         spec,
         work: WorkModel::Duration { duration_s },

@@ -41,10 +41,16 @@ pub fn run(
     let cluster = cfg.cluster_state()?;
     let (policies, selector) = super::policies_of(&cfg)?;
     let n = specs.len();
-    let mut backend = LocalBackend::new(LocalConfig::new(workdir), &cluster, specs)?;
+    let startup = blox_core::StartupRules::from_run(&cfg.run);
+    let local = LocalConfig {
+        max_startup_s: startup.max_startup_s,
+        ..LocalConfig::new(workdir)
+    };
+    let mut backend = LocalBackend::new(local, &cluster, specs)?;
     let round_s = cfg.run.round_s;
     let mut lp = RoundLoop::new(policies, cluster, round_s);
     lp.selector = selector;
+    lp.startup = startup;
     eprintln!(
         "blox local: {n} jobs on {} GPUs, {round_s} s rounds; job output under {}",
         lp.cluster.num_gpus(),

@@ -93,6 +93,18 @@ pub struct RunConfig {
     /// a warning and a non-zero exit status, unless this is true.
     #[serde(default)]
     pub allow_unfinished: bool,
+    /// Start-up-aware preemption: a running job is not preempted or moved
+    /// before it has run this long past its first iteration, seconds
+    /// (default: half a round); jobs still starting are never preempted.
+    pub min_run_s: Option<f64>,
+    /// ... and at least this many times its own last start-up (default 1).
+    pub min_run_startup_factor: Option<f64>,
+    /// Warn about a job stopped before its first iteration this many
+    /// launches in a row (default 3; 0: never).
+    pub startup_warn_after: Option<u32>,
+    /// A launch still starting after this many seconds may be preempted
+    /// like any other (default: 10 rounds, at least 600 s).
+    pub max_startup_s: Option<f64>,
 }
 
 fn default_round_s() -> f64 {
@@ -111,6 +123,10 @@ impl Default for RunConfig {
             max_rounds: None,
             track_jobs: None,
             allow_unfinished: false,
+            min_run_s: None,
+            min_run_startup_factor: None,
+            startup_warn_after: None,
+            max_startup_s: None,
         }
     }
 }
@@ -126,6 +142,17 @@ impl RunConfig {
                     "max_time_s",
                     "max_time_s must be a positive number of seconds",
                 ));
+            }
+        }
+        for (key, v) in [
+            ("min_run_s", self.min_run_s),
+            ("min_run_startup_factor", self.min_run_startup_factor),
+            ("max_startup_s", self.max_startup_s),
+        ] {
+            if let Some(v) = v {
+                if !(v >= 0.0 && v.is_finite()) {
+                    return Err(s.error_at(key, format!("{key} must be a non-negative number")));
+                }
             }
         }
         if let Some([a, b]) = self.track_jobs {

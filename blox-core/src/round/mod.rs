@@ -4,6 +4,10 @@
 //! every policy decision passes before it runs.
 
 mod checks;
+mod startup;
+
+pub use startup::StartupRules;
+use startup::Stopped;
 
 use crate::cluster::{ClusterError, ClusterState};
 use crate::ids::{GpuId, JobId};
@@ -144,6 +148,9 @@ pub struct RoundLoop {
     pub check_invariants: bool,
     /// Fail on a policy's invalid decision, or drop it and go on.
     pub on_invalid: OnInvalidDecision,
+    /// Jobs keep their GPUs while starting and for a while after
+    /// (start-up-aware preemption; `[run] min_run_s`).
+    pub startup: StartupRules,
     pub policies: Policies,
     pub jobs: JobState,
     pub cluster: ClusterState,
@@ -161,6 +168,7 @@ impl RoundLoop {
             selector: None,
             check_invariants: true,
             on_invalid: OnInvalidDecision::Fail,
+            startup: StartupRules::for_round(round_s),
             policies,
             jobs: JobState::new(),
             cluster,
@@ -230,6 +238,7 @@ impl RoundLoop {
             .map(|j| (j.id(), j.allocation.clone()))
             .collect();
         for (id, gpus) in requeued {
+            self.note_stopped(id, Stopped::Ended);
             self.cluster.release(id, &gpus);
             if let Some(j) = self.jobs.get_mut(id) {
                 j.allocation.clear();
@@ -390,6 +399,7 @@ impl RoundLoop {
             .placement
             .place(info, &schedule, &self.jobs, &self.cluster);
         self.validate(&placement)?;
+        let placement = self.protect_starting_jobs(info.now_s, placement, schedule.min_run_s);
         // 8. Preemption, then launch.
         self.execute(info, placement, b)
     }
@@ -410,6 +420,7 @@ impl RoundLoop {
                 let hit = self.cluster.remove_node(node)?;
                 tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
                 for id in hit {
+                    self.note_stopped(id, Stopped::NodeLost);
                     if let Some(job) = self.jobs.get_mut(id) {
                         job.status = JobStatus::Queued;
                         job.allocation.clear();
@@ -520,6 +531,7 @@ impl RoundLoop {
                 .map_err(backend("launch"))?;
             let job = self.jobs.get_mut(a.job).expect("checked above");
             job.status = JobStatus::Running;
+            job.first_iteration_s = None;
             job.first_start_s.get_or_insert(info.now_s);
             job.last_launch_s = Some(info.now_s);
             job.launches += 1;
@@ -527,6 +539,7 @@ impl RoundLoop {
             if a.batch_size.is_some() {
                 job.current_batch_size = a.batch_size;
             }
+            debug!(job = %a.job, gpus = ?a.gpus, "launch");
             job.allocation = a.gpus;
             launched.push(a.job);
         }
@@ -540,7 +553,9 @@ impl RoundLoop {
         b: &mut B,
     ) -> Result<(), LoopError> {
         let job = self.jobs.get(id).expect("validated");
+        debug!(job = %id, attained_gpu_s = job.attained_service_gpu_s, "preempt");
         b.preempt(info, job).map_err(backend("preemption"))?;
+        self.note_stopped(id, Stopped::Preempted);
         let job = self.jobs.get_mut(id).expect("validated");
         let gpus = std::mem::take(&mut job.allocation);
         job.status = JobStatus::Queued;

@@ -445,6 +445,7 @@ impl SchedulingPolicy for Ones {
             }
         }
         Schedule {
+            min_run_s: None,
             entries,
             desired_nodes: None,
             terminate: Vec::new(),

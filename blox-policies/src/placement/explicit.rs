@@ -72,6 +72,7 @@ mod tests {
         let schedule = Schedule {
             desired_nodes: None,
             terminate: Vec::new(),
+            min_run_s: None,
             entries: vec![Demand {
                 job: JobId(2),
                 gpus: 2,

@@ -229,8 +229,8 @@ impl PolluxSched {
             let d = self.params.restart_penalty_s;
             restart_factor.push((age - d * restarts).max(0.0) / (age + d));
             weights.push(
-                if self.params.weight_decay > 0.0 && job.attained_service_gpu_s > 0.0 {
-                    (self.params.weight_threshold_gpu_s / job.attained_service_gpu_s)
+                if self.params.weight_decay > 0.0 && job.held_service_gpu_s() > 0.0 {
+                    (self.params.weight_threshold_gpu_s / job.held_service_gpu_s())
                         .min(1.0)
                         .powf(self.params.weight_decay)
                 } else {
@@ -424,7 +424,14 @@ impl PolluxSched {
 impl SchedulingPolicy for PolluxSched {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| crate::scheduling::las::by_attained_service(a, b));
+        // By GPU time held, start-up included, then arrival: the artifact
+        // counts a job's re-scale delay as attained service (simulator.py).
+        order.sort_by(|a, b| {
+            a.held_service_gpu_s()
+                .total_cmp(&b.held_service_gpu_s())
+                .then(a.arrival_s().total_cmp(&b.arrival_s()))
+                .then(a.id().cmp(&b.id()))
+        });
         let nodes: Vec<&Node> = cluster
             .nodes()
             .iter()
@@ -455,6 +462,7 @@ impl SchedulingPolicy for PolluxSched {
             self.last.desired_nodes = Some(self.autoscale(&a, round, &order, jobs, cluster));
         }
         Schedule {
+            min_run_s: None,
             entries: Self::assign(&order, &nodes, &p, &best.genes, cluster),
             desired_nodes: self.last.desired_nodes,
             terminate: Vec::new(),

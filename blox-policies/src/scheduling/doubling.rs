@@ -512,6 +512,7 @@ impl SchedulingPolicy for Doubling {
             w[i] *= 2;
         }
         Schedule {
+            min_run_s: None,
             entries: order
                 .iter()
                 .zip(w)

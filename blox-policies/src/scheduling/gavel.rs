@@ -300,6 +300,7 @@ impl SchedulingPolicy for Gavel {
             }
         }
         Schedule {
+            min_run_s: None,
             entries: entries
                 .into_iter()
                 .map(|(i, gpus)| Demand {

@@ -18,8 +18,9 @@ impl SchedulingPolicy for Las {
     }
 }
 
-/// Least attained service first, then earliest arrival, then lowest id (also
-/// PolluxSched's job order, `pollux-data.md` §6.2).
+/// Least attained (productive) service first, then earliest arrival, then
+/// lowest id. Time a job spends starting does not count: a job that is still
+/// importing and initialising has received no service.
 pub fn by_attained_service(a: &Job, b: &Job) -> std::cmp::Ordering {
     a.attained_service_gpu_s
         .total_cmp(&b.attained_service_gpu_s)

@@ -240,6 +240,7 @@ impl SchedulingPolicy for Optimus {
             free -= 1;
         }
         Schedule {
+            min_run_s: None,
             desired_nodes: None,
             terminate: Vec::new(),
             entries: order

@@ -4,7 +4,11 @@
 //! `progress` and `iteration` metrics. It also checkpoints every
 //! `--checkpoint-every` iterations (default 25), as training jobs do, so a
 //! crash loses little. `--fail-at F` exits with status 3 once a fraction F of
-//! the work is done (crash tests; only on the first launch).
+//! the work is done (crash tests; only on the first launch). `--startup-s S`
+//! waits S seconds at every launch before its first iteration, a stand-in
+//! for a real job's imports and device initialisation (the lease is not
+//! checked meanwhile, as a Python job importing torch cannot either); the
+//! first iteration boundary reports the start-up to the scheduler.
 //!
 //! Two ways to set the work:
 //!
@@ -26,7 +30,11 @@ use std::time::{Duration, Instant};
 
 fn arg(args: &[String], name: &str) -> Option<f64> {
     let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1)?.parse().ok()
+    let v = args.get(i + 1)?;
+    match v.parse::<f64>() {
+        Ok(x) if x.is_finite() => Some(x),
+        _ => fail(format!("`{name}`: `{v}` is not a number"), 2),
+    }
 }
 
 fn text_arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -39,7 +47,43 @@ fn fail(msg: impl std::fmt::Display, code: i32) -> ! {
     std::process::exit(code)
 }
 
-const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--checkpoint-every N] [--fail-at FRACTION]";
+const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--startup-s SECONDS] [--checkpoint-every N] [--fail-at FRACTION]
+
+Runs under a blox worker (blox_client's environment): trains in iterations,
+checks its lease at each boundary, checkpoints its iteration counter and
+resumes from it, and pushes `progress` and `iteration` metrics.";
+
+/// Flags that take a value.
+const FLAGS: [&str; 9] = [
+    "--duration-s",
+    "--iteration-s",
+    "--profile",
+    "--model",
+    "--iterations",
+    "--time-scale",
+    "--startup-s",
+    "--checkpoint-every",
+    "--fail-at",
+];
+
+/// Rejects unknown flags and flags without a value; `--help` prints usage.
+fn check_args(args: &[String]) {
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "--help" || a == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if !FLAGS.contains(&a) {
+            fail(format!("unknown argument `{a}`\n{USAGE}"), 2);
+        }
+        if args.get(i + 1).is_none() {
+            fail(format!("`{a}` needs a value\n{USAGE}"), 2);
+        }
+        i += 2;
+    }
+}
 
 /// Iteration time from a model profile at this launch's GPUs and `batch`.
 struct Profiled {
@@ -70,6 +114,8 @@ impl Profiled {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    check_args(&args);
+    let startup = arg(&args, "--startup-s").unwrap_or(0.0).max(0.0);
     let fail_at = arg(&args, "--fail-at");
     let every = arg(&args, "--checkpoint-every").unwrap_or(25.0).max(1.0) as u64;
     let job = Job::from_env().unwrap_or_else(|e| fail(e, 2));
@@ -115,6 +161,9 @@ fn main() {
         .unwrap_or(0);
     if !first_launch {
         eprintln!("blox-toy-job: resumed at iteration {start_iter}");
+    }
+    if startup > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(startup));
     }
     let mut due = Instant::now();
     let mut done = start_iter;

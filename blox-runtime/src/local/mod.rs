@@ -25,7 +25,7 @@ mod jobs_file;
 pub use jobs_file::{parse_jobs, read_jobs_file, JobsFileError};
 
 use crate::process::{LaunchSpec, Running, StartError};
-use crate::record::{settle, Ended, Record};
+use crate::record::{settle, Ended, LaunchClock, Record};
 use blox_core::*;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -44,6 +44,10 @@ pub struct LocalConfig {
     /// the launch's control directory; two-phase revocation stops them at the
     /// same iteration) instead of one process holding all the job's GPUs.
     pub process_per_gpu: bool,
+    /// A launch that has not reported its start-up after this many seconds
+    /// (a program that does not use a client library) counts as started
+    /// when it launched (`[run] max_startup_s`).
+    pub max_startup_s: f64,
 }
 
 impl LocalConfig {
@@ -53,6 +57,7 @@ impl LocalConfig {
             grace_s: 10.0,
             max_retries: 2,
             process_per_gpu: false,
+            max_startup_s: 600.0,
         }
     }
 }
@@ -66,9 +71,7 @@ struct Exit {
 
 struct Proc {
     run: Running,
-    gpus: u32,
-    /// Time of the last run-time accounting.
-    accounted_s: f64,
+    clock: LaunchClock,
 }
 
 /// Runs jobs as processes on this machine.
@@ -130,8 +133,10 @@ impl LocalBackend {
     }
 
     /// Folds new lines of a process's metric log into the store.
-    fn read_metrics(p: &mut Proc, id: JobId, jobs: &mut JobState) {
+    fn read_metrics(p: &mut Proc, id: JobId, jobs: &mut JobState, now_s: f64) {
+        let clock = &mut p.clock;
         p.run.read_metrics(id.0, |k, v| {
+            clock.on_metric(k, v, now_s);
             if k == "progress" {
                 if let Some(j) = jobs.get_mut(id) {
                     j.progress = v.clamp(0.0, 1.0);
@@ -148,15 +153,12 @@ impl LocalBackend {
         })
     }
 
-    /// Charges run time and GPU time up to `until`.
-    fn account(&mut self, id: JobId, until: f64) {
-        if let Some(p) = self.procs.get_mut(&id) {
-            let dt = (until - p.accounted_s).max(0.0);
-            p.accounted_s = until.max(p.accounted_s);
-            let r = self.records.entry(id).or_default();
-            r.run_time_s += dt;
-            r.attained_gpu_s += dt * p.gpus as f64;
-        }
+    /// Ends the launch of `id` at `until`: its time goes to the job's record.
+    fn retire(&mut self, id: JobId, until: f64) -> Option<Proc> {
+        let mut p = self.procs.remove(&id)?;
+        p.clock.advance(until);
+        self.records.entry(id).or_default().fold(&p.clock);
+        Some(p)
     }
 }
 
@@ -198,10 +200,13 @@ impl MetricCollector for LocalBackend {
             .filter_map(|(id, p)| self.exit_of(p).map(|e| (*id, e)))
             .collect();
         for (id, exit) in exited {
-            self.account(id, exit.at_s);
-            let mut p = self.procs.remove(&id).expect("listed above");
-            Self::read_metrics(&mut p, id, jobs);
+            let p = self.procs.get_mut(&id).expect("listed above");
+            Self::read_metrics(p, id, jobs, exit.at_s);
             let done = p.run.control.join("done").exists();
+            if done && exit.code == Some(0) {
+                p.clock.finished();
+            }
+            self.retire(id, exit.at_s);
             self.ended.push(if done && exit.code == Some(0) {
                 Ended::finished(id, exit.at_s)
             } else {
@@ -210,12 +215,14 @@ impl MetricCollector for LocalBackend {
         }
         let running: Vec<JobId> = self.procs.keys().copied().collect();
         for id in running {
-            self.account(id, now);
             let p = self.procs.get_mut(&id).expect("listed above");
-            Self::read_metrics(p, id, jobs);
+            Self::read_metrics(p, id, jobs, now);
+            p.clock.advance(now);
+            p.clock.give_up_waiting(now, self.cfg.max_startup_s);
         }
         let ended = std::mem::take(&mut self.ended);
-        settle(ended, &mut self.records, jobs, self.cfg.max_retries);
+        let live = self.procs.iter().map(|(id, p)| (*id, &p.clock));
+        settle(ended, &mut self.records, live, jobs, self.cfg.max_retries);
         Ok(())
     }
 }
@@ -236,8 +243,7 @@ impl PreemptionMechanism for LocalBackend {
             at_s: e.at.saturating_duration_since(self.start).as_secs_f64(),
             code: e.code,
         };
-        self.account(id, exit.at_s);
-        self.procs.remove(&id);
+        self.retire(id, exit.at_s);
         if finished {
             // It finished just as it was revoked: report that next round.
             self.ended.push(Ended::finished(id, exit.at_s));
@@ -298,8 +304,7 @@ impl LaunchMechanism for LocalBackend {
                     id,
                     Proc {
                         run,
-                        gpus: gpus.len() as u32,
-                        accounted_s: now,
+                        clock: LaunchClock::new(now, gpus.len() as u32),
                     },
                 );
             }

@@ -6,7 +6,7 @@
 use super::{lock, RuntimeConfig, SharedHub};
 use crate::net::WorkerClient;
 use crate::proto::*;
-use crate::record::{settle, Ended, Record};
+use crate::record::{settle, Ended, LaunchClock, Record};
 use crate::store::Store;
 use blox_core::*;
 use std::collections::{HashMap, VecDeque};
@@ -25,8 +25,7 @@ pub(super) struct Live {
     launch: u32,
     parts: Vec<Part>,
     parts_left: usize,
-    gpus: u32,
-    accounted_s: f64,
+    clock: LaunchClock,
 }
 
 /// Per-round timings of the scheduler (the last 10,000 rounds): `busy_s`
@@ -80,14 +79,21 @@ impl ClusterBackend {
         t.saturating_duration_since(self.start).as_secs_f64()
     }
 
-    fn account(&mut self, id: JobId, until: f64) {
-        if let Some(l) = self.running.get_mut(&id) {
-            let dt = (until - l.accounted_s).max(0.0);
-            l.accounted_s = until.max(l.accounted_s);
-            let r = self.records.entry(id).or_default();
-            r.run_time_s += dt;
-            r.attained_gpu_s += dt * l.gpus as f64;
-        }
+    /// Ends the launch of `id` at `until`: its time goes to the job's record.
+    fn retire(&mut self, id: JobId, until: f64) -> Option<Live> {
+        let mut live = self.running.remove(&id)?;
+        live.clock.advance(until);
+        self.records.entry(id).or_default().fold(&live.clock);
+        Some(live)
+    }
+
+    /// Seconds a launch may go without reporting its start-up.
+    fn max_startup_s(&self) -> f64 {
+        self.cfg
+            .startup
+            .map_or(StartupRules::for_round(1.0).max_startup_s, |s| {
+                s.max_startup_s
+            })
     }
 
     fn forget_expected(&self, id: JobId, live: &Live) {
@@ -202,8 +208,7 @@ impl ClusterManager for ClusterBackend {
                 .map(|(id, _)| *id)
                 .collect();
             for id in hit {
-                self.account(id, now);
-                let mut live = self.running.remove(&id).expect("listed above");
+                let mut live = self.retire(id, now).expect("listed above");
                 // The job's parts on live workers stop too; the loop requeues it.
                 live.parts.retain(|p| !lost.contains(&p.worker));
                 if !live.parts.is_empty() {
@@ -264,9 +269,13 @@ impl MetricCollector for ClusterBackend {
                 cancels,
             )
         };
+        let now = self.now();
         for s in metrics {
             let l = s.launch.expect("checked on receipt");
             let id = JobId(l.job_id);
+            if let Some(live) = self.running.get_mut(&id).filter(|x| x.launch == l.launch) {
+                live.clock.on_metric(&s.key, s.value, now);
+            }
             if let Some(j) = jobs.get_mut(id) {
                 if s.key == "progress" {
                     j.progress = s.value.clamp(0.0, 1.0);
@@ -292,24 +301,21 @@ impl MetricCollector for ClusterBackend {
                 if live.parts_left > 0 {
                     continue;
                 }
-                self.account(id, at_s);
-                let live = self.running.remove(&id).expect("checked above");
+                live.clock.finished();
+                let live = self.retire(id, at_s).expect("checked above");
                 self.forget_expected(id, &live);
                 self.ended.push(Ended::finished(id, at_s));
             } else {
-                self.account(id, at_s);
-                let live = self.running.remove(&id).expect("checked above");
+                let live = self.retire(id, at_s).expect("checked above");
                 // A failing part takes the others down.
                 self.revoke_parts(id, &live, true);
                 let reason = (!r.reason.is_empty()).then(|| r.reason.clone());
                 self.ended.push(Ended::crashed(id, at_s, r.code, reason));
             }
         }
-        let now = self.now();
         for (id, reason) in cancels {
             let id = JobId(id);
-            if let Some(live) = self.running.remove(&id) {
-                self.account(id, now);
+            if let Some(live) = self.retire(id, now) {
                 self.revoke_parts(id, &live, true);
             }
             if let Some(j) = jobs.get_mut(id) {
@@ -320,12 +326,14 @@ impl MetricCollector for ClusterBackend {
                 }
             }
         }
-        let running: Vec<JobId> = self.running.keys().copied().collect();
-        for id in running {
-            self.account(id, now);
+        let max_startup_s = self.max_startup_s();
+        for live in self.running.values_mut() {
+            live.clock.advance(now);
+            live.clock.give_up_waiting(now, max_startup_s);
         }
         let ended = std::mem::take(&mut self.ended);
-        settle(ended, &mut self.records, jobs, self.cfg.max_retries);
+        let live = self.running.iter().map(|(id, l)| (*id, &l.clock));
+        settle(ended, &mut self.records, live, jobs, self.cfg.max_retries);
         Ok(())
     }
 }
@@ -333,12 +341,12 @@ impl MetricCollector for ClusterBackend {
 impl PreemptionMechanism for ClusterBackend {
     fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
         let id = job.id();
-        let Some(live) = self.running.remove(&id) else {
+        let Some(mut live) = self.running.remove(&id) else {
             return Ok(()); // already exited; folded in next round
         };
         let replies = self.revoke_parts(id, &live, false);
         let now = self.now();
-        let mut last = live.accounted_s;
+        let mut last = live.clock.accounted_s;
         let mut finished = !replies.is_empty();
         for r in &replies {
             match r {
@@ -352,9 +360,11 @@ impl PreemptionMechanism for ClusterBackend {
                 }
             }
         }
-        self.running.insert(id, live);
-        self.account(id, last);
-        self.running.remove(&id);
+        live.clock.advance(last);
+        if finished {
+            live.clock.finished();
+        }
+        self.records.entry(id).or_default().fold(&live.clock);
         if finished {
             self.ended.push(Ended::finished(id, last));
         }
@@ -483,8 +493,7 @@ impl LaunchMechanism for ClusterBackend {
             launch,
             parts_left: parts.len(),
             parts,
-            gpus: gpus.len() as u32,
-            accounted_s: self.now(),
+            clock: LaunchClock::new(self.now(), gpus.len() as u32),
         };
         if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
             // The job's fault (its program cannot start) counts as a crash;

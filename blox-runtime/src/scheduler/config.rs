@@ -1,7 +1,7 @@
 //! `[runtime]`: how the scheduler serves and supervises the cluster.
 
 use crate::net::{NetError, Security};
-use blox_core::{Config, ConfigError};
+use blox_core::{Config, ConfigError, StartupRules};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -41,6 +41,11 @@ pub struct RuntimeConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
+    /// Start-up-aware preemption (from `[run]`: `min_run_s`,
+    /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`);
+    /// unset: the defaults for the round length.
+    #[serde(skip)]
+    pub startup: Option<StartupRules>,
 }
 
 fn default_listen() -> String {
@@ -75,6 +80,7 @@ impl RuntimeConfig {
     pub fn from_config(cfg: &Config) -> Result<Self, ConfigError> {
         let s = cfg.section("runtime");
         let mut r: RuntimeConfig = s.parse()?;
+        r.startup = Some(StartupRules::from_run(&cfg.run));
         for (key, v) in [
             ("grace_s", r.grace_s),
             ("heartbeat_s", r.heartbeat_s),

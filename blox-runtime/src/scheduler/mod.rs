@@ -175,6 +175,7 @@ pub fn start_with_selector(
     selector: Option<Box<dyn PolicySelector>>,
 ) -> Result<SchedulerHandle, SchedulerError> {
     let security = cfg.security()?;
+    let startup = cfg.startup;
     let store = Arc::new(Store::open(&cfg.state)?);
     let (records, next_job_id) = store.load()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -273,6 +274,9 @@ pub fn start_with_selector(
         .spawn(move || {
             let mut lp = RoundLoop::new(policies, ClusterState::new(), round_s);
             lp.selector = selector;
+            if let Some(rules) = startup {
+                lp.startup = rules;
+            }
             // A policy's invalid decision is dropped and shown by `Status`;
             // the scheduler keeps serving.
             lp.on_invalid = OnInvalidDecision::SkipRound;

@@ -56,13 +56,16 @@ impl ClusterBackend {
                 .collect();
             let reason = j.end_reason.clone().unwrap_or_default();
             let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
+            let warning = j.warning.clone().unwrap_or_default();
             let changed_state = info.status != status
                 || info.gpus != gpus
                 || info.launches != launches
-                || info.reason != reason;
+                || info.reason != reason
+                || info.warning != warning;
             let changed = changed_state
                 || info.progress != j.progress
-                || info.attained_gpu_s != j.attained_service_gpu_s;
+                || info.attained_gpu_s != j.attained_service_gpu_s
+                || info.startup_gpu_s != j.startup_gpu_s;
             if !changed {
                 continue;
             }
@@ -73,6 +76,9 @@ impl ClusterBackend {
             info.progress = j.progress;
             info.attained_gpu_s = j.attained_service_gpu_s;
             info.reason = reason;
+            info.startup_s = j.startup_s;
+            info.startup_gpu_s = j.startup_gpu_s;
+            info.warning = warning;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 info.finished_unix_s = Some(now_unix - (now_s - f).max(0.0));
                 info.jct_s = j.jct_s();
@@ -133,6 +139,8 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                     crashes: 0,
                     run_time_s: r.run_time_s,
                     attained_gpu_s: info.attained_gpu_s,
+                    startup_s: info.startup_s,
+                    startup_gpu_s: info.startup_gpu_s,
                 },
             );
             if let Some(i) = r.info.as_mut() {

@@ -177,10 +177,22 @@ pub type Trace = Vec<(f64, u32, f64)>;
 /// Simulated JCTs of `trace` (by position) under `scheduling` with
 /// consolidated placement, 1 s rounds.
 pub fn run_sim(scheduling: &str, trace: &Trace, cluster: ClusterState) -> Vec<f64> {
+    run_sim_with_startup(scheduling, trace, cluster, &[])
+}
+
+/// [`run_sim`], job `i` spending `startup[i]` seconds (0 if absent) starting
+/// at each launch.
+pub fn run_sim_with_startup(
+    scheduling: &str,
+    trace: &Trace,
+    cluster: ClusterState,
+    startup: &[f64],
+) -> Vec<f64> {
     let jobs = trace
         .iter()
         .enumerate()
         .map(|(i, &(a, g, d))| SimJob {
+            startup_s: startup.get(i).copied(),
             spec: JobSpec::new(i as u64, a, g).with_duration(d),
             work: WorkModel::Duration { duration_s: d },
             converge_at: None,

@@ -43,6 +43,12 @@ pub struct SimConfig {
     /// runs at the speed of the slowest GPU it holds. Types not listed: 1.
     #[serde(default)]
     pub type_speed: std::collections::BTreeMap<String, f64>,
+    /// Start-up of every launch (imports, initialisation, restore before the
+    /// first iteration), seconds, by model; overrides `launch_overhead_s`
+    /// and `restart_overhead_s` for jobs of that model. A trace's own
+    /// `startup_s` column overrides both.
+    #[serde(default)]
+    pub model_startup_s: std::collections::BTreeMap<String, f64>,
     /// Per-model speeds by GPU type, overriding `type_speed` for that model.
     #[serde(default)]
     pub model_type_speed:
@@ -78,6 +84,9 @@ impl SimConfig {
                 "interference",
                 "`interference` must be a fraction in [0, 1)",
             ));
+        }
+        for (m, v) in &c.model_startup_s {
+            non_negative(&format!("model_startup_s.{m}"), *v)?;
         }
         for (t, v) in &c.type_speed {
             if !(*v > 0.0 && v.is_finite()) {
@@ -137,6 +146,7 @@ impl Default for SimConfig {
             elastic_overhead_s: None,
             epoch_s: d_epoch_s(),
             type_speed: Default::default(),
+            model_startup_s: Default::default(),
             model_type_speed: Default::default(),
         }
     }

@@ -229,13 +229,24 @@ impl SimBackend {
             let speed = seg.gpus as f64 / s.requested_gpus.max(1) as f64 * s.type_speed;
             let from = seg.progress_from_s.max(start);
             let held_from = seg.held_since_s.max(start);
+            let first = seg.first_iteration_s;
+            let gpus = seg.gpus as f64;
+            // Held time up to `stop`: start-up before the first iteration,
+            // productive (attained) service after it.
+            let account = |s: &mut SimJobState, stop: f64| {
+                let starting = (stop.min(first) - held_from).max(0.0);
+                let productive = (stop - held_from.max(first)).max(0.0);
+                s.run_time_s += (stop - held_from).max(0.0);
+                s.startup_s += starting;
+                s.startup_gpu_s += starting * gpus;
+                s.attained_gpu_s += productive * gpus;
+            };
             if let Some(p) = s.profile.as_mut() {
                 let t_left = (end - from).max(0.0);
                 let finish = p.advance(from, t_left);
                 let stop = finish.unwrap_or(end);
                 s.done_s = p.progress;
-                s.run_time_s += (stop - held_from).max(0.0);
-                s.attained_gpu_s += (stop - held_from).max(0.0) * seg.gpus as f64;
+                account(s, stop);
                 if let Some(t) = finish {
                     s.finished_at = Some(t);
                     done.push(*id);
@@ -243,8 +254,7 @@ impl SimBackend {
             } else if quantized {
                 // Blox: the whole round is credited to every job that ran in it.
                 s.done_s += (end - from).max(0.0) * speed;
-                s.run_time_s += end - held_from;
-                s.attained_gpu_s += (end - held_from) * seg.gpus as f64;
+                account(s, end);
                 if s.done_s >= s.duration_s - 1e-9 {
                     s.finished_at = Some(end);
                     done.push(*id);
@@ -254,8 +264,7 @@ impl SimBackend {
                 let finish = from + need;
                 let stop = if finish <= end { finish } else { end };
                 s.done_s += (stop - from).max(0.0) * speed;
-                s.run_time_s += (stop - held_from).max(0.0);
-                s.attained_gpu_s += (stop - held_from).max(0.0) * seg.gpus as f64;
+                account(s, stop);
                 if finish <= end {
                     s.done_s = s.duration_s;
                     s.finished_at = Some(finish.max(held_from));
@@ -332,7 +341,7 @@ impl ClusterManager for SimBackend {
 impl MetricCollector for SimBackend {
     fn collect_metrics(
         &mut self,
-        _round: &RoundInfo,
+        round: &RoundInfo,
         jobs: &mut JobState,
     ) -> Result<(), BackendError> {
         for (id, k, v) in std::mem::take(&mut self.static_metrics) {
@@ -402,7 +411,15 @@ impl MetricCollector for SimBackend {
             }
             let job = jobs.get_mut(id).expect("checked above");
             job.attained_service_gpu_s = s.attained_gpu_s;
+            job.startup_gpu_s = s.startup_gpu_s;
+            job.startup_s = s.startup_s;
             job.run_time_s = s.run_time_s;
+            if let Some(seg) = &s.segment {
+                if seg.first_iteration_s <= round.now_s + 1e-9 {
+                    let started = seg.first_iteration_s - seg.held_since_s;
+                    job.reached_first_iteration(seg.first_iteration_s, started);
+                }
+            }
             if let Some(t) = s.finished_at {
                 job.status = JobStatus::Finished;
                 job.finish_s = Some(t);
@@ -427,7 +444,16 @@ impl JobSource for SimBackend {
                     requested_gpus: j.spec.requested_gpus,
                     done_s: 0.0,
                     attained_gpu_s: 0.0,
+                    startup_gpu_s: 0.0,
+                    startup_s: 0.0,
                     run_time_s: 0.0,
+                    own_startup_s: j.startup_s.or_else(|| {
+                        j.spec
+                            .model
+                            .as_ref()
+                            .and_then(|m| self.cfg.model_startup_s.get(m))
+                            .copied()
+                    }),
                     segment: None,
                     finished_at: None,
                     started: false,
@@ -538,10 +564,19 @@ impl LaunchMechanism for SimBackend {
             .get_mut(&job.id())
             .ok_or_else(|| BackendError(format!("{} is not a submitted job", job.id())))?;
         let moved = s.stopped_at == Some(round.now_s);
-        let overhead = match (s.started, moved, self.cfg.elastic_overhead_s) {
-            (false, _, _) => self.cfg.launch_overhead_s,
-            (true, true, Some(e)) => e,
-            (true, _, _) => self.cfg.restart_overhead_s,
+        // Start-up before the first iteration: the job's own (trace or
+        // model), else the launch / restart overhead; an elastic move costs
+        // the elastic overhead.
+        let overhead = match (
+            s.started,
+            moved,
+            self.cfg.elastic_overhead_s,
+            s.own_startup_s,
+        ) {
+            (true, true, Some(e), _) => e,
+            (_, _, _, Some(own)) => own,
+            (false, _, _, None) => self.cfg.launch_overhead_s,
+            (true, _, _, None) => self.cfg.restart_overhead_s,
         };
         s.started = true;
         s.type_speed = type_speed;
@@ -559,6 +594,7 @@ impl LaunchMechanism for SimBackend {
             gpus: gpus.len() as u32,
             held_since_s: round.now_s,
             progress_from_s: round.now_s + overhead,
+            first_iteration_s: round.now_s + overhead,
         });
         self.running.insert(job.id());
         self.alloc.insert(job.id(), gpus.to_vec());
@@ -639,7 +675,10 @@ impl SimBackend {
             requested_gpus: job.requested_gpus(),
             done_s,
             attained_gpu_s: job.attained_service_gpu_s,
+            startup_gpu_s: job.startup_gpu_s,
+            startup_s: job.startup_s,
             run_time_s: job.run_time_s,
+            own_startup_s: job.last_startup_s,
             segment: None,
             finished_at: None,
             started: job.launches > 0,
@@ -650,10 +689,20 @@ impl SimBackend {
         };
         if job.is_running() && !job.allocation.is_empty() {
             st.type_speed = self.speed_factor(job, &job.allocation);
+            // A fork continues a running job where it is: still starting
+            // until its expected first iteration, or already past it.
+            let first = match job.first_iteration_s {
+                Some(f) => f.min(now_s),
+                None => {
+                    let since = job.last_launch_s.unwrap_or(now_s);
+                    (since + job.last_startup_s.unwrap_or(0.0)).max(now_s)
+                }
+            };
             st.segment = Some(Segment {
                 gpus: job.allocation.len() as u32,
                 held_since_s: now_s,
-                progress_from_s: now_s,
+                progress_from_s: first.max(now_s),
+                first_iteration_s: first,
             });
             self.running.insert(id);
             self.alloc.insert(id, job.allocation.clone());

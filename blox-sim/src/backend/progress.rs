@@ -10,8 +10,10 @@ pub(super) struct Segment {
     pub(super) gpus: u32,
     /// GPUs held since (attained service counts from here).
     pub(super) held_since_s: f64,
-    /// Progress starts here (launch + overhead).
+    /// Progress starts here (launch + overhead; later after an elastic change).
     pub(super) progress_from_s: f64,
+    /// The launch's first iteration: launch + start-up.
+    pub(super) first_iteration_s: f64,
 }
 
 /// The batch-size chooser of a profile-driven job.
@@ -147,8 +149,14 @@ pub(super) struct SimJobState {
     pub(super) requested_gpus: u32,
     /// Seconds of work done, measured at the requested GPU count.
     pub(super) done_s: f64,
+    /// Productive GPU-seconds (past each launch's first iteration).
     pub(super) attained_gpu_s: f64,
+    /// GPU-seconds and wall seconds spent starting.
+    pub(super) startup_gpu_s: f64,
+    pub(super) startup_s: f64,
     pub(super) run_time_s: f64,
+    /// Start-up of every launch of this job, if the trace or its model says.
+    pub(super) own_startup_s: Option<f64>,
     pub(super) segment: Option<Segment>,
     pub(super) finished_at: Option<f64>,
     pub(super) started: bool,

@@ -71,6 +71,12 @@ pub struct JobRow {
     pub model: String,
     /// Wall seconds it held GPUs.
     pub run_time_s: f64,
+    /// Wall seconds it spent starting (before first iterations).
+    pub startup_s: f64,
+    /// GPU-seconds of productive service (`gpu_seconds` less start-up).
+    pub productive_gpu_seconds: f64,
+    /// Launches in a row that ended before their first iteration, at the end.
+    pub launches_without_progress: u32,
 }
 
 impl JobRow {
@@ -92,12 +98,15 @@ impl JobRow {
             responsiveness_s: first_start_s.map(|t| t - j.arrival_s()),
             preemptions: j.preemptions,
             restarts: j.restarts,
-            gpu_seconds: j.attained_service_gpu_s,
+            gpu_seconds: j.attained_service_gpu_s + j.startup_gpu_s,
             num_gpus: j.requested_gpus(),
             status: j.status.clone(),
             reason: j.end_reason.clone().unwrap_or_default(),
             model: j.spec.model.clone().unwrap_or_default(),
             run_time_s: j.run_time_s,
+            startup_s: j.startup_s,
+            productive_gpu_seconds: j.attained_service_gpu_s,
+            launches_without_progress: j.launches_without_progress,
         }
     }
 
@@ -298,6 +307,9 @@ pub const JOB_COLUMNS: &[&str] = &[
     "reason",
     "model",
     "run_time_s",
+    "startup_s",
+    "productive_gpu_seconds",
+    "launches_without_progress",
 ];
 
 pub const ROUND_COLUMNS: &[&str] = &[
@@ -437,6 +449,22 @@ mod writer {
                 "run_time_s".into(),
                 j.iter().map(|x| x.run_time_s).collect::<Vec<_>>(),
             ),
+            Column::new(
+                "startup_s".into(),
+                j.iter().map(|x| x.startup_s).collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "productive_gpu_seconds".into(),
+                j.iter()
+                    .map(|x| x.productive_gpu_seconds)
+                    .collect::<Vec<_>>(),
+            ),
+            Column::new(
+                "launches_without_progress".into(),
+                j.iter()
+                    .map(|x| x.launches_without_progress)
+                    .collect::<Vec<_>>(),
+            ),
         ])
     }
 
@@ -538,6 +566,9 @@ mod writer {
                 j.reason.clone(),
                 j.model.clone(),
                 j.run_time_s.to_string(),
+                j.startup_s.to_string(),
+                j.productive_gpu_seconds.to_string(),
+                j.launches_without_progress.to_string(),
             ])
             .map_err(ReportError::table(&jobs))?;
         }

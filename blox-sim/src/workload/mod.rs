@@ -102,6 +102,10 @@ pub struct SimJob {
     /// improving (its loss curve is then reported as `loss` / `loss_target`
     /// metrics); `None`: no loss is reported.
     pub converge_at: Option<f64>,
+    /// Seconds every launch of this job spends starting before its first
+    /// iteration (a trace's `startup_s` column); `None`: the model's
+    /// (`[sim.model_startup_s]`) or the `[sim]` overheads.
+    pub startup_s: Option<f64>,
 }
 
 impl SimJob {
@@ -612,6 +616,7 @@ fn add_bursts(
             let mut spec = JobSpec::new(0, t, 1).with_duration(d);
             spec.name = format!("burst-{}", extra.len());
             extra.push(SimJob {
+                startup_s: None,
                 spec,
                 work: WorkModel::Duration { duration_s: d },
                 converge_at: None,

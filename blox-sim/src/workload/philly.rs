@@ -33,7 +33,7 @@ fn read_rows(t: &CsvTable) -> Result<Vec<PhillyRow>, WorkloadError> {
         rows.push(PhillyRow {
             timestamp: t.str(r, "timestamp")?.to_string(),
             duration_s: t.f64(r, "duration")?,
-            gpus: t.u64(r, "num_gpus")? as u32,
+            gpus: t.u32(r, "num_gpus")?,
         });
     }
     // Submission order (ISO timestamps sort as text); stable for equal stamps.
@@ -67,6 +67,7 @@ pub fn retimed(
         now += inter_arrival_s(&mut rng, jobs_per_hour);
         let id = jobs.len() as u64;
         jobs.push(SimJob {
+            startup_s: None,
             converge_at: None,
             spec: JobSpec::new(id, now, row.gpus).with_duration(row.duration_s),
             work: WorkModel::Duration {
@@ -109,6 +110,7 @@ pub fn blox_recipe(
         };
         let duration_s: f64 = 60.0 * 10f64.powf(exponent);
         jobs.push(SimJob {
+            startup_s: None,
             converge_at: None,
             spec: JobSpec::new(id, now, 1).with_duration(duration_s),
             work: WorkModel::Duration { duration_s },

@@ -67,8 +67,8 @@ pub fn read_workload(
     let mut jobs = Vec::with_capacity(t.rows.len());
     for r in 0..t.rows.len() {
         let app = t.str(r, "application")?.to_string();
-        let replicas = t.u64(r, "num_replicas")? as u32;
-        let batch = t.u64(r, "batch_size")? as u32;
+        let replicas = t.u32(r, "num_replicas")?;
+        let batch = t.u32(r, "batch_size")?;
         let field = |column: &str, message: String| WorkloadError::Field {
             path: t.path.clone(),
             line: t.line(r),
@@ -117,6 +117,7 @@ pub fn read_workload(
             }
         };
         jobs.push(SimJob {
+            startup_s: None,
             spec,
             work,
             converge_at: None,

@@ -135,6 +135,33 @@ impl CsvTable {
         }
     }
 
+    /// A non-negative integer that fits 32 bits (GPU counts, batch sizes).
+    pub fn u32(&self, row: usize, col: &str) -> Result<u32, WorkloadError> {
+        let v = self.u64(row, col)?;
+        u32::try_from(v).map_err(|_| {
+            self.err(
+                self.rows[row].0,
+                col,
+                format!("`{v}` is too large (at most {})", u32::MAX),
+            )
+        })
+    }
+
+    /// An optional number (absent column or empty → None).
+    pub fn opt_f64(&self, row: usize, col: &str) -> Result<Option<f64>, WorkloadError> {
+        match self.opt_str(row, col) {
+            None => Ok(None),
+            Some(_) => self.f64(row, col).map(Some),
+        }
+    }
+
+    pub fn opt_u32(&self, row: usize, col: &str) -> Result<Option<u32>, WorkloadError> {
+        match self.opt_str(row, col) {
+            None => Ok(None),
+            Some(_) => self.u32(row, col).map(Some),
+        }
+    }
+
     pub fn opt_u64(&self, row: usize, col: &str) -> Result<Option<u64>, WorkloadError> {
         match self.opt_str(row, col) {
             None => Ok(None),

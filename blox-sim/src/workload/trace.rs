@@ -26,7 +26,8 @@ fn finish(table: &CsvTable, mut jobs: Vec<(u64, SimJob)>) -> Result<Vec<SimJob>,
     Ok(jobs.into_iter().map(|(_, j)| j).collect())
 }
 
-/// `job_id,arrival_s,num_gpus,duration_s` with optional `model,batch_size,user`;
+/// `job_id,arrival_s,num_gpus,duration_s` with optional `model,batch_size,user`
+/// and `startup_s` (seconds each launch of the job spends starting);
 /// `duration_s` is the run time at `num_gpus` GPUs.
 pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
     t.require(&["job_id", "arrival_s", "num_gpus", "duration_s"])?;
@@ -34,14 +35,15 @@ pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
     for r in 0..t.rows.len() {
         let id = t.u64(r, "job_id")?;
         let duration_s = t.f64(r, "duration_s")?;
-        let mut spec = JobSpec::new(id, t.f64(r, "arrival_s")?, t.u64(r, "num_gpus")? as u32)
+        let mut spec = JobSpec::new(id, t.f64(r, "arrival_s")?, t.u32(r, "num_gpus")?)
             .with_duration(duration_s);
         spec.model = t.opt_str(r, "model").map(str::to_string);
         spec.user = t.opt_str(r, "user").map(str::to_string);
-        spec.batch_size = t.opt_u64(r, "batch_size")?.map(|b| b as u32);
+        spec.batch_size = t.opt_u32(r, "batch_size")?;
         jobs.push((
             t.line(r),
             SimJob {
+                startup_s: t.opt_f64(r, "startup_s")?,
                 converge_at: None,
                 spec,
                 work: WorkModel::Duration { duration_s },
@@ -60,14 +62,15 @@ pub fn read_blox(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
         let mut spec = JobSpec::new(
             t.u64(r, "job_id")?,
             t.f64(r, "submit_time")?,
-            t.u64(r, "num_gpus")? as u32,
+            t.u32(r, "num_gpus")?,
         )
         .with_duration(duration_s);
         spec.model = t.opt_str(r, "model").map(str::to_string);
-        spec.batch_size = t.opt_u64(r, "batch_size")?.map(|b| b as u32);
+        spec.batch_size = t.opt_u32(r, "batch_size")?;
         jobs.push((
             t.line(r),
             SimJob {
+                startup_s: None,
                 converge_at: None,
                 spec,
                 work: WorkModel::Duration { duration_s },

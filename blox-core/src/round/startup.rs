@@ -1,0 +1,183 @@
+//! Start-up-aware preemption. A training job spends seconds to minutes
+//! starting (importing its framework, initialising devices, restoring its
+//! checkpoint) before its first iteration; preempting it then wastes all of
+//! it, and a policy that does so every round never lets it start. So the loop
+//! keeps a running job on its GPUs until it has run `min_run_s` — and at
+//! least `min_run_startup_factor` × its own last start-up — past its first
+//! iteration, whatever a placement asks; the same rule in the simulator and
+//! on a cluster. Launches that end before their first iteration are counted,
+//! and a job that keeps being stopped while starting gets a warning.
+
+use super::RoundLoop;
+use crate::config::RunConfig;
+use crate::ids::{GpuId, JobId};
+use crate::job::Job;
+use crate::module::Placement;
+use std::collections::HashSet;
+
+/// The start-up rules of a loop (from `[run]`; see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StartupRules {
+    /// Least productive time past the first iteration before a preemption
+    /// or move, seconds.
+    pub min_run_s: f64,
+    /// And at least this many times the job's own last start-up.
+    pub min_run_startup_factor: f64,
+    /// A job stopped before its first iteration this many launches in a row
+    /// gets a warning (0: never).
+    pub warn_after: u32,
+    /// A launch still starting after this many seconds loses its protection
+    /// (a hung job, or one that never reports its first iteration, must not
+    /// hold its GPUs for ever).
+    pub max_startup_s: f64,
+}
+
+impl StartupRules {
+    /// The defaults for rounds of `round_s`: half a round past the first
+    /// iteration, and at least the job's own start-up again (so at most
+    /// half of a launch's time goes to starting); a warning after 3 launches
+    /// that never got past start-up; protection while starting for at most
+    /// 10 minutes or 10 rounds, whichever is longer.
+    pub fn for_round(round_s: f64) -> Self {
+        StartupRules {
+            min_run_s: round_s / 2.0,
+            min_run_startup_factor: 1.0,
+            warn_after: 3,
+            max_startup_s: (10.0 * round_s).max(600.0),
+        }
+    }
+
+    /// The rules a `[run]` section sets, defaults for the rest.
+    pub fn from_run(run: &RunConfig) -> Self {
+        let d = Self::for_round(run.round_s);
+        StartupRules {
+            min_run_s: run.min_run_s.unwrap_or(d.min_run_s),
+            min_run_startup_factor: run
+                .min_run_startup_factor
+                .unwrap_or(d.min_run_startup_factor),
+            warn_after: run.startup_warn_after.unwrap_or(d.warn_after),
+            max_startup_s: run.max_startup_s.unwrap_or(d.max_startup_s),
+        }
+    }
+
+    /// No protection at all (a policy's preemptions always run).
+    pub fn off() -> Self {
+        StartupRules {
+            min_run_s: 0.0,
+            min_run_startup_factor: 0.0,
+            warn_after: 0,
+            max_startup_s: 0.0,
+        }
+    }
+}
+
+/// Why a running job stopped (for the warning's hint).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Stopped {
+    /// A policy preempted or moved it.
+    Preempted,
+    /// Its process ended without finishing (a crash, to be retried).
+    Ended,
+    /// Its node left the cluster.
+    NodeLost,
+}
+
+impl RoundLoop {
+    /// True if `job` must keep its GPUs now: it runs and is still starting,
+    /// or has not run long enough past its first iteration. `extra` is what
+    /// the scheduling policy asked for this round.
+    pub(super) fn is_protected(&self, job: &Job, now_s: f64, extra: Option<f64>) -> bool {
+        if !job.is_running() {
+            return false;
+        }
+        let Some(ran) = job.productive_run_s(now_s) else {
+            let starting_for = now_s - job.last_launch_s.unwrap_or(now_s);
+            return starting_for < self.startup.max_startup_s;
+        };
+        let r = &self.startup;
+        let need = r
+            .min_run_s
+            .max(r.min_run_startup_factor * job.last_startup_s.unwrap_or(0.0))
+            .max(extra.unwrap_or(0.0));
+        ran < need
+    }
+
+    /// `p` without the preemptions and moves of protected jobs: they keep
+    /// their GPUs, and launches that needed those GPUs wait for a later round.
+    pub(super) fn protect_starting_jobs(
+        &self,
+        now_s: f64,
+        mut p: Placement,
+        extra: Option<f64>,
+    ) -> Placement {
+        let moved = |p: &Placement, id: JobId| {
+            p.launch.iter().any(|a| {
+                a.job == id
+                    && self.jobs.get(id).is_some_and(|j| {
+                        !super::same_gpus(&j.allocation, &a.gpus) || j.host_share != a.host
+                    })
+            })
+        };
+        let kept: Vec<JobId> = self
+            .jobs
+            .running()
+            .filter(|j| p.preempt.contains(&j.id()) || moved(&p, j.id()))
+            .filter(|j| self.is_protected(j, now_s, extra))
+            .map(Job::id)
+            .collect();
+        if kept.is_empty() {
+            return p;
+        }
+        let held: HashSet<GpuId> = kept
+            .iter()
+            .filter_map(|id| self.jobs.get(*id))
+            .flat_map(|j| j.allocation.iter().copied())
+            .collect();
+        p.preempt.retain(|id| !kept.contains(id));
+        let before = p.launch.len();
+        p.launch
+            .retain(|a| !kept.contains(&a.job) && !a.gpus.iter().any(|g| held.contains(g)));
+        tracing::debug!(
+            kept = kept.len(),
+            deferred = before - p.launch.len(),
+            "jobs still starting (or not past min_run_s) keep their GPUs"
+        );
+        // What is left is a subset; if host shares no longer fit, only the
+        // preemptions of unprotected jobs run this round.
+        if self.validate(&p).is_err() {
+            p.launch.clear();
+        }
+        p
+    }
+
+    /// Bookkeeping when a running job stops before or after its first
+    /// iteration (preempted, moved, lost with its node, crashed).
+    pub(super) fn note_stopped(&mut self, id: JobId, why: Stopped) {
+        let warn_after = self.startup.warn_after;
+        let Some(job) = self.jobs.get_mut(id) else {
+            return;
+        };
+        if job.first_iteration_s.is_some() {
+            job.launches_without_progress = 0;
+        } else {
+            job.launches_without_progress += 1;
+            let n = job.launches_without_progress;
+            if warn_after > 0 && n >= warn_after {
+                let hint = match why {
+                    Stopped::Preempted => {
+                        "preempted while starting: raise [run] max_startup_s, or lengthen the rounds"
+                    }
+                    Stopped::Ended => "its process ends while starting: see its stderr",
+                    Stopped::NodeLost => "its node left while it was starting",
+                };
+                let text =
+                    format!("stopped before its first iteration {n} launches in a row ({hint})");
+                if n == warn_after {
+                    tracing::warn!(job = %id, "{text}");
+                }
+                job.warning = Some(text);
+            }
+        }
+        job.first_iteration_s = None;
+    }
+}
