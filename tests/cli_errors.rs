@@ -278,3 +278,24 @@ fn sim_into_a_closed_pipe_exits_quietly() {
     assert!(o.status.success(), "{e}");
     assert!(!e.contains("panicked") && !e.contains("Broken pipe"), "{e}");
 }
+
+#[test]
+fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
+    let (dir, config) = setup();
+    // Debug logs name every launch: there is something to colour.
+    let o = blox(&[
+        "sim",
+        config.to_str().unwrap(),
+        "--log",
+        "debug",
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("launch"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "ANSI escape codes in a piped log: {err:?}"
+    );
+}

@@ -182,6 +182,8 @@ pub struct JobFile {
     pub duration_s: Option<f64>,
     #[serde(default)]
     pub metrics: HashMap<String, f64>,
+    /// Submitting the same file twice with a key creates one job.
+    pub idempotency_key: Option<String>,
 }
 
 impl JobFile {
@@ -208,6 +210,7 @@ impl From<JobFile> for JobSubmission {
             model: f.model,
             duration_s: f.duration_s,
             metrics: f.metrics,
+            idempotency_key: f.idempotency_key.unwrap_or_default(),
         }
     }
 }
@@ -263,7 +266,11 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
             "{:<6} {:<16} {:<9} {:>4} {:>7.1}% {:>8} {:>5}  {}",
             j.id,
             j.name,
-            j.status,
+            if j.phase() == JobPhase::Cancelled {
+                "cancelled"
+            } else {
+                j.status.as_str()
+            },
             j.requested_gpus,
             100.0 * j.progress,
             jct,

@@ -20,6 +20,7 @@
 //!   (`blox submit`, `blox status`, `blox cancel`).
 
 pub mod bench;
+pub mod codec;
 pub mod ctl;
 pub mod local;
 pub mod net;

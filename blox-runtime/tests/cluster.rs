@@ -143,6 +143,19 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     assert!(m.contains("job 999"), "{m}");
     let (got, m) = code(ctl.cancel(999));
     assert_eq!(got, Code::NotFound, "{m}");
+    // Job ids start at 1: 0, the unset value, names no job.
+    assert!(ok >= 1);
+    let (got, m) = code(ctl.cancel(0));
+    assert_eq!(got, Code::InvalidArgument, "{m}");
+    assert!(m.contains("job_id: required"), "{m}");
+    let (got, m) = code(ctl.status(&[0]));
+    assert_eq!(got, Code::InvalidArgument, "{m}");
+    // An idempotency key over 128 bytes.
+    let mut long_key = job("key", 1, toy(1.0, &[]), None);
+    long_key.idempotency_key = "k".repeat(129);
+    let (got, m) = code(ctl.submit(long_key));
+    assert_eq!(got, Code::InvalidArgument, "{m}");
+    assert!(m.contains("idempotency_key"), "{m}");
     // A missing job in the request.
     let (rt, client) = ctl.parts();
     let e = rt
@@ -234,10 +247,51 @@ fn a_cancelled_job_is_killed_and_its_gpus_freed() {
         std::thread::sleep(Duration::from_millis(50));
     }
     ctl.cancel(long).unwrap();
-    let r = c.wait_all(&[long, next], Duration::from_secs(20));
-    assert_eq!(r[&long].status, "failed");
-    assert_eq!(r[&long].reason, "cancelled");
+    // One still waiting for the loop is cancelled on the spot.
+    let queued = ctl.submit(job("queued", 2, toy(0.5, &[]), None)).unwrap();
+    ctl.cancel(queued).unwrap();
+    let r = c.wait_all(&[long, next, queued], Duration::from_secs(20));
+    for id in [long, queued] {
+        let j = &r[&id];
+        assert_eq!(j.phase(), JobPhase::Cancelled, "{j:?}");
+        assert_eq!(
+            (j.status.as_str(), j.reason.as_str()),
+            ("failed", "cancelled")
+        );
+        // Every job that ended has its JCT.
+        assert!(j.jct_s.is_some_and(|t| t >= 0.0), "{j:?}");
+    }
     assert_eq!(r[&next].status, "finished");
+    assert_eq!(r[&next].phase(), JobPhase::Finished);
+    let (got, m) = code(ctl.cancel(queued));
+    assert_eq!(got, Code::FailedPrecondition, "{m}");
+}
+
+#[test]
+fn a_retried_submission_with_an_idempotency_key_creates_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut ctl = c.ctl();
+    let mut j = job("once", 1, toy(0.3, &[]), None);
+    j.idempotency_key = "retry-me".into();
+    let first = ctl.submit(j.clone()).unwrap();
+    let again = ctl.submit(j.clone()).unwrap();
+    assert_eq!(first, again);
+    // The same key for another submission is refused.
+    let mut other = j.clone();
+    other.gpus = 2;
+    let (got, m) = code(ctl.submit(other));
+    assert_eq!(got, Code::AlreadyExists, "{m}");
+    assert!(m.contains(&format!("job {first}")), "{m}");
+    // No key: two jobs.
+    let plain = job("twice", 1, toy(0.3, &[]), None);
+    let a = ctl.submit(plain.clone()).unwrap();
+    let b = ctl.submit(plain).unwrap();
+    assert_ne!(a, b);
+    c.wait_all(&[first, a, b], Duration::from_secs(30));
+    assert_eq!(ctl.status(&[]).unwrap().jobs.len(), 3);
+    // A retry after the job ended still names it.
+    assert_eq!(ctl.submit(j).unwrap(), first);
 }
 
 /// A test CA and a certificate for 127.0.0.1/localhost it signed, made in

@@ -88,6 +88,8 @@ struct Hub {
     /// Every job's record, as persisted (status, placement, counters).
     jobs: BTreeMap<u64, JobRecord>,
     next_job_id: u64,
+    /// The job of each idempotency key (`JobSubmission.idempotency_key`).
+    keys: HashMap<String, u64>,
     /// GPUs of the workers in the loop's cluster.
     cluster_gpus: u32,
     rounds: u64,
@@ -211,7 +213,9 @@ pub fn start_with_selector(
         cancels: BTreeMap::new(),
         expected: HashMap::new(),
         jobs: BTreeMap::new(),
-        next_job_id,
+        // Job ids start at 1: 0 is "not set" in the API.
+        next_job_id: next_job_id.max(1),
+        keys: HashMap::new(),
         cluster_gpus: 0,
         rounds: 0,
         policy: policies.label(),

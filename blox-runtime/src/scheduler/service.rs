@@ -3,7 +3,7 @@
 //! exit reports and metric pushes. Handlers only record what arrived in the
 //! shared [`Hub`]; the round driver acts on it.
 
-use super::table::info_of;
+use super::table::{info_of, CANCELLED};
 use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
 use crate::net::Security;
 use crate::proto::scheduler_server::Scheduler;
@@ -14,6 +14,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
+
+/// The longest idempotency key accepted, bytes.
+const MAX_KEY_BYTES: usize = 128;
 
 /// Checks a submission; the error names the field.
 pub(super) fn check_submission(
@@ -107,8 +110,34 @@ impl Scheduler for Service {
             .into_inner()
             .job
             .ok_or_else(|| Status::invalid_argument("job: missing"))?;
+        if j.idempotency_key.len() > MAX_KEY_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "idempotency_key: {} bytes, at most {MAX_KEY_BYTES}",
+                j.idempotency_key.len()
+            )));
+        }
+        let key = (!j.idempotency_key.is_empty()).then(|| j.idempotency_key.clone());
         let id = {
             let mut h = lock(&self.hub);
+            if let Some(k) = &key {
+                if let Some(&id) = h.keys.get(k) {
+                    return match h.jobs.get(&id).and_then(|r| r.job.as_ref()) {
+                        Some(first) if *first == j => {
+                            tracing::info!(
+                                job = id,
+                                "submission retried with the same idempotency key"
+                            );
+                            Ok(Response::new(SubmitReply { job_id: id }))
+                        }
+                        Some(_) => Err(Status::already_exists(format!(
+                            "idempotency_key: already used for job {id}, a different submission"
+                        ))),
+                        None => Err(Status::unavailable(format!(
+                            "idempotency_key: job {id} with this key is being written; retry"
+                        ))),
+                    };
+                }
+            }
             let alive = h.workers.values().filter(|w| w.alive).count();
             let gpus: u32 = h
                 .workers
@@ -118,7 +147,11 @@ impl Scheduler for Service {
                 .sum();
             check_submission(&j, gpus, alive)?;
             h.next_job_id += 1;
-            h.next_job_id - 1
+            let id = h.next_job_id - 1;
+            if let Some(k) = &key {
+                h.keys.insert(k.clone(), id);
+            }
+            id
         };
         let spec = spec_of(id, &j, self.start.elapsed().as_secs_f64());
         let rec = JobRecord {
@@ -126,6 +159,7 @@ impl Scheduler for Service {
                 id,
                 name: spec.name.clone(),
                 status: JobStatus::Submitted.as_str().into(),
+                phase: JobPhase::Submitted.into(),
                 requested_gpus: j.gpus,
                 submitted_unix_s: unix_now(),
                 command: j.command.clone(),
@@ -137,12 +171,21 @@ impl Scheduler for Service {
         // Durable before it is acknowledged or scheduled; written outside the
         // hub's lock (an fsync must not stall heartbeats).
         let (store, rec) = (self.store.clone(), rec);
-        let rec =
+        let written =
             tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
                 .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| Status::unavailable(e.to_string()))?;
+                .map_err(|e| Status::internal(e.to_string()))
+                .and_then(|r| r.map_err(|e| Status::unavailable(e.to_string())));
         let mut h = lock(&self.hub);
+        let rec = match written {
+            Ok(rec) => rec,
+            Err(e) => {
+                if let Some(k) = &key {
+                    h.keys.remove(k);
+                }
+                return Err(e);
+            }
+        };
         h.jobs.insert(id, rec);
         h.submissions.push_back(spec);
         tracing::info!(job = id, "submitted");
@@ -157,6 +200,11 @@ impl Scheduler for Service {
 
     async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
         let id = req.into_inner().job_id;
+        if id == 0 {
+            return Err(Status::invalid_argument(
+                "job_id: required (job ids start at 1)",
+            ));
+        }
         let mut h = lock(&self.hub);
         let Some(rec) = h.jobs.get(&id) else {
             return Err(Status::not_found(format!("job {id} is not known")));
@@ -178,14 +226,17 @@ impl Scheduler for Service {
             let rec = h.jobs.get_mut(&id).expect("checked above");
             let info = rec.info.as_mut().expect("records carry info");
             info.status = JobStatus::Failed.as_str().into();
-            info.reason = "cancelled".into();
-            info.finished_unix_s = Some(unix_now());
+            info.set_phase(JobPhase::Cancelled);
+            info.reason = CANCELLED.into();
+            let now = unix_now();
+            info.finished_unix_s = Some(now);
+            info.jct_s = Some((now - info.submitted_unix_s).max(0.0));
             let rec = rec.clone();
             self.store
                 .write(&[&rec], None)
                 .map_err(|e| Status::unavailable(e.to_string()))?;
         } else {
-            h.cancels.insert(id, "cancelled".into());
+            h.cancels.insert(id, CANCELLED.into());
         }
         tracing::info!(job = id, "cancel requested");
         Ok(Response::new(CancelReply {}))

@@ -14,6 +14,11 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
     let jobs = if req.job_ids.is_empty() {
         h.jobs.values().map(|r| info_of(r).clone()).collect()
     } else {
+        if req.job_ids.contains(&0) {
+            return Err(Status::invalid_argument(
+                "job_ids: 0 is no job (job ids start at 1)",
+            ));
+        }
         req.job_ids
             .iter()
             .map(|id| {

@@ -15,6 +15,22 @@ pub(super) fn info_of(r: &JobRecord) -> &JobInfo {
     r.info.as_ref().expect("records always carry their info")
 }
 
+/// The reason a cancelled job ends with.
+pub(super) const CANCELLED: &str = "cancelled";
+
+/// The API's state of a job of the loop.
+pub(super) fn state_of(j: &Job) -> JobPhase {
+    match j.status {
+        JobStatus::Submitted => JobPhase::Submitted,
+        JobStatus::Queued => JobPhase::Queued,
+        JobStatus::Running => JobPhase::Running,
+        JobStatus::Finished => JobPhase::Finished,
+        JobStatus::Failed if j.end_reason.as_deref() == Some(CANCELLED) => JobPhase::Cancelled,
+        JobStatus::Failed => JobPhase::Failed,
+        JobStatus::Rejected => JobPhase::Rejected,
+    }
+}
+
 impl ClusterBackend {
     /// Publishes the loop's view of every job (for `Status`) and persists the
     /// changes: state changes at once, progress and service every 5 s.
@@ -57,7 +73,9 @@ impl ClusterBackend {
             let reason = j.end_reason.clone().unwrap_or_default();
             let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
             let warning = j.warning.clone().unwrap_or_default();
-            let changed_state = info.status != status
+            let state = state_of(j);
+            let changed_state = info.phase() != state
+                || info.status != status
                 || info.gpus != gpus
                 || info.launches != launches
                 || info.reason != reason
@@ -70,6 +88,7 @@ impl ClusterBackend {
                 continue;
             }
             info.status = status.into();
+            info.set_phase(state);
             info.gpus = gpus;
             info.launches = launches;
             info.preemptions = j.preemptions;
@@ -81,7 +100,7 @@ impl ClusterBackend {
             info.warning = warning;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 info.finished_unix_s = Some(now_unix - (now_s - f).max(0.0));
-                info.jct_s = j.jct_s();
+                info.jct_s = Some((f - j.spec.arrival_s).max(0.0));
             }
             rec.run_time_s = run_time_s;
             if changed_state {
@@ -128,6 +147,15 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 info.status
             );
         }
+        if let (Ok(st), Some(i)) = (&status, r.info.as_mut()) {
+            // Tables written before `state` existed.
+            if i.phase() == JobPhase::Unspecified {
+                let mut j = Job::new(JobSpec::new(i.id, 0.0, 1));
+                j.status = st.clone();
+                j.end_reason = Some(i.reason.clone());
+                i.set_phase(state_of(&j));
+            }
+        }
         if !status.is_ok_and(|s| s.is_terminal()) {
             let Some(sub) = r.job.clone() else { continue };
             let arrival = -(unix_now() - info.submitted_unix_s).max(0.0);
@@ -145,9 +173,15 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
             );
             if let Some(i) = r.info.as_mut() {
                 i.status = JobStatus::Submitted.as_str().into();
+                i.set_phase(JobPhase::Submitted);
                 i.gpus.clear();
             }
             restored += 1;
+        }
+        if let Some(k) = r.job.as_ref().map(|j| &j.idempotency_key) {
+            if !k.is_empty() {
+                hub.keys.insert(k.clone(), info.id);
+            }
         }
         hub.jobs.insert(info.id, r);
     }

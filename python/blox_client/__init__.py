@@ -1,0 +1,345 @@
+"""The job side of the blox runtime, for Python training jobs.
+
+The same protocol as the Rust crate ``blox-client`` (``docs/RUNTIME.md``).
+The worker and the job share a per-launch *control directory*
+(``BLOX_CONTROL_DIR``):
+
+- ``revoked`` appears when the lease is revoked: checkpoint and exit with
+  status 0 at the next iteration boundary;
+- ``batch_size`` holds a new global batch size to apply at the next boundary;
+- ``metrics`` is an append-only log of ``key value`` lines (``progress`` is
+  the share of work done, 0-1; ``startup_s`` the launch's start-up);
+- ``done`` is written by :meth:`Job.finish` when the job completed its work;
+- ``exit_at`` fixes, for a job with several ranks, the boundary where every
+  rank stops after a revocation (two-phase revocation, Blox section 7).
+
+Nothing here talks to the scheduler: a lease check is one ``stat``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, List, Mapping, Optional, TypeVar
+
+__all__ = [
+    "ENV",
+    "STARTUP_METRIC",
+    "ClientError",
+    "JobEnv",
+    "Job",
+    "LeaseIter",
+]
+
+#: Names of the environment variables a worker sets for a job.
+ENV = {
+    "job_id": "BLOX_JOB_ID",
+    "rank": "BLOX_RANK",
+    "world_size": "BLOX_WORLD_SIZE",
+    "visible_devices": "CUDA_VISIBLE_DEVICES",
+    "master_addr": "BLOX_MASTER_ADDR",
+    "worker_addr": "BLOX_WORKER_ADDR",
+    "checkpoint_dir": "BLOX_CHECKPOINT_DIR",
+    "control_dir": "BLOX_CONTROL_DIR",
+    "coord_dir": "BLOX_COORD_DIR",
+    "resume": "BLOX_RESUME",
+    "batch_size": "BLOX_BATCH_SIZE",
+    "launch_unix_s": "BLOX_LAUNCH_UNIX_S",
+}
+
+#: The metric a job pushes once per launch at its first iteration boundary:
+#: seconds from its launch to there. The scheduler does not preempt a launch
+#: before it has reported it (up to ``[run] max_startup_s``) and then run
+#: ``[run] min_run_s`` more.
+STARTUP_METRIC = "startup_s"
+
+T = TypeVar("T")
+
+
+class ClientError(Exception):
+    """The environment or the control directory cannot be used."""
+
+
+@dataclass
+class JobEnv:
+    """A job's view of its launch, from the environment the worker set."""
+
+    job_id: int
+    checkpoint_dir: str
+    control_dir: str
+    rank: int = 0
+    world_size: int = 1
+    devices: Optional[List[str]] = None
+    master_addr: Optional[str] = None
+    worker_addr: Optional[str] = None
+    coord_dir: Optional[str] = None
+    resume: bool = False
+    batch_size: Optional[int] = None
+    launch_unix_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.devices is None:
+            self.devices = []
+        if not self.coord_dir:
+            self.coord_dir = self.control_dir
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "JobEnv":
+        """Reads ``environ`` (default: this process's environment)."""
+        env = os.environ if environ is None else environ
+
+        def need(key: str) -> str:
+            name = ENV[key]
+            v = env.get(name)
+            if v is None:
+                raise ClientError(
+                    f"environment variable {name} is not set "
+                    "(is this job running under a blox worker?)"
+                )
+            return v
+
+        def num(key: str, v: str, parse: Callable[[str], T] = int) -> T:
+            try:
+                x = parse(v.strip())
+            except ValueError as e:
+                raise ClientError(f"environment variable {ENV[key]} = `{v}`: {e}") from None
+            if isinstance(x, float) and not (math.isfinite(x) and x >= 0):
+                raise ClientError(f"environment variable {ENV[key]} = `{v}`: expected a non-negative number")
+            if isinstance(x, int) and x < 0:
+                raise ClientError(f"environment variable {ENV[key]} = `{v}`: expected a non-negative integer")
+            return x
+
+        def opt(key: str) -> Optional[str]:
+            v = env.get(ENV[key])
+            return v if v else None
+
+        devices = [d for d in env.get(ENV["visible_devices"], "").split(",") if d]
+        rank = opt("rank")
+        world = opt("world_size")
+        batch = opt("batch_size")
+        launched = opt("launch_unix_s")
+        return cls(
+            job_id=num("job_id", need("job_id")),
+            checkpoint_dir=need("checkpoint_dir"),
+            control_dir=need("control_dir"),
+            rank=num("rank", rank) if rank is not None else 0,
+            world_size=num("world_size", world) if world is not None else 1,
+            devices=devices,
+            master_addr=opt("master_addr"),
+            worker_addr=opt("worker_addr"),
+            coord_dir=opt("coord_dir"),
+            resume=env.get(ENV["resume"], "") in ("1", "true"),
+            batch_size=num("batch_size", batch) if batch is not None else None,
+            launch_unix_s=num("launch_unix_s", launched, float) if launched is not None else None,
+        )
+
+
+class Job:
+    """The running job: lease checks, metrics, checkpoints, start-up."""
+
+    def __init__(self, env: JobEnv) -> None:
+        self.env = env
+        try:
+            os.makedirs(env.checkpoint_dir, exist_ok=True)
+            os.makedirs(env.control_dir, exist_ok=True)
+        except OSError as e:
+            raise ClientError(f"{e.filename}: {e.strerror}") from None
+        self._revoked = os.path.join(env.control_dir, "revoked")
+        self._batch_file = os.path.join(env.control_dir, "batch_size")
+        self._metrics_path = os.path.join(env.control_dir, "metrics")
+        self._batch = env.batch_size
+        self._started = False
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Job":
+        """Attaches to the worker's control directory named in the environment."""
+        return cls(JobEnv.from_env(environ))
+
+    # --- the lease -------------------------------------------------------
+
+    def lease_revoked(self) -> bool:
+        """True once the worker revoked the lease: checkpoint and exit (status 0)."""
+        return os.path.exists(self._revoked)
+
+    def iterate(self, iterable: Iterable[T]) -> "LeaseIter[T]":
+        """Yields from ``iterable`` while the lease holds; stops at the first
+        boundary after a revocation (then ``.revoked`` is True). Reports the
+        start-up before the first iteration."""
+        return LeaseIter(self, iterable)
+
+    # --- batch size --------------------------------------------------------
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """The global batch size in use (the launch's, then the last applied)."""
+        return self._batch
+
+    def new_batch_size(self) -> Optional[int]:
+        """A new global batch size to apply now, if the scheduler sent one."""
+        try:
+            with open(self._batch_file) as f:
+                b = int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+        return b if b != self._batch else None
+
+    def applied_batch_size(self, b: int) -> None:
+        """Records that the batch size in use is now ``b``."""
+        self._batch = int(b)
+
+    # --- metrics -----------------------------------------------------------
+
+    def push_metric(self, key: str, value: float) -> None:
+        """Appends one metric to the worker's log (read every 20 ms)."""
+        if not key or any(c.isspace() for c in key):
+            raise ClientError(f"metric key `{key}`: keys are non-empty and have no whitespace")
+        v = float(value)
+        if not math.isfinite(v):
+            raise ClientError(f"metric `{key}`: {value!r} is not a finite number")
+        # One write of a whole line, in append mode: lines never interleave.
+        with open(self._metrics_path, "a") as f:
+            f.write(f"{key} {v!r}\n")
+
+    def progress(self, fraction: float) -> None:
+        """Reports the share of the work done (0-1)."""
+        self.push_metric("progress", min(1.0, max(0.0, float(fraction))))
+
+    # --- start-up ----------------------------------------------------------
+
+    def startup_so_far(self) -> Optional[float]:
+        """Seconds since the worker started this process, if it said when."""
+        if self.env.launch_unix_s is None:
+            return None
+        return max(0.0, time.time() - self.env.launch_unix_s)
+
+    def report_started(self) -> Optional[float]:
+        """Reports that start-up is over (the job is at its first iteration
+        boundary): pushes ``startup_s`` once per launch, from rank 0. Later
+        calls do nothing. :meth:`iterate` calls it; a job that does not
+        iterate through it calls it itself. Returns the start-up."""
+        if self._started:
+            return None
+        self._started = True
+        startup = self.startup_so_far() or 0.0
+        if self.env.rank == 0:
+            self.push_metric(STARTUP_METRIC, startup)
+        return startup
+
+    # --- checkpoints -------------------------------------------------------
+
+    def checkpoint_path(self, name: str) -> str:
+        """The checkpoint file ``name`` of this job (rank-specific for rank > 0)."""
+        if os.sep in name or name in ("", ".", ".."):
+            raise ClientError(f"checkpoint name `{name}`: a plain file name")
+        if self.env.rank == 0:
+            return os.path.join(self.env.checkpoint_dir, name)
+        return os.path.join(self.env.checkpoint_dir, f"{name}.rank{self.env.rank}")
+
+    def save_checkpoint(self, name: str, data: bytes) -> None:
+        """Saves ``data`` as checkpoint ``name`` atomically: a reader sees the
+        old checkpoint or the new one, never a torn file."""
+        path = self.checkpoint_path(name)
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            raise ClientError(f"{path}: {e.strerror}") from None
+
+    def load_checkpoint(self, name: str) -> Optional[bytes]:
+        """Checkpoint ``name`` from an earlier launch, if resuming and it exists."""
+        if not self.env.resume:
+            return None
+        try:
+            with open(self.checkpoint_path(name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    # --- the end -----------------------------------------------------------
+
+    def finish(self) -> None:
+        """Tells the worker the job completed its work (then exit with status 0)."""
+        path = os.path.join(self.env.control_dir, "done")
+        try:
+            with open(path, "wb"):
+                pass
+        except OSError as e:
+            raise ClientError(f"{path}: {e.strerror}") from None
+
+    # --- two-phase revocation ------------------------------------------------
+
+    def _exit_at(self) -> Optional[int]:
+        try:
+            with open(os.path.join(self.env.coord_dir, "exit_at")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _propose_exit_at(self, step: int) -> Optional[int]:
+        """Proposes ``step`` as the exit boundary; the first proposal wins
+        (a private file, hard-linked into place atomically)."""
+        d = self.env.coord_dir
+        tmp = os.path.join(d, f"exit_at.rank{self.env.rank}")
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(step))
+            try:
+                os.link(tmp, os.path.join(d, "exit_at"))
+            except FileExistsError:
+                pass
+            finally:
+                os.remove(tmp)
+        except OSError:
+            pass
+        return self._exit_at()
+
+
+class LeaseIter(Iterator[T]):
+    """An iterator that ends at the first boundary after the lease is revoked.
+
+    With several ranks, every rank stops at the same boundary: the first rank
+    that sees the revocation at boundary *i* fixes the exit at *i + 1*."""
+
+    def __init__(self, job: Job, iterable: Iterable[T]) -> None:
+        self.job = job
+        self._inner = iter(iterable)
+        self._stopped = False
+        #: Iterations yielded in this launch (the next boundary).
+        self.step = 0
+
+    @property
+    def revoked(self) -> bool:
+        """True if iteration ended because the lease was revoked."""
+        return self._stopped
+
+    def __iter__(self) -> "LeaseIter[T]":
+        return self
+
+    def __next__(self) -> T:
+        if self._stopped:
+            raise StopIteration
+        job = self.job
+        if job.env.world_size <= 1:
+            if job.lease_revoked():
+                self._stopped = True
+                raise StopIteration
+        else:
+            exit_at = job._exit_at()
+            if exit_at is None and job.lease_revoked():
+                exit_at = job._propose_exit_at(self.step + 1)
+            if exit_at is not None and self.step >= exit_at:
+                self._stopped = True
+                raise StopIteration
+        if self.step == 0:
+            try:
+                job.report_started()
+            except ClientError:
+                pass  # only the measurement is lost; the job goes on
+        self.step += 1
+        return next(self._inner)
