@@ -290,6 +290,17 @@ pub trait JobSource {
 /// Preemption mechanism (step 8): suspend a running job, keeping its progress.
 pub trait PreemptionMechanism {
     fn preempt(&mut self, round: &RoundInfo, job: &Job) -> Result<(), BackendError>;
+
+    /// Preempts a round's whole set at once. The default preempts them one
+    /// by one; a backend whose preemptions wait (a real cluster waits up to
+    /// its grace period for each job to checkpoint) overrides it to wait for
+    /// all of them together.
+    fn preempt_all(&mut self, round: &RoundInfo, jobs: &[&Job]) -> Result<(), BackendError> {
+        for job in jobs {
+            self.preempt(round, job)?;
+        }
+        Ok(())
+    }
 }
 
 /// Launch mechanism (step 8): start a job on GPUs, or change its batch size in

@@ -326,11 +326,23 @@ async fn wait_status(
     done: impl Fn(&StatusReply) -> bool,
 ) -> Result<(), String> {
     loop {
-        let s = c
-            .status(StatusRequest { job_ids: vec![] })
+        // Every page of jobs.
+        let mut req = StatusRequest::default();
+        let mut s = c
+            .status(req.clone())
             .await
             .map_err(|e| e.message().to_string())?
             .into_inner();
+        while s.next_after_id != 0 {
+            req.after_id = s.next_after_id;
+            let next = c
+                .status(req.clone())
+                .await
+                .map_err(|e| e.message().to_string())?
+                .into_inner();
+            s.jobs.extend(next.jobs);
+            s.next_after_id = next.next_after_id;
+        }
         if done(&s) {
             return Ok(());
         }

@@ -81,12 +81,27 @@ impl Ctl {
         Ok(r.into_inner().job_id)
     }
 
+    /// The named jobs, or every job (all pages of them), and the workers.
     pub fn status(&mut self, job_ids: &[u64]) -> Result<StatusReply, CtlError> {
+        let mut req = StatusRequest {
+            job_ids: job_ids.to_vec(),
+            ..Default::default()
+        };
+        let mut reply = self.status_page(&req)?;
+        while reply.next_after_id != 0 {
+            req.after_id = reply.next_after_id;
+            let next = self.status_page(&req)?;
+            reply.jobs.extend(next.jobs);
+            reply.next_after_id = next.next_after_id;
+        }
+        Ok(reply)
+    }
+
+    /// One `Status` call: a page of jobs (see `StatusRequest`).
+    pub fn status_page(&mut self, req: &StatusRequest) -> Result<StatusReply, CtlError> {
         let r = self
             .rt
-            .block_on(self.client.status(StatusRequest {
-                job_ids: job_ids.to_vec(),
-            }))
+            .block_on(self.client.status(req.clone()))
             .map_err(CtlError::Status)?;
         Ok(r.into_inner())
     }

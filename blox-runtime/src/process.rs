@@ -148,7 +148,10 @@ impl Running {
                 }
                 Err(e) => {
                     running.kill();
-                    return Err(StartError(format!("cannot start {:?}: {e}", spec.argv)));
+                    return Err(StartError(format!(
+                        "cannot start {}: {e}",
+                        argv_summary(&spec.argv)
+                    )));
                 }
             }
         }
@@ -291,6 +294,29 @@ type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
 /// Starts `cmd` from one long-lived thread. On Linux the child is killed when
 /// the thread that forked it ends (`PR_SET_PDEATHSIG`), so children are
 /// forked from a thread that lives as long as the process.
+/// At most this many bytes of an argv go into a message (errors travel back
+/// over gRPC and into logs; an argv can be megabytes).
+const ARGV_SUMMARY_BYTES: usize = 200;
+
+/// `argv` for a message: quoted, cut to [`ARGV_SUMMARY_BYTES`], with what
+/// was left out counted.
+pub fn argv_summary(argv: &[String]) -> String {
+    let full = format!("{argv:?}");
+    if full.len() <= ARGV_SUMMARY_BYTES {
+        return full;
+    }
+    let mut cut = ARGV_SUMMARY_BYTES;
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let bytes: usize = argv.iter().map(String::len).sum();
+    format!(
+        "{}… ({} arguments, {bytes} bytes in all)",
+        &full[..cut],
+        argv.len()
+    )
+}
+
 fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     #[cfg(target_os = "linux")]

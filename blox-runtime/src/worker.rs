@@ -21,6 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Code, Request, Response, Status};
 
+/// The longest grace a revocation may give a job (a day), seconds.
+const MAX_GRACE_S: f64 = 86_400.0;
+
 /// Settings of a worker manager.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -259,10 +262,10 @@ impl Worker for Service {
         let l = r
             .launch
             .ok_or_else(|| Status::invalid_argument("launch: missing"))?;
-        if !(r.grace_s >= 0.0 && r.grace_s.is_finite()) {
-            return Err(Status::invalid_argument(
-                "grace_s: must be a non-negative number",
-            ));
+        if !(r.grace_s >= 0.0 && r.grace_s <= MAX_GRACE_S) {
+            return Err(Status::invalid_argument(format!(
+                "grace_s: must be between 0 and {MAX_GRACE_S} seconds"
+            )));
         }
         let taken = {
             let mut st = self.0.lock();
@@ -468,8 +471,10 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     Ok(r) => {
                         let r = r.into_inner();
                         tracing::info!(worker = %r.worker_id, "registered with the scheduler");
-                        if r.heartbeat_s > 0.0 && r.heartbeat_s.is_finite() {
-                            period = Duration::from_secs_f64(r.heartbeat_s);
+                        if let Ok(p) = Duration::try_from_secs_f64(r.heartbeat_s) {
+                            if !p.is_zero() {
+                                period = p.min(Duration::from_secs(3600));
+                            }
                         }
                         sh.lock().worker_id = Some(r.worker_id);
                         warned = false;

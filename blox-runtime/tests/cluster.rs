@@ -11,6 +11,7 @@ use blox_runtime::net::{Security, TlsFiles};
 use blox_runtime::proto::*;
 use blox_runtime::scheduler::RuntimeConfig;
 use common::*;
+use prost::Message;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +38,16 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
         ))
         .unwrap(),
         ctl.submit(job("fine", 1, toy(1.0, &[]), None)).unwrap(),
+        // 100 KB of arguments to a program that does not exist.
+        ctl.submit(job(
+            "missing-long",
+            1,
+            std::iter::once("/nonexistent/blox-job".to_string())
+                .chain((0..100).map(|_| "a".repeat(1000)))
+                .collect(),
+            None,
+        ))
+        .unwrap(),
     ];
     let r = c.wait_all(&ids, Duration::from_secs(60));
     let crash = &r[&ids[0]];
@@ -80,6 +91,17 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
         missing.reason
     );
     assert_eq!(r[&ids[3]].status, "finished");
+    // Its launches failed and counted against its retries (two attempts),
+    // and the reason names the program without carrying 100 KB of argv.
+    let long = &r[&ids[4]];
+    assert_eq!(long.status, "failed", "{long:?}");
+    assert!(long.reason.starts_with("failed 2 times"), "{}", long.reason);
+    assert!(
+        long.reason.contains("/nonexistent/blox-job"),
+        "{}",
+        long.reason
+    );
+    assert!(long.reason.len() < 1000, "{} bytes", long.reason.len());
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
@@ -131,6 +153,41 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
             job("dur", 1, toy(1.0, &[]), Some(-3.0)),
             Code::InvalidArgument,
             "duration_s",
+        ),
+        (
+            job(&"n".repeat(300), 1, toy(1.0, &[]), None),
+            Code::InvalidArgument,
+            "name: 300 bytes, at most 256",
+        ),
+        (
+            job(
+                "argv",
+                1,
+                std::iter::once(TOY.to_string())
+                    .chain(std::iter::repeat_n("x".to_string(), 4999))
+                    .collect(),
+                None,
+            ),
+            Code::InvalidArgument,
+            "command: 5000 arguments, at most 4096",
+        ),
+        (
+            job(
+                "argv-bytes",
+                1,
+                vec![TOY.to_string(), "x".repeat(200_000)],
+                None,
+            ),
+            Code::InvalidArgument,
+            "command: ",
+        ),
+        (
+            JobSubmission {
+                metrics: (0..300).map(|i| (format!("m{i}"), 1.0)).collect(),
+                ..job("metrics", 1, toy(1.0, &[]), None)
+            },
+            Code::InvalidArgument,
+            "metrics: 300 entries, at most 256",
         ),
     ];
     for (j, want, text) in cases {
@@ -194,6 +251,48 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     // A finished job cannot be cancelled.
     let (got, m) = code(ctl.cancel(ok));
     assert_eq!(got, Code::FailedPrecondition, "{m}");
+    // Worker calls with values no duration can hold, or that are no
+    // numbers, are refused or clamped; nothing panics.
+    let (rt, client) = ctl.parts();
+    let e = rt
+        .block_on(client.push_metrics(MetricBatch {
+            worker_id: "nobody".into(),
+            samples: vec![MetricSample {
+                launch: Some(LaunchRef {
+                    job_id: ok,
+                    launch: 1,
+                }),
+                key: "loss".into(),
+                value: f64::NAN,
+            }],
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    assert!(e.message().contains("samples[0].value"), "{}", e.message());
+    let fake = rt
+        .block_on(client.register(RegisterRequest {
+            name: "fake".into(),
+            address: "127.0.0.1:1".into(),
+            gpus: vec![GpuDevice {
+                index: 0,
+                name: "fake".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+        .unwrap()
+        .into_inner();
+    rt.block_on(client.report_exit(ExitReport {
+        worker_id: fake.worker_id,
+        launch: Some(LaunchRef {
+            job_id: 999,
+            launch: 1,
+        }),
+        exited_s_ago: 1e300,
+        ..Default::default()
+    }))
+    .unwrap();
+    assert!(ctl.status(&[]).is_ok());
 }
 
 #[test]
@@ -361,6 +460,22 @@ fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line
     let rc = RuntimeConfig::from_config(&cfg).unwrap();
     assert_eq!(rc.listen, "127.0.0.1:50051");
     assert!(rc.state.ends_with("blox-state.redb"));
+    // Workers get an absolute checkpoint path, whatever their working
+    // directory (a relative one made jobs resume from stale checkpoints).
+    let ck = rc.checkpoint_dir.unwrap();
+    assert!(
+        ck.is_absolute() && ck.ends_with("blox-checkpoints"),
+        "{}",
+        ck.display()
+    );
+    // The same from a relative config path.
+    let rel =
+        blox_sim::load_config(Path::new("../examples/cluster/scheduler.toml"), None, &[]).unwrap();
+    let ck = RuntimeConfig::from_config(&rel)
+        .unwrap()
+        .checkpoint_dir
+        .unwrap();
+    assert!(ck.is_absolute(), "{}", ck.display());
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(
@@ -379,6 +494,11 @@ fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line
     let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
     let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
     assert!(e.contains("worker_timeout_s"), "{e}");
+    // A finite value no duration can hold is refused, not a panic later.
+    std::fs::write(&bad, "[run]\nround_s = 1\n[runtime]\ngrace_s = 1e300\n").unwrap();
+    let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
+    let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
+    assert!(e.contains("grace_s") && e.contains("at most 86400"), "{e}");
     // Without [runtime], a config still needs its [cluster].
     std::fs::write(&bad, "[run]\nround_s = 1\n").unwrap();
     assert!(blox_sim::load_config(&bad, None, &[]).is_err());
@@ -557,4 +677,165 @@ fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
         "{text}"
     );
     assert!(text.contains("start-up 1."), "{text}");
+}
+
+#[test]
+fn status_comes_in_pages_that_fit_the_transport_and_filters_by_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut ctl = c.ctl();
+    // 24 jobs of 100 KB each: 2.4 MB of status, more than one page holds.
+    let big = "m".repeat(100_000);
+    let ids: Vec<u64> = (0..24)
+        .map(|i| {
+            ctl.submit(job(
+                &format!("big-{i}"),
+                1,
+                toy(0.05, &["--model", &big]),
+                None,
+            ))
+            .unwrap()
+        })
+        .collect();
+    c.wait_all(&ids, Duration::from_secs(60));
+    let first = ctl.status_page(&StatusRequest::default()).unwrap();
+    assert!(
+        first.next_after_id != 0 && first.jobs.len() < 24,
+        "{}",
+        first.jobs.len()
+    );
+    assert_eq!(first.total_jobs, 24);
+    assert!(first.encoded_len() < 4 << 20);
+    // The helper follows the pages: every job, once, in id order.
+    let all = ctl.status(&[]).unwrap();
+    assert_eq!(all.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), ids);
+    // A limit, and the next page after it.
+    let mut req = StatusRequest {
+        limit: 5,
+        ..Default::default()
+    };
+    let page = ctl.status_page(&req).unwrap();
+    assert_eq!(page.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), ids[..5]);
+    assert_eq!(page.next_after_id, ids[4]);
+    req.after_id = page.next_after_id;
+    let page = ctl.status_page(&req).unwrap();
+    assert_eq!(page.jobs[0].id, ids[5]);
+    // By phase: all finished, none running.
+    req = StatusRequest {
+        phases: vec![JobPhase::Running.into()],
+        ..Default::default()
+    };
+    assert!(ctl.status_page(&req).unwrap().jobs.is_empty());
+    req.phases = vec![JobPhase::Finished.into()];
+    let mut finished = 0;
+    loop {
+        let p = ctl.status_page(&req).unwrap();
+        finished += p.jobs.len();
+        if p.next_after_id == 0 {
+            break;
+        }
+        req.after_id = p.next_after_id;
+    }
+    assert_eq!(finished, 24);
+}
+
+/// FIFO that asks for 99 nodes every round, as Pollux's autoscaling does.
+struct WantsMoreNodes;
+
+impl SchedulingPolicy for WantsMoreNodes {
+    fn schedule(&mut self, _: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
+        let mut s = Schedule::in_priority_order(jobs.runnable());
+        s.desired_nodes = Some(99);
+        s
+    }
+}
+
+blox_core::register_scheduling!(
+    "test-wants-99-nodes",
+    "test only: FIFO that asks the cluster for 99 nodes",
+    |_| Ok(Box::new(WantsMoreNodes))
+);
+
+#[test]
+fn a_policy_that_asks_for_nodes_does_not_stop_a_live_scheduler() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(
+        dir.path(),
+        runtime_config(dir.path()),
+        "test-wants-99-nodes",
+        1,
+    );
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("a", 1, toy(1.5, &[]), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(30));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+    let s = ctl.status(&[]).unwrap();
+    assert!(
+        s.last_error.contains("asked for 99 nodes"),
+        "{}",
+        s.last_error
+    );
+    // Still deciding: a second job runs too.
+    let id = ctl.submit(job("b", 1, toy(0.2, &[]), None)).unwrap();
+    assert_eq!(
+        c.wait_all(&[id], Duration::from_secs(30))[&id].status,
+        "finished"
+    );
+}
+
+#[test]
+fn a_round_revokes_its_preemptions_together() {
+    // Two jobs that cannot reach an iteration boundary within the grace
+    // period (10 s iterations, 2 s grace) are preempted in one round by LAS
+    // for two newcomers: the round waits one grace period, not two.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.grace_s = 2.0;
+    let c = Cluster::start(dir.path(), cfg, "las", 1);
+    let mut ctl = c.ctl();
+    let slow: Vec<String> = [TOY, "--duration-s", "600", "--iteration-s", "10"]
+        .map(String::from)
+        .to_vec();
+    let old: Vec<u64> = (0..2)
+        .map(|i| {
+            ctl.submit(job(&format!("slow-{i}"), 1, slow.clone(), None))
+                .unwrap()
+        })
+        .collect();
+    let t = Instant::now();
+    while !ctl
+        .status(&old)
+        .unwrap()
+        .jobs
+        .iter()
+        .all(|j| j.status == "running" && j.attained_gpu_s > 1.0)
+    {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let new: Vec<u64> = (0..2)
+        .map(|i| {
+            ctl.submit(job(&format!("new-{i}"), 1, toy(0.3, &[]), None))
+                .unwrap()
+        })
+        .collect();
+    let r = c.wait_all(&new, Duration::from_secs(30));
+    assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
+    let s = ctl.status(&old).unwrap();
+    assert!(s.jobs.iter().all(|j| j.preemptions >= 1), "{:?}", s.jobs);
+    let worst = c
+        .sched
+        .as_ref()
+        .unwrap()
+        .round_stats()
+        .busy_s
+        .into_iter()
+        .fold(0.0, f64::max);
+    assert!(
+        (1.9..3.9).contains(&worst),
+        "the slowest round took {worst:.2} s: the two revocations did not wait together"
+    );
+    for id in old {
+        ctl.cancel(id).unwrap();
+    }
 }

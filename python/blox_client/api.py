@@ -144,12 +144,28 @@ class Client:
             job.model = model
         return self._call(self.stub.Submit, pb.SubmitRequest(job=job)).job_id
 
-    def status(self, job_ids: Iterable[int] = ()) -> "pb.StatusReply":
-        """The named jobs (all when none) and every worker."""
-        return self._call(self.stub.Status, pb.StatusRequest(job_ids=list(job_ids)))
+    def status(
+        self,
+        job_ids: Iterable[int] = (),
+        phases: Iterable[int] = (),
+        limit: int = 0,
+        after_id: int = 0,
+    ) -> "pb.StatusReply":
+        """One ``Status`` call: the named jobs, or a page of all jobs (ids
+        above ``after_id``, in ``phases`` if given, at most ``limit``), and
+        every worker. ``reply.next_after_id`` is non-zero when more follow."""
+        req = pb.StatusRequest(job_ids=list(job_ids), phases=list(phases), limit=limit, after_id=after_id)
+        return self._call(self.stub.Status, req)
 
-    def jobs(self, job_ids: Iterable[int] = ()) -> List["pb.JobInfo"]:
-        return list(self.status(job_ids).jobs)
+    def jobs(self, job_ids: Iterable[int] = (), phases: Iterable[int] = ()) -> List["pb.JobInfo"]:
+        """The named jobs, or every job (in ``phases`` if given), all pages."""
+        ids = list(job_ids)
+        reply = self.status(ids, phases)
+        out = list(reply.jobs)
+        while not ids and reply.next_after_id:
+            reply = self.status((), phases, after_id=reply.next_after_id)
+            out.extend(reply.jobs)
+        return out
 
     def job(self, job_id: int) -> "pb.JobInfo":
         return self.status([job_id]).jobs[0]

@@ -51,6 +51,9 @@ def test_submit_list_cancel_and_wait(cluster):
     assert infos[long].reason == "cancelled" and infos[long].HasField("jct_s")
     names = {j.name for j in c.jobs()}
     assert names == {"short", "long"}
+    assert [j.name for j in c.jobs(phases=[api.pb.JOB_PHASE_CANCELLED])] == ["long"]
+    page = c.status(limit=1)
+    assert len(page.jobs) == 1 and page.next_after_id == page.jobs[0].id and page.total_jobs == 2
 
 
 def test_a_retried_submission_with_a_key_is_one_job(cluster):

@@ -378,7 +378,7 @@ impl RoundLoop {
                 continue;
             }
             if job.is_running() {
-                self.suspend(info, *id, b)?;
+                self.suspend_all(info, &[*id], b)?;
             }
             let job = self.jobs.get_mut(*id).expect("validated");
             job.status = JobStatus::Finished;
@@ -483,14 +483,6 @@ impl RoundLoop {
         p: Placement,
         b: &mut B,
     ) -> Result<(Vec<JobId>, Vec<JobId>), LoopError> {
-        let mut preempted = Vec::new();
-        for id in p.preempt {
-            self.suspend(info, id, b)?;
-            if let Some(job) = self.jobs.get_mut(id) {
-                job.preemptions += 1;
-            }
-            preempted.push(id);
-        }
         // Jobs moving to other GPUs release theirs before anyone takes them.
         let mut moving = Vec::new();
         for a in &p.launch {
@@ -502,11 +494,21 @@ impl RoundLoop {
                 }
             }
         }
+        // Preempted and moving jobs stop together (the backend may wait for
+        // all of them at once).
+        let stopping: Vec<JobId> = p.preempt.iter().chain(&moving).copied().collect();
+        self.suspend_all(info, &stopping, b)?;
         for id in &moving {
-            self.suspend(info, *id, b)?;
             if let Some(job) = self.jobs.get_mut(*id) {
                 job.restarts += 1;
             }
+        }
+        let mut preempted = Vec::new();
+        for id in p.preempt {
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.preemptions += 1;
+            }
+            preempted.push(id);
         }
         let mut launched = Vec::new();
         for a in p.launch {
@@ -546,21 +548,33 @@ impl RoundLoop {
         Ok((launched, preempted))
     }
 
-    fn suspend<B: Backend + ?Sized>(
+    /// Stops `ids` (validated running jobs) through the backend, all at
+    /// once, and sends them back to the queue.
+    fn suspend_all<B: Backend + ?Sized>(
         &mut self,
         info: &RoundInfo,
-        id: JobId,
+        ids: &[JobId],
         b: &mut B,
     ) -> Result<(), LoopError> {
-        let job = self.jobs.get(id).expect("validated");
-        debug!(job = %id, attained_gpu_s = job.attained_service_gpu_s, "preempt");
-        b.preempt(info, job).map_err(backend("preemption"))?;
-        self.note_stopped(id, Stopped::Preempted);
-        let job = self.jobs.get_mut(id).expect("validated");
-        let gpus = std::mem::take(&mut job.allocation);
-        job.status = JobStatus::Queued;
-        job.host_share = None;
-        self.cluster.release(id, &gpus);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let jobs: Vec<&Job> = ids
+            .iter()
+            .map(|id| self.jobs.get(*id).expect("validated"))
+            .collect();
+        for job in &jobs {
+            debug!(job = %job.id(), attained_gpu_s = job.attained_service_gpu_s, "preempt");
+        }
+        b.preempt_all(info, &jobs).map_err(backend("preemption"))?;
+        for &id in ids {
+            self.note_stopped(id, Stopped::Preempted);
+            let job = self.jobs.get_mut(id).expect("validated");
+            let gpus = std::mem::take(&mut job.allocation);
+            job.status = JobStatus::Queued;
+            job.host_share = None;
+            self.cluster.release(id, &gpus);
+        }
         Ok(())
     }
 }

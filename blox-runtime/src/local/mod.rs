@@ -230,14 +230,47 @@ impl MetricCollector for LocalBackend {
 impl PreemptionMechanism for LocalBackend {
     /// Revokes the lease and waits (up to `grace_s`) for the job to checkpoint
     /// and exit; kills it after that.
-    fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
-        let id = job.id();
+    fn preempt(&mut self, round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
+        self.preempt_all(round, &[job])
+    }
+
+    /// Revokes every lease first, then waits for all the jobs together (at
+    /// most `grace_s` in all, then the stragglers are killed).
+    fn preempt_all(&mut self, _round: &RoundInfo, jobs: &[&Job]) -> Result<(), BackendError> {
+        // A job that already exited is folded in next round.
+        let ids: Vec<JobId> = jobs
+            .iter()
+            .map(|j| j.id())
+            .filter(|id| self.procs.contains_key(id))
+            .collect();
+        for id in &ids {
+            let p = &self.procs[id];
+            if let Err(e) = p.run.revoke() {
+                tracing::warn!(job = %id, "cannot revoke the lease ({e}); killing the job");
+                p.run.kill();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs_f64(self.cfg.grace_s);
+        for id in ids {
+            let p = &self.procs[&id];
+            let left = deadline.saturating_duration_since(Instant::now());
+            // Past the deadline: killed (and waited for).
+            let e = p
+                .run
+                .wait(left)
+                .unwrap_or_else(|| p.run.revoke_and_wait(Duration::ZERO, id.0));
+            self.stopped(id, e);
+        }
+        Ok(())
+    }
+}
+
+impl LocalBackend {
+    /// Accounts a launch that stopped after its revocation.
+    fn stopped(&mut self, id: JobId, e: crate::process::Exit) {
         let Some(p) = self.procs.get(&id) else {
-            return Ok(()); // it already exited; the exit is folded in next round
+            return;
         };
-        let e = p
-            .run
-            .revoke_and_wait(Duration::from_secs_f64(self.cfg.grace_s), id.0);
         let finished = p.run.finished(&e);
         let exit = Exit {
             at_s: e.at.saturating_duration_since(self.start).as_secs_f64(),
@@ -248,7 +281,6 @@ impl PreemptionMechanism for LocalBackend {
             // It finished just as it was revoked: report that next round.
             self.ended.push(Ended::finished(id, exit.at_s));
         }
-        Ok(())
     }
 }
 

@@ -108,8 +108,22 @@ impl ClusterBackend {
     /// Revokes (or kills) every part of a launch at once; returns the replies
     /// (an unreachable worker counts as gone).
     fn revoke_parts(&self, id: JobId, live: &Live, kill: bool) -> Vec<Option<RevokeReply>> {
+        let calls = self.spawn_revokes(id, live, kill);
+        let out = self.rt.block_on(async { futures_join(calls).await });
+        self.forget_expected(id, live);
+        out
+    }
+
+    /// Sends the revocations of every part of a launch; the tasks answer
+    /// with the workers' replies.
+    fn spawn_revokes(
+        &self,
+        id: JobId,
+        live: &Live,
+        kill: bool,
+    ) -> Vec<tokio::task::JoinHandle<Option<RevokeReply>>> {
         let grace = self.cfg.grace_s;
-        let calls: Vec<_> = live
+        live
             .parts
             .iter()
             .map(|p| {
@@ -133,11 +147,20 @@ impl ClusterBackend {
                     }
                 })
             })
-            .collect();
-        let out = self.rt.block_on(async { futures_join(calls).await });
-        self.forget_expected(id, live);
-        out
+            .collect()
     }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), marked.
+fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..cut], text.len())
 }
 
 /// Awaits every task, in order.
@@ -153,6 +176,22 @@ where
 }
 
 impl ClusterManager for ClusterBackend {
+    /// A live cluster's nodes are the workers that registered: a policy that
+    /// asks for another size (Pollux's autoscaling) is told no, once in the
+    /// log and in `Status`, and the scheduler goes on with the nodes it has.
+    fn request_nodes(&mut self, round: &RoundInfo, nodes: u32) -> Result<(), BackendError> {
+        let text = format!(
+            "round {}: the policy asked for {nodes} nodes; on a live cluster the nodes are the workers that register, so the request is ignored (turn the policy's autoscaling off)",
+            round.round
+        );
+        let mut h = lock(&self.hub);
+        if !h.last_error.contains("asked for") {
+            tracing::warn!("{text}");
+        }
+        h.last_error = text;
+        Ok(())
+    }
+
     fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
         self.round_started = Some(Instant::now());
         let timeout = Duration::from_secs_f64(self.cfg.worker_timeout_s);
@@ -339,12 +378,34 @@ impl MetricCollector for ClusterBackend {
 }
 
 impl PreemptionMechanism for ClusterBackend {
-    fn preempt(&mut self, _round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
-        let id = job.id();
-        let Some(mut live) = self.running.remove(&id) else {
-            return Ok(()); // already exited; folded in next round
-        };
-        let replies = self.revoke_parts(id, &live, false);
+    fn preempt(&mut self, round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
+        self.preempt_all(round, &[job])
+    }
+
+    /// Revokes every job of the round at once: the round waits for the
+    /// slowest to checkpoint (at most `grace_s`), not for the sum of them.
+    fn preempt_all(&mut self, _round: &RoundInfo, jobs: &[&Job]) -> Result<(), BackendError> {
+        let mut pending = Vec::new();
+        for job in jobs {
+            let id = job.id();
+            // A job that already exited is folded in next round.
+            if let Some(live) = self.running.remove(&id) {
+                let calls = self.spawn_revokes(id, &live, false);
+                pending.push((id, live, calls));
+            }
+        }
+        for (id, live, calls) in pending {
+            let replies = self.rt.block_on(async { futures_join(calls).await });
+            self.forget_expected(id, &live);
+            self.settle_revoked(id, live, replies);
+        }
+        Ok(())
+    }
+}
+
+impl ClusterBackend {
+    /// Accounts a revoked launch from its parts' replies.
+    fn settle_revoked(&mut self, id: JobId, mut live: Live, replies: Vec<Option<RevokeReply>>) {
         let now = self.now();
         let mut last = live.clock.accounted_s;
         let mut finished = !replies.is_empty();
@@ -368,7 +429,6 @@ impl PreemptionMechanism for ClusterBackend {
         if finished {
             self.ended.push(Ended::finished(id, last));
         }
-        Ok(())
     }
 }
 
@@ -496,13 +556,26 @@ impl LaunchMechanism for ClusterBackend {
             clock: LaunchClock::new(self.now(), gpus.len() as u32),
         };
         if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-            // The job's fault (its program cannot start) counts as a crash;
-            // an unreachable worker does not (it is declared gone soon).
-            let blame = matches!(
-                e.code(),
-                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument
-            );
-            let reason = e.message().to_string();
+            // Every failed launch counts against the job's retries unless its
+            // worker is gone (declared dead soon; its jobs go back without
+            // blame): a launch that fails the same way every time must end,
+            // whatever the transport made of the worker's reply.
+            let workers_alive = {
+                let fresh = Duration::from_secs_f64(self.cfg.heartbeat_s * 2.0);
+                let h = lock(&self.hub);
+                live.parts.iter().all(|p| {
+                    h.workers
+                        .get(&p.worker)
+                        .is_some_and(|w| w.alive && w.last_seen.elapsed() < fresh)
+                })
+            };
+            let blame = workers_alive
+                || matches!(
+                    e.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument
+                );
+            // Bounded: the worker's message may carry a huge argv.
+            let reason = bounded(e.message(), 300);
             tracing::warn!(job = %id, "launch failed: {reason}");
             self.revoke_parts(id, &live, true);
             let at_s = self.now();

@@ -86,10 +86,12 @@ impl RuntimeConfig {
             ("heartbeat_s", r.heartbeat_s),
             ("worker_timeout_s", r.worker_timeout_s),
         ] {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(
-                    s.error_at(key, format!("`{key}` must be a positive number of seconds"))
-                );
+            // Bounded, so every duration made of them is representable.
+            if !(v > 0.0 && v <= 86_400.0) {
+                return Err(s.error_at(
+                    key,
+                    format!("`{key}` must be a positive number of seconds, at most 86400"),
+                ));
             }
         }
         if r.worker_timeout_s <= r.heartbeat_s {
@@ -99,7 +101,16 @@ impl RuntimeConfig {
             ));
         }
         r.state = s.resolve_path(&r.state);
-        r.checkpoint_dir = r.checkpoint_dir.map(|p| s.resolve_path(&p));
+        // Absolute: workers run jobs in their own working directories, and a
+        // relative path there names another directory (jobs resumed from
+        // older checkpoints than their last launch reached).
+        r.checkpoint_dir = match r.checkpoint_dir.map(|p| s.resolve_path(&p)) {
+            Some(p) => Some(
+                std::path::absolute(&p)
+                    .map_err(|e| s.error_at("checkpoint_dir", format!("`{}`: {e}", p.display())))?,
+            ),
+            None => None,
+        };
         for p in [
             &mut r.token_file,
             &mut r.tls_cert,

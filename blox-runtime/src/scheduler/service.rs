@@ -15,8 +15,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
-/// The longest idempotency key accepted, bytes.
+/// A copy of job `id`'s record (it exists: checked by the caller).
+fn rec_of(h: &Hub, id: u64) -> JobRecord {
+    h.jobs.get(&id).expect("checked by the caller").clone()
+}
+
+/// The longest idempotency key and metric key accepted, bytes.
 const MAX_KEY_BYTES: usize = 128;
+/// The longest name, user and model, bytes.
+const MAX_NAME_BYTES: usize = 256;
+/// The most arguments of a command, and their bytes in all.
+const MAX_ARGS: usize = 4096;
+const MAX_COMMAND_BYTES: usize = 128 * 1024;
+/// The most metrics a submission may carry.
+const MAX_METRICS: usize = 256;
 
 /// Checks a submission; the error names the field.
 pub(super) fn check_submission(
@@ -24,6 +36,52 @@ pub(super) fn check_submission(
     cluster_gpus: u32,
     workers: usize,
 ) -> Result<(), Status> {
+    // Size limits (documented in blox.proto): no submission can make a
+    // `Status` reply or the job table grow past what the transport carries.
+    let too_long = |field: &str, len: usize, max: usize| {
+        (len > max)
+            .then(|| Status::invalid_argument(format!("{field}: {len} bytes, at most {max}")))
+    };
+    for (field, len, max) in [
+        ("name", j.name.len(), MAX_NAME_BYTES),
+        (
+            "user",
+            j.user.as_ref().map_or(0, String::len),
+            MAX_NAME_BYTES,
+        ),
+        (
+            "model",
+            j.model.as_ref().map_or(0, String::len),
+            MAX_NAME_BYTES,
+        ),
+        (
+            "command",
+            j.command.iter().map(String::len).sum(),
+            MAX_COMMAND_BYTES,
+        ),
+    ] {
+        if let Some(e) = too_long(field, len, max) {
+            return Err(e);
+        }
+    }
+    if j.command.len() > MAX_ARGS {
+        return Err(Status::invalid_argument(format!(
+            "command: {} arguments, at most {MAX_ARGS}",
+            j.command.len()
+        )));
+    }
+    if j.metrics.len() > MAX_METRICS {
+        return Err(Status::invalid_argument(format!(
+            "metrics: {} entries, at most {MAX_METRICS}",
+            j.metrics.len()
+        )));
+    }
+    if let Some(k) = j.metrics.keys().find(|k| k.len() > MAX_KEY_BYTES) {
+        return Err(Status::invalid_argument(format!(
+            "metrics: a key of {} bytes, at most {MAX_KEY_BYTES}",
+            k.len()
+        )));
+    }
     if j.command.is_empty() || j.command[0].trim().is_empty() {
         return Err(Status::invalid_argument(
             "command: must name a program and its arguments (argv, no shell)",
@@ -205,25 +263,40 @@ impl Scheduler for Service {
                 "job_id: required (job ids start at 1)",
             ));
         }
-        let mut h = lock(&self.hub);
-        let Some(rec) = h.jobs.get(&id) else {
-            return Err(Status::not_found(format!("job {id} is not known")));
+        // Under the lock: check, and either hand the cancellation to the
+        // loop or take a job the loop has not seen out of the queue.
+        let taken = {
+            let mut h = lock(&self.hub);
+            let Some(rec) = h.jobs.get(&id) else {
+                return Err(Status::not_found(format!("job {id} is not known")));
+            };
+            let info = info_of(rec);
+            if info
+                .status
+                .parse::<JobStatus>()
+                .is_ok_and(|s| s.is_terminal())
+            {
+                return Err(Status::failed_precondition(format!(
+                    "job {id} already ended ({})",
+                    info.status
+                )));
+            }
+            match h.submissions.iter().position(|s| s.id.0 == id) {
+                Some(pos) => {
+                    let spec = h.submissions.remove(pos).expect("found above");
+                    Some((spec, rec_of(&h, id)))
+                }
+                None => {
+                    h.cancels.insert(id, CANCELLED.into());
+                    None
+                }
+            }
         };
-        let info = info_of(rec);
-        if info
-            .status
-            .parse::<JobStatus>()
-            .is_ok_and(|s| s.is_terminal())
-        {
-            return Err(Status::failed_precondition(format!(
-                "job {id} already ended ({})",
-                info.status
-            )));
-        }
-        if let Some(pos) = h.submissions.iter().position(|s| s.id.0 == id) {
-            // Not handed to the loop yet: it ends here.
-            h.submissions.remove(pos);
-            let rec = h.jobs.get_mut(&id).expect("checked above");
+        if let Some((spec, mut rec)) = taken {
+            // Not handed to the loop yet: it ends here. It left the queue at
+            // once (the loop must not start it); the table is written outside
+            // the lock (an fsync must not stall heartbeats), and the status
+            // view changes only once the write succeeded.
             let info = rec.info.as_mut().expect("records carry info");
             info.status = JobStatus::Failed.as_str().into();
             info.set_phase(JobPhase::Cancelled);
@@ -231,12 +304,23 @@ impl Scheduler for Service {
             let now = unix_now();
             info.finished_unix_s = Some(now);
             info.jct_s = Some((now - info.submitted_unix_s).max(0.0));
-            let rec = rec.clone();
-            self.store
-                .write(&[&rec], None)
-                .map_err(|e| Status::unavailable(e.to_string()))?;
-        } else {
-            h.cancels.insert(id, CANCELLED.into());
+            let store = self.store.clone();
+            let written =
+                tokio::task::spawn_blocking(move || store.write(&[&rec], None).map(|_| rec))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))
+                    .and_then(|r| r.map_err(|e| Status::unavailable(e.to_string())));
+            let mut h = lock(&self.hub);
+            match written {
+                Ok(rec) => {
+                    h.jobs.insert(id, rec);
+                }
+                Err(e) => {
+                    // Nothing changed: it waits in the queue again.
+                    h.submissions.push_front(spec);
+                    return Err(e);
+                }
+            }
         }
         tracing::info!(job = id, "cancel requested");
         Ok(Response::new(CancelReply {}))
@@ -318,8 +402,11 @@ impl Scheduler for Service {
         }
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
-        let at = Instant::now()
-            .checked_sub(Duration::from_secs_f64(r.exited_s_ago))
+        // Any finite age is accepted; one older than the clock reaches back
+        // is taken as "now".
+        let at = Duration::try_from_secs_f64(r.exited_s_ago)
+            .ok()
+            .and_then(|d| Instant::now().checked_sub(d))
             .unwrap_or_else(Instant::now);
         h.exits.push((r, at));
         Ok(Response::new(Ack {}))
@@ -334,6 +421,12 @@ impl Scheduler for Service {
         {
             return Err(Status::invalid_argument(format!(
                 "samples[{i}]: needs a launch and a key"
+            )));
+        }
+        if let Some(i) = r.samples.iter().position(|s| !s.value.is_finite()) {
+            return Err(Status::invalid_argument(format!(
+                "samples[{i}].value: {} is not a finite number",
+                r.samples[i].value
             )));
         }
         let mut h = lock(&self.hub);

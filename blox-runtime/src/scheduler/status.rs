@@ -1,23 +1,58 @@
 //! The status view: what `Status` answers (and `blox status` shows) — every
-//! job's record as the job table holds it, the workers with their last
-//! heartbeat, the rounds run, the active policies and the last invalid
-//! decision a policy made.
+//! job's record as the job table holds it, a page at a time, the workers
+//! with their last heartbeat, the rounds run, the active policies and the
+//! last invalid decision a policy made.
 
 use super::table::info_of;
 use super::Hub;
 use crate::proto::*;
+use prost::Message;
 use tonic::Status;
 
-/// The reply to `req`: the jobs it names (all when it names none; an
-/// unknown id is `NOT_FOUND`) and every worker.
+/// The most jobs in one reply.
+pub const MAX_PAGE_JOBS: usize = 1000;
+/// Jobs are added to a reply until it holds about this many bytes (the
+/// transport's default limit is 4 MiB).
+pub const MAX_PAGE_BYTES: usize = 2 << 20;
+
+/// The reply to `req` (see `StatusRequest` in blox.proto): the jobs it names
+/// (an unknown id is `NOT_FOUND`), or a page of all jobs; every worker.
 pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status> {
+    let mut next_after_id = 0;
     let jobs = if req.job_ids.is_empty() {
-        h.jobs.values().map(|r| info_of(r).clone()).collect()
+        let limit = match req.limit as usize {
+            0 => MAX_PAGE_JOBS,
+            n => n.min(MAX_PAGE_JOBS),
+        };
+        let phases: Vec<i32> = req.phases.clone();
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let from = req.after_id.saturating_add(1);
+        for (id, r) in h.jobs.range(from..) {
+            let info = info_of(r);
+            if !phases.is_empty() && !phases.contains(&info.phase) {
+                continue;
+            }
+            let len = info.encoded_len();
+            if out.len() >= limit || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
+                next_after_id = out.last().map_or(*id - 1, |j: &JobInfo| j.id);
+                break;
+            }
+            bytes += len;
+            out.push(info.clone());
+        }
+        out
     } else {
         if req.job_ids.contains(&0) {
             return Err(Status::invalid_argument(
                 "job_ids: 0 is no job (job ids start at 1)",
             ));
+        }
+        if req.job_ids.len() > MAX_PAGE_JOBS {
+            return Err(Status::invalid_argument(format!(
+                "job_ids: {} ids, at most {MAX_PAGE_JOBS}",
+                req.job_ids.len()
+            )));
         }
         req.job_ids
             .iter()
@@ -46,5 +81,7 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
         rounds: h.rounds,
         policy: h.policy.clone(),
         last_error: h.last_error.clone(),
+        next_after_id,
+        total_jobs: h.jobs.len() as u64,
     })
 }
