@@ -291,15 +291,12 @@ fn restrict(dir: &Path) {
 
 type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
 
-/// Starts `cmd` from one long-lived thread. On Linux the child is killed when
-/// the thread that forked it ends (`PR_SET_PDEATHSIG`), so children are
-/// forked from a thread that lives as long as the process.
 /// At most this many bytes of an argv go into a message (errors travel back
 /// over gRPC and into logs; an argv can be megabytes).
 const ARGV_SUMMARY_BYTES: usize = 200;
 
-/// `argv` for a message: quoted, cut to [`ARGV_SUMMARY_BYTES`], with what
-/// was left out counted.
+/// `argv` for a message: quoted, cut to 200 bytes, with what was left out
+/// counted.
 pub fn argv_summary(argv: &[String]) -> String {
     let full = format!("{argv:?}");
     if full.len() <= ARGV_SUMMARY_BYTES {
@@ -317,6 +314,9 @@ pub fn argv_summary(argv: &[String]) -> String {
     )
 }
 
+/// Starts `cmd` from one long-lived thread. On Linux the child is killed when
+/// the thread that forked it ends (`PR_SET_PDEATHSIG`), so children are
+/// forked from a thread that lives as long as the process.
 fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     #[cfg(target_os = "linux")]
