@@ -104,13 +104,57 @@ pub enum Command {
     /// Time the reference simulations and the runtime (build with --release).
     Bench {
         /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `doubling`, `synth`,
-        /// `lease`, `metric-push`, `runtime-round`, or `all` (the two replays).
+        /// `lease`, `metric-push`, `runtime-round`, `soak`, or `all` (the two
+        /// replays).
         #[arg(default_value = "all")]
         which: String,
         /// Repetitions (the best is reported).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
+        #[command(flatten)]
+        soak: SoakArgs,
     },
+}
+
+/// Options of `blox bench soak` (defaults: the full run, 10,000 jobs).
+#[derive(Args, Debug, Default)]
+pub struct SoakArgs {
+    /// soak: the CI size (500 jobs, 100 clients, 2 worker kills, 1
+    /// scheduler restart, 1 cut); the flags below override it.
+    #[arg(long)]
+    pub reduced: bool,
+    /// soak: jobs submitted in all.
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// soak: concurrent clients submitting them.
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// soak: workers (each with 8 logical GPUs).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// soak: workers SIGKILLed (and restarted) during the run.
+    #[arg(long)]
+    pub worker_kills: Option<usize>,
+    /// soak: scheduler SIGKILLs and restarts on the same job table.
+    #[arg(long)]
+    pub scheduler_restarts: Option<usize>,
+    /// soak: network cuts between a worker and the scheduler (6 s each,
+    /// longer than the worker timeout).
+    #[arg(long)]
+    pub cuts: Option<usize>,
+    /// soak: scheduling policy of the scheduler.
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// soak: seed of the job mix and the faults.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// soak: stop after this many seconds whatever is left.
+    #[arg(long)]
+    pub max_time_s: Option<f64>,
+    /// soak: working directory (job table, logs, journal); kept afterwards.
+    /// Default: a temporary directory, removed when the soak passes.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Options of `blox sim`.

@@ -277,8 +277,8 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         "the job on w1 checkpointed",
         Duration::from_secs(30),
         || {
-            std::fs::read_to_string(&checkpoint)
-                .ok()
+            blox_client::latest_checkpoint(&checkpoint)
+                .and_then(|p| std::fs::read_to_string(p).ok())
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .is_some_and(|i| i > 0)
         },
@@ -352,9 +352,12 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     assert!(last.iter().any(|j| j.preemptions > 0), "{last:?}");
     // The killed worker's job resumed from a checkpoint, not from scratch.
     let ck: u64 = std::fs::read_to_string(
-        d.join("checkpoints")
-            .join(victim.id.to_string())
-            .join("iteration"),
+        blox_client::latest_checkpoint(
+            &d.join("checkpoints")
+                .join(victim.id.to_string())
+                .join("iteration"),
+        )
+        .unwrap(),
     )
     .unwrap()
     .trim()
@@ -505,12 +508,16 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
             .join("launch-1/stderr"),
     )
     .unwrap();
-    let at: u64 =
-        std::fs::read_to_string(d.join("checkpoints").join(id.to_string()).join("iteration"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let at: u64 = std::fs::read_to_string(
+        blox_client::latest_checkpoint(
+            &d.join("checkpoints").join(id.to_string()).join("iteration"),
+        )
+        .unwrap(),
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
     assert!(
         at > 0 && err.contains(&format!("checkpointed at iteration {at}")),
         "{err} / {at}"

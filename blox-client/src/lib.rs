@@ -47,6 +47,12 @@ pub mod env {
     /// When the worker started this process, Unix seconds (fractional): the
     /// job's start-up is measured from here to its first iteration.
     pub const LAUNCH_UNIX_S: &str = "BLOX_LAUNCH_UNIX_S";
+    /// This launch's generation: launches of a job get ever larger ones,
+    /// also across scheduler restarts. Checkpoints are written per
+    /// generation and the newest complete one is restored, so a launch that
+    /// lost its lease (a worker cut off from the scheduler) cannot overwrite
+    /// a newer launch's checkpoint. Unset or 0: plain checkpoint files.
+    pub const GENERATION: &str = "BLOX_GENERATION";
 }
 
 /// The metric a job pushes once per launch, at its first iteration boundary:
@@ -96,6 +102,8 @@ pub struct JobEnv {
     pub batch_size: Option<u32>,
     /// When the worker started the process, Unix seconds.
     pub launch_unix_s: Option<f64>,
+    /// This launch's generation ([`env::GENERATION`]); 0: unknown.
+    pub generation: u64,
 }
 
 impl JobEnv {
@@ -151,6 +159,11 @@ impl JobEnv {
                 .unwrap_or_default(),
             resume: get(env::RESUME).is_some_and(|v| v == "1" || v == "true"),
             batch_size,
+            generation: get(env::GENERATION)
+                .filter(|v| !v.is_empty())
+                .map(|v| num(env::GENERATION, v))
+                .transpose()?
+                .unwrap_or(0),
             launch_unix_s: match get(env::LAUNCH_UNIX_S).filter(|v| !v.is_empty()) {
                 None => None,
                 Some(v) => Some(
@@ -167,6 +180,48 @@ impl JobEnv {
             },
         })
     }
+}
+
+/// `path` with `suffix` appended to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// The current file of checkpoint `base` (`<checkpoint_dir>/<name>`, or
+/// `<name>.rank<r>`): its newest generation, or the plain file. For tools
+/// and tests that read a job's checkpoint from outside the job.
+pub fn latest_checkpoint(base: &Path) -> Option<PathBuf> {
+    generations(base)
+        .into_iter()
+        .max_by_key(|(g, _)| *g)
+        .map(|(_, p)| p)
+}
+
+/// The files of checkpoint `base`: the plain file (generation 0) and every
+/// `<base>.gen-<G>`, with their generations.
+fn generations(base: &Path) -> Vec<(u64, PathBuf)> {
+    let mut out = Vec::new();
+    if base.is_file() {
+        out.push((0, base.to_path_buf()));
+    }
+    let (Some(dir), Some(stem)) = (base.parent(), base.file_name().and_then(|n| n.to_str())) else {
+        return out;
+    };
+    let prefix = format!("{stem}.gen-");
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(g) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|g| g.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        out.push((g, e.path()));
+    }
+    out
 }
 
 /// The running job: lease checks, metrics, checkpoints.
@@ -279,23 +334,54 @@ impl Job {
     }
 
     /// Saves `bytes` as checkpoint `name` atomically (write, then rename).
+    ///
+    /// With a generation (every launch by a blox worker has one) the file
+    /// is `<name>[.rank<r>].gen-<G>`, and older generations' files are
+    /// removed after it is in place: a stale launch still writing (its
+    /// worker cut off from the scheduler) never replaces a newer launch's
+    /// checkpoint, since [`Job::load_checkpoint`] restores the newest.
     pub fn save_checkpoint(&self, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
-        let path = self.checkpoint_path(name);
-        // `<name>[.rank<r>].tmp`: each rank has its own temporary file.
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        std::fs::write(&tmp, bytes)
+        let base = self.checkpoint_path(name);
+        let g = self.env.generation;
+        let path = if g == 0 {
+            base.clone()
+        } else {
+            with_suffix(&base, &format!(".gen-{g}"))
+        };
+        // Each rank and generation has its own temporary file.
+        let tmp = with_suffix(&path, ".tmp");
+        // Durable before it replaces anything (a node may crash right after).
+        File::create(&tmp)
+            .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
             .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|source| ClientError::Io { path, source })
+            .map_err(|source| ClientError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        if g > 0 {
+            for (older, file) in generations(&base) {
+                if older < g {
+                    let _ = std::fs::remove_file(file);
+                }
+            }
+        }
+        Ok(())
     }
 
-    /// Checkpoint `name` from an earlier launch, if resuming and it exists.
+    /// Checkpoint `name` from an earlier launch, if resuming and one exists:
+    /// the newest generation up to this launch's (any, without one).
     pub fn load_checkpoint(&self, name: &str) -> Option<Vec<u8>> {
         if !self.env.resume {
             return None;
         }
-        std::fs::read(self.checkpoint_path(name)).ok()
+        let g = self.env.generation;
+        let mut found = generations(&self.checkpoint_path(name));
+        found.retain(|(k, _)| g == 0 || *k <= g);
+        found.sort_by_key(|(k, _)| *k);
+        found
+            .into_iter()
+            .rev()
+            .find_map(|(_, p)| std::fs::read(p).ok())
     }
 
     /// Tells the worker the job completed its work (then exit with status 0).
@@ -460,6 +546,58 @@ mod tests {
             std::fs::read_to_string(d.path().join("exit_at")).unwrap(),
             "4"
         );
+    }
+
+    #[test]
+    fn a_stale_launch_cannot_replace_a_newer_launchs_checkpoint() {
+        let d = tempfile::tempdir().unwrap();
+        let launch = |g: u64| {
+            let mut e = env_in(d.path(), true);
+            e.generation = g;
+            Job::attach(e).unwrap()
+        };
+        let (old, new) = (launch(5), launch(9));
+        old.save_checkpoint("state", b"old-40").unwrap();
+        // The newer launch resumes from the older one's checkpoint...
+        assert_eq!(
+            new.load_checkpoint("state").as_deref(),
+            Some(&b"old-40"[..])
+        );
+        new.save_checkpoint("state", b"new-45").unwrap();
+        // ...and the old one, cut off but still running, writes later.
+        old.save_checkpoint("state", b"old-50").unwrap();
+        // The next launch restores the newest generation's, not the last written.
+        assert_eq!(
+            launch(12).load_checkpoint("state").as_deref(),
+            Some(&b"new-45"[..])
+        );
+        // The stale launch sees only its own lineage.
+        assert_eq!(
+            old.load_checkpoint("state").as_deref(),
+            Some(&b"old-50"[..])
+        );
+        // A save removes every older generation's file, the stale one's too.
+        launch(12).save_checkpoint("state", b"newest").unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(d.path().join("ckpt"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["state.gen-12"]);
+        // A plain checkpoint (an older client, generation 0) is restored too.
+        std::fs::write(d.path().join("ckpt").join("other"), b"plain").unwrap();
+        assert_eq!(
+            launch(3).load_checkpoint("other").as_deref(),
+            Some(&b"plain"[..])
+        );
+        let bad = JobEnv::from_lookup(|k| match k {
+            env::JOB_ID => Some("1".into()),
+            env::GENERATION => Some("-1".into()),
+            env::CHECKPOINT_DIR | env::CONTROL_DIR => Some("d".into()),
+            _ => None,
+        });
+        let err = bad.unwrap_err().to_string();
+        assert!(err.contains("BLOX_GENERATION"), "{err}");
     }
 
     #[test]

@@ -61,6 +61,11 @@ impl MetricStore {
         }
     }
 
+    /// How many keys job `job` has.
+    pub fn key_count(&self, job: JobId) -> usize {
+        self.inner.get(&job).map_or(0, |m| m.len())
+    }
+
     pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
         self.inner.get(&job).and_then(|m| m.get(key).copied())
     }

@@ -16,7 +16,8 @@
 //! - [`worker`]: the worker manager of one node: GPU discovery (NVML, or
 //!   logical GPUs), job processes ([`process`]), leases, metric forwarding,
 //!   exit reports, heartbeats.
-//! - [`net`]: the shared token and TLS; [`ctl`]: blocking helpers for tools
+//! - [`soak`]: fault injection (a cuttable proxy) and the soak's checks.
+//! - [`net`]: the users' and workers' tokens and TLS; [`ctl`]: blocking helpers for tools
 //!   (`blox submit`, `blox status`, `blox cancel`).
 
 pub mod bench;
@@ -27,6 +28,7 @@ pub mod net;
 pub mod process;
 mod record;
 pub mod scheduler;
+pub mod soak;
 pub mod store;
 pub mod worker;
 

@@ -193,23 +193,33 @@ impl Interceptor for AttachToken {
 #[derive(Clone)]
 pub struct CheckToken(Option<Arc<str>>);
 
-impl Interceptor for CheckToken {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+impl CheckToken {
+    /// Checks a call's `authorization` header; `role` names the credential
+    /// in the error ("the user token", "the worker token").
+    pub fn verify(&self, md: &tonic::metadata::MetadataMap, role: &str) -> Result<(), Status> {
         let Some(want) = &self.0 else {
-            return Ok(req);
+            return Ok(());
         };
-        let got = req
-            .metadata()
+        let got = md
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         match got {
-            Some(t) if constant_time_eq(t.as_bytes(), want.as_bytes()) => Ok(req),
-            Some(_) => Err(Status::unauthenticated("wrong token")),
-            None => Err(Status::unauthenticated(
-                "this cluster needs a token (`authorization: Bearer <token>`)",
-            )),
+            Some(t) if constant_time_eq(t.as_bytes(), want.as_bytes()) => Ok(()),
+            Some(_) => Err(Status::unauthenticated(format!(
+                "wrong token: this call needs {role}"
+            ))),
+            None => Err(Status::unauthenticated(format!(
+                "this cluster needs a token (`authorization: Bearer <token>`): this call needs {role}"
+            ))),
         }
+    }
+}
+
+impl Interceptor for CheckToken {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        self.verify(req.metadata(), "the cluster's token")?;
+        Ok(req)
     }
 }
 

@@ -44,6 +44,9 @@ pub struct LaunchSpec {
     pub first_rank: u32,
     /// Processes in the whole job; `None`: those started here.
     pub world_size: Option<u32>,
+    /// The launch's generation (`BLOX_GENERATION`): larger for every later
+    /// launch of the job, also across scheduler restarts.
+    pub generation: u64,
 }
 
 /// How a launch (or one of its processes) ended.
@@ -132,6 +135,7 @@ impl Running {
                 .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&spec.control))
                 .env(env::RESUME, if spec.resume { "1" } else { "0" })
                 .env(env::LAUNCH_UNIX_S, &launched)
+                .env(env::GENERATION, spec.generation.to_string())
                 .env(
                     env::BATCH_SIZE,
                     spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),

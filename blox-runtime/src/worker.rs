@@ -134,12 +134,37 @@ struct Launch {
 struct State {
     worker_id: Option<String>,
     launches: HashMap<u64, Launch>,
-    /// Exits and metrics not yet delivered to the scheduler.
+    /// Exits and metrics not yet delivered to the scheduler (metrics
+    /// bounded: the oldest are dropped and counted).
     exits: Vec<(ExitReport, Instant)>,
     metrics: Vec<MetricSample>,
+    metrics_dropped: u64,
+    /// Fencing: until when this worker may run jobs without hearing from
+    /// the scheduler (`None`: not registered, or no lease).
+    lease_until: Option<Instant>,
 }
 
+/// The most metric samples a worker holds for the scheduler (when it cannot
+/// reach it); older ones are dropped.
+const MAX_PENDING_METRICS: usize = 100_000;
+
 impl State {
+    fn bound_metrics(&mut self) {
+        let over = self.metrics.len().saturating_sub(MAX_PENDING_METRICS);
+        if over > 0 {
+            self.metrics.drain(..over);
+            if self.metrics_dropped == 0 {
+                tracing::warn!("the scheduler is not taking metrics: the oldest are dropped (at most {MAX_PENDING_METRICS} are kept)");
+            }
+            self.metrics_dropped += over as u64;
+        }
+    }
+
+    /// True when the lease ran out: the worker must not run jobs.
+    fn fenced(&self) -> bool {
+        self.lease_until.is_some_and(|t| Instant::now() > t)
+    }
+
     /// The launches running here.
     fn running(&self) -> Vec<LaunchRef> {
         self.launches
@@ -193,6 +218,20 @@ impl Worker for Service {
         }
         let sh = &self.0;
         let mut st = sh.lock();
+        if !r.worker_id.is_empty() && st.worker_id.as_deref() != Some(r.worker_id.as_str()) {
+            return Err(Status::aborted(format!(
+                "this launch is for worker `{}`; this is {}",
+                r.worker_id,
+                st.worker_id
+                    .as_deref()
+                    .map_or("a worker not registered yet".into(), |w| format!("`{w}`"))
+            )));
+        }
+        if st.fenced() {
+            return Err(Status::unavailable(
+                "this worker's lease ran out (its heartbeats do not reach the scheduler): it runs no job until they do",
+            ));
+        }
         if let Some(g) = r.gpus.iter().find(|g| **g as usize >= sh.gpus.len()) {
             return Err(Status::invalid_argument(format!(
                 "gpus: this worker has {} GPUs; there is no GPU {g}",
@@ -236,6 +275,7 @@ impl Worker for Service {
             process_per_gpu: r.process_per_gpu,
             first_rank: r.first_rank,
             world_size: (r.world_size > 0).then_some(r.world_size),
+            generation: r.generation,
         };
         match Running::spawn(&spec) {
             Ok(run) => {
@@ -453,11 +493,17 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
 
 /// Registers, then beats every `heartbeat_s`; registers again whenever the
 /// scheduler does not know this worker (after revoking every job here).
+/// When no heartbeat got through for the lease the scheduler gave, every job
+/// here is fenced ([`fence`]).
 async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
     let mut period = Duration::from_secs(1);
+    let mut lease: Option<(Duration, Duration)> = None;
     let mut warned = false;
     loop {
         let id = sh.lock().worker_id.clone();
+        // A call never waits longer than a beat (or half the lease): a cut
+        // network must not hold the loop past the lease.
+        let call_timeout = lease.map_or(Duration::from_secs(5), |(l, _)| (l / 2).max(period));
         match id {
             None => {
                 let req = RegisterRequest {
@@ -467,7 +513,11 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
                     host_mem_gb: host_mem_gb(),
                 };
-                match client.register(req).await {
+                let sent = Instant::now();
+                let r = tokio::time::timeout(call_timeout, client.register(req))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                match r {
                     Ok(r) => {
                         let r = r.into_inner();
                         tracing::info!(worker = %r.worker_id, "registered with the scheduler");
@@ -476,7 +526,18 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                                 period = p.min(Duration::from_secs(3600));
                             }
                         }
-                        sh.lock().worker_id = Some(r.worker_id);
+                        lease = match (
+                            Duration::try_from_secs_f64(r.lease_s),
+                            Duration::try_from_secs_f64(r.fence_grace_s),
+                        ) {
+                            (Ok(l), Ok(g)) if !l.is_zero() && l < Duration::from_secs(86_400) => {
+                                Some((l, g.min(Duration::from_secs(86_400))))
+                            }
+                            _ => None,
+                        };
+                        let mut st = sh.lock();
+                        st.worker_id = Some(r.worker_id);
+                        st.lease_until = lease.map(|(l, _)| sent + l);
                         warned = false;
                     }
                     Err(e) => {
@@ -495,14 +556,21 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             }
             Some(id) => {
                 let running = sh.lock().running();
-                match client
-                    .heartbeat(HeartbeatRequest {
+                let sent = Instant::now();
+                let r = tokio::time::timeout(
+                    call_timeout,
+                    client.heartbeat(HeartbeatRequest {
                         worker_id: id.clone(),
                         running,
-                    })
-                    .await
-                {
+                    }),
+                )
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                match r {
                     Ok(r) => {
+                        if let Some((l, _)) = lease {
+                            sh.lock().lease_until = Some(sent + l);
+                        }
                         for l in r.into_inner().stop {
                             stop_launch(&sh, l).await;
                         }
@@ -510,12 +578,21 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     }
                     Err(e) if e.code() == Code::NotFound => {
                         tracing::warn!(worker = %id, "the scheduler does not know this worker any more ({}); revoking every job here and registering again", e.message());
+                        // All at once: each may take its grace to checkpoint.
                         let all = sh.lock().running();
-                        for l in all {
-                            stop_launch(&sh, l).await;
+                        let stops: Vec<_> = all
+                            .into_iter()
+                            .map(|l| {
+                                let sh = sh.clone();
+                                tokio::spawn(async move { stop_launch(&sh, l).await })
+                            })
+                            .collect();
+                        for s in stops {
+                            let _ = s.await;
                         }
                         let mut st = sh.lock();
                         st.worker_id = None;
+                        st.lease_until = None;
                         st.exits.clear();
                         st.metrics.clear();
                         continue;
@@ -533,7 +610,67 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 }
             }
         }
+        if let Some((l, grace)) = lease {
+            if sh.lock().fenced() {
+                fence(&sh, l, grace).await;
+            }
+        }
         tokio::time::sleep(period).await;
+    }
+}
+
+/// The lease ran out: every job here is revoked, gets `grace` to checkpoint
+/// and is killed after it; each is reported as fenced (queued again without
+/// blame) once the scheduler can be reached. The scheduler declares this
+/// worker gone only after the lease and the grace are over, so no job runs
+/// here and on its next worker at once.
+async fn fence(sh: &Arc<Shared>, lease: Duration, grace: Duration) {
+    let taken: Vec<(u64, Launch)> = sh.lock().launches.drain().collect();
+    if taken.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        jobs = taken.len(),
+        "no heartbeat reached the scheduler for {:.1} s (the lease): stopping every job here",
+        lease.as_secs_f64()
+    );
+    let waits: Vec<_> = taken
+        .into_iter()
+        .map(|(job, l)| {
+            tokio::task::spawn_blocking(move || {
+                let e = l.run.revoke_and_wait(grace, job);
+                let finished = l.run.finished(&e);
+                (job, l.launch, e, finished)
+            })
+        })
+        .collect();
+    for w in waits {
+        let Ok((job, launch, e, finished)) = w.await else {
+            continue;
+        };
+        tracing::info!(job, launch, finished, "fenced");
+        sh.lock().exits.push((
+            ExitReport {
+                worker_id: String::new(),
+                launch: Some(LaunchRef {
+                    job_id: job,
+                    launch,
+                }),
+                code: e.code,
+                finished,
+                reason: if finished {
+                    String::new()
+                } else {
+                    format!(
+                        "fenced: its worker could not reach the scheduler for {:.1} s",
+                        lease.as_secs_f64()
+                    )
+                },
+                exited_s_ago: 0.0,
+                fenced: !finished,
+            },
+            e.at,
+        ));
     }
 }
 
@@ -600,10 +737,12 @@ async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         finished,
                         reason: String::new(),
                         exited_s_ago: 0.0,
+                        fenced: false,
                     },
                     e.at,
                 ));
             }
+            st.bound_metrics();
             let Some(id) = st.worker_id.clone() else {
                 continue;
             };
@@ -625,15 +764,23 @@ async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 let newer = std::mem::take(&mut st.metrics);
                 st.metrics = batch.samples;
                 st.metrics.extend(newer);
+                st.bound_metrics();
             }
         }
         let mut failed = Vec::new();
         for (mut r, at) in exits {
             r.worker_id = id.clone();
             r.exited_s_ago = at.elapsed().as_secs_f64();
-            if let Err(e) = client.report_exit(r.clone()).await {
-                tracing::debug!("exit report failed: {}", e.message());
-                failed.push((r, at));
+            match client.report_exit(r.clone()).await {
+                Ok(_) => {}
+                // Refused as it is: sending it again cannot help.
+                Err(e) if e.code() == Code::InvalidArgument => {
+                    tracing::warn!("exit report refused: {}", e.message());
+                }
+                Err(e) => {
+                    tracing::debug!("exit report failed: {}", e.message());
+                    failed.push((r, at));
+                }
             }
         }
         if !failed.is_empty() {

@@ -55,11 +55,12 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     assert!(crash.launches >= 2, "{crash:?}");
     // The launch after the crash resumed from the checkpoint before it.
     let ck = dir.path().join("checkpoints").join(ids[0].to_string());
-    let it: u64 = std::fs::read_to_string(ck.join("iteration"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let it: u64 =
+        std::fs::read_to_string(blox_client::latest_checkpoint(&ck.join("iteration")).unwrap())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
     assert_eq!(it, 100, "the job ran to its last iteration");
     let logs: String = ["w0", "w1"]
         .iter()
@@ -104,6 +105,14 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     assert!(long.reason.len() < 1000, "{} bytes", long.reason.len());
 }
 
+/// A runtime config whose workers' token file holds the users' token.
+fn c_cfg_same_token(token_file: &std::path::Path, dir: &std::path::Path) -> RuntimeConfig {
+    let mut cfg = runtime_config(dir);
+    cfg.token_file = Some(token_file.to_path_buf());
+    cfg.worker_token_file = Some(token_file.to_path_buf());
+    cfg
+}
+
 fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
     let e = r.unwrap_err();
     (e.code().unwrap(), e.to_string())
@@ -114,8 +123,11 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.token_file = Some(token_file.clone());
+    cfg.worker_token_file = Some(worker_token_file.clone());
     // Before any worker registers, nothing can be placed.
     let security = cfg.security().unwrap();
     let sched = blox_runtime::scheduler::start(cfg.clone(), policies("fifo"), 1.0).unwrap();
@@ -213,13 +225,43 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     let (got, m) = code(ctl.submit(long_key));
     assert_eq!(got, Code::InvalidArgument, "{m}");
     assert!(m.contains("idempotency_key"), "{m}");
+    // A user cannot act as a worker, nor a worker as a user.
+    {
+        let (rt, client) = ctl.parts();
+        let e = rt
+            .block_on(client.register(RegisterRequest {
+                name: "rogue".into(),
+                address: "127.0.0.1:1".into(),
+                gpus: vec![GpuDevice::default()],
+                ..Default::default()
+            }))
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+        assert!(e.message().contains("workers' token"), "{}", e.message());
+        let mut as_worker = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+        let (got, m) = code(as_worker.submit(job("w", 1, toy(1.0, &[]), None)));
+        assert_eq!(got, Code::Unauthenticated, "{m}");
+        let (got, _) = code(as_worker.status(&[]));
+        assert_eq!(got, Code::Unauthenticated);
+    }
+    // A worker's token equal to the users' is refused at start.
+    let mut same = c_cfg_same_token(&token_file, dir.path());
+    let e = same.worker_security().unwrap_err().to_string();
+    assert!(e.contains("token of their own"), "{e}");
+    same.worker_token_file = None;
+    assert_eq!(
+        same.worker_security().unwrap().token,
+        same.security().unwrap().token
+    );
     // A missing job in the request.
     let (rt, client) = ctl.parts();
     let e = rt
         .block_on(client.submit(SubmitRequest { job: None }))
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
-    // Workers: no GPUs, unknown worker id.
+    // Workers (with the workers' token): no GPUs, unknown worker id.
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
     let e = rt
         .block_on(client.register(RegisterRequest {
             name: "empty".into(),
@@ -253,7 +295,7 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     assert_eq!(got, Code::FailedPrecondition, "{m}");
     // Worker calls with values no duration can hold, or that are no
     // numbers, are refused or clamped; nothing panics.
-    let (rt, client) = ctl.parts();
+    let (rt, client) = wctl.parts();
     let e = rt
         .block_on(client.push_metrics(MetricBatch {
             worker_id: "nobody".into(),
@@ -301,7 +343,7 @@ fn a_worker_refuses_launches_it_cannot_honour() {
     let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
     let addr = c.workers[0].address.clone();
     let _rt = c.rt.enter();
-    let mut w = c.security.worker_client(&addr).unwrap();
+    let mut w = c.worker_security.worker_client(&addr).unwrap();
     let launch = |job: u64, gpus: Vec<u32>, command: Vec<String>| LaunchRequest {
         launch: Some(LaunchRef {
             job_id: job,
@@ -436,7 +478,7 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     cfg.tls_ca = server.ca.clone();
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
     // Workers serve TLS too and trust the same CA.
-    c.security = Security {
+    c.worker_security = Security {
         token: None,
         tls: Some(server),
     };

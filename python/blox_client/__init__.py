@@ -22,7 +22,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, List, Mapping, Optional, TypeVar
+from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar
 
 __all__ = [
     "ENV",
@@ -47,6 +47,7 @@ ENV = {
     "resume": "BLOX_RESUME",
     "batch_size": "BLOX_BATCH_SIZE",
     "launch_unix_s": "BLOX_LAUNCH_UNIX_S",
+    "generation": "BLOX_GENERATION",
 }
 
 #: The metric a job pushes once per launch at its first iteration boundary:
@@ -78,6 +79,10 @@ class JobEnv:
     resume: bool = False
     batch_size: Optional[int] = None
     launch_unix_s: Optional[float] = None
+    #: Larger for every later launch of the job (0: unknown). Checkpoints are
+    #: written per generation and the newest is restored, so a launch whose
+    #: worker lost its lease cannot overwrite a newer launch's checkpoint.
+    generation: int = 0
 
     def __post_init__(self) -> None:
         if self.devices is None:
@@ -120,6 +125,7 @@ class JobEnv:
         world = opt("world_size")
         batch = opt("batch_size")
         launched = opt("launch_unix_s")
+        generation = opt("generation")
         return cls(
             job_id=num("job_id", need("job_id")),
             checkpoint_dir=need("checkpoint_dir"),
@@ -133,6 +139,7 @@ class JobEnv:
             resume=env.get(ENV["resume"], "") in ("1", "true"),
             batch_size=num("batch_size", batch) if batch is not None else None,
             launch_unix_s=num("launch_unix_s", launched, float) if launched is not None else None,
+            generation=num("generation", generation) if generation is not None else 0,
         )
 
 
@@ -237,10 +244,35 @@ class Job:
             return os.path.join(self.env.checkpoint_dir, name)
         return os.path.join(self.env.checkpoint_dir, f"{name}.rank{self.env.rank}")
 
+    def _generations(self, name: str) -> List[Tuple[int, str]]:
+        """The files of checkpoint ``name``: the plain one (generation 0) and
+        every ``<name>.gen-<G>``, with their generations."""
+        base = self.checkpoint_path(name)
+        out: List[Tuple[int, str]] = []
+        if os.path.isfile(base):
+            out.append((0, base))
+        prefix = os.path.basename(base) + ".gen-"
+        try:
+            entries = os.listdir(os.path.dirname(base))
+        except OSError:
+            return out
+        for e in entries:
+            if e.startswith(prefix) and e[len(prefix):].isdigit():
+                out.append((int(e[len(prefix):]), os.path.join(os.path.dirname(base), e)))
+        return out
+
     def save_checkpoint(self, name: str, data: bytes) -> None:
         """Saves ``data`` as checkpoint ``name`` atomically: a reader sees the
-        old checkpoint or the new one, never a torn file."""
-        path = self.checkpoint_path(name)
+        old checkpoint or the new one, never a torn file.
+
+        With a generation (every launch by a blox worker has one) the file is
+        ``<name>[.rank<r>].gen-<G>`` and older generations' files are removed
+        once it is in place: a stale launch still writing (its worker cut off
+        from the scheduler) never replaces a newer launch's checkpoint, since
+        :meth:`load_checkpoint` restores the newest."""
+        base = self.checkpoint_path(name)
+        g = self.env.generation
+        path = base if g == 0 else f"{base}.gen-{g}"
         tmp = path + ".tmp"
         try:
             with open(tmp, "wb") as f:
@@ -250,16 +282,30 @@ class Job:
             os.replace(tmp, path)
         except OSError as e:
             raise ClientError(f"{path}: {e.strerror}") from None
+        if g > 0:
+            for older, p in self._generations(name):
+                if older < g:
+                    try:
+                        os.remove(p)
+                    except OSError:
+                        pass
 
     def load_checkpoint(self, name: str) -> Optional[bytes]:
-        """Checkpoint ``name`` from an earlier launch, if resuming and it exists."""
+        """Checkpoint ``name`` from an earlier launch, if resuming and one
+        exists: the newest generation up to this launch's (any without one)."""
         if not self.env.resume:
             return None
-        try:
-            with open(self.checkpoint_path(name), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+        g = self.env.generation
+        found = sorted(
+            (k, p) for k, p in self._generations(name) if g == 0 or k <= g
+        )
+        for _, p in reversed(found):
+            try:
+                with open(p, "rb") as f:
+                    return f.read()
+            except FileNotFoundError:
+                continue
+        return None
 
     # --- the end -----------------------------------------------------------
 

@@ -27,6 +27,7 @@ def scheduler_and_worker(tmp_path, policy="fifo", round_s=0.5, gpus=2):
     from blox_client import api
 
     (tmp_path / "token").write_text("py-token\n")
+    (tmp_path / "worker-token").write_text("py-worker-token\n")
     (tmp_path / "s.toml").write_text(
         f"""
 [run]
@@ -40,6 +41,7 @@ listen = "127.0.0.1:0"
 state = "state.redb"
 checkpoint_dir = "checkpoints"
 token_file = "token"
+worker_token_file = "worker-token"
 heartbeat_s = 0.2
 worker_timeout_s = 3
 """
@@ -53,9 +55,15 @@ worker_timeout_s = 3
             text=True,
         )
         procs.append(s)
-        line = s.stdout.readline()
-        m = re.search(r"listening on (\S+)", line)
-        assert m, line
+        seen = []
+        m = None
+        while m is None and len(seen) < 50:
+            line = s.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            m = re.search(r"listening on (\S+)", line)
+        assert m, "".join(seen)
         addr = m.group(1)
         args = [
             binary("blox"),
@@ -63,7 +71,7 @@ worker_timeout_s = 3
             "--scheduler",
             addr,
             "--token-file",
-            str(tmp_path / "token"),
+            str(tmp_path / "worker-token"),
             "--workdir",
             str(tmp_path / "worker"),
         ]

@@ -67,7 +67,7 @@ def test_a_retried_submission_with_a_key_is_one_job(cluster):
     assert len(c.jobs()) == 1
 
 
-def test_bad_requests_get_the_codes_the_proto_lists(cluster):
+def test_bad_requests_get_the_codes_the_proto_lists(cluster, tmp_path):
     c, addr = cluster
     cases = [
         (lambda: c.cancel(0), grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
@@ -93,6 +93,13 @@ def test_bad_requests_get_the_codes_the_proto_lists(cluster):
         with pytest.raises(grpc.RpcError) as e:
             anonymous.status()
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # With the workers' token: users' calls are refused (and a user's token
+    # cannot register a worker).
+    with api.Client(addr, token_file=str(tmp_path / "worker-token")) as worker:
+        with pytest.raises(grpc.RpcError) as e:
+            worker.status()
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "users' token" in e.value.details()
     # A name that is not UTF-8: hand-encoded JobSubmission (field 1, name;
     # field 2, command; field 3, gpus) inside SubmitRequest (field 1).
     def field(tag, data):

@@ -139,6 +139,27 @@ def test_checkpoints_are_atomic_per_rank_and_restored_only_when_resuming(tmp_pat
         first.save_checkpoint("../escape", b"")
 
 
+def test_a_stale_launch_cannot_replace_a_newer_launchs_checkpoint(tmp_path):
+    def launch(g):
+        return Job.from_env(env_for(tmp_path, BLOX_RESUME=1, BLOX_GENERATION=g))
+
+    old, new = launch(5), launch(9)
+    old.save_checkpoint("state", b"old-40")
+    assert new.load_checkpoint("state") == b"old-40"
+    new.save_checkpoint("state", b"new-45")
+    # The old launch, cut off from the scheduler but still running, writes later.
+    old.save_checkpoint("state", b"old-50")
+    assert launch(12).load_checkpoint("state") == b"new-45"
+    assert old.load_checkpoint("state") == b"old-50"  # its own lineage only
+    launch(12).save_checkpoint("state", b"newest")
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["state.gen-12"]
+    # Rust and Python jobs share the layout: a plain file is generation 0.
+    (tmp_path / "ckpt" / "other").write_bytes(b"plain")
+    assert launch(3).load_checkpoint("other") == b"plain"
+    with pytest.raises(ClientError, match="BLOX_GENERATION"):
+        JobEnv.from_env(env_for(tmp_path, BLOX_GENERATION=-1))
+
+
 def test_a_new_batch_size_applies_once(tmp_path):
     job = Job.from_env(env_for(tmp_path, BLOX_BATCH_SIZE=64))
     assert job.batch_size == 64 and job.new_batch_size() is None

@@ -116,7 +116,11 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Status { connect, jobs } => cluster::status(&connect, &jobs),
         Command::Cancel { connect, job } => cluster::cancel(&connect, job),
         Command::Policies => policies(),
-        Command::Bench { which, repeat } => study::bench(&which, repeat),
+        Command::Bench {
+            which,
+            repeat,
+            soak,
+        } => study::bench(&which, repeat, &soak),
     }
 }
 

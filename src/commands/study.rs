@@ -1,7 +1,8 @@
 //! `blox sweep`, `blox report` and `blox bench`.
 
+use crate::cli::SoakArgs;
 use crate::say;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use blox_core::Override;
 use blox_sim::sweep::{self, SweepOptions, SweepRow};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -83,7 +84,10 @@ pub fn report(dir: &Path) -> Result<ExitCode> {
 
 /// `blox bench WHICH`: simulation benchmarks (blox-sim) and runtime
 /// benchmarks (blox-runtime).
-pub fn bench(which: &str, repeat: usize) -> Result<ExitCode> {
+pub fn bench(which: &str, repeat: usize, soak: &SoakArgs) -> Result<ExitCode> {
+    if which == "soak" {
+        return soak_bench(soak);
+    }
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench`");
     }
@@ -105,7 +109,7 @@ pub fn bench(which: &str, repeat: usize) -> Result<ExitCode> {
         blox_sim::bench::run(which, repeat, &configs, &mut print)?;
     } else {
         anyhow::bail!(
-            "unknown benchmark `{which}`; choose {}, {} or all",
+            "unknown benchmark `{which}`; choose {}, {}, soak or all",
             blox_sim::bench::NAMES.join(", "),
             blox_runtime::bench::NAMES.join(", ")
         );
@@ -113,5 +117,60 @@ pub fn bench(which: &str, repeat: usize) -> Result<ExitCode> {
     match failed {
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `blox bench soak`: a scheduler, workers and clients on loopback with
+/// faults (blox-runtime's `soak`); exits 1 unless nothing was lost,
+/// duplicated, run twice at once or regressed.
+fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
+    let blox = std::env::current_exe().context("finding this program")?;
+    let toy = blox.with_file_name(format!("blox-toy-job{}", std::env::consts::EXE_SUFFIX));
+    if !toy.is_file() {
+        anyhow::bail!(
+            "blox bench soak runs `blox-toy-job` jobs and expects it beside this program ({}); build it with `cargo build --bins`",
+            toy.display()
+        );
+    }
+    let keep = a.out.is_some();
+    let dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("blox-soak-{}", std::process::id())));
+    let mut cfg = blox_runtime::soak::SoakConfig::new(blox, toy, dir.clone());
+    if a.reduced {
+        cfg = cfg.reduced();
+    }
+    let set = |v: Option<usize>, f: &mut usize| {
+        if let Some(v) = v {
+            *f = v;
+        }
+    };
+    set(a.jobs, &mut cfg.jobs);
+    set(a.clients, &mut cfg.clients);
+    set(a.workers, &mut cfg.workers);
+    set(a.worker_kills, &mut cfg.worker_kills);
+    set(a.scheduler_restarts, &mut cfg.scheduler_restarts);
+    set(a.cuts, &mut cfg.cuts);
+    if let Some(p) = &a.policy {
+        cfg.policy = p.clone();
+    }
+    if let Some(s) = a.seed {
+        cfg.seed = s;
+    }
+    cfg.max_time_s = a.max_time_s;
+    let report = blox_runtime::soak::run(&cfg, &mut |line| eprintln!("{line}"))?;
+    crate::out::line(format_args!("{report}"))?;
+    if report.sound() {
+        if !keep {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "soak: logs, job table and journal kept in {}",
+            dir.display()
+        );
+        Ok(ExitCode::from(1))
     }
 }

@@ -9,6 +9,14 @@
 //! for a real job's imports and device initialisation (the lease is not
 //! checked meanwhile, as a Python job importing torch cannot either); the
 //! first iteration boundary reports the start-up to the scheduler.
+//! `--journal FILE` appends one line per event of the launch to FILE (shared
+//! by every job of a test; lines are written whole with `O_APPEND`):
+//!
+//!     start JOB GENERATION RANK UNIX_S ITERATION   resumed at ITERATION
+//!     ckpt  JOB GENERATION RANK UNIX_S ITERATION   checkpoint in place
+//!     end   JOB GENERATION RANK UNIX_S ITERATION   about to exit
+//!
+//! from which a soak test finds overlapping runs and checkpoint regressions.
 //!
 //! Two ways to set the work:
 //!
@@ -47,14 +55,15 @@ fn fail(msg: impl std::fmt::Display, code: i32) -> ! {
     std::process::exit(code)
 }
 
-const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--startup-s SECONDS] [--checkpoint-every N] [--fail-at FRACTION]
+const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--startup-s SECONDS] [--checkpoint-every N] [--fail-at FRACTION] [--journal FILE]
 
 Runs under a blox worker (blox_client's environment): trains in iterations,
 checks its lease at each boundary, checkpoints its iteration counter and
 resumes from it, and pushes `progress` and `iteration` metrics.";
 
 /// Flags that take a value.
-const FLAGS: [&str; 9] = [
+const FLAGS: [&str; 10] = [
+    "--journal",
     "--duration-s",
     "--iteration-s",
     "--profile",
@@ -82,6 +91,46 @@ fn check_args(args: &[String]) {
             fail(format!("`{a}` needs a value\n{USAGE}"), 2);
         }
         i += 2;
+    }
+}
+
+/// Appends whole lines to the `--journal` file.
+struct Journal {
+    file: Option<std::fs::File>,
+    job: u64,
+    generation: u64,
+    rank: u32,
+}
+
+impl Journal {
+    fn open(path: Option<&str>, job: &Job) -> Self {
+        let file = path.map(|p| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .unwrap_or_else(|e| fail(format!("--journal {p}: {e}"), 2))
+        });
+        Journal {
+            file,
+            job: job.env.job_id,
+            generation: job.env.generation,
+            rank: job.env.rank,
+        }
+    }
+
+    fn write(&mut self, event: &str, iteration: u64) {
+        use std::io::Write;
+        let Some(f) = &mut self.file else { return };
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let line = format!(
+            "{event} {} {} {} {t:.6} {iteration}\n",
+            self.job, self.generation, self.rank
+        );
+        // One write per line: O_APPEND keeps lines whole across processes.
+        let _ = f.write_all(line.as_bytes());
     }
 }
 
@@ -162,6 +211,8 @@ fn main() {
     if !first_launch {
         eprintln!("blox-toy-job: resumed at iteration {start_iter}");
     }
+    let mut journal = Journal::open(text_arg(&args, "--journal"), &job);
+    journal.write("start", start_iter);
     if startup > 0.0 {
         std::thread::sleep(Duration::from_secs_f64(startup));
     }
@@ -184,11 +235,16 @@ fn main() {
         if let Some(f) = fail_at {
             if first_launch && done as f64 >= f * total as f64 {
                 eprintln!("blox-toy-job: failing on purpose at iteration {done}");
+                journal.write("end", done);
                 std::process::exit(3);
             }
         }
-        if done.is_multiple_of(every) {
-            let _ = job.save_checkpoint("iteration", done.to_string().as_bytes());
+        if done.is_multiple_of(every)
+            && job
+                .save_checkpoint("iteration", done.to_string().as_bytes())
+                .is_ok()
+        {
+            journal.write("ckpt", done);
         }
         if done.is_multiple_of(10) || done == total {
             let _ = job.push_metric("progress", done as f64 / total as f64);
@@ -202,8 +258,10 @@ fn main() {
     let revoked = it.revoked();
     if let Err(e) = job.save_checkpoint("iteration", done.to_string().as_bytes()) {
         eprintln!("blox-toy-job: {e}");
+        journal.write("end", done);
         std::process::exit(1);
     }
+    journal.write("ckpt", done);
     let _ = job.push_metric("progress", done as f64 / total as f64);
     if revoked {
         eprintln!("blox-toy-job: lease revoked; checkpointed at iteration {done}");
@@ -211,7 +269,9 @@ fn main() {
     if !revoked && done >= total {
         if let Err(e) = job.finish() {
             eprintln!("blox-toy-job: {e}");
+            journal.write("end", done);
             std::process::exit(1);
         }
     }
+    journal.write("end", done);
 }

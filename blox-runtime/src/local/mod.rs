@@ -328,6 +328,7 @@ impl LaunchMechanism for LocalBackend {
             process_per_gpu: self.cfg.process_per_gpu,
             first_rank: 0,
             world_size: None,
+            generation: u64::from(n),
         };
         match Running::spawn(&spec) {
             Ok(run) => {

@@ -68,6 +68,26 @@ pub struct ClusterBackend {
     pub(super) stop: Arc<AtomicBool>,
     pub(super) round_started: Option<Instant>,
     pub(super) stats: Arc<Mutex<RoundStats>>,
+    /// Generations of this scheduler's launches start here: the Unix
+    /// milliseconds of its start × 10⁶, so they outrank every launch of an
+    /// earlier run of the scheduler on the same job table.
+    pub(super) generation_base: u64,
+}
+
+/// The most launches of one job that get distinct generations in one run
+/// of the scheduler (later ones share the last).
+const GENERATIONS_PER_RUN: u64 = 1_000_000;
+
+/// How long an RPC to a worker may take beyond what it waits for itself.
+const RPC_SLACK: Duration = Duration::from_secs(5);
+
+/// The most distinct metric keys a job may have (as many as a submission
+/// may carry).
+const MAX_JOB_METRIC_KEYS: usize = 256;
+
+/// The first generation of a scheduler started at `unix_s`.
+pub(super) fn generation_base(unix_s: f64) -> u64 {
+    (unix_s.max(0.0) * 1000.0) as u64 * GENERATIONS_PER_RUN
 }
 
 impl ClusterBackend {
@@ -137,11 +157,24 @@ impl ClusterBackend {
                     kill,
                 };
                 let worker = p.worker.clone();
+                let hub = self.hub.clone();
+                let launch = live.launch;
+                // The worker answers once the job exited (within the grace,
+                // then it kills): no answer well past it is a lost worker.
+                let limit = Duration::from_secs_f64(grace) + RPC_SLACK;
                 self.rt.spawn(async move {
-                    match c.revoke(req).await {
+                    let r = tokio::time::timeout(limit, c.revoke(req))
+                        .await
+                        .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                    match r {
                         Ok(r) => Some(r.into_inner()),
                         Err(e) => {
-                            tracing::warn!(job = %id, worker = %worker, "revocation failed: {}", e.message());
+                            tracing::warn!(job = %id, worker = %worker, "revocation failed: {}; the job is not launched again until the worker shows it stopped or is declared gone", e.message());
+                            lock(&hub)
+                                .in_doubt
+                                .entry(id.0)
+                                .or_default()
+                                .push((worker, launch));
                             None
                         }
                     }
@@ -205,6 +238,11 @@ impl ClusterManager for ClusterBackend {
                     w.alive = false;
                     tracing::warn!(worker = %id, "no heartbeat for {:.1} s: the worker is gone; its jobs go back to the queue", self.cfg.worker_timeout_s);
                     h.expected.remove(id);
+                    // Its lease and fence grace are over: nothing runs there.
+                    h.in_doubt.retain(|_, parts| {
+                        parts.retain(|(w, _)| w != id);
+                        !parts.is_empty()
+                    });
                     if let Some(n) = w.node {
                         events.push(ClusterEvent::NodeRemoved(n));
                         lost.push(id.clone());
@@ -264,6 +302,14 @@ impl ClusterManager for ClusterBackend {
 impl JobSource for ClusterBackend {
     fn poll_submissions(&mut self, _round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError> {
         let mut h = lock(&self.hub);
+        // Jobs restored after a restart join once the previous run's
+        // launches must have stopped.
+        if !h.held.is_empty() && Instant::now() >= h.hold_until {
+            let held = std::mem::take(&mut h.held);
+            for s in held.into_iter().rev() {
+                h.submissions.push_front(s);
+            }
+        }
         let cap = h.cluster_gpus;
         let mut out = Vec::new();
         let mut keep = VecDeque::new();
@@ -309,7 +355,8 @@ impl MetricCollector for ClusterBackend {
             )
         };
         let now = self.now();
-        for s in metrics {
+        let mut dropped = 0;
+        for s in metrics.into_values().flatten() {
             let l = s.launch.expect("checked on receipt");
             let id = JobId(l.job_id);
             if let Some(live) = self.running.get_mut(&id).filter(|x| x.launch == l.launch) {
@@ -319,8 +366,17 @@ impl MetricCollector for ClusterBackend {
                 if s.key == "progress" {
                     j.progress = s.value.clamp(0.0, 1.0);
                 }
-                jobs.metrics().set(id, &s.key, s.value);
+                // Distinct keys per job are bounded as in a submission.
+                let m = jobs.metrics();
+                if m.get(id, &s.key).is_none() && m.key_count(id) >= MAX_JOB_METRIC_KEYS {
+                    dropped += 1;
+                    continue;
+                }
+                m.set(id, &s.key, s.value);
             }
+        }
+        if dropped > 0 {
+            lock(&self.hub).metrics_dropped += dropped;
         }
         for (r, at) in exits {
             let l = r.launch.expect("checked on receipt");
@@ -349,7 +405,10 @@ impl MetricCollector for ClusterBackend {
                 // A failing part takes the others down.
                 self.revoke_parts(id, &live, true);
                 let reason = (!r.reason.is_empty()).then(|| r.reason.clone());
-                self.ended.push(Ended::crashed(id, at_s, r.code, reason));
+                let mut e = Ended::crashed(id, at_s, r.code, reason);
+                // Fenced by its worker (lease lost): not the job's fault.
+                e.blame = !r.fenced;
+                self.ended.push(e);
             }
         }
         for (id, reason) in cancels {
@@ -444,6 +503,23 @@ impl LaunchMechanism for ClusterBackend {
         if self.ended.iter().any(|e| e.job == id && e.finished) {
             return Ok(()); // finished as it was being moved
         }
+        // Its previous launch may still run on a worker that did not answer
+        // the revocation: never two at once. It waits, without blame.
+        if let Some(parts) = lock(&self.hub).in_doubt.get(&id.0) {
+            let workers: Vec<&str> = parts.iter().map(|(w, _)| w.as_str()).collect();
+            let mut e = Ended::crashed(
+                id,
+                self.now(),
+                None,
+                Some(format!(
+                    "waiting for its previous launch on {} to stop (the worker did not answer)",
+                    workers.join(", ")
+                )),
+            );
+            e.blame = false;
+            self.ended.push(e);
+            return Ok(());
+        }
         let rec = self.records.entry(id).or_default();
         rec.launches += 1;
         let launch = rec.launches;
@@ -527,6 +603,8 @@ impl LaunchMechanism for ClusterBackend {
                 first_rank,
                 world_size: world,
                 coord_dir: coord.clone(),
+                generation: self.generation_base + u64::from(launch).min(GENERATIONS_PER_RUN - 1),
+                worker_id: p.worker.clone(),
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32
@@ -534,10 +612,12 @@ impl LaunchMechanism for ClusterBackend {
                 1
             };
             let mut c = p.client.clone();
-            calls.push(
-                self.rt
-                    .spawn(async move { c.launch(req).await.map(|_| ()) }),
-            );
+            calls.push(self.rt.spawn(async move {
+                tokio::time::timeout(RPC_SLACK * 2, c.launch(req))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
+                    .map(|_| ())
+            }));
         }
         let results: Vec<Result<(), Status>> = self.rt.block_on(async {
             let mut out = Vec::new();
@@ -569,11 +649,13 @@ impl LaunchMechanism for ClusterBackend {
                         .is_some_and(|w| w.alive && w.last_seen.elapsed() < fresh)
                 })
             };
-            let blame = workers_alive
-                || matches!(
-                    e.code(),
-                    tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument
-                );
+            let blame = match e.code() {
+                // The job's own: its program, its GPUs, its arguments.
+                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => true,
+                // The worker's: fenced, or restarted as another worker.
+                tonic::Code::Unavailable | tonic::Code::Aborted => false,
+                _ => workers_alive,
+            };
             // Bounded: the worker's message may carry a huge argv.
             let reason = bounded(e.message(), 300);
             tracing::warn!(job = %id, "launch failed: {reason}");
@@ -609,7 +691,12 @@ impl LaunchMechanism for ClusterBackend {
                 }),
                 batch_size,
             };
-            if let Err(e) = self.rt.block_on(c.reconfigure(req)) {
+            let r = self.rt.block_on(async {
+                tokio::time::timeout(RPC_SLACK, c.reconfigure(req))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
+            });
+            if let Err(e) = r {
                 tracing::warn!(job = %id, worker = %p.worker, "reconfiguration failed: {}", e.message());
             }
         }

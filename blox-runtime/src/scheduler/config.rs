@@ -34,8 +34,14 @@ pub struct RuntimeConfig {
     /// One process per GPU instead of one per node.
     #[serde(default)]
     pub process_per_gpu: bool,
-    /// The shared token (first line of the file); unset: no authentication.
+    /// The users' token (first line of the file): `Submit`, `Status`,
+    /// `Cancel`. Unset: no authentication.
     pub token_file: Option<PathBuf>,
+    /// The workers' token: `Register`, `Heartbeat`, `ReportExit`,
+    /// `PushMetrics`, and the scheduler's calls to workers. Unset: workers
+    /// use `token_file`'s token (anyone holding it can register a worker
+    /// and be handed jobs; the scheduler warns at start).
+    pub worker_token_file: Option<PathBuf>,
     /// TLS: the scheduler's certificate and key, and the authority that
     /// signed the workers' certificates.
     pub tls_cert: Option<PathBuf>,
@@ -113,6 +119,7 @@ impl RuntimeConfig {
         };
         for p in [
             &mut r.token_file,
+            &mut r.worker_token_file,
             &mut r.tls_cert,
             &mut r.tls_key,
             &mut r.tls_ca,
@@ -125,7 +132,7 @@ impl RuntimeConfig {
         Ok(r)
     }
 
-    /// The token and TLS settings it names.
+    /// The users' token and the TLS settings it names.
     pub fn security(&self) -> Result<Security, NetError> {
         let token = self
             .token_file
@@ -140,5 +147,22 @@ impl RuntimeConfig {
                 domain: None,
             });
         Ok(Security { token, tls })
+    }
+
+    /// What workers present and the scheduler presents to them: the
+    /// workers' token (the users' token when none is set).
+    pub fn worker_security(&self) -> Result<Security, NetError> {
+        let mut s = self.security()?;
+        if let Some(p) = &self.worker_token_file {
+            let t = Security::token_from_file(p)?;
+            if s.token.as_deref() == Some(&*t) {
+                return Err(NetError::File {
+                    path: p.display().to_string(),
+                    message: "the workers' token is the users' token: give workers a token of their own (or leave worker_token_file unset)".into(),
+                });
+            }
+            s.token = Some(t);
+        }
+        Ok(s)
     }
 }

@@ -81,10 +81,22 @@ struct Hub {
     /// Accepted submissions not yet handed to the loop.
     submissions: VecDeque<JobSpec>,
     exits: Vec<(ExitReport, Instant)>,
-    metrics: Vec<MetricSample>,
+    /// Metrics pushed since the last round, by job (bounded per job: the
+    /// oldest are dropped), and how many were dropped in all.
+    metrics: HashMap<u64, VecDeque<MetricSample>>,
+    metrics_dropped: u64,
     cancels: BTreeMap<u64, String>,
     /// Launches each worker should be running.
     expected: HashMap<String, HashSet<(u64, u32)>>,
+    /// Launches whose revocation got no answer (job → (worker, launch)):
+    /// they may still run, so the job is not launched again until the
+    /// worker's heartbeat shows them stopped or it is declared gone.
+    in_doubt: HashMap<u64, Vec<(String, u32)>>,
+    /// Jobs restored from the job table, held until `hold_until`: by then
+    /// every launch of the previous scheduler run has stopped (its worker
+    /// revoked it on registering again, or fenced it when its lease ran out).
+    held: VecDeque<JobSpec>,
+    hold_until: Instant,
     /// Every job's record, as persisted (status, placement, counters).
     jobs: BTreeMap<u64, JobRecord>,
     next_job_id: u64,
@@ -177,6 +189,10 @@ pub fn start_with_selector(
     selector: Option<Box<dyn PolicySelector>>,
 ) -> Result<SchedulerHandle, SchedulerError> {
     let security = cfg.security()?;
+    let worker_security = cfg.worker_security()?;
+    if security.token.is_some() && cfg.worker_token_file.is_none() {
+        tracing::warn!("[runtime] worker_token_file is unset: workers use the users' token, so any user can register a worker and be handed jobs");
+    }
     let startup = cfg.startup;
     let store = Arc::new(Store::open(&cfg.state)?);
     let (records, next_job_id) = store.load()?;
@@ -209,9 +225,13 @@ pub fn start_with_selector(
         next_worker: 0,
         submissions: VecDeque::new(),
         exits: Vec::new(),
-        metrics: Vec::new(),
+        metrics: HashMap::new(),
+        metrics_dropped: 0,
         cancels: BTreeMap::new(),
         expected: HashMap::new(),
+        in_doubt: HashMap::new(),
+        held: VecDeque::new(),
+        hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
         jobs: BTreeMap::new(),
         // Job ids start at 1: 0 is "not set" in the API.
         next_job_id: next_job_id.max(1),
@@ -229,15 +249,20 @@ pub fn start_with_selector(
         );
     }
     let hub = Arc::new(Mutex::new(hub));
+    let stats = Arc::new(Mutex::new(RoundStats::default()));
     let svc = Service {
+        stats: stats.clone(),
         hub: hub.clone(),
         store: store.clone(),
         start,
         cfg: cfg.clone(),
-        security: security.clone(),
+        users: security.check(),
+        workers: worker_security.check(),
+        security: worker_security,
     };
     let mut server = security.server()?;
-    let router = server.add_service(SchedulerServer::with_interceptor(svc, security.check()));
+    // Each call checks the credential of its role (users or workers).
+    let router = server.add_service(SchedulerServer::new(svc));
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     rt.spawn(async move {
@@ -269,9 +294,9 @@ pub fn start_with_selector(
         last_flush: Instant::now(),
         stop: stop.clone(),
         round_started: None,
-        stats: Arc::new(Mutex::new(RoundStats::default())),
+        stats: stats.clone(),
+        generation_base: backend::generation_base(unix_now()),
     };
-    let stats = backend.stats.clone();
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())

@@ -5,7 +5,7 @@
 
 use super::table::{info_of, CANCELLED};
 use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
-use crate::net::Security;
+use crate::net::{CheckToken, Security};
 use crate::proto::scheduler_server::Scheduler;
 use crate::proto::*;
 use crate::store::Store;
@@ -29,6 +29,15 @@ const MAX_ARGS: usize = 4096;
 const MAX_COMMAND_BYTES: usize = 128 * 1024;
 /// The most metrics a submission may carry.
 const MAX_METRICS: usize = 256;
+/// The most GPUs a worker may register, and launches it may report.
+const MAX_WORKER_GPUS: usize = 1024;
+const MAX_WORKER_LAUNCHES: usize = 100_000;
+/// The longest reason an exit report may give, bytes.
+const MAX_REASON_BYTES: usize = 4096;
+/// The most samples in one `PushMetrics` call.
+const MAX_BATCH_SAMPLES: usize = 10_000;
+/// The most samples of one job kept between two rounds (the oldest go).
+const MAX_JOB_SAMPLES_PER_ROUND: usize = 1024;
 
 /// Checks a submission; the error names the field.
 pub(super) fn check_submission(
@@ -149,8 +158,24 @@ pub(super) struct Service {
     pub(super) store: Arc<Store>,
     pub(super) start: Instant,
     pub(super) cfg: RuntimeConfig,
+    /// How the scheduler reaches workers (the workers' token).
     pub(super) security: Security,
+    /// The users' credential (`Submit`, `Status`, `Cancel`) and the
+    /// workers' (`Register`, `Heartbeat`, `ReportExit`, `PushMetrics`).
+    pub(super) users: CheckToken,
+    pub(super) workers: CheckToken,
+    /// The round loop's timings (for `Status`).
+    pub(super) stats: Arc<std::sync::Mutex<super::RoundStats>>,
 }
+
+/// A worker's lease, and the grace its jobs get when it runs out, as
+/// fractions of `worker_timeout_s`: together they end before the scheduler
+/// declares the worker gone.
+const LEASE_FRACTION: f64 = 0.5;
+const FENCE_GRACE_FRACTION: f64 = 0.3;
+
+const USER: &str = "the users' token";
+const WORKER: &str = "the workers' token";
 
 fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Status> {
     match h.workers.get_mut(id) {
@@ -164,6 +189,7 @@ fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Sta
 #[tonic::async_trait]
 impl Scheduler for Service {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
+        self.users.verify(req.metadata(), USER)?;
         let j = req
             .into_inner()
             .job
@@ -251,12 +277,33 @@ impl Scheduler for Service {
     }
 
     async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        self.users.verify(req.metadata(), USER)?;
         let r = req.into_inner();
+        let (p50, p99) = {
+            let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v: Vec<f64> = s
+                .busy_s
+                .iter()
+                .zip(&s.publish_s)
+                .map(|(b, p)| b + p)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            let q = |f: f64| {
+                v.get(((v.len() as f64 - 1.0) * f).round() as usize)
+                    .copied()
+                    .unwrap_or(0.0)
+            };
+            (q(0.5), q(0.99))
+        };
         let h = lock(&self.hub);
-        super::status::reply(&h, &r).map(Response::new)
+        let mut reply = super::status::reply(&h, &r)?;
+        reply.round_p50_s = p50;
+        reply.round_p99_s = p99;
+        Ok(Response::new(reply))
     }
 
     async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
+        self.users.verify(req.metadata(), USER)?;
         let id = req.into_inner().job_id;
         if id == 0 {
             return Err(Status::invalid_argument(
@@ -281,12 +328,18 @@ impl Scheduler for Service {
                     info.status
                 )));
             }
-            match h.submissions.iter().position(|s| s.id.0 == id) {
-                Some(pos) => {
+            let queued = h.submissions.iter().position(|s| s.id.0 == id);
+            let held = h.held.iter().position(|s| s.id.0 == id);
+            match (queued, held) {
+                (Some(pos), _) => {
                     let spec = h.submissions.remove(pos).expect("found above");
                     Some((spec, rec_of(&h, id)))
                 }
-                None => {
+                (None, Some(pos)) => {
+                    let spec = h.held.remove(pos).expect("found above");
+                    Some((spec, rec_of(&h, id)))
+                }
+                (None, None) => {
                     h.cancels.insert(id, CANCELLED.into());
                     None
                 }
@@ -330,9 +383,45 @@ impl Scheduler for Service {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterReply>, Status> {
+        self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
         if r.gpus.is_empty() {
             return Err(Status::invalid_argument("gpus: a worker needs at least 1"));
+        }
+        if r.gpus.len() > MAX_WORKER_GPUS {
+            return Err(Status::invalid_argument(format!(
+                "gpus: {} devices, at most {MAX_WORKER_GPUS}",
+                r.gpus.len()
+            )));
+        }
+        for (field, len) in [("name", r.name.len()), ("address", r.address.len())]
+            .into_iter()
+            .chain(
+                r.gpus
+                    .iter()
+                    .flat_map(|g| [("gpus[].name", g.name.len()), ("gpus[].uuid", g.uuid.len())]),
+            )
+        {
+            if len > MAX_NAME_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "{field}: {len} bytes, at most {MAX_NAME_BYTES}"
+                )));
+            }
+        }
+        if let Some(g) = r
+            .gpus
+            .iter()
+            .find(|g| !(g.memory_gb.is_finite() && g.memory_gb >= 0.0))
+        {
+            return Err(Status::invalid_argument(format!(
+                "gpus[{}].memory_gb: must be a non-negative number",
+                g.index
+            )));
+        }
+        if !(r.host_mem_gb.is_finite() && r.host_mem_gb >= 0.0) {
+            return Err(Status::invalid_argument(
+                "host_mem_gb: must be a non-negative number",
+            ));
         }
         let mut seen = HashSet::new();
         if let Some(g) = r.gpus.iter().find(|g| !seen.insert(g.index)) {
@@ -368,9 +457,13 @@ impl Scheduler for Service {
                 client,
             },
         );
+        // A cut-off worker stops its jobs (lease, then grace) before this
+        // scheduler declares it gone (worker_timeout_s) and relaunches them.
         Ok(Response::new(RegisterReply {
             worker_id: id,
             heartbeat_s: self.cfg.heartbeat_s,
+            lease_s: self.cfg.worker_timeout_s * LEASE_FRACTION,
+            fence_grace_s: self.cfg.worker_timeout_s * FENCE_GRACE_FRACTION,
         }))
     }
 
@@ -378,9 +471,22 @@ impl Scheduler for Service {
         &self,
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
+        self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
+        if r.running.len() > MAX_WORKER_LAUNCHES {
+            return Err(Status::invalid_argument(format!(
+                "running: {} launches, at most {MAX_WORKER_LAUNCHES}",
+                r.running.len()
+            )));
+        }
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
+        // Launches in doubt on this worker that it no longer runs: settled.
+        let runs: HashSet<(u64, u32)> = r.running.iter().map(|l| (l.job_id, l.launch)).collect();
+        h.in_doubt.retain(|job, parts| {
+            parts.retain(|(w, l)| w != &r.worker_id || runs.contains(&(*job, *l)));
+            !parts.is_empty()
+        });
         let expected = h.expected.get(&r.worker_id);
         let stop = r
             .running
@@ -391,9 +497,16 @@ impl Scheduler for Service {
     }
 
     async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {
+        self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
         if r.launch.is_none() {
             return Err(Status::invalid_argument("launch: missing"));
+        }
+        if r.reason.len() > MAX_REASON_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "reason: {} bytes, at most {MAX_REASON_BYTES}",
+                r.reason.len()
+            )));
         }
         if !(r.exited_s_ago >= 0.0 && r.exited_s_ago.is_finite()) {
             return Err(Status::invalid_argument(
@@ -413,7 +526,14 @@ impl Scheduler for Service {
     }
 
     async fn push_metrics(&self, req: Request<MetricBatch>) -> Result<Response<Ack>, Status> {
+        self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
+        if r.samples.len() > MAX_BATCH_SAMPLES {
+            return Err(Status::invalid_argument(format!(
+                "samples: {} in one batch, at most {MAX_BATCH_SAMPLES}",
+                r.samples.len()
+            )));
+        }
         if let Some(i) = r
             .samples
             .iter()
@@ -421,6 +541,12 @@ impl Scheduler for Service {
         {
             return Err(Status::invalid_argument(format!(
                 "samples[{i}]: needs a launch and a key"
+            )));
+        }
+        if let Some(i) = r.samples.iter().position(|s| s.key.len() > MAX_KEY_BYTES) {
+            return Err(Status::invalid_argument(format!(
+                "samples[{i}].key: {} bytes, at most {MAX_KEY_BYTES}",
+                r.samples[i].key.len()
             )));
         }
         if let Some(i) = r.samples.iter().position(|s| !s.value.is_finite()) {
@@ -431,7 +557,25 @@ impl Scheduler for Service {
         }
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?;
-        h.metrics.extend(r.samples);
+        let h = &mut *h;
+        let expected = h.expected.get(&r.worker_id);
+        let mut dropped = 0u64;
+        for s in r.samples {
+            let l = s.launch.expect("checked above");
+            // Only launches running on this worker: memory is bounded by
+            // the running jobs, whatever a worker sends.
+            if !expected.is_some_and(|e| e.contains(&(l.job_id, l.launch))) {
+                dropped += 1;
+                continue;
+            }
+            let q = h.metrics.entry(l.job_id).or_default();
+            if q.len() >= MAX_JOB_SAMPLES_PER_ROUND {
+                q.pop_front();
+                dropped += 1;
+            }
+            q.push_back(s);
+        }
+        h.metrics_dropped += dropped;
         Ok(Response::new(Ack {}))
     }
 }

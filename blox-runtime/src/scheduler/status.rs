@@ -83,5 +83,9 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
         last_error: h.last_error.clone(),
         next_after_id,
         total_jobs: h.jobs.len() as u64,
+        metrics_dropped: h.metrics_dropped,
+        // Filled in by the caller, which holds the round timings.
+        round_p50_s: 0.0,
+        round_p99_s: 0.0,
     })
 }

@@ -159,7 +159,7 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
         if !status.is_ok_and(|s| s.is_terminal()) {
             let Some(sub) = r.job.clone() else { continue };
             let arrival = -(unix_now() - info.submitted_unix_s).max(0.0);
-            hub.submissions.push_back(spec_of(info.id, &sub, arrival));
+            hub.held.push_back(spec_of(info.id, &sub, arrival));
             seeded.insert(
                 JobId(info.id),
                 Record {

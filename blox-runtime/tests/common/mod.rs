@@ -40,12 +40,16 @@ pub struct Cluster {
     pub workers: Vec<WorkerHandle>,
     pub rt: tokio::runtime::Runtime,
     pub sched: Option<SchedulerHandle>,
+    /// The users' credential (clients).
     pub security: Security,
+    /// The workers' credential.
+    pub worker_security: Security,
 }
 
 impl Cluster {
     pub fn start(dir: &Path, cfg: RuntimeConfig, scheduling: &str, workers: usize) -> Cluster {
         let security = cfg.security().unwrap();
+        let worker_security = cfg.worker_security().unwrap();
         let sched = blox_runtime::scheduler::start(cfg, policies(scheduling), 1.0).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -57,6 +61,7 @@ impl Cluster {
             rt,
             sched: Some(sched),
             security,
+            worker_security,
         };
         for i in 0..workers {
             c.add_worker(dir, &format!("w{i}"));
@@ -77,7 +82,7 @@ impl Cluster {
             name: name.into(),
             logical_gpus: Some(2),
             workdir: dir.join(name),
-            security: self.security.clone(),
+            security: self.worker_security.clone(),
         };
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);

@@ -1,0 +1,23 @@
+//! Fault injection and `blox bench soak`: a scheduler, workers and many
+//! clients as real processes on loopback, with worker kills, scheduler
+//! restarts and network cuts ([`proxy::CutProxy`]) during the run; the
+//! journal of toy-job launches ([`journal`]) shows overlapping runs and
+//! checkpoint regressions. Figures: docs/RELIABILITY.md.
+
+pub mod journal;
+mod procs;
+pub mod proxy;
+mod report;
+mod run;
+
+pub use report::{SoakConfig, SoakReport};
+pub use run::run;
+
+/// A soak that could not run (a binary missing, a port, a process).
+#[derive(Debug, thiserror::Error)]
+#[error("soak: {0}")]
+pub struct SoakError(pub String);
+
+fn err(e: impl std::fmt::Display) -> SoakError {
+    SoakError(e.to_string())
+}

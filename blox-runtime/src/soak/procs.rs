@@ -1,0 +1,94 @@
+//! The soak's processes: `blox scheduler` and `blox worker` children that
+//! are SIGKILLed and restarted on purpose, and are killed when dropped.
+
+use super::{err, SoakError};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// A child process killed when dropped.
+pub(super) struct Proc {
+    child: Option<Child>,
+    argv: Vec<String>,
+    log: PathBuf,
+}
+
+impl Proc {
+    pub(super) fn spawn(exe: &Path, args: &[String], log: &Path) -> Result<Proc, SoakError> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| err(format!("{}: {e}", log.display())))?;
+        let child = Command::new(exe)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("BLOX_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(err)?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| err(format!("{}: {e}", exe.display())))?;
+        Ok(Proc {
+            child: Some(child),
+            argv: args.to_vec(),
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// SIGKILL, and reap.
+    pub(super) fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub(super) fn restart(&mut self, exe: &Path) -> Result<(), SoakError> {
+        self.kill();
+        *self = Proc::spawn(exe, &self.argv, &self.log)?;
+        Ok(())
+    }
+
+    /// An early exit (a port taken, a bad flag) is an error of the soak.
+    pub(super) fn check_alive(&mut self, what: &str) -> Result<(), SoakError> {
+        if let Some(c) = &mut self.child {
+            if let Ok(Some(st)) = c.try_wait() {
+                return Err(err(format!(
+                    "{what} exited ({st}); see {}",
+                    self.log.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub(super) fn free_port() -> Result<SocketAddr, SoakError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(err)
+}
+
+/// Raises the open-file limit to its hard limit: a thousand clients and the
+/// scheduler's side of their connections need more than the usual 1024.
+pub(super) fn raise_fd_limit() {
+    #[cfg(unix)]
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! What `blox bench soak` runs ([`SoakConfig`]) and what it found
+//! ([`SoakReport`], printed as the one line the issue asks for).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// What the soak runs; [`SoakConfig::new`] is the full size of the issue,
+/// [`SoakConfig::reduced`] the CI one.
+#[derive(Clone, Debug)]
+pub struct SoakConfig {
+    pub jobs: usize,
+    pub clients: usize,
+    pub workers: usize,
+    pub gpus_per_worker: u32,
+    pub worker_kills: usize,
+    pub scheduler_restarts: usize,
+    pub cuts: usize,
+    pub seed: u64,
+    /// Scheduling policy of the scheduler (`las` preempts, `fifo` does not).
+    pub policy: String,
+    /// The run stops by itself after this long (`None`: from the job mix).
+    pub max_time_s: Option<f64>,
+    /// The `blox` and `blox-toy-job` binaries.
+    pub blox: PathBuf,
+    pub toy: PathBuf,
+    /// Working directory (job table, logs, checkpoints, journal); emptied.
+    pub dir: PathBuf,
+}
+
+impl SoakConfig {
+    /// 10,000 jobs from 1,000 clients on 16 workers × 8 GPUs, with 10 worker
+    /// kills, 3 scheduler restarts and 2 cuts.
+    pub fn new(blox: PathBuf, toy: PathBuf, dir: PathBuf) -> Self {
+        SoakConfig {
+            jobs: 10_000,
+            clients: 1_000,
+            workers: 16,
+            gpus_per_worker: 8,
+            worker_kills: 10,
+            scheduler_restarts: 3,
+            cuts: 2,
+            seed: 1,
+            policy: "las".into(),
+            max_time_s: None,
+            blox,
+            toy,
+            dir,
+        }
+    }
+
+    /// The CI run: 500 jobs from 100 clients, 2 worker kills, 1 scheduler
+    /// restart, 1 cut.
+    pub fn reduced(mut self) -> Self {
+        self.jobs = 500;
+        self.clients = 100;
+        self.worker_kills = 2;
+        self.scheduler_restarts = 1;
+        self.cuts = 1;
+        self
+    }
+}
+
+/// The soak's findings.
+#[derive(Clone, Debug, Default)]
+pub struct SoakReport {
+    pub accepted: usize,
+    pub finished: usize,
+    pub failed: usize,
+    /// Why jobs failed (reason → jobs).
+    pub failed_reasons: BTreeMap<String, usize>,
+    /// Accepted jobs the scheduler did not know at the end.
+    pub lost: usize,
+    /// Jobs that had not ended when the run stopped (its time bound).
+    pub unfinished: usize,
+    /// Submissions that became more than one job (extra jobs).
+    pub duplicated: usize,
+    pub overlapping_runs: usize,
+    pub checkpoint_regressions: usize,
+    pub launches: usize,
+    pub submit_p50_s: f64,
+    pub submit_p99_s: f64,
+    /// Over the scheduler runs (the largest p99 seen, the last p50).
+    pub round_p50_s: f64,
+    pub round_p99_s: f64,
+    pub faults: Vec<String>,
+    pub wall_s: f64,
+}
+
+impl SoakReport {
+    /// True when nothing was lost, duplicated, run twice at once or
+    /// regressed, and every job ended.
+    pub fn sound(&self) -> bool {
+        self.lost == 0
+            && self.unfinished == 0
+            && self.duplicated == 0
+            && self.overlapping_runs == 0
+            && self.checkpoint_regressions == 0
+    }
+}
+
+impl fmt::Display for SoakReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reasons = if self.failed_reasons.is_empty() {
+            String::new()
+        } else {
+            let r: Vec<String> = self
+                .failed_reasons
+                .iter()
+                .map(|(k, v)| format!("{v}× {k}"))
+                .collect();
+            format!(" ({})", r.join("; "))
+        };
+        writeln!(
+            f,
+            "soak: accepted {}, finished {}, failed {}{reasons}, lost {}, duplicated {}, overlapping runs {}, checkpoint regressions {}",
+            self.accepted,
+            self.finished,
+            self.failed,
+            self.lost,
+            self.duplicated,
+            self.overlapping_runs,
+            self.checkpoint_regressions
+        )?;
+        if self.unfinished > 0 {
+            writeln!(
+                f,
+                "soak: {} jobs had not ended when the run stopped",
+                self.unfinished
+            )?;
+        }
+        write!(
+            f,
+            "soak: submit latency p50 {:.1} ms, p99 {:.1} ms; round overhead p50 {:.1} ms, p99 {:.1} ms; {} launches in {:.0} s; faults: {}",
+            self.submit_p50_s * 1e3,
+            self.submit_p99_s * 1e3,
+            self.round_p50_s * 1e3,
+            self.round_p99_s * 1e3,
+            self.launches,
+            self.wall_s,
+            self.faults.join(", ")
+        )
+    }
+}

@@ -1,0 +1,604 @@
+//! `blox bench soak`: a real scheduler and real workers (separate
+//! processes, `blox scheduler` and `blox worker`) on loopback, many
+//! concurrent clients submitting short `blox-toy-job`s, and faults during
+//! the run: workers SIGKILLed and restarted, the scheduler SIGKILLed and
+//! restarted on the same job table, and network cuts between a worker and
+//! the scheduler longer than the worker timeout ([`CutProxy`]). At the end
+//! it checks what must never happen: an accepted job lost, a submission
+//! run as two jobs, two launches of a job at once, a launch resuming from
+//! an older checkpoint than an earlier one wrote.
+
+use super::journal;
+use super::procs::{free_port, raise_fd_limit, Proc};
+use super::proxy::CutProxy;
+use super::{err, SoakConfig, SoakError, SoakReport};
+use crate::net::{SchedulerClient, Security};
+use crate::proto::*;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// splitmix64: the job mix and the faults follow the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One job of the mix: (GPUs, seconds, crashes once).
+fn job_mix(rng: &mut Rng) -> (u32, f64, bool) {
+    let r = rng.next();
+    let gpus = if r < 0.6 {
+        1
+    } else if r < 0.8 {
+        2
+    } else if r < 0.95 {
+        4
+    } else {
+        8
+    };
+    (gpus, 1.0 + 3.0 * rng.next(), rng.next() < 0.05)
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillWorker(usize),
+    RestartScheduler,
+    Cut(usize),
+}
+
+struct Cluster {
+    scheduler: Proc,
+    workers: Vec<Proc>,
+    blox: PathBuf,
+}
+
+/// Runs the soak; `progress` gets a line now and then.
+pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakReport, SoakError> {
+    for (what, p) in [("blox", &cfg.blox), ("blox-toy-job", &cfg.toy)] {
+        if !p.is_file() {
+            return Err(err(format!("the {what} binary is not at {}", p.display())));
+        }
+    }
+    if cfg.workers == 0 || cfg.gpus_per_worker < 8 || cfg.jobs == 0 || cfg.clients == 0 {
+        return Err(err(
+            "needs at least 1 job, 1 client and 1 worker of at least 8 GPUs (the widest job)",
+        ));
+    }
+    raise_fd_limit();
+    let dir = &cfg.dir;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let dir = std::path::absolute(dir).map_err(err)?;
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
+    };
+    write("user-token", &format!("soak-user-{}\n", cfg.seed))?;
+    write("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
+    let sched_addr = free_port()?;
+    // Short timeouts so faults resolve in seconds: lease 2 s, fence grace
+    // 1.2 s, declared gone after 4 s.
+    write(
+        "scheduler.toml",
+        &format!(
+            r#"[run]
+round_s = 1.0
+min_run_s = 1.0
+
+[scheduling]
+policy = "{policy}"
+
+[placement]
+policy = "consolidated"
+
+[runtime]
+listen = "{sched_addr}"
+state = "state.redb"
+checkpoint_dir = "checkpoints"
+token_file = "user-token"
+worker_token_file = "worker-token"
+grace_s = 2
+max_retries = 3
+heartbeat_s = 0.5
+worker_timeout_s = 4
+"#,
+            policy = cfg.policy
+        ),
+    )?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(err)?;
+    let start = Instant::now();
+    let scheduler = Proc::spawn(
+        &cfg.blox,
+        &[
+            "scheduler".into(),
+            "--config".into(),
+            dir.join("scheduler.toml").display().to_string(),
+            "--log".into(),
+            "info".into(),
+        ],
+        &dir.join("scheduler.log"),
+    )?;
+    // Each worker reaches the scheduler, and is reached, through a proxy
+    // of its own that a cut closes both ways.
+    let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    let mut proxies = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..cfg.workers {
+        let listen = free_port()?;
+        let (up, down) = rt
+            .block_on(async {
+                Ok::<_, std::io::Error>((
+                    CutProxy::start(any, sched_addr).await?,
+                    CutProxy::start(any, listen).await?,
+                ))
+            })
+            .map_err(err)?;
+        let name = format!("w{i}");
+        let args: Vec<String> = [
+            "worker",
+            "--scheduler",
+            &up.addr.to_string(),
+            "--token-file",
+            &dir.join("worker-token").display().to_string(),
+            "--gpus",
+            &cfg.gpus_per_worker.to_string(),
+            "--listen",
+            &listen.to_string(),
+            "--advertise",
+            &down.addr.to_string(),
+            "--name",
+            &name,
+            "--workdir",
+            &dir.join(&name).display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        workers.push(Proc::spawn(
+            &cfg.blox,
+            &args,
+            &dir.join(format!("{name}.log")),
+        )?);
+        proxies.push((up, down));
+    }
+    let cluster = Arc::new(Mutex::new(Cluster {
+        scheduler,
+        workers,
+        blox: cfg.blox.clone(),
+    }));
+    let users = Security {
+        token: Some(Security::token_from_file(&dir.join("user-token")).map_err(err)?),
+        tls: None,
+    };
+    let addr = sched_addr.to_string();
+    // Wait for every worker's GPUs.
+    let total_gpus = cfg.workers as u32 * cfg.gpus_per_worker;
+    rt.block_on(wait_for_gpus(&users, &addr, total_gpus, &cluster))?;
+    progress(format!(
+        "soak: scheduler and {} workers × {} GPUs up in {:.1} s",
+        cfg.workers,
+        cfg.gpus_per_worker,
+        start.elapsed().as_secs_f64()
+    ));
+
+    // The job mix, and how long it takes at full use (plus a second per
+    // launch for rounds and start-up).
+    let mut rng = Rng(cfg.seed);
+    let jobs: Vec<(u32, f64, bool)> = (0..cfg.jobs).map(|_| job_mix(&mut rng)).collect();
+    let gpu_s: f64 = jobs.iter().map(|(g, d, _)| *g as f64 * (d + 1.0)).sum();
+    let expect_s = (gpu_s / total_gpus as f64).max(20.0);
+    let max_time_s = cfg.max_time_s.unwrap_or(3.0 * expect_s + 120.0);
+    // Submissions are spread over the first 60 % of it; faults over 10-70 %.
+    let window_s = 0.6 * expect_s;
+    let mut faults: Vec<Fault> = Vec::new();
+    for _ in 0..cfg.worker_kills {
+        faults.push(Fault::KillWorker(
+            (rng.next() * cfg.workers as f64) as usize,
+        ));
+    }
+    for _ in 0..cfg.scheduler_restarts {
+        faults.push(Fault::RestartScheduler);
+    }
+    for _ in 0..cfg.cuts {
+        faults.push(Fault::Cut((rng.next() * cfg.workers as f64) as usize));
+    }
+    for i in (1..faults.len()).rev() {
+        let j = (rng.next() * (i + 1) as f64) as usize;
+        faults.swap(i, j);
+    }
+    progress(format!(
+        "soak: {} jobs from {} clients (≈ {:.0} s of work on {} GPUs), {} faults, at most {:.0} s",
+        cfg.jobs,
+        cfg.clients,
+        expect_s,
+        total_gpus,
+        faults.len(),
+        max_time_s
+    ));
+    let journal_file = dir.join("journal");
+    let deadline = start + Duration::from_secs_f64(max_time_s);
+    let toy = cfg.toy.display().to_string();
+    let journal_arg = journal_file.display().to_string();
+    let per_client: Vec<Vec<(usize, JobSubmission)>> = (0..cfg.clients)
+        .map(|c| {
+            jobs.iter()
+                .enumerate()
+                .filter(|(k, _)| k % cfg.clients == c)
+                .map(|(k, (gpus, dur, crash))| {
+                    let mut command = vec![
+                        toy.clone(),
+                        "--duration-s".into(),
+                        format!("{dur:.2}"),
+                        "--iteration-s".into(),
+                        "0.05".into(),
+                        "--checkpoint-every".into(),
+                        "5".into(),
+                        "--journal".into(),
+                        journal_arg.clone(),
+                    ];
+                    if *crash {
+                        command.extend(["--fail-at".into(), "0.5".into()]);
+                    }
+                    let name = format!("soak-{k}");
+                    (
+                        k,
+                        JobSubmission {
+                            name: name.clone(),
+                            command,
+                            gpus: *gpus,
+                            idempotency_key: name,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let pauses: Vec<Vec<f64>> = per_client
+        .iter()
+        .map(|js| {
+            let mean = window_s / js.len().max(1) as f64;
+            js.iter().map(|_| 2.0 * mean * rng.next()).collect()
+        })
+        .collect();
+
+    let outcome = rt.block_on(async {
+        // Clients.
+        let accepted: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
+        let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+        let refused: Arc<Mutex<Vec<String>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for (js, pauses) in per_client.into_iter().zip(pauses) {
+            let mut client = users.scheduler_client(&addr).map_err(err)?;
+            let (accepted, latencies, refused) =
+                (accepted.clone(), latencies.clone(), refused.clone());
+            tasks.push(tokio::spawn(async move {
+                for ((k, job), pause) in js.into_iter().zip(pauses) {
+                    tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+                    match submit(&mut client, job, deadline).await {
+                        Ok((id, s)) => {
+                            accepted.lock().expect("not poisoned").insert(k, id);
+                            latencies.lock().expect("not poisoned").push(s);
+                        }
+                        Err(e) => refused.lock().expect("not poisoned").push(e),
+                    }
+                }
+            }));
+        }
+        // Faults, spread over 10-70 % of the expected run.
+        let done_faults: Arc<Mutex<Vec<String>>> = Arc::default();
+        let fault_task = {
+            let cluster = cluster.clone();
+            let done = done_faults.clone();
+            let n = faults.len();
+            let proxies = Arc::new(proxies);
+            tokio::spawn(async move {
+                for (i, f) in faults.into_iter().enumerate() {
+                    let at = start
+                        + Duration::from_secs_f64(
+                            expect_s * (0.1 + 0.6 * (i as f64 + 0.5) / n.max(1) as f64),
+                        );
+                    tokio::time::sleep_until(at.into()).await;
+                    let what = inject(f, &cluster, &proxies).await;
+                    done.lock().expect("not poisoned").push(what);
+                }
+                proxies
+            })
+        };
+        // Wait for every client, then for every job to end.
+        for t in tasks {
+            let _ = t.await;
+        }
+        let proxies = fault_task.await.map_err(err)?;
+        let mut client = users.scheduler_client(&addr).map_err(err)?;
+        let mut round = (0.0f64, 0.0f64);
+        let mut last_note = Instant::now();
+        loop {
+            {
+                let mut c = cluster.lock().expect("not poisoned");
+                c.scheduler.check_alive("the scheduler")?;
+            }
+            let unfinished = match count_unfinished(&mut client).await {
+                Ok((n, p50, p99)) => {
+                    round = (p50, round.1.max(p99));
+                    Some(n)
+                }
+                Err(_) => None,
+            };
+            if unfinished == Some(0) || Instant::now() >= deadline {
+                break;
+            }
+            if last_note.elapsed() > Duration::from_secs(30) {
+                progress(format!(
+                    "soak: {:.0} s, {} jobs not ended yet",
+                    start.elapsed().as_secs_f64(),
+                    unfinished.map_or("?".into(), |n| n.to_string())
+                ));
+                last_note = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let all = all_jobs(&mut client).await?;
+        drop(proxies);
+        let accepted = std::mem::take(&mut *accepted.lock().expect("not poisoned"));
+        let latencies = std::mem::take(&mut *latencies.lock().expect("not poisoned"));
+        let refused = std::mem::take(&mut *refused.lock().expect("not poisoned"));
+        let faults = std::mem::take(&mut *done_faults.lock().expect("not poisoned"));
+        Ok::<_, SoakError>((accepted, latencies, refused, faults, all, round))
+    });
+    // Stop everything before reading the journal: no job writes after this.
+    {
+        let mut c = cluster.lock().expect("not poisoned");
+        for w in &mut c.workers {
+            w.kill();
+        }
+        c.scheduler.kill();
+    }
+    let (accepted, mut latencies, refused, faults, all, round) = outcome?;
+    let seen = journal::check(&journal_file).map_err(err)?;
+    let mut report = SoakReport {
+        accepted: accepted.len(),
+        overlapping_runs: seen.overlaps.len(),
+        checkpoint_regressions: seen.regressions.len(),
+        launches: seen.launches,
+        round_p50_s: round.0,
+        round_p99_s: round.1,
+        faults,
+        wall_s: start.elapsed().as_secs_f64(),
+        ..Default::default()
+    };
+    for r in refused {
+        *report
+            .failed_reasons
+            .entry(format!("not accepted: {r}"))
+            .or_default() += 1;
+        report.failed += 1;
+    }
+    let by_id: HashMap<u64, &JobInfo> = all.iter().map(|j| (j.id, j)).collect();
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for j in &all {
+        *names.entry(j.name.as_str()).or_default() += 1;
+    }
+    report.duplicated = names.values().map(|n| n - 1).sum();
+    for id in accepted.values() {
+        match by_id.get(id) {
+            None => report.lost += 1,
+            Some(j) => match j.phase() {
+                JobPhase::Finished => report.finished += 1,
+                JobPhase::Failed | JobPhase::Rejected | JobPhase::Cancelled => {
+                    report.failed += 1;
+                    *report.failed_reasons.entry(j.reason.clone()).or_default() += 1;
+                }
+                _ => report.unfinished += 1,
+            },
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    let q = |v: &[f64], f: f64| {
+        v.get(((v.len() as f64 - 1.0) * f).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    report.submit_p50_s = q(&latencies, 0.5);
+    report.submit_p99_s = q(&latencies, 0.99);
+    for (job, a, b) in seen.overlaps.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {a} still ran when {b} started"
+        ));
+    }
+    for (job, g, at, before) in seen.regressions.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {g} resumed at iteration {at}, but {before} was checkpointed before"
+        ));
+    }
+    Ok(report)
+}
+
+/// Submits `job` until it is accepted (retrying what a restart or a cut
+/// explains, with the same idempotency key) or `deadline` passes. Returns
+/// the job id and the accepting call's latency.
+async fn submit(
+    client: &mut SchedulerClient,
+    job: JobSubmission,
+    deadline: Instant,
+) -> Result<(u64, f64), String> {
+    loop {
+        let t = Instant::now();
+        let call = client.submit(SubmitRequest {
+            job: Some(job.clone()),
+        });
+        let r = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no reply in 10 s")));
+        match r {
+            Ok(reply) => return Ok((reply.into_inner().job_id, t.elapsed().as_secs_f64())),
+            // Workers still registering after a restart.
+            Err(e)
+                if e.code() == Code::FailedPrecondition
+                    || (e.code() == Code::InvalidArgument
+                        && e.message().contains("the cluster has")) => {}
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Code::InvalidArgument | Code::AlreadyExists | Code::Unauthenticated
+                ) =>
+            {
+                return Err(format!("{:?}: {}", e.code(), e.message()));
+            }
+            Err(_) => {}
+        }
+        if Instant::now() >= deadline {
+            return Err("the run ended first".into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn inject(
+    f: Fault,
+    cluster: &Arc<Mutex<Cluster>>,
+    proxies: &Arc<Vec<(CutProxy, CutProxy)>>,
+) -> String {
+    match f {
+        Fault::KillWorker(i) => {
+            cluster.lock().expect("not poisoned").workers[i].kill();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut c = cluster.lock().expect("not poisoned");
+            let blox = c.blox.clone();
+            match c.workers[i].restart(&blox) {
+                Ok(()) => format!("worker w{i} killed"),
+                Err(e) => format!("worker w{i} killed, not restarted: {e}"),
+            }
+        }
+        Fault::RestartScheduler => {
+            cluster.lock().expect("not poisoned").scheduler.kill();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut c = cluster.lock().expect("not poisoned");
+            let blox = c.blox.clone();
+            match c.scheduler.restart(&blox) {
+                Ok(()) => "scheduler restarted".into(),
+                Err(e) => format!("scheduler killed, not restarted: {e}"),
+            }
+        }
+        Fault::Cut(i) => {
+            let (up, down) = &proxies[i];
+            up.cut();
+            down.cut();
+            // Longer than the worker timeout (4 s).
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            up.restore();
+            down.restore();
+            format!("w{i} cut off for 6 s")
+        }
+    }
+}
+
+async fn wait_for_gpus(
+    users: &Security,
+    addr: &str,
+    gpus: u32,
+    cluster: &Arc<Mutex<Cluster>>,
+) -> Result<(), SoakError> {
+    let mut client = users.scheduler_client(addr).map_err(err)?;
+    let t = Instant::now();
+    loop {
+        {
+            let mut c = cluster.lock().expect("not poisoned");
+            c.scheduler.check_alive("the scheduler")?;
+            for (i, w) in c.workers.iter_mut().enumerate() {
+                w.check_alive(&format!("worker w{i}"))?;
+            }
+        }
+        if let Ok(s) = client
+            .status(StatusRequest {
+                limit: 1,
+                ..Default::default()
+            })
+            .await
+        {
+            let s = s.into_inner();
+            let have: usize = s
+                .workers
+                .iter()
+                .filter(|w| w.alive)
+                .map(|w| w.gpus.len())
+                .sum();
+            if have as u32 >= gpus && s.rounds >= 2 {
+                return Ok(());
+            }
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err(err("the workers did not register within 60 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Jobs not ended yet, and the scheduler's round p50/p99.
+async fn count_unfinished(
+    client: &mut SchedulerClient,
+) -> Result<(usize, f64, f64), tonic::Status> {
+    let mut after = 0;
+    let mut n = 0;
+    loop {
+        let s = client
+            .status(StatusRequest {
+                limit: 1000,
+                after_id: after,
+                phases: vec![
+                    JobPhase::Submitted as i32,
+                    JobPhase::Queued as i32,
+                    JobPhase::Running as i32,
+                ],
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        n += s.jobs.len();
+        if s.next_after_id == 0 {
+            return Ok((n, s.round_p50_s, s.round_p99_s));
+        }
+        after = s.next_after_id;
+    }
+}
+
+async fn all_jobs(client: &mut SchedulerClient) -> Result<Vec<JobInfo>, SoakError> {
+    let mut after = 0;
+    let mut out = Vec::new();
+    for _ in 0..100 {
+        match client
+            .status(StatusRequest {
+                limit: 1000,
+                after_id: after,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(s) => {
+                let s = s.into_inner();
+                out.extend(s.jobs);
+                if s.next_after_id == 0 {
+                    return Ok(out);
+                }
+                after = s.next_after_id;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    Err(err("the scheduler did not answer Status at the end"))
+}

@@ -1,0 +1,134 @@
+//! Fencing: a worker cut off from the scheduler stops its jobs before the
+//! scheduler relaunches them elsewhere, so no job runs twice at once and no
+//! launch resumes from an older checkpoint than an earlier one wrote.
+
+mod common;
+
+use blox_runtime::soak::{journal, proxy::CutProxy};
+use blox_runtime::worker::WorkerConfig;
+use common::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Adds a worker whose traffic both ways goes through two cuttable proxies.
+fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> (CutProxy, CutProxy) {
+    let sched = c.sched.as_ref().unwrap().address;
+    let listen = free_port();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let (up, down) = c.rt.block_on(async {
+        (
+            CutProxy::start(any, sched).await.unwrap(),
+            CutProxy::start(any, listen).await.unwrap(),
+        )
+    });
+    let cfg = WorkerConfig {
+        scheduler: up.addr.to_string(),
+        listen,
+        advertise: Some(down.addr.to_string()),
+        name: name.into(),
+        logical_gpus: Some(2),
+        workdir: dir.join(name),
+        security: c.worker_security.clone(),
+    };
+    let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
+    c.workers.push(w);
+    (up, down)
+}
+
+/// Waits until job `id` runs and has made some progress.
+fn wait_running(c: &Cluster, id: u64) {
+    let mut ctl = c.ctl();
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[id]).unwrap();
+        if s.jobs[0].status == "running" && s.jobs[0].progress > 0.1 {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs[0]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_worker_cut_off_longer_than_its_timeout_fences_its_job_before_it_runs_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = runtime_config(dir.path());
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
+    let (up, down) = add_cuttable_worker(&mut c, dir.path(), "cut");
+    c.wait_for_gpus(2);
+    let journal_file = dir.path().join("journal");
+    let j = journal_file.display().to_string();
+    let args = ["--checkpoint-every", "5", "--journal", j.as_str()];
+    let mut ctl = c.ctl();
+    // Long enough to still run when the scheduler relaunches it.
+    let id = ctl
+        .submit(job("cut-off", 2, toy(15.0, &args), None))
+        .unwrap();
+    wait_running(&c, id);
+    // Where the job goes next.
+    c.add_worker(dir.path(), "w1");
+    c.wait_for_gpus(4);
+    up.cut();
+    down.cut();
+    // Past the lease and its grace (1.5 + 0.9 s) and the scheduler's
+    // worker timeout (3 s): the job is relaunched on w1 meanwhile.
+    std::thread::sleep(Duration::from_secs(6));
+    up.restore();
+    down.restore();
+    let r = c.wait_all(&[id], Duration::from_secs(60));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+    assert!(r[&id].launches >= 2, "{:?}", r[&id]);
+    let seen = journal::check(&journal_file).unwrap();
+    assert!(seen.launches >= 2, "{seen:?}");
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert!(seen.bad_lines.is_empty(), "{seen:?}");
+    // The cut-off worker comes back as a new worker.
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[]).unwrap();
+        if s.workers.iter().filter(|w| w.alive).count() >= 2 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", s.workers);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_cut_shorter_than_the_timeout_but_past_the_lease_requeues_without_blame() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    // Any blamed crash would fail the job.
+    cfg.max_retries = 0;
+    cfg.worker_timeout_s = 4.0;
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
+    let (up, down) = add_cuttable_worker(&mut c, dir.path(), "cut");
+    c.wait_for_gpus(2);
+    let journal_file = dir.path().join("journal");
+    let j = journal_file.display().to_string();
+    let args = ["--checkpoint-every", "5", "--journal", j.as_str()];
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("fenced", 2, toy(5.0, &args), None)).unwrap();
+    wait_running(&c, id);
+    up.cut();
+    down.cut();
+    // Past the lease (2 s), short of the timeout (4 s).
+    std::thread::sleep(Duration::from_millis(2600));
+    up.restore();
+    down.restore();
+    let r = c.wait_all(&[id], Duration::from_secs(60));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+    assert!(r[&id].launches >= 2, "{:?}", r[&id]);
+    let seen = journal::check(&journal_file).unwrap();
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+}
