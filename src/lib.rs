@@ -20,6 +20,8 @@
 pub mod cli;
 pub mod commands;
 #[doc(hidden)]
+pub mod fuzzing;
+#[doc(hidden)]
 pub mod out;
 
 use clap::Parser;

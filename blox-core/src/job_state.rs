@@ -236,6 +236,17 @@ impl JobState {
         done
     }
 
+    /// Forgets the oldest ended records (and their metrics) beyond the newest
+    /// `keep`, returning how many went. For a scheduler that runs for
+    /// months; a simulation keeps them all for its summary.
+    pub fn forget_finished(&mut self, keep: usize) -> usize {
+        let n = self.finished.len().saturating_sub(keep);
+        for j in self.finished.drain(..n) {
+            self.metrics.remove_job(j.id());
+        }
+        n
+    }
+
     /// Finished record of a job, if it has ended.
     pub fn finished_job(&self, id: JobId) -> Option<&Job> {
         self.finished.iter().find(|j| j.id() == id)
@@ -287,5 +298,10 @@ mod tests {
         assert_eq!(state.prune_finished(), vec![JobId(1)]);
         assert_eq!(state.num_active(), 1);
         assert_eq!(state.finished()[0].id(), JobId(1));
+        state.metrics().set(JobId(1), "loss", 1.0);
+        assert_eq!(state.forget_finished(1), 0);
+        assert_eq!(state.forget_finished(0), 1);
+        assert!(state.finished().is_empty());
+        assert_eq!(state.metrics().get(JobId(1), "loss"), None);
     }
 }

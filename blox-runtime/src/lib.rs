@@ -30,6 +30,7 @@ mod record;
 pub mod scheduler;
 pub mod soak;
 pub mod store;
+pub mod validate;
 pub mod worker;
 
 pub use local::{LocalBackend, LocalConfig};

@@ -72,6 +72,19 @@ impl Store {
         tx.commit().map_err(|e| self.err(e))
     }
 
+    /// Deletes the records of `ids` (ended jobs past their retention) in one
+    /// durable transaction.
+    pub fn remove(&self, ids: &[u64]) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
+        {
+            let mut jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
+            for id in ids {
+                jobs.remove(*id).map_err(|e| self.err(e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.err(e))
+    }
+
     /// Every record, by job id, and the next job id.
     pub fn load(&self) -> Result<(Vec<JobRecord>, u64), StoreError> {
         let tx = self.db.begin_read().map_err(|e| self.err(e))?;
@@ -133,5 +146,9 @@ mod tests {
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[1].info.as_ref().unwrap().status, "finished");
         assert_eq!(recs[0].job.as_ref().unwrap().command[1], "--id=0");
+        s.remove(&[0, 7]).unwrap();
+        let (recs, next) = s.load().unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(next, 2, "removing records never reuses ids");
     }
 }

@@ -21,9 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Code, Request, Response, Status};
 
-/// The longest grace a revocation may give a job (a day), seconds.
-const MAX_GRACE_S: f64 = 86_400.0;
-
 /// Settings of a worker manager.
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -205,17 +202,7 @@ struct Service(Arc<Shared>);
 impl Worker for Service {
     async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Ack>, Status> {
         let r = req.into_inner();
-        let l = r
-            .launch
-            .ok_or_else(|| Status::invalid_argument("launch: missing"))?;
-        if r.command.is_empty() || r.command[0].is_empty() {
-            return Err(Status::invalid_argument(
-                "command: must name a program (argv, no shell)",
-            ));
-        }
-        if r.gpus.is_empty() {
-            return Err(Status::invalid_argument("gpus: a launch needs at least 1"));
-        }
+        let l = crate::validate::launch(&r)?;
         let sh = &self.0;
         let mut st = sh.lock();
         if !r.worker_id.is_empty() && st.worker_id.as_deref() != Some(r.worker_id.as_str()) {
@@ -299,14 +286,7 @@ impl Worker for Service {
 
     async fn revoke(&self, req: Request<RevokeRequest>) -> Result<Response<RevokeReply>, Status> {
         let r = req.into_inner();
-        let l = r
-            .launch
-            .ok_or_else(|| Status::invalid_argument("launch: missing"))?;
-        if !(r.grace_s >= 0.0 && r.grace_s <= MAX_GRACE_S) {
-            return Err(Status::invalid_argument(format!(
-                "grace_s: must be between 0 and {MAX_GRACE_S} seconds"
-            )));
-        }
+        let l = crate::validate::revoke(&r)?;
         let taken = {
             let mut st = self.0.lock();
             match st.launches.get(&l.job_id) {
@@ -347,12 +327,7 @@ impl Worker for Service {
 
     async fn reconfigure(&self, req: Request<ReconfigureRequest>) -> Result<Response<Ack>, Status> {
         let r = req.into_inner();
-        let l = r
-            .launch
-            .ok_or_else(|| Status::invalid_argument("launch: missing"))?;
-        if r.batch_size == 0 {
-            return Err(Status::invalid_argument("batch_size: must be at least 1"));
-        }
+        let l = crate::validate::reconfigure(&r)?;
         let st = self.0.lock();
         match st.launches.get(&l.job_id) {
             Some(x) if x.launch == l.launch => x

@@ -132,3 +132,42 @@ fn a_cut_shorter_than_the_timeout_but_past_the_lease_requeues_without_blame() {
     assert!(seen.overlaps.is_empty(), "{seen:?}");
     assert!(seen.regressions.is_empty(), "{seen:?}");
 }
+
+/// A job the job table shows as never launched may have been launched after
+/// the table's last write (the scheduler killed mid-round): after a restart
+/// its first launch still resumes from the newest checkpoint.
+#[test]
+fn a_restored_job_resumes_from_its_checkpoint_even_if_the_table_missed_its_launch() {
+    use blox_runtime::proto::*;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = runtime_config(dir.path());
+    let command = toy(1.0, &[]);
+    {
+        let store = blox_runtime::store::Store::open(&cfg.state).unwrap();
+        let rec = JobRecord {
+            info: Some(JobInfo {
+                id: 1,
+                name: "restored".into(),
+                status: "running".into(),
+                phase: JobPhase::Running as i32,
+                requested_gpus: 1,
+                launches: 0,
+                submitted_unix_s: 1.0,
+                command: command.clone(),
+                ..Default::default()
+            }),
+            job: Some(job("restored", 1, command, None)),
+            run_time_s: 0.0,
+        };
+        store.write(&[&rec], Some(2)).unwrap();
+    }
+    // What its unrecorded launch checkpointed (iteration 40 of 50).
+    let ck = cfg.checkpoint_dir.clone().unwrap().join("1");
+    std::fs::create_dir_all(&ck).unwrap();
+    std::fs::write(ck.join("iteration.gen-5"), "40").unwrap();
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let r = c.wait_all(&[1], Duration::from_secs(60));
+    assert_eq!(r[&1].status, "finished", "{}", r[&1].reason);
+    let err = std::fs::read_to_string(dir.path().join("w0/jobs/1/launch-1/stderr")).unwrap();
+    assert!(err.contains("resumed at iteration 40"), "{err}");
+}

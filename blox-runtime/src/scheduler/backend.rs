@@ -9,7 +9,7 @@ use crate::proto::*;
 use crate::record::{settle, Ended, LaunchClock, Record};
 use crate::store::Store;
 use blox_core::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,11 +72,18 @@ pub struct ClusterBackend {
     /// milliseconds of its start × 10⁶, so they outrank every launch of an
     /// earlier run of the scheduler on the same job table.
     pub(super) generation_base: u64,
+    /// Jobs restored from the job table: launched before, perhaps more often
+    /// than the table recorded (a launch after its last write), so their
+    /// every launch resumes from the newest checkpoint.
+    pub(super) restored: HashSet<JobId>,
 }
 
 /// The most launches of one job that get distinct generations in one run
 /// of the scheduler (later ones share the last).
 const GENERATIONS_PER_RUN: u64 = 1_000_000;
+
+/// How long `Status` lists a worker after it was declared gone.
+const DEAD_WORKERS_SHOWN_FOR: Duration = Duration::from_secs(3600);
 
 /// How long an RPC to a worker may take beyond what it waits for itself.
 const RPC_SLACK: Duration = Duration::from_secs(5);
@@ -236,6 +243,7 @@ impl ClusterManager for ClusterBackend {
             for (id, w) in h.workers.iter_mut() {
                 if w.alive && w.last_seen.elapsed() > timeout {
                     w.alive = false;
+                    w.dead_since = Some(Instant::now());
                     tracing::warn!(worker = %id, "no heartbeat for {:.1} s: the worker is gone; its jobs go back to the queue", self.cfg.worker_timeout_s);
                     h.expected.remove(id);
                     // Its lease and fence grace are over: nothing runs there.
@@ -269,6 +277,10 @@ impl ClusterManager for ClusterBackend {
                     tracing::info!(worker = %id, node = %node, "worker joined the cluster");
                 }
             }
+            h.workers.retain(|_, w| {
+                w.dead_since
+                    .is_none_or(|t| t.elapsed() < DEAD_WORKERS_SHOWN_FOR)
+            });
             h.cluster_gpus = h
                 .workers
                 .values()
@@ -596,7 +608,7 @@ impl LaunchMechanism for ClusterBackend {
                 command: job.spec.command.clone(),
                 gpus: p.gpus.clone(),
                 batch_size: batch_size.or(job.current_batch_size),
-                resume: launch > 1,
+                resume: launch > 1 || self.restored.contains(&id),
                 checkpoint_dir: ckpt.clone(),
                 master_addr: master.clone(),
                 process_per_gpu: self.cfg.process_per_gpu,

@@ -31,6 +31,14 @@ pub struct RuntimeConfig {
     /// A worker silent this long is declared dead and its jobs requeued.
     #[serde(default = "default_timeout")]
     pub worker_timeout_s: f64,
+    /// Ended jobs are forgotten (job table, `Status`, idempotency keys) this
+    /// long after they ended, or sooner when more than `retention_jobs`
+    /// have ended: memory and the table stay bounded on a scheduler that
+    /// runs for months.
+    #[serde(default = "default_retention")]
+    pub retention_s: f64,
+    #[serde(default = "default_retention_jobs")]
+    pub retention_jobs: usize,
     /// One process per GPU instead of one per node.
     #[serde(default)]
     pub process_per_gpu: bool,
@@ -72,6 +80,12 @@ fn default_heartbeat() -> f64 {
 fn default_timeout() -> f64 {
     5.0
 }
+fn default_retention() -> f64 {
+    7.0 * 86_400.0
+}
+fn default_retention_jobs() -> usize {
+    100_000
+}
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -99,6 +113,15 @@ impl RuntimeConfig {
                     format!("`{key}` must be a positive number of seconds, at most 86400"),
                 ));
             }
+        }
+        if !(r.retention_s > 0.0 && r.retention_s <= 3650.0 * 86_400.0) {
+            return Err(s.error_at(
+                "retention_s",
+                "`retention_s` must be a positive number of seconds, at most ten years",
+            ));
+        }
+        if r.retention_jobs == 0 {
+            return Err(s.error_at("retention_jobs", "`retention_jobs` must be at least 1"));
         }
         if r.worker_timeout_s <= r.heartbeat_s {
             return Err(s.error_at(

@@ -68,6 +68,9 @@ struct WorkerEntry {
     host_mem_gb: f64,
     last_seen: Instant,
     alive: bool,
+    /// When it was declared gone; shown by `Status` for an hour, then
+    /// forgotten (each restart of a worker registers a new one).
+    dead_since: Option<Instant>,
     /// The node it is in the loop's cluster, once joined.
     node: Option<NodeId>,
     client: WorkerClient,
@@ -99,6 +102,10 @@ struct Hub {
     hold_until: Instant,
     /// Every job's record, as persisted (status, placement, counters).
     jobs: BTreeMap<u64, JobRecord>,
+    /// Ended jobs in the order they ended, with when (Unix seconds): the
+    /// oldest are forgotten first ([`RuntimeConfig::retention_s`]).
+    ended: VecDeque<(u64, f64)>,
+    compacted: u64,
     next_job_id: u64,
     /// The job of each idempotency key (`JobSubmission.idempotency_key`).
     keys: HashMap<String, u64>,
@@ -233,6 +240,8 @@ pub fn start_with_selector(
         held: VecDeque::new(),
         hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
         jobs: BTreeMap::new(),
+        ended: VecDeque::new(),
+        compacted: 0,
         // Job ids start at 1: 0 is "not set" in the API.
         next_job_id: next_job_id.max(1),
         keys: HashMap::new(),
@@ -241,10 +250,11 @@ pub fn start_with_selector(
         policy: policies.label(),
         last_error: String::new(),
     };
-    let (seeded, restored) = table::restore(&mut hub, records);
-    if restored > 0 {
+    let (seeded, n_restored) = table::restore(&mut hub, records);
+    let restored = seeded.keys().copied().collect();
+    if n_restored > 0 {
         tracing::info!(
-            jobs = restored,
+            jobs = n_restored,
             "restored unfinished jobs from the job table; they are queued again"
         );
     }
@@ -296,6 +306,7 @@ pub fn start_with_selector(
         round_started: None,
         stats: stats.clone(),
         generation_base: backend::generation_base(unix_now()),
+        restored,
     };
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
@@ -317,6 +328,7 @@ pub fn start_with_selector(
                     }
                     let t = Instant::now();
                     backend.publish(&lp)?;
+                    backend.compact(&mut lp)?;
                     let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
                     RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
                 }

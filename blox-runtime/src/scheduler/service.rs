@@ -9,6 +9,7 @@ use crate::net::{CheckToken, Security};
 use crate::proto::scheduler_server::Scheduler;
 use crate::proto::*;
 use crate::store::Store;
+use crate::validate;
 use blox_core::*;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,109 +21,17 @@ fn rec_of(h: &Hub, id: u64) -> JobRecord {
     h.jobs.get(&id).expect("checked by the caller").clone()
 }
 
-/// The longest idempotency key and metric key accepted, bytes.
-const MAX_KEY_BYTES: usize = 128;
-/// The longest name, user and model, bytes.
-const MAX_NAME_BYTES: usize = 256;
-/// The most arguments of a command, and their bytes in all.
-const MAX_ARGS: usize = 4096;
-const MAX_COMMAND_BYTES: usize = 128 * 1024;
-/// The most metrics a submission may carry.
-const MAX_METRICS: usize = 256;
-/// The most GPUs a worker may register, and launches it may report.
-const MAX_WORKER_GPUS: usize = 1024;
-const MAX_WORKER_LAUNCHES: usize = 100_000;
-/// The longest reason an exit report may give, bytes.
-const MAX_REASON_BYTES: usize = 4096;
-/// The most samples in one `PushMetrics` call.
-const MAX_BATCH_SAMPLES: usize = 10_000;
 /// The most samples of one job kept between two rounds (the oldest go).
 const MAX_JOB_SAMPLES_PER_ROUND: usize = 1024;
 
-/// Checks a submission; the error names the field.
+/// Checks a submission against the cluster as it is; the error names the
+/// field ([`validate::submission`] has checked it on its own).
 pub(super) fn check_submission(
     j: &JobSubmission,
     cluster_gpus: u32,
     workers: usize,
 ) -> Result<(), Status> {
-    // Size limits (documented in blox.proto): no submission can make a
-    // `Status` reply or the job table grow past what the transport carries.
-    let too_long = |field: &str, len: usize, max: usize| {
-        (len > max)
-            .then(|| Status::invalid_argument(format!("{field}: {len} bytes, at most {max}")))
-    };
-    for (field, len, max) in [
-        ("name", j.name.len(), MAX_NAME_BYTES),
-        (
-            "user",
-            j.user.as_ref().map_or(0, String::len),
-            MAX_NAME_BYTES,
-        ),
-        (
-            "model",
-            j.model.as_ref().map_or(0, String::len),
-            MAX_NAME_BYTES,
-        ),
-        (
-            "command",
-            j.command.iter().map(String::len).sum(),
-            MAX_COMMAND_BYTES,
-        ),
-    ] {
-        if let Some(e) = too_long(field, len, max) {
-            return Err(e);
-        }
-    }
-    if j.command.len() > MAX_ARGS {
-        return Err(Status::invalid_argument(format!(
-            "command: {} arguments, at most {MAX_ARGS}",
-            j.command.len()
-        )));
-    }
-    if j.metrics.len() > MAX_METRICS {
-        return Err(Status::invalid_argument(format!(
-            "metrics: {} entries, at most {MAX_METRICS}",
-            j.metrics.len()
-        )));
-    }
-    if let Some(k) = j.metrics.keys().find(|k| k.len() > MAX_KEY_BYTES) {
-        return Err(Status::invalid_argument(format!(
-            "metrics: a key of {} bytes, at most {MAX_KEY_BYTES}",
-            k.len()
-        )));
-    }
-    if j.command.is_empty() || j.command[0].trim().is_empty() {
-        return Err(Status::invalid_argument(
-            "command: must name a program and its arguments (argv, no shell)",
-        ));
-    }
-    if let Some(i) = j.command.iter().position(|a| a.contains('\0')) {
-        return Err(Status::invalid_argument(format!(
-            "command[{i}]: contains a NUL byte"
-        )));
-    }
-    if j.gpus == 0 {
-        return Err(Status::invalid_argument("gpus: must be at least 1"));
-    }
-    if j.batch_size == Some(0) {
-        return Err(Status::invalid_argument("batch_size: must be at least 1"));
-    }
-    if let Some(d) = j.duration_s {
-        if !(d > 0.0 && d.is_finite()) {
-            return Err(Status::invalid_argument(
-                "duration_s: must be a positive number of seconds",
-            ));
-        }
-    }
-    if let Some((k, _)) = j
-        .metrics
-        .iter()
-        .find(|(k, v)| k.is_empty() || !v.is_finite())
-    {
-        return Err(Status::invalid_argument(format!(
-            "metrics[{k:?}]: keys must be non-empty and values finite"
-        )));
-    }
+    validate::submission(j)?;
     if workers == 0 {
         return Err(Status::failed_precondition(
             "no worker has registered yet: the cluster has no GPUs",
@@ -190,16 +99,9 @@ fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Sta
 impl Scheduler for Service {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
         self.users.verify(req.metadata(), USER)?;
-        let j = req
-            .into_inner()
-            .job
-            .ok_or_else(|| Status::invalid_argument("job: missing"))?;
-        if j.idempotency_key.len() > MAX_KEY_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "idempotency_key: {} bytes, at most {MAX_KEY_BYTES}",
-                j.idempotency_key.len()
-            )));
-        }
+        let r = req.into_inner();
+        validate::submit(&r)?;
+        let j = r.job.expect("checked by validate::submit");
         let key = (!j.idempotency_key.is_empty()).then(|| j.idempotency_key.clone());
         let id = {
             let mut h = lock(&self.hub);
@@ -279,6 +181,7 @@ impl Scheduler for Service {
     async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         self.users.verify(req.metadata(), USER)?;
         let r = req.into_inner();
+        validate::status(&r)?;
         let (p50, p99) = {
             let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
             let mut v: Vec<f64> = s
@@ -304,12 +207,9 @@ impl Scheduler for Service {
 
     async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
         self.users.verify(req.metadata(), USER)?;
-        let id = req.into_inner().job_id;
-        if id == 0 {
-            return Err(Status::invalid_argument(
-                "job_id: required (job ids start at 1)",
-            ));
-        }
+        let r = req.into_inner();
+        validate::cancel(&r)?;
+        let id = r.job_id;
         // Under the lock: check, and either hand the cancellation to the
         // loop or take a job the loop has not seen out of the queue.
         let taken = {
@@ -367,6 +267,7 @@ impl Scheduler for Service {
             match written {
                 Ok(rec) => {
                     h.jobs.insert(id, rec);
+                    h.ended.push_back((id, now));
                 }
                 Err(e) => {
                     // Nothing changed: it waits in the queue again.
@@ -385,56 +286,7 @@ impl Scheduler for Service {
     ) -> Result<Response<RegisterReply>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
-        if r.gpus.is_empty() {
-            return Err(Status::invalid_argument("gpus: a worker needs at least 1"));
-        }
-        if r.gpus.len() > MAX_WORKER_GPUS {
-            return Err(Status::invalid_argument(format!(
-                "gpus: {} devices, at most {MAX_WORKER_GPUS}",
-                r.gpus.len()
-            )));
-        }
-        for (field, len) in [("name", r.name.len()), ("address", r.address.len())]
-            .into_iter()
-            .chain(
-                r.gpus
-                    .iter()
-                    .flat_map(|g| [("gpus[].name", g.name.len()), ("gpus[].uuid", g.uuid.len())]),
-            )
-        {
-            if len > MAX_NAME_BYTES {
-                return Err(Status::invalid_argument(format!(
-                    "{field}: {len} bytes, at most {MAX_NAME_BYTES}"
-                )));
-            }
-        }
-        if let Some(g) = r
-            .gpus
-            .iter()
-            .find(|g| !(g.memory_gb.is_finite() && g.memory_gb >= 0.0))
-        {
-            return Err(Status::invalid_argument(format!(
-                "gpus[{}].memory_gb: must be a non-negative number",
-                g.index
-            )));
-        }
-        if !(r.host_mem_gb.is_finite() && r.host_mem_gb >= 0.0) {
-            return Err(Status::invalid_argument(
-                "host_mem_gb: must be a non-negative number",
-            ));
-        }
-        let mut seen = HashSet::new();
-        if let Some(g) = r.gpus.iter().find(|g| !seen.insert(g.index)) {
-            return Err(Status::invalid_argument(format!(
-                "gpus: index {} appears twice",
-                g.index
-            )));
-        }
-        if r.address.is_empty() {
-            return Err(Status::invalid_argument(
-                "address: the worker's own service address is required",
-            ));
-        }
+        validate::register(&r)?;
         let client = self
             .security
             .worker_client(&r.address)
@@ -453,6 +305,7 @@ impl Scheduler for Service {
                 host_mem_gb: r.host_mem_gb,
                 last_seen: Instant::now(),
                 alive: true,
+                dead_since: None,
                 node: None,
                 client,
             },
@@ -473,12 +326,7 @@ impl Scheduler for Service {
     ) -> Result<Response<HeartbeatReply>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
-        if r.running.len() > MAX_WORKER_LAUNCHES {
-            return Err(Status::invalid_argument(format!(
-                "running: {} launches, at most {MAX_WORKER_LAUNCHES}",
-                r.running.len()
-            )));
-        }
+        validate::heartbeat(&r)?;
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
         // Launches in doubt on this worker that it no longer runs: settled.
@@ -499,20 +347,7 @@ impl Scheduler for Service {
     async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
-        if r.launch.is_none() {
-            return Err(Status::invalid_argument("launch: missing"));
-        }
-        if r.reason.len() > MAX_REASON_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "reason: {} bytes, at most {MAX_REASON_BYTES}",
-                r.reason.len()
-            )));
-        }
-        if !(r.exited_s_ago >= 0.0 && r.exited_s_ago.is_finite()) {
-            return Err(Status::invalid_argument(
-                "exited_s_ago: must be a non-negative number",
-            ));
-        }
+        validate::report_exit(&r)?;
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
         // Any finite age is accepted; one older than the clock reaches back
@@ -528,33 +363,7 @@ impl Scheduler for Service {
     async fn push_metrics(&self, req: Request<MetricBatch>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
-        if r.samples.len() > MAX_BATCH_SAMPLES {
-            return Err(Status::invalid_argument(format!(
-                "samples: {} in one batch, at most {MAX_BATCH_SAMPLES}",
-                r.samples.len()
-            )));
-        }
-        if let Some(i) = r
-            .samples
-            .iter()
-            .position(|s| s.launch.is_none() || s.key.is_empty())
-        {
-            return Err(Status::invalid_argument(format!(
-                "samples[{i}]: needs a launch and a key"
-            )));
-        }
-        if let Some(i) = r.samples.iter().position(|s| s.key.len() > MAX_KEY_BYTES) {
-            return Err(Status::invalid_argument(format!(
-                "samples[{i}].key: {} bytes, at most {MAX_KEY_BYTES}",
-                r.samples[i].key.len()
-            )));
-        }
-        if let Some(i) = r.samples.iter().position(|s| !s.value.is_finite()) {
-            return Err(Status::invalid_argument(format!(
-                "samples[{i}].value: {} is not a finite number",
-                r.samples[i].value
-            )));
-        }
+        validate::push_metrics(&r)?;
         let mut h = lock(&self.hub);
         worker_known(&mut h, &r.worker_id)?;
         let h = &mut *h;

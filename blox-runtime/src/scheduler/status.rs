@@ -43,17 +43,7 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
         }
         out
     } else {
-        if req.job_ids.contains(&0) {
-            return Err(Status::invalid_argument(
-                "job_ids: 0 is no job (job ids start at 1)",
-            ));
-        }
-        if req.job_ids.len() > MAX_PAGE_JOBS {
-            return Err(Status::invalid_argument(format!(
-                "job_ids: {} ids, at most {MAX_PAGE_JOBS}",
-                req.job_ids.len()
-            )));
-        }
+        // Checked by `validate::status` (no 0, at most 1000 ids).
         req.job_ids
             .iter()
             .map(|id| {
@@ -87,5 +77,6 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
         // Filled in by the caller, which holds the round timings.
         round_p50_s: 0.0,
         round_p99_s: 0.0,
+        compacted_jobs: h.compacted,
     })
 }

@@ -39,6 +39,7 @@ impl ClusterBackend {
         h.rounds = lp.rounds();
         h.policy = lp.policies.label();
         let mut urgent: Vec<u64> = Vec::new();
+        let mut ended: Vec<(u64, f64)> = Vec::new();
         let mut dirty: Vec<u64> = Vec::new();
         let now_unix = unix_now();
         let now_s = self.now();
@@ -99,7 +100,11 @@ impl ClusterBackend {
             info.startup_gpu_s = j.startup_gpu_s;
             info.warning = warning;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
-                info.finished_unix_s = Some(now_unix - (now_s - f).max(0.0));
+                let at = now_unix - (now_s - f).max(0.0);
+                if info.finished_unix_s.is_none() {
+                    ended.push((id, at));
+                }
+                info.finished_unix_s = Some(at);
                 info.jct_s = Some((f - j.spec.arrival_s).max(0.0));
             }
             rec.run_time_s = run_time_s;
@@ -109,6 +114,7 @@ impl ClusterBackend {
                 dirty.push(id);
             }
         }
+        h.ended.extend(ended);
         let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
         let mut ids = urgent;
         if flush || !ids.is_empty() {
@@ -156,7 +162,8 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 i.set_phase(state_of(&j));
             }
         }
-        if !status.is_ok_and(|s| s.is_terminal()) {
+        let ended = status.as_ref().is_ok_and(|s| s.is_terminal());
+        if !ended {
             let Some(sub) = r.job.clone() else { continue };
             let arrival = -(unix_now() - info.submitted_unix_s).max(0.0);
             hub.held.push_back(spec_of(info.id, &sub, arrival));
@@ -183,7 +190,61 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 hub.keys.insert(k.clone(), info.id);
             }
         }
+        if ended {
+            let at = info.finished_unix_s.unwrap_or(info.submitted_unix_s);
+            hub.ended.push_back((info.id, at));
+        }
         hub.jobs.insert(info.id, r);
     }
+    hub.ended
+        .make_contiguous()
+        .sort_by(|a, b| a.1.total_cmp(&b.1));
     (seeded, restored)
 }
+
+impl ClusterBackend {
+    /// Forgets ended jobs past their retention (the oldest first, and any
+    /// beyond `retention_jobs`): from the job table, the status view, the
+    /// idempotency keys and the loop's record of ended jobs.
+    pub(super) fn compact(&mut self, lp: &mut RoundLoop) -> Result<(), StoreError> {
+        let dropped = lp.jobs.forget_finished(FINISHED_KEPT_BY_THE_LOOP);
+        self.finished_seen = self.finished_seen.saturating_sub(dropped);
+        let cutoff = unix_now() - self.cfg.retention_s;
+        let ids: Vec<u64> = {
+            let mut h = lock(&self.hub);
+            let mut ids = Vec::new();
+            while let Some(&(id, at)) = h.ended.front() {
+                if h.ended.len() <= self.cfg.retention_jobs && at >= cutoff {
+                    break;
+                }
+                h.ended.pop_front();
+                ids.push(id);
+            }
+            ids
+        };
+        if ids.is_empty() {
+            return Ok(());
+        }
+        // Gone from disk first: a crash now loses nothing still wanted.
+        self.store.remove(&ids)?;
+        let mut h = lock(&self.hub);
+        for id in &ids {
+            if let Some(r) = h.jobs.remove(id) {
+                if let Some(k) = r.job.as_ref().map(|j| &j.idempotency_key) {
+                    h.keys.remove(k);
+                }
+            }
+            self.records.remove(&JobId(*id));
+        }
+        h.compacted += ids.len() as u64;
+        tracing::debug!(
+            jobs = ids.len(),
+            "ended jobs past their retention forgotten"
+        );
+        Ok(())
+    }
+}
+
+/// Ended jobs the loop keeps (policies do not read them; `Status` reads the
+/// job table).
+const FINISHED_KEPT_BY_THE_LOOP: usize = 1000;

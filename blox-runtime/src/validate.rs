@@ -1,0 +1,315 @@
+//! What every RPC request must satisfy before a handler looks at the
+//! cluster: required fields, ranges and size limits (documented in
+//! `blox.proto`). Each error is `INVALID_ARGUMENT` naming the field. The
+//! handlers call these first; [`check_rpc`] runs decoding and these checks
+//! on raw bytes, as the services would, for the fuzz targets and their
+//! regression tests.
+
+use crate::proto::*;
+use prost::Message;
+use std::collections::HashSet;
+use tonic::Status;
+
+/// The longest idempotency key and metric key accepted, bytes.
+pub const MAX_KEY_BYTES: usize = 128;
+/// The longest name (job, user, model, worker, GPU) and address, bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// The most arguments of a command, and their bytes in all.
+pub const MAX_ARGS: usize = 4096;
+pub const MAX_COMMAND_BYTES: usize = 128 * 1024;
+/// The most metrics a submission may carry.
+pub const MAX_METRICS: usize = 256;
+/// The most GPUs a worker may register, and launches it may report.
+pub const MAX_WORKER_GPUS: usize = 1024;
+pub const MAX_WORKER_LAUNCHES: usize = 100_000;
+/// The longest reason an exit report may give, bytes.
+pub const MAX_REASON_BYTES: usize = 4096;
+/// The most samples in one `PushMetrics` call.
+pub const MAX_BATCH_SAMPLES: usize = 10_000;
+/// The most job ids one `Status` call may name.
+pub const MAX_STATUS_IDS: usize = 1000;
+/// The longest path a launch may name, bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// The longest grace a revocation may give a job (a day), seconds.
+pub const MAX_GRACE_S: f64 = 86_400.0;
+
+fn invalid(msg: impl Into<String>) -> Status {
+    Status::invalid_argument(msg.into())
+}
+
+fn too_long(field: &str, len: usize, max: usize) -> Result<(), Status> {
+    if len > max {
+        return Err(invalid(format!("{field}: {len} bytes, at most {max}")));
+    }
+    Ok(())
+}
+
+/// An argv: at least a program, no NUL bytes, within the size limits.
+fn command(field: &str, argv: &[String]) -> Result<(), Status> {
+    if argv.len() > MAX_ARGS {
+        return Err(invalid(format!(
+            "{field}: {} arguments, at most {MAX_ARGS}",
+            argv.len()
+        )));
+    }
+    too_long(field, argv.iter().map(String::len).sum(), MAX_COMMAND_BYTES)?;
+    if argv.is_empty() || argv[0].trim().is_empty() {
+        return Err(invalid(format!(
+            "{field}: must name a program and its arguments (argv, no shell)"
+        )));
+    }
+    if let Some(i) = argv.iter().position(|a| a.contains('\0')) {
+        return Err(invalid(format!("{field}[{i}]: contains a NUL byte")));
+    }
+    Ok(())
+}
+
+/// A submission on its own (the cluster's size is the handler's check).
+pub fn submission(j: &JobSubmission) -> Result<(), Status> {
+    too_long("name", j.name.len(), MAX_NAME_BYTES)?;
+    too_long(
+        "user",
+        j.user.as_ref().map_or(0, String::len),
+        MAX_NAME_BYTES,
+    )?;
+    too_long(
+        "model",
+        j.model.as_ref().map_or(0, String::len),
+        MAX_NAME_BYTES,
+    )?;
+    too_long("idempotency_key", j.idempotency_key.len(), MAX_KEY_BYTES)?;
+    command("command", &j.command)?;
+    if j.metrics.len() > MAX_METRICS {
+        return Err(invalid(format!(
+            "metrics: {} entries, at most {MAX_METRICS}",
+            j.metrics.len()
+        )));
+    }
+    if let Some(k) = j.metrics.keys().find(|k| k.len() > MAX_KEY_BYTES) {
+        return Err(invalid(format!(
+            "metrics: a key of {} bytes, at most {MAX_KEY_BYTES}",
+            k.len()
+        )));
+    }
+    if let Some((k, _)) = j
+        .metrics
+        .iter()
+        .find(|(k, v)| k.is_empty() || !v.is_finite())
+    {
+        return Err(invalid(format!(
+            "metrics[{k:?}]: keys must be non-empty and values finite"
+        )));
+    }
+    if j.gpus == 0 {
+        return Err(invalid("gpus: must be at least 1"));
+    }
+    if j.batch_size == Some(0) {
+        return Err(invalid("batch_size: must be at least 1"));
+    }
+    if let Some(d) = j.duration_s {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(invalid("duration_s: must be a positive number of seconds"));
+        }
+    }
+    Ok(())
+}
+
+pub fn submit(r: &SubmitRequest) -> Result<&JobSubmission, Status> {
+    let j = r.job.as_ref().ok_or_else(|| invalid("job: missing"))?;
+    submission(j)?;
+    Ok(j)
+}
+
+pub fn status(r: &StatusRequest) -> Result<(), Status> {
+    if r.job_ids.contains(&0) {
+        return Err(invalid("job_ids: 0 is no job (job ids start at 1)"));
+    }
+    if r.job_ids.len() > MAX_STATUS_IDS {
+        return Err(invalid(format!(
+            "job_ids: {} ids, at most {MAX_STATUS_IDS}",
+            r.job_ids.len()
+        )));
+    }
+    if let Some(p) = r.phases.iter().find(|p| JobPhase::try_from(**p).is_err()) {
+        return Err(invalid(format!("phases: {p} is no JobPhase")));
+    }
+    Ok(())
+}
+
+pub fn cancel(r: &CancelRequest) -> Result<(), Status> {
+    if r.job_id == 0 {
+        return Err(invalid("job_id: required (job ids start at 1)"));
+    }
+    Ok(())
+}
+
+pub fn register(r: &RegisterRequest) -> Result<(), Status> {
+    if r.gpus.is_empty() {
+        return Err(invalid("gpus: a worker needs at least 1"));
+    }
+    if r.gpus.len() > MAX_WORKER_GPUS {
+        return Err(invalid(format!(
+            "gpus: {} devices, at most {MAX_WORKER_GPUS}",
+            r.gpus.len()
+        )));
+    }
+    too_long("name", r.name.len(), MAX_NAME_BYTES)?;
+    too_long("address", r.address.len(), MAX_NAME_BYTES)?;
+    for g in &r.gpus {
+        too_long("gpus[].name", g.name.len(), MAX_NAME_BYTES)?;
+        too_long("gpus[].uuid", g.uuid.len(), MAX_NAME_BYTES)?;
+        if !(g.memory_gb.is_finite() && g.memory_gb >= 0.0) {
+            return Err(invalid(format!(
+                "gpus[{}].memory_gb: must be a non-negative number",
+                g.index
+            )));
+        }
+    }
+    let mut seen = HashSet::new();
+    if let Some(g) = r.gpus.iter().find(|g| !seen.insert(g.index)) {
+        return Err(invalid(format!("gpus: index {} appears twice", g.index)));
+    }
+    if !(r.host_mem_gb.is_finite() && r.host_mem_gb >= 0.0) {
+        return Err(invalid("host_mem_gb: must be a non-negative number"));
+    }
+    if r.address.is_empty() {
+        return Err(invalid(
+            "address: the worker's own service address is required",
+        ));
+    }
+    Ok(())
+}
+
+pub fn heartbeat(r: &HeartbeatRequest) -> Result<(), Status> {
+    if r.running.len() > MAX_WORKER_LAUNCHES {
+        return Err(invalid(format!(
+            "running: {} launches, at most {MAX_WORKER_LAUNCHES}",
+            r.running.len()
+        )));
+    }
+    Ok(())
+}
+
+pub fn report_exit(r: &ExitReport) -> Result<(), Status> {
+    if r.launch.is_none() {
+        return Err(invalid("launch: missing"));
+    }
+    too_long("reason", r.reason.len(), MAX_REASON_BYTES)?;
+    if !(r.exited_s_ago >= 0.0 && r.exited_s_ago.is_finite()) {
+        return Err(invalid("exited_s_ago: must be a non-negative number"));
+    }
+    Ok(())
+}
+
+pub fn push_metrics(r: &MetricBatch) -> Result<(), Status> {
+    if r.samples.len() > MAX_BATCH_SAMPLES {
+        return Err(invalid(format!(
+            "samples: {} in one batch, at most {MAX_BATCH_SAMPLES}",
+            r.samples.len()
+        )));
+    }
+    for (i, s) in r.samples.iter().enumerate() {
+        if s.launch.is_none() || s.key.is_empty() {
+            return Err(invalid(format!("samples[{i}]: needs a launch and a key")));
+        }
+        if s.key.len() > MAX_KEY_BYTES {
+            return Err(invalid(format!(
+                "samples[{i}].key: {} bytes, at most {MAX_KEY_BYTES}",
+                s.key.len()
+            )));
+        }
+        if !s.value.is_finite() {
+            return Err(invalid(format!(
+                "samples[{i}].value: {} is not a finite number",
+                s.value
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A launch on its own (its GPUs against the worker's are the handler's).
+pub fn launch(r: &LaunchRequest) -> Result<LaunchRef, Status> {
+    let l = r.launch.ok_or_else(|| invalid("launch: missing"))?;
+    command("command", &r.command)?;
+    if r.gpus.is_empty() {
+        return Err(invalid("gpus: a launch needs at least 1"));
+    }
+    if r.gpus.len() > MAX_WORKER_GPUS {
+        return Err(invalid(format!(
+            "gpus: {} devices, at most {MAX_WORKER_GPUS}",
+            r.gpus.len()
+        )));
+    }
+    too_long("checkpoint_dir", r.checkpoint_dir.len(), MAX_PATH_BYTES)?;
+    too_long("coord_dir", r.coord_dir.len(), MAX_PATH_BYTES)?;
+    too_long("master_addr", r.master_addr.len(), MAX_NAME_BYTES)?;
+    too_long("worker_id", r.worker_id.len(), MAX_NAME_BYTES)?;
+    for (field, path) in [
+        ("checkpoint_dir", &r.checkpoint_dir),
+        ("coord_dir", &r.coord_dir),
+    ] {
+        if path.contains('\0') {
+            return Err(invalid(format!("{field}: contains a NUL byte")));
+        }
+    }
+    if r.batch_size == Some(0) {
+        return Err(invalid("batch_size: must be at least 1"));
+    }
+    Ok(l)
+}
+
+pub fn revoke(r: &RevokeRequest) -> Result<LaunchRef, Status> {
+    let l = r.launch.ok_or_else(|| invalid("launch: missing"))?;
+    if !(r.grace_s >= 0.0 && r.grace_s <= MAX_GRACE_S) {
+        return Err(invalid(format!(
+            "grace_s: must be between 0 and {MAX_GRACE_S} seconds"
+        )));
+    }
+    Ok(l)
+}
+
+pub fn reconfigure(r: &ReconfigureRequest) -> Result<LaunchRef, Status> {
+    let l = r.launch.ok_or_else(|| invalid("launch: missing"))?;
+    if r.batch_size == 0 {
+        return Err(invalid("batch_size: must be at least 1"));
+    }
+    Ok(l)
+}
+
+/// Decodes `bytes` as the services' codec does: a message that cannot be
+/// decoded is `INVALID_ARGUMENT` ([`crate::codec::StrictCodec`]).
+pub fn decode<M: Message + Default>(bytes: &[u8]) -> Result<M, Status> {
+    M::decode(bytes).map_err(|e| invalid(format!("the message cannot be decoded: {e}")))
+}
+
+/// The RPCs [`check_rpc`] knows, by number.
+pub const RPCS: [&str; 10] = [
+    "Submit",
+    "Status",
+    "Cancel",
+    "Register",
+    "Heartbeat",
+    "ReportExit",
+    "PushMetrics",
+    "Launch",
+    "Revoke",
+    "Reconfigure",
+];
+
+/// Decodes `bytes` as the request of RPC `which` (modulo [`RPCS`]) and
+/// checks it. Every error is `INVALID_ARGUMENT`; it never panics.
+pub fn check_rpc(which: u8, bytes: &[u8]) -> Result<(), Status> {
+    match which as usize % RPCS.len() {
+        0 => submit(&decode(bytes)?).map(|_| ()),
+        1 => status(&decode(bytes)?),
+        2 => cancel(&decode(bytes)?),
+        3 => register(&decode(bytes)?),
+        4 => heartbeat(&decode(bytes)?),
+        5 => report_exit(&decode(bytes)?),
+        6 => push_metrics(&decode(bytes)?),
+        7 => launch(&decode(bytes)?).map(|_| ()),
+        8 => revoke(&decode(bytes)?).map(|_| ()),
+        _ => reconfigure(&decode(bytes)?).map(|_| ()),
+    }
+}

@@ -1,0 +1,222 @@
+//! Bounded memory on a scheduler that runs for months: ended jobs are
+//! forgotten after their retention, metric floods are dropped and counted,
+//! and every worker request has size limits.
+
+mod common;
+
+use blox_runtime::ctl::Ctl;
+use blox_runtime::proto::*;
+use blox_runtime::store::Store;
+use common::*;
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+#[test]
+fn ended_jobs_past_their_retention_are_forgotten_from_memory_and_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.retention_jobs = 2;
+    let state = cfg.state.clone();
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let mut ctl = c.ctl();
+    let mut ids = Vec::new();
+    for k in 0..4 {
+        let mut j = job(&format!("j{k}"), 1, toy(0.2, &[]), None);
+        j.idempotency_key = format!("key-{k}");
+        ids.push(ctl.submit(j).unwrap());
+    }
+    // Compaction runs after each round: the first two to end go while the
+    // others run (so ask for every job, not by id).
+    let t = Instant::now();
+    let s = loop {
+        let s = ctl.status(&[]).unwrap();
+        let all_ended = s.jobs.iter().all(|j| j.status == "finished");
+        if s.compacted_jobs == 2 && all_ended {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(s.total_jobs, 2);
+    let kept: Vec<u64> = s.jobs.iter().map(|j| j.id).collect();
+    assert_eq!(kept.len(), 2);
+    // The oldest ended are the ones forgotten: NOT_FOUND now.
+    let gone: Vec<u64> = ids.iter().copied().filter(|i| !kept.contains(i)).collect();
+    let e = ctl.status(&[gone[0]]).unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    // A forgotten job's idempotency key is free again: a new job.
+    let gone_key = (0..4).find(|k| ids[*k] == gone[0]).unwrap();
+    let mut again = job("again", 1, toy(0.2, &[]), None);
+    again.idempotency_key = format!("key-{gone_key}");
+    let new_id = ctl.submit(again).unwrap();
+    assert!(new_id > *ids.iter().max().unwrap());
+    // It ends, and the oldest of the other two goes.
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[]).unwrap();
+        if s.compacted_jobs == 3 && s.jobs.iter().any(|j| j.id == new_id) {
+            assert_eq!(s.total_jobs, 2);
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(ctl);
+    c.sched.take().unwrap().shutdown().unwrap();
+    let (records, next) = Store::open(&state).unwrap().load().unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(next > new_id, "ids are never reused");
+}
+
+#[test]
+fn a_metric_flood_is_bounded_per_job_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("long", 1, toy(20.0, &[]), None)).unwrap();
+    let t = Instant::now();
+    while ctl.status(&[id]).unwrap().jobs[0].status != "running" {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let worker = c.workers[0].worker_id().unwrap();
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
+    let batch = |job_id: u64, n: usize, key: &dyn Fn(usize) -> String| MetricBatch {
+        worker_id: worker.clone(),
+        samples: (0..n)
+            .map(|i| MetricSample {
+                launch: Some(LaunchRef { job_id, launch: 1 }),
+                key: key(i),
+                value: i as f64,
+            })
+            .collect(),
+    };
+    // Too many in one call.
+    let e = rt
+        .block_on(client.push_metrics(batch(id, 10_001, &|_| "x".into())))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("at most 10000"), "{}", e.message());
+    let e = rt
+        .block_on(client.push_metrics(batch(id, 1, &|_| "k".repeat(129))))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("samples[0].key"), "{}", e.message());
+    // 50 × 10,000 samples of the running job, and of a launch that does not
+    // run here: at most 1024 of the job's are kept between two rounds.
+    for _ in 0..50 {
+        rt.block_on(client.push_metrics(batch(id, 10_000, &|i| format!("k{}", i % 8))))
+            .unwrap();
+    }
+    rt.block_on(client.push_metrics(batch(id + 100, 10_000, &|_| "x".into())))
+        .unwrap();
+    let s = ctl.status(&[id]).unwrap();
+    let pushed = 510_000u64;
+    assert!(
+        s.metrics_dropped >= pushed - 1024 * (s.rounds + 2),
+        "dropped {} of {pushed} in {} rounds",
+        s.metrics_dropped,
+        s.rounds
+    );
+    // Distinct keys per job are bounded too: 300 new keys, at most 256 kept.
+    rt.block_on(client.push_metrics(batch(id, 300, &|i| format!("new{i}"))))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = ctl.status(&[id]).unwrap().metrics_dropped;
+    assert!(after >= s.metrics_dropped + 300 - 256, "{after}");
+    // The scheduler still serves and the job finishes.
+    let r = c.wait_all(&[id], Duration::from_secs(60));
+    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
+}
+
+#[test]
+fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
+    let gpu = |i: u32| GpuDevice {
+        index: i,
+        name: "g".into(),
+        ..Default::default()
+    };
+    let cases: Vec<(RegisterRequest, &str)> = vec![
+        (
+            RegisterRequest {
+                name: "n".repeat(300),
+                address: "127.0.0.1:1".into(),
+                gpus: vec![gpu(0)],
+                ..Default::default()
+            },
+            "name: 300 bytes",
+        ),
+        (
+            RegisterRequest {
+                address: "127.0.0.1:1".into(),
+                gpus: (0..2000).map(gpu).collect(),
+                ..Default::default()
+            },
+            "gpus: 2000 devices",
+        ),
+        (
+            RegisterRequest {
+                address: "127.0.0.1:1".into(),
+                gpus: vec![GpuDevice {
+                    memory_gb: f64::NAN,
+                    ..gpu(0)
+                }],
+                ..Default::default()
+            },
+            "memory_gb",
+        ),
+        (
+            RegisterRequest {
+                address: "127.0.0.1:1".into(),
+                gpus: vec![gpu(0)],
+                host_mem_gb: -1.0,
+                ..Default::default()
+            },
+            "host_mem_gb",
+        ),
+    ];
+    for (req, text) in cases {
+        let e = rt.block_on(client.register(req)).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+        assert!(
+            e.message().contains(text),
+            "{} should say {text}",
+            e.message()
+        );
+    }
+    let worker = c.workers[0].worker_id().unwrap();
+    let e = rt
+        .block_on(client.heartbeat(HeartbeatRequest {
+            worker_id: worker.clone(),
+            running: vec![LaunchRef::default(); 100_001],
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("running: 100001"), "{}", e.message());
+    let e = rt
+        .block_on(client.report_exit(ExitReport {
+            worker_id: worker,
+            launch: Some(LaunchRef {
+                job_id: 1,
+                launch: 1,
+            }),
+            reason: "r".repeat(5000),
+            ..Default::default()
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("reason: 5000 bytes"),
+        "{}",
+        e.message()
+    );
+    // Nothing changed: one worker, alive.
+    let mut ctl = c.ctl();
+    let s = ctl.status(&[]).unwrap();
+    assert_eq!(s.workers.len(), 1);
+}
