@@ -122,20 +122,35 @@ impl JobEnv {
                 message: e.to_string(),
             })
         };
+        // Ranks, world sizes and batch sizes are 32-bit: a larger value is
+        // an error, never cut down.
+        let num32 = |name: &'static str, v: String| {
+            v.trim().parse::<u32>().map_err(|e| ClientError::Bad {
+                name,
+                value: v.clone(),
+                message: e.to_string(),
+            })
+        };
         let job_id = num(env::JOB_ID, need(env::JOB_ID)?)?;
         let rank = get(env::RANK)
-            .map(|v| num(env::RANK, v))
+            .map(|v| num32(env::RANK, v))
             .transpose()?
-            .unwrap_or(0) as u32;
+            .unwrap_or(0);
         let world_size = get(env::WORLD_SIZE)
-            .map(|v| num(env::WORLD_SIZE, v))
+            .map(|v| num32(env::WORLD_SIZE, v))
             .transpose()?
-            .unwrap_or(1) as u32;
+            .unwrap_or(1);
+        if world_size == 0 || rank >= world_size {
+            return Err(ClientError::Bad {
+                name: env::RANK,
+                value: rank.to_string(),
+                message: format!("must be below {} = {world_size}", env::WORLD_SIZE),
+            });
+        }
         let batch_size = get(env::BATCH_SIZE)
             .filter(|v| !v.is_empty())
-            .map(|v| num(env::BATCH_SIZE, v))
-            .transpose()?
-            .map(|b| b as u32);
+            .map(|v| num32(env::BATCH_SIZE, v))
+            .transpose()?;
         Ok(JobEnv {
             job_id,
             rank,
@@ -503,6 +518,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("BLOX_JOB_ID = `x`"), "{err}");
+        // 32-bit values are not cut down, and a rank lies inside the world.
+        let with = |k: &'static str, v: &str| {
+            let d = d.path().display().to_string();
+            let v = v.to_string();
+            JobEnv::from_lookup(move |name| match name {
+                n if n == k => Some(v.clone()),
+                env::JOB_ID => Some("1".into()),
+                env::CHECKPOINT_DIR | env::CONTROL_DIR => Some(d.clone()),
+                _ => None,
+            })
+        };
+        for (k, v) in [
+            (env::RANK, "4294967297"),
+            (env::WORLD_SIZE, "4294967296"),
+            (env::BATCH_SIZE, "4294967296"),
+            (env::RANK, "3"),
+            (env::WORLD_SIZE, "0"),
+        ] {
+            let err = with(k, v).unwrap_err().to_string();
+            assert!(err.contains("BLOX_"), "{k}={v}: {err}");
+        }
+        assert_eq!(with(env::BATCH_SIZE, "64").unwrap().batch_size, Some(64));
     }
 
     #[test]

@@ -181,6 +181,7 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
 }
 
 pub fn heartbeat(r: &HeartbeatRequest) -> Result<(), Status> {
+    too_long("checkpoint_probe", r.checkpoint_probe.len(), MAX_NAME_BYTES)?;
     if r.running.len() > MAX_WORKER_LAUNCHES {
         return Err(invalid(format!(
             "running: {} launches, at most {MAX_WORKER_LAUNCHES}",

@@ -473,6 +473,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
 async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
     let mut period = Duration::from_secs(1);
     let mut lease: Option<(Duration, Duration)> = None;
+    let mut probe_path: Option<PathBuf> = None;
     let mut warned = false;
     loop {
         let id = sh.lock().worker_id.clone();
@@ -510,6 +511,8 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                             }
                             _ => None,
                         };
+                        probe_path = (!r.checkpoint_probe_path.is_empty())
+                            .then(|| PathBuf::from(&r.checkpoint_probe_path));
                         let mut st = sh.lock();
                         st.worker_id = Some(r.worker_id);
                         st.lease_until = lease.map(|(l, _)| sent + l);
@@ -531,12 +534,18 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             }
             Some(id) => {
                 let running = sh.lock().running();
+                // Read on every beat: an operator may mount it meanwhile.
+                let checkpoint_probe = probe_path
+                    .as_deref()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .unwrap_or_default();
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
                     call_timeout,
                     client.heartbeat(HeartbeatRequest {
                         worker_id: id.clone(),
                         running,
+                        checkpoint_probe,
                     }),
                 )
                 .await
@@ -571,6 +580,14 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         st.exits.clear();
                         st.metrics.clear();
                         continue;
+                    }
+                    Err(e) if e.code() == Code::FailedPrecondition => {
+                        // Not taken into the cluster; beating still renews
+                        // nothing, so it runs no job meanwhile.
+                        if !warned {
+                            tracing::error!("{}", e.message());
+                            warned = true;
+                        }
                     }
                     Err(e) => {
                         if !warned {

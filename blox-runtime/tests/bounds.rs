@@ -194,6 +194,7 @@ fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
         .block_on(client.heartbeat(HeartbeatRequest {
             worker_id: worker.clone(),
             running: vec![LaunchRef::default(); 100_001],
+            ..Default::default()
         }))
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);

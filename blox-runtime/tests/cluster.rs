@@ -273,7 +273,7 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     let e = rt
         .block_on(client.heartbeat(HeartbeatRequest {
             worker_id: "nobody".into(),
-            running: vec![],
+            ..Default::default()
         }))
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{}", e.message());

@@ -171,3 +171,58 @@ fn a_restored_job_resumes_from_its_checkpoint_even_if_the_table_missed_its_launc
     let err = std::fs::read_to_string(dir.path().join("w0/jobs/1/launch-1/stderr")).unwrap();
     assert!(err.contains("resumed at iteration 40"), "{err}");
 }
+
+/// A node that does not mount the shared checkpoint storage would resume
+/// jobs from nothing: it stays out of the cluster until it reads back the
+/// scheduler's probe file.
+#[test]
+fn a_worker_that_cannot_see_the_shared_checkpoints_stays_out_of_the_cluster() {
+    use blox_runtime::ctl::Ctl;
+    use blox_runtime::proto::*;
+    use tonic::Code;
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
+    let reg = rt
+        .block_on(
+            client.register(RegisterRequest {
+                name: "no-mount".into(),
+                address: "127.0.0.1:1".into(),
+                gpus: (0..2)
+                    .map(|i| GpuDevice {
+                        index: i,
+                        name: "g".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+        )
+        .unwrap()
+        .into_inner();
+    assert!(!reg.checkpoint_probe_path.is_empty());
+    let beat = |probe: String| HeartbeatRequest {
+        worker_id: reg.worker_id.clone(),
+        checkpoint_probe: probe,
+        ..Default::default()
+    };
+    let e = rt
+        .block_on(client.heartbeat(beat(String::new())))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("checkpoint_probe"), "{}", e.message());
+    let e = rt
+        .block_on(client.heartbeat(beat("another-mount".into())))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    // Its GPUs do not count: the cluster has the real worker's 2.
+    let mut ctl = c.ctl();
+    let e = ctl.submit(job("wide", 3, toy(0.5, &[]), None)).unwrap_err();
+    assert!(e.to_string().contains("cluster has 2 GPUs"), "{e}");
+    // Once it reads the probe, it joins.
+    let probe = std::fs::read_to_string(&reg.checkpoint_probe_path).unwrap();
+    let (rt, client) = wctl.parts();
+    rt.block_on(client.heartbeat(beat(probe))).unwrap();
+    assert!(ctl.submit(job("wide", 3, toy(0.5, &[]), None)).is_ok());
+}

@@ -255,7 +255,7 @@ impl ClusterManager for ClusterBackend {
                         events.push(ClusterEvent::NodeRemoved(n));
                         lost.push(id.clone());
                     }
-                } else if w.alive && w.node.is_none() {
+                } else if w.alive && w.verified && w.node.is_none() {
                     let node = NodeId(self.nodes.len() as u32);
                     w.node = Some(node);
                     self.nodes.push(id.clone());

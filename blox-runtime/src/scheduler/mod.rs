@@ -68,6 +68,9 @@ struct WorkerEntry {
     host_mem_gb: f64,
     last_seen: Instant,
     alive: bool,
+    /// It showed it sees the shared checkpoint storage (or there is none):
+    /// only then does it join the cluster.
+    verified: bool,
     /// When it was declared gone; shown by `Status` for an hour, then
     /// forgotten (each restart of a worker registers a new one).
     dead_since: Option<Instant>,
@@ -121,6 +124,32 @@ type SharedHub = Arc<Mutex<Hub>>;
 
 fn lock(h: &SharedHub) -> MutexGuard<'_, Hub> {
     h.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes `checkpoint_dir/.blox-probe` with a token of this scheduler run
+/// (atomically): a worker proves it mounts the shared checkpoint storage by
+/// reading it back. Returns (path, token); `None` without a checkpoint_dir.
+fn write_checkpoint_probe(cfg: &RuntimeConfig) -> Result<Option<(String, String)>, SchedulerError> {
+    let Some(dir) = &cfg.checkpoint_dir else {
+        return Ok(None);
+    };
+    let fail = |e: std::io::Error| {
+        SchedulerError::Runtime(format!("[runtime] checkpoint_dir {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let token = format!(
+        "blox-{}-{}",
+        std::process::id(),
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let path = dir.join(".blox-probe");
+    let tmp = dir.join(format!(".blox-probe.{}", std::process::id()));
+    std::fs::write(&tmp, &token)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(fail)?;
+    Ok(Some((path.display().to_string(), token)))
 }
 
 /// A running scheduler: its address, and a way to stop it.
@@ -201,6 +230,7 @@ pub fn start_with_selector(
         tracing::warn!("[runtime] worker_token_file is unset: workers use the users' token, so any user can register a worker and be handed jobs");
     }
     let startup = cfg.startup;
+    let probe = write_checkpoint_probe(&cfg)?;
     let store = Arc::new(Store::open(&cfg.state)?);
     let (records, next_job_id) = store.load()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -266,6 +296,7 @@ pub fn start_with_selector(
         store: store.clone(),
         start,
         cfg: cfg.clone(),
+        probe,
         users: security.check(),
         workers: worker_security.check(),
         security: worker_security,

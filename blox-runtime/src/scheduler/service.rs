@@ -67,6 +67,8 @@ pub(super) struct Service {
     pub(super) store: Arc<Store>,
     pub(super) start: Instant,
     pub(super) cfg: RuntimeConfig,
+    /// The shared checkpoint storage's probe file and its content.
+    pub(super) probe: Option<(String, String)>,
     /// How the scheduler reaches workers (the workers' token).
     pub(super) security: Security,
     /// The users' credential (`Submit`, `Status`, `Cancel`) and the
@@ -124,11 +126,12 @@ impl Scheduler for Service {
                     };
                 }
             }
-            let alive = h.workers.values().filter(|w| w.alive).count();
+            // Workers in the cluster (alive, and seeing the checkpoints).
+            let alive = h.workers.values().filter(|w| w.alive && w.verified).count();
             let gpus: u32 = h
                 .workers
                 .values()
-                .filter(|w| w.alive)
+                .filter(|w| w.alive && w.verified)
                 .map(|w| w.gpus.len() as u32)
                 .sum();
             check_submission(&j, gpus, alive)?;
@@ -305,6 +308,7 @@ impl Scheduler for Service {
                 host_mem_gb: r.host_mem_gb,
                 last_seen: Instant::now(),
                 alive: true,
+                verified: self.probe.is_none(),
                 dead_since: None,
                 node: None,
                 client,
@@ -317,6 +321,7 @@ impl Scheduler for Service {
             heartbeat_s: self.cfg.heartbeat_s,
             lease_s: self.cfg.worker_timeout_s * LEASE_FRACTION,
             fence_grace_s: self.cfg.worker_timeout_s * FENCE_GRACE_FRACTION,
+            checkpoint_probe_path: self.probe.as_ref().map_or(String::new(), |p| p.0.clone()),
         }))
     }
 
@@ -328,7 +333,18 @@ impl Scheduler for Service {
         let r = req.into_inner();
         validate::heartbeat(&r)?;
         let mut h = lock(&self.hub);
-        worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
+        let w = worker_known(&mut h, &r.worker_id)?;
+        w.last_seen = Instant::now();
+        if !w.verified {
+            let (path, token) = self.probe.as_ref().expect("unverified only with a probe");
+            if r.checkpoint_probe != *token {
+                return Err(Status::failed_precondition(format!(
+                    "checkpoint_probe: this node does not see the shared checkpoint storage ({path} is missing or differs from the scheduler's); mount [runtime] checkpoint_dir at the same path on this node. The worker stays out of the cluster until it does"
+                )));
+            }
+            w.verified = true;
+            tracing::info!(worker = %r.worker_id, "the worker sees the shared checkpoint storage");
+        }
         // Launches in doubt on this worker that it no longer runs: settled.
         let runs: HashSet<(u64, u32)> = r.running.iter().map(|l| (l.job_id, l.launch)).collect();
         h.in_doubt.retain(|job, parts| {
