@@ -302,7 +302,13 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
             w.address,
             w.gpus.len(),
             w.gpus.first().map_or("", |g| g.name.as_str()),
-            if w.alive { "alive" } else { "gone" },
+            if w.alive {
+                "alive"
+            } else if !w.problem.is_empty() {
+                w.problem.as_str()
+            } else {
+                "gone"
+            },
             w.last_heartbeat_s_ago
         );
     }

@@ -517,6 +517,9 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         st.worker_id = Some(r.worker_id);
                         st.lease_until = lease.map(|(l, _)| sent + l);
                         warned = false;
+                        // Beat at once: the first heartbeat carries the
+                        // checkpoint probe that lets this worker in.
+                        continue;
                     }
                     Err(e) => {
                         if !warned {

@@ -61,8 +61,13 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
             id: id.clone(),
             address: w.address.clone(),
             gpus: w.gpus.clone(),
-            alive: w.alive,
+            alive: w.alive && w.verified,
             last_heartbeat_s_ago: w.last_seen.elapsed().as_secs_f64(),
+            problem: if w.alive && !w.verified {
+                "not in the cluster: it has not shown it sees the shared checkpoint storage (checkpoint_probe)".into()
+            } else {
+                String::new()
+            },
         })
         .collect();
     Ok(StatusReply {
