@@ -4,30 +4,16 @@
 //! and restarted on its job table; every job finishes and none is lost.
 //! Every process started here is killed when the test ends, pass or fail.
 
+mod common;
+
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::Security;
 use blox_runtime::proto::JobInfo;
+use common::*;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const BLOX: &str = env!("CARGO_BIN_EXE_blox");
-
-/// The example job, built next to `blox` (by `cargo test --workspace`, or here).
-fn toy_job() -> PathBuf {
-    let p = Path::new(BLOX).with_file_name("blox-toy-job");
-    if !p.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-p", "blox-runtime", "--bin", "blox-toy-job"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building blox-toy-job failed");
-    }
-    p
-}
 
 /// Children killed (SIGKILL) and reaped on drop.
 #[derive(Default)]

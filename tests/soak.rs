@@ -6,25 +6,10 @@
 //! Its own test binary: it loads the machine, and the timing tests in the
 //! other binaries do not run beside it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::*;
 use std::process::Command;
-
-const BLOX: &str = env!("CARGO_BIN_EXE_blox");
-
-/// The toy job, built next to `blox` (by `cargo test --workspace`, or here).
-fn toy_job() -> PathBuf {
-    let p = Path::new(BLOX).with_file_name("blox-toy-job");
-    if !p.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-p", "blox-runtime", "--bin", "blox-toy-job"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building blox-toy-job failed");
-    }
-    p
-}
 
 #[test]
 fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {

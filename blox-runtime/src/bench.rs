@@ -350,7 +350,8 @@ async fn wait_status(
     }
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+/// The `p` quantile (0–1) of `v`, nearest rank (sorts `v`); NaN if empty.
+pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

@@ -537,7 +537,8 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             }
             Some(id) => {
                 let running = sh.lock().running();
-                // Read on every beat: an operator may mount it meanwhile.
+                // Read on every beat until accepted: an operator may mount
+                // the storage meanwhile.
                 let checkpoint_probe = probe_path
                     .as_deref()
                     .and_then(|p| std::fs::read_to_string(p).ok())
@@ -558,6 +559,9 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         if let Some((l, _)) = lease {
                             sh.lock().lease_until = Some(sent + l);
                         }
+                        // The scheduler checks the probe until it once
+                        // matches; a new registration names it again.
+                        probe_path = None;
                         for l in r.into_inner().stop {
                             stop_launch(&sh, l).await;
                         }

@@ -18,8 +18,39 @@ fn free_port() -> SocketAddr {
         .unwrap()
 }
 
+/// The two proxies a worker's traffic goes through, one each way.
+struct Link(CutProxy, CutProxy);
+
+impl Link {
+    /// Cuts both ways for `d`, then restores.
+    fn cut_for(&self, d: Duration) {
+        self.0.cut();
+        self.1.cut();
+        std::thread::sleep(d);
+        self.0.restore();
+        self.1.restore();
+    }
+}
+
+/// A toy job of `secs` seconds that checkpoints every 5 iterations and
+/// writes its launches to `journal`.
+fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
+    let j = journal.display().to_string();
+    toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
+}
+
+/// The journal shows no two launches at once and no launch resuming from
+/// an older checkpoint than was written before it.
+fn assert_no_overlap_or_regression(journal: &Path) -> journal::JournalReport {
+    let seen = journal::check(journal).unwrap();
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert!(seen.bad_lines.is_empty(), "{seen:?}");
+    seen
+}
+
 /// Adds a worker whose traffic both ways goes through two cuttable proxies.
-fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> (CutProxy, CutProxy) {
+fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
     let sched = c.sched.as_ref().unwrap().address;
     let listen = free_port();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -40,7 +71,7 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> (CutProxy, Cu
     };
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
     c.workers.push(w);
-    (up, down)
+    Link(up, down)
 }
 
 /// Waits until job `id` runs and has made some progress.
@@ -62,35 +93,25 @@ fn a_worker_cut_off_longer_than_its_timeout_fences_its_job_before_it_runs_elsewh
     let dir = tempfile::tempdir().unwrap();
     let cfg = runtime_config(dir.path());
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
-    let (up, down) = add_cuttable_worker(&mut c, dir.path(), "cut");
+    let link = add_cuttable_worker(&mut c, dir.path(), "cut");
     c.wait_for_gpus(2);
     let journal_file = dir.path().join("journal");
-    let j = journal_file.display().to_string();
-    let args = ["--checkpoint-every", "5", "--journal", j.as_str()];
     let mut ctl = c.ctl();
     // Long enough to still run when the scheduler relaunches it.
-    let id = ctl
-        .submit(job("cut-off", 2, toy(15.0, &args), None))
-        .unwrap();
+    let command = journaled_toy(15.0, &journal_file);
+    let id = ctl.submit(job("cut-off", 2, command, None)).unwrap();
     wait_running(&c, id);
     // Where the job goes next.
     c.add_worker(dir.path(), "w1");
     c.wait_for_gpus(4);
-    up.cut();
-    down.cut();
     // Past the lease and its grace (1.5 + 0.9 s) and the scheduler's
     // worker timeout (3 s): the job is relaunched on w1 meanwhile.
-    std::thread::sleep(Duration::from_secs(6));
-    up.restore();
-    down.restore();
+    link.cut_for(Duration::from_secs(6));
     let r = c.wait_all(&[id], Duration::from_secs(60));
     assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
     assert!(r[&id].launches >= 2, "{:?}", r[&id]);
-    let seen = journal::check(&journal_file).unwrap();
+    let seen = assert_no_overlap_or_regression(&journal_file);
     assert!(seen.launches >= 2, "{seen:?}");
-    assert!(seen.overlaps.is_empty(), "{seen:?}");
-    assert!(seen.regressions.is_empty(), "{seen:?}");
-    assert!(seen.bad_lines.is_empty(), "{seen:?}");
     // The cut-off worker comes back as a new worker.
     let t = Instant::now();
     loop {
@@ -111,26 +132,19 @@ fn a_cut_shorter_than_the_timeout_but_past_the_lease_requeues_without_blame() {
     cfg.max_retries = 0;
     cfg.worker_timeout_s = 4.0;
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
-    let (up, down) = add_cuttable_worker(&mut c, dir.path(), "cut");
+    let link = add_cuttable_worker(&mut c, dir.path(), "cut");
     c.wait_for_gpus(2);
     let journal_file = dir.path().join("journal");
-    let j = journal_file.display().to_string();
-    let args = ["--checkpoint-every", "5", "--journal", j.as_str()];
     let mut ctl = c.ctl();
-    let id = ctl.submit(job("fenced", 2, toy(5.0, &args), None)).unwrap();
+    let command = journaled_toy(5.0, &journal_file);
+    let id = ctl.submit(job("fenced", 2, command, None)).unwrap();
     wait_running(&c, id);
-    up.cut();
-    down.cut();
     // Past the lease (2 s), short of the timeout (4 s).
-    std::thread::sleep(Duration::from_millis(2600));
-    up.restore();
-    down.restore();
+    link.cut_for(Duration::from_millis(2600));
     let r = c.wait_all(&[id], Duration::from_secs(60));
     assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
     assert!(r[&id].launches >= 2, "{:?}", r[&id]);
-    let seen = journal::check(&journal_file).unwrap();
-    assert!(seen.overlaps.is_empty(), "{seen:?}");
-    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert_no_overlap_or_regression(&journal_file);
 }
 
 /// A job the job table shows as never launched may have been launched after

@@ -36,9 +36,28 @@ pub(super) struct Live {
 pub struct RoundStats {
     pub busy_s: Vec<f64>,
     pub publish_s: Vec<f64>,
+    /// Median and 99th percentile of `busy_s + publish_s` (`Status`),
+    /// refreshed after each round by [`RoundStats::refresh`].
+    pub round_p50_s: f64,
+    pub round_p99_s: f64,
 }
 
 impl RoundStats {
+    /// Recomputes the round quantiles from the rounds kept.
+    pub(super) fn refresh(&mut self) {
+        let mut v: Vec<f64> = self
+            .busy_s
+            .iter()
+            .zip(&self.publish_s)
+            .map(|(b, p)| b + p)
+            .collect();
+        if v.is_empty() {
+            return;
+        }
+        self.round_p50_s = crate::bench::pct(&mut v, 0.5);
+        self.round_p99_s = crate::bench::pct(&mut v, 0.99);
+    }
+
     pub(super) fn push(v: &mut Vec<f64>, x: f64) {
         if v.len() >= 10_000 {
             v.remove(0);

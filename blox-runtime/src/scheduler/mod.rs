@@ -362,6 +362,7 @@ pub fn start_with_selector(
                     backend.compact(&mut lp)?;
                     let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
                     RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
+                    s.refresh();
                 }
                 Ok(())
             })();

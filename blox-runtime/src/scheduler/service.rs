@@ -24,14 +24,14 @@ fn rec_of(h: &Hub, id: u64) -> JobRecord {
 /// The most samples of one job kept between two rounds (the oldest go).
 const MAX_JOB_SAMPLES_PER_ROUND: usize = 1024;
 
-/// Checks a submission against the cluster as it is; the error names the
-/// field ([`validate::submission`] has checked it on its own).
+/// Checks a submission against the cluster as it is (the handler has
+/// checked it on its own with [`validate::submit`]); the error names the
+/// field.
 pub(super) fn check_submission(
     j: &JobSubmission,
     cluster_gpus: u32,
     workers: usize,
 ) -> Result<(), Status> {
-    validate::submission(j)?;
     if workers == 0 {
         return Err(Status::failed_precondition(
             "no worker has registered yet: the cluster has no GPUs",
@@ -185,21 +185,10 @@ impl Scheduler for Service {
         self.users.verify(req.metadata(), USER)?;
         let r = req.into_inner();
         validate::status(&r)?;
+        // Computed by the round thread, not here: Status is called often.
         let (p50, p99) = {
             let s = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-            let mut v: Vec<f64> = s
-                .busy_s
-                .iter()
-                .zip(&s.publish_s)
-                .map(|(b, p)| b + p)
-                .collect();
-            v.sort_by(f64::total_cmp);
-            let q = |f: f64| {
-                v.get(((v.len() as f64 - 1.0) * f).round() as usize)
-                    .copied()
-                    .unwrap_or(0.0)
-            };
-            (q(0.5), q(0.99))
+            (s.round_p50_s, s.round_p99_s)
         };
         let h = lock(&self.hub);
         let mut reply = super::status::reply(&h, &r)?;

@@ -408,14 +408,10 @@ worker_timeout_s = 4
             },
         }
     }
-    latencies.sort_by(f64::total_cmp);
-    let q = |v: &[f64], f: f64| {
-        v.get(((v.len() as f64 - 1.0) * f).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
-    report.submit_p50_s = q(&latencies, 0.5);
-    report.submit_p99_s = q(&latencies, 0.99);
+    if !latencies.is_empty() {
+        report.submit_p50_s = crate::bench::pct(&mut latencies, 0.5);
+        report.submit_p99_s = crate::bench::pct(&mut latencies, 0.99);
+    }
     for (job, a, b) in seen.overlaps.iter().take(5) {
         progress(format!(
             "soak: job {job}: generation {a} still ran when {b} started"
