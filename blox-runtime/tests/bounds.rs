@@ -221,3 +221,29 @@ fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
     let s = ctl.status(&[]).unwrap();
     assert_eq!(s.workers.len(), 1);
 }
+
+#[test]
+fn a_request_over_the_transport_limit_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut ctl = c.ctl();
+    // A 5 MB name: gRPC's 4 MiB limit refuses the message before any field
+    // is read (OUT_OF_RANGE, saying the size and the limit).
+    let e = ctl
+        .submit(job(&"n".repeat(5 << 20), 1, toy(0.2, &[]), None))
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::OutOfRange), "{e}");
+    assert!(e.to_string().contains("4194304"), "{e}");
+    // Under the transport limit but over the field's: the field is named.
+    let e = ctl
+        .submit(job(&"n".repeat(1 << 20), 1, toy(0.2, &[]), None))
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(e.to_string().contains("name: 1048576 bytes"), "{e}");
+    // Nothing was accepted; the scheduler still serves.
+    let s = ctl.status(&[]).unwrap();
+    assert_eq!(s.total_jobs, 0);
+    let id = ctl.submit(job("ok", 1, toy(0.2, &[]), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(60));
+    assert_eq!(r[&id].status, "finished");
+}
