@@ -37,7 +37,7 @@ pub struct RoundStats {
     pub busy_s: Vec<f64>,
     pub publish_s: Vec<f64>,
     /// Median and 99th percentile of `busy_s + publish_s` (`Status`),
-    /// refreshed after each round by [`RoundStats::refresh`].
+    /// refreshed after each round.
     pub round_p50_s: f64,
     pub round_p99_s: f64,
 }
