@@ -320,6 +320,9 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         ids.len(),
         "the job table kept every job: {after:?}"
     );
+    // Until a worker has registered again the restarted scheduler has no
+    // GPUs and refuses submissions (FAILED_PRECONDITION).
+    wait_for_workers(&addr, &sec, 1);
     ids.push(submit("after-restart", 1, 1.0));
 
     let mut last = Vec::new();
