@@ -251,6 +251,17 @@ pub struct BackendError(pub String);
 pub enum ClusterEvent {
     NodeAdded(crate::cluster::NodeSpec),
     NodeRemoved(crate::ids::NodeId),
+    /// A job found already running on `gpus` (free GPUs of nodes already
+    /// added), e.g. by a restarted scheduler whose workers kept their jobs:
+    /// it joins the loop as admitted and running, without a launch. It must
+    /// not be known to the loop yet.
+    JobAdopted {
+        spec: crate::job::JobSpec,
+        gpus: Vec<crate::ids::GpuId>,
+        batch_size: Option<u32>,
+        /// It is past its start-up (its first iteration was reported).
+        past_startup: bool,
+    },
 }
 
 /// Cluster management: nodes joining, failing or leaving (step 1).

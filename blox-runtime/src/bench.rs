@@ -196,6 +196,7 @@ async fn register(
                     .collect(),
                 cpus: 32,
                 host_mem_gb: 244.0,
+                running: Vec::new(),
             })
             .await
             .map_err(|e| e.message().to_string())?;

@@ -177,6 +177,79 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
             "address: the worker's own service address is required",
         ));
     }
+    running_launches(&r.running, r.gpus.len())
+}
+
+/// The launches a worker registering again reports: each on GPUs of its
+/// own (none in two), its ranks inside its world, one launch per job.
+fn running_launches(running: &[RunningLaunch], gpus: usize) -> Result<(), Status> {
+    if running.len() > gpus.min(MAX_WORKER_GPUS) {
+        return Err(invalid(format!(
+            "running: {} launches on {gpus} GPUs (each holds at least one)",
+            running.len()
+        )));
+    }
+    let mut jobs = HashSet::new();
+    let mut held = HashSet::new();
+    for (i, l) in running.iter().enumerate() {
+        let field = |f: &str| format!("running[{i}].{f}");
+        let Some(lr) = l.launch.filter(|lr| lr.job_id > 0 && lr.launch > 0) else {
+            return Err(invalid(format!(
+                "{}: missing, or job 0 / launch 0",
+                field("launch")
+            )));
+        };
+        if !jobs.insert(lr.job_id) {
+            return Err(invalid(format!(
+                "{}: job {} appears twice",
+                field("launch"),
+                lr.job_id
+            )));
+        }
+        if l.gpus.is_empty() {
+            return Err(invalid(format!(
+                "{}: a launch holds at least 1",
+                field("gpus")
+            )));
+        }
+        if let Some(g) = l.gpus.iter().find(|g| **g as usize >= gpus) {
+            return Err(invalid(format!(
+                "{}: this worker has {gpus} GPUs; there is no GPU {g}",
+                field("gpus")
+            )));
+        }
+        if let Some(g) = l.gpus.iter().find(|g| !held.insert(**g)) {
+            return Err(invalid(format!("{}: GPU {g} is held twice", field("gpus"))));
+        }
+        let end = l.first_rank.checked_add(l.ranks);
+        if l.ranks == 0 || end.is_none_or(|e| e > l.world_size) {
+            return Err(invalid(format!(
+                "{}: ranks {} + {} do not fit a world of {}",
+                field("first_rank"),
+                l.first_rank,
+                l.ranks,
+                l.world_size
+            )));
+        }
+        if l.batch_size == Some(0) {
+            return Err(invalid(format!(
+                "{}: must be at least 1",
+                field("batch_size")
+            )));
+        }
+        if !(l.running_s.is_finite() && l.running_s >= 0.0) {
+            return Err(invalid(format!(
+                "{}: must be a non-negative number",
+                field("running_s")
+            )));
+        }
+        if l.startup_s.is_some_and(|s| !(s.is_finite() && s >= 0.0)) {
+            return Err(invalid(format!(
+                "{}: must be a non-negative number",
+                field("startup_s")
+            )));
+        }
+    }
     Ok(())
 }
 

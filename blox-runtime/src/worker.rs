@@ -6,9 +6,11 @@
 //! reports every exit with its status.
 //!
 //! If the scheduler forgets the worker (it restarted, or declared the worker
-//! dead after missed heartbeats), the worker revokes all its jobs — they
-//! checkpoint and exit; the scheduler requeues them from its persistent job
-//! table — and registers again.
+//! dead after missed heartbeats), the worker registers again and reports
+//! what it still runs: a restarted scheduler adopts those launches (they run
+//! on, no checkpoint and restore) or revokes the ones it cannot adopt
+//! before it uses their GPUs. Meanwhile the lease still holds: a worker that
+//! cannot register again in time fences its jobs.
 
 use crate::net::{NetError, SchedulerClient, Security};
 use crate::process::{LaunchSpec, Running};
@@ -125,6 +127,34 @@ struct Launch {
     launch: u32,
     gpus: Vec<u32>,
     run: Running,
+    /// How it was launched, for a scheduler that adopts it after a restart.
+    first_rank: u32,
+    ranks: u32,
+    world_size: u32,
+    generation: u64,
+    batch_size: Option<u32>,
+    spawned: Instant,
+    /// The start-up it reported ([`blox_client::STARTUP_METRIC`]).
+    startup_s: Option<f64>,
+}
+
+impl Launch {
+    fn report(&self, job: u64) -> RunningLaunch {
+        RunningLaunch {
+            launch: Some(LaunchRef {
+                job_id: job,
+                launch: self.launch,
+            }),
+            gpus: self.gpus.clone(),
+            first_rank: self.first_rank,
+            ranks: self.ranks,
+            world_size: self.world_size,
+            generation: self.generation,
+            batch_size: self.batch_size,
+            running_s: self.spawned.elapsed().as_secs_f64(),
+            startup_s: self.startup_s,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -160,6 +190,13 @@ impl State {
     /// True when the lease ran out: the worker must not run jobs.
     fn fenced(&self) -> bool {
         self.lease_until.is_some_and(|t| Instant::now() > t)
+    }
+
+    /// The launches running here, as reported when registering again.
+    fn reports(&self) -> Vec<RunningLaunch> {
+        let mut v: Vec<RunningLaunch> = self.launches.iter().map(|(j, l)| l.report(*j)).collect();
+        v.sort_by_key(|r| r.launch.map(|l| l.job_id));
+        v
     }
 
     /// The launches running here.
@@ -264,6 +301,11 @@ impl Worker for Service {
             world_size: (r.world_size > 0).then_some(r.world_size),
             generation: r.generation,
         };
+        let ranks = if r.process_per_gpu {
+            r.gpus.len() as u32
+        } else {
+            1
+        };
         match Running::spawn(&spec) {
             Ok(run) => {
                 tracing::info!(job = l.job_id, launch = l.launch, gpus = ?r.gpus, "launched");
@@ -273,6 +315,17 @@ impl Worker for Service {
                         launch: l.launch,
                         gpus: r.gpus,
                         run,
+                        first_rank: r.first_rank,
+                        ranks,
+                        world_size: if r.world_size > 0 {
+                            r.world_size
+                        } else {
+                            ranks
+                        },
+                        generation: r.generation,
+                        batch_size: r.batch_size,
+                        spawned: Instant::now(),
+                        startup_s: None,
                     },
                 );
                 Ok(Response::new(Ack {}))
@@ -488,6 +541,7 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     gpus: sh.gpus.clone(),
                     cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
                     host_mem_gb: host_mem_gb(),
+                    running: sh.lock().reports(),
                 };
                 let sent = Instant::now();
                 let r = tokio::time::timeout(call_timeout, client.register(req))
@@ -530,6 +584,13 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                             );
                             warned = true;
                         }
+                        // Jobs kept from an earlier registration are
+                        // fenced when the lease it gave runs out.
+                        if let Some((l, grace)) = lease {
+                            if sh.lock().fenced() {
+                                fence(&sh, l, grace).await;
+                            }
+                        }
                         tokio::time::sleep(Duration::from_millis(250)).await;
                         continue;
                     }
@@ -568,24 +629,15 @@ async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         warned = false;
                     }
                     Err(e) if e.code() == Code::NotFound => {
-                        tracing::warn!(worker = %id, "the scheduler does not know this worker any more ({}); revoking every job here and registering again", e.message());
-                        // All at once: each may take its grace to checkpoint.
-                        let all = sh.lock().running();
-                        let stops: Vec<_> = all
-                            .into_iter()
-                            .map(|l| {
-                                let sh = sh.clone();
-                                tokio::spawn(async move { stop_launch(&sh, l).await })
-                            })
-                            .collect();
-                        for s in stops {
-                            let _ = s.await;
-                        }
                         let mut st = sh.lock();
+                        tracing::warn!(worker = %id, jobs = st.launches.len(), "the scheduler does not know this worker any more ({}); registering again with the jobs running here (it adopts them or revokes them)", e.message());
+                        // The jobs run on under the lease the last
+                        // acknowledged heartbeat renewed: if registering
+                        // takes longer, they are fenced.
                         st.worker_id = None;
-                        st.lease_until = None;
+                        // Exits of launches before this point: the new
+                        // registration reports what still runs instead.
                         st.exits.clear();
-                        st.metrics.clear();
                         continue;
                     }
                     Err(e) if e.code() == Code::FailedPrecondition => {
@@ -711,7 +763,11 @@ async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     job_id: *job,
                     launch: l.launch,
                 };
+                let startup = &mut l.startup_s;
                 l.run.read_metrics(*job, |k, v| {
+                    if k == blox_client::STARTUP_METRIC && startup.is_none() && v.is_finite() {
+                        *startup = Some(v.max(0.0));
+                    }
                     st.metrics.push(MetricSample {
                         launch: Some(lref),
                         key: k.to_string(),

@@ -180,6 +180,66 @@ fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
             "host_mem_gb",
         ),
     ];
+    // Launches reported when registering again (re-adoption).
+    let launch = |job: u64, gpus: &[u32], first: u32, ranks: u32, world: u32| RunningLaunch {
+        launch: Some(LaunchRef {
+            job_id: job,
+            launch: 1,
+        }),
+        gpus: gpus.to_vec(),
+        first_rank: first,
+        ranks,
+        world_size: world,
+        ..Default::default()
+    };
+    let with = |running: Vec<RunningLaunch>| RegisterRequest {
+        address: "127.0.0.1:1".into(),
+        gpus: vec![gpu(0), gpu(1)],
+        running,
+        ..Default::default()
+    };
+    let mut cases = cases;
+    cases.extend([
+        (
+            with(vec![launch(1, &[2], 0, 1, 1)]),
+            "running[0].gpus: this worker has 2 GPUs; there is no GPU 2",
+        ),
+        (
+            with(vec![launch(1, &[0], 0, 1, 1), launch(2, &[0], 0, 1, 1)]),
+            "running[1].gpus: GPU 0 is held twice",
+        ),
+        (
+            with(vec![launch(1, &[0], 0, 1, 1), launch(1, &[1], 0, 1, 1)]),
+            "running[1].launch: job 1 appears twice",
+        ),
+        (
+            with(vec![launch(1, &[0], u32::MAX, 2, 4)]),
+            "running[0].first_rank",
+        ),
+        (
+            with(vec![launch(1, &[0], 0, 0, 1)]),
+            "running[0].first_rank",
+        ),
+        (with(vec![launch(0, &[0], 0, 1, 1)]), "running[0].launch"),
+        (
+            with(vec![RunningLaunch {
+                running_s: f64::INFINITY,
+                ..launch(1, &[0], 0, 1, 1)
+            }]),
+            "running[0].running_s",
+        ),
+        (
+            with(vec![RunningLaunch {
+                startup_s: Some(f64::NAN),
+                ..launch(1, &[0], 0, 1, 1)
+            }]),
+            "running[0].startup_s",
+        ),
+        (
+            with(vec![launch(1, &[0], 0, 1, 1); 3]),
+            "running: 3 launches on 2 GPUs",
+        ),
+    ]);
     for (req, text) in cases {
         let e = rt.block_on(client.register(req)).unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());

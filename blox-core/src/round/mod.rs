@@ -430,6 +430,49 @@ impl RoundLoop {
                     }
                 }
             }
+            ClusterEvent::JobAdopted {
+                spec,
+                gpus,
+                batch_size,
+                past_startup,
+            } => {
+                let id = spec.id;
+                let known = self.jobs.get(id).is_some()
+                    || self.waiting.iter().any(|j| j.id() == id)
+                    || self.jobs.finished_job(id).is_some();
+                if known || gpus.is_empty() {
+                    return Err(LoopError::Backend {
+                        step: "cluster management",
+                        source: BackendError(format!(
+                            "{id} cannot be adopted: {}",
+                            if known {
+                                "the loop already knows it"
+                            } else {
+                                "it holds no GPUs"
+                            }
+                        )),
+                    });
+                }
+                self.cluster.assign_with_host(id, &gpus, None)?;
+                let mut job = Job::new(spec);
+                for (k, v) in &job.spec.metrics {
+                    self.jobs.metrics().set(id, k, *v);
+                }
+                job.status = JobStatus::Running;
+                job.first_start_s = Some(info.now_s);
+                job.last_launch_s = Some(info.now_s);
+                job.launches = 1;
+                job.max_gpus_so_far = gpus.len() as u32;
+                if batch_size.is_some() {
+                    job.current_batch_size = batch_size;
+                }
+                if past_startup {
+                    job.first_iteration_s = Some(info.now_s);
+                }
+                job.allocation = gpus;
+                tracing::info!(job = %id, gpus = job.allocation.len(), "adopted a running job");
+                self.jobs.insert(job);
+            }
         }
         Ok(())
     }

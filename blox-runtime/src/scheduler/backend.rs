@@ -15,17 +15,30 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::Status;
 
+/// One worker's part of a launch.
 pub(super) struct Part {
-    worker: String,
-    client: WorkerClient,
-    gpus: Vec<u32>,
+    pub(super) worker: String,
+    pub(super) client: WorkerClient,
+    pub(super) gpus: Vec<u32>,
 }
 
+/// A launch running on its workers.
 pub(super) struct Live {
     launch: u32,
     parts: Vec<Part>,
     parts_left: usize,
     clock: LaunchClock,
+}
+
+impl Live {
+    pub(super) fn new(launch: u32, parts: Vec<Part>, clock: LaunchClock) -> Live {
+        Live {
+            launch,
+            parts_left: parts.len(),
+            parts,
+            clock,
+        }
+    }
 }
 
 /// Per-round timings of the scheduler (the last 10,000 rounds): `busy_s`
@@ -95,6 +108,9 @@ pub struct ClusterBackend {
     /// than the table recorded (a launch after its last write), so their
     /// every launch resumes from the newest checkpoint.
     pub(super) restored: HashSet<JobId>,
+    /// The restart hold ended (decided once per round, so the reports
+    /// settled and the held jobs released in one round agree).
+    pub(super) hold_over: bool,
 }
 
 /// The most launches of one job that get distinct generations in one run
@@ -142,7 +158,7 @@ impl ClusterBackend {
             })
     }
 
-    fn forget_expected(&self, id: JobId, live: &Live) {
+    pub(super) fn forget_expected(&self, id: JobId, live: &Live) {
         let mut h = lock(&self.hub);
         for p in &live.parts {
             if let Some(e) = h.expected.get_mut(&p.worker) {
@@ -162,7 +178,7 @@ impl ClusterBackend {
 
     /// Sends the revocations of every part of a launch; the tasks answer
     /// with the workers' replies.
-    fn spawn_revokes(
+    pub(super) fn spawn_revokes(
         &self,
         id: JobId,
         live: &Live,
@@ -274,7 +290,18 @@ impl ClusterManager for ClusterBackend {
                         events.push(ClusterEvent::NodeRemoved(n));
                         lost.push(id.clone());
                     }
-                } else if w.alive && w.verified && w.node.is_none() {
+                }
+            }
+        }
+        // Workers that registered again after a restart: what they still
+        // run is adopted or revoked before they join.
+        self.hold_over = Instant::now() >= lock(&self.hub).hold_until;
+        let adopted = self.settle_reports();
+        {
+            let mut h = lock(&self.hub);
+            let h = &mut *h;
+            for (id, w) in h.workers.iter_mut() {
+                if w.alive && w.verified && w.node.is_none() && w.reported.is_empty() {
                     let node = NodeId(self.nodes.len() as u32);
                     w.node = Some(node);
                     self.nodes.push(id.clone());
@@ -307,6 +334,7 @@ impl ClusterManager for ClusterBackend {
                 .map(|w| w.gpus.len() as u32)
                 .sum();
         }
+        events.extend(self.adopted(adopted));
         if !lost.is_empty() {
             let now = self.now();
             let hit: Vec<JobId> = self
@@ -335,7 +363,7 @@ impl JobSource for ClusterBackend {
         let mut h = lock(&self.hub);
         // Jobs restored after a restart join once the previous run's
         // launches must have stopped.
-        if !h.held.is_empty() && Instant::now() >= h.hold_until {
+        if !h.held.is_empty() && self.hold_over {
             let held = std::mem::take(&mut h.held);
             for s in held.into_iter().rev() {
                 h.submissions.push_front(s);

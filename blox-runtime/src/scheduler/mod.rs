@@ -17,10 +17,14 @@
 //!   the job checkpoints and exits, or is killed after `grace_s`);
 //! - launch: `Launch` on every worker of the job, its GPUs grouped by node.
 //!
-//! A restarted scheduler reads the job table and queues every accepted,
-//! unfinished job again; workers it no longer knows revoke their jobs (which
-//! checkpoint) and register again, so running jobs are requeued and resume.
+//! A restarted scheduler reads the job table and holds every accepted,
+//! unfinished job for `worker_timeout_s`. Workers it no longer knows register
+//! again and report what they still run: a job whose every rank is reported
+//! is adopted and runs on, without a checkpoint and restore (`scheduler/adopt.rs`); a
+//! launch it cannot adopt is revoked before its GPUs are used, and its job
+//! queued again (it resumes from its checkpoint).
 
+mod adopt;
 mod backend;
 mod config;
 mod service;
@@ -77,6 +81,10 @@ struct WorkerEntry {
     /// The node it is in the loop's cluster, once joined.
     node: Option<NodeId>,
     client: WorkerClient,
+    /// Launches it still ran when it registered (after this scheduler
+    /// restarted), while they wait to be adopted or revoked; it joins the
+    /// cluster once they are decided.
+    reported: Vec<RunningLaunch>,
 }
 
 /// What the gRPC handlers and the round loop share.
@@ -338,6 +346,7 @@ pub fn start_with_selector(
         stats: stats.clone(),
         generation_base: backend::generation_base(unix_now()),
         restored,
+        hold_over: false,
     };
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()

@@ -287,7 +287,28 @@ impl Scheduler for Service {
         h.next_worker += 1;
         let name = if r.name.is_empty() { "worker" } else { &r.name };
         let id = format!("{name}-{}-{}", h.epoch, h.next_worker);
-        tracing::info!(worker = %id, address = %r.address, gpus = r.gpus.len(), "worker registered");
+        tracing::info!(worker = %id, address = %r.address, gpus = r.gpus.len(), running = r.running.len(), "worker registered");
+        // What it still runs stays expected (its heartbeats do not stop it)
+        // until the round loop adopts or revokes it, before it joins.
+        // A launch of a job no longer held cannot be adopted: its job is not
+        // launched again until this worker shows it stopped.
+        let held: HashSet<u64> = if r.running.is_empty() {
+            HashSet::new()
+        } else {
+            h.held.iter().map(|s| s.id.0).collect()
+        };
+        for l in r.running.iter().filter_map(|l| l.launch) {
+            h.expected
+                .entry(id.clone())
+                .or_default()
+                .insert((l.job_id, l.launch));
+            if !held.contains(&l.job_id) {
+                h.in_doubt
+                    .entry(l.job_id)
+                    .or_default()
+                    .push((id.clone(), l.launch));
+            }
+        }
         h.workers.insert(
             id.clone(),
             WorkerEntry {
@@ -301,6 +322,7 @@ impl Scheduler for Service {
                 dead_since: None,
                 node: None,
                 client,
+                reported: r.running,
             },
         );
         // A cut-off worker stops its jobs (lease, then grace) before this
@@ -336,6 +358,11 @@ impl Scheduler for Service {
         }
         // Launches in doubt on this worker that it no longer runs: settled.
         let runs: HashSet<(u64, u32)> = r.running.iter().map(|l| (l.job_id, l.launch)).collect();
+        // Reported launches that ended meanwhile are not adopted.
+        w.reported.retain(|l| {
+            l.launch
+                .is_some_and(|l| runs.contains(&(l.job_id, l.launch)))
+        });
         h.in_doubt.retain(|job, parts| {
             parts.retain(|(w, l)| w != &r.worker_id || runs.contains(&(*job, *l)));
             !parts.is_empty()

@@ -65,6 +65,8 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
             last_heartbeat_s_ago: w.last_seen.elapsed().as_secs_f64(),
             problem: if w.alive && !w.verified {
                 "not in the cluster: it has not shown it sees the shared checkpoint storage (checkpoint_probe)".into()
+            } else if w.alive && !w.reported.is_empty() {
+                format!("not in the cluster yet: it registered again with {} running launches, which are adopted once every rank of them is reported, or revoked when the restart hold ends", w.reported.len())
             } else {
                 String::new()
             },

@@ -1,0 +1,160 @@
+//! Re-adoption after a scheduler restart: workers report what they still run
+//! when they register again, and the restarted scheduler adopts those
+//! launches (no checkpoint, no restore) or, when a rank is missing, revokes
+//! the rest before it relaunches the job.
+
+mod common;
+
+use blox_runtime::soak::journal;
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A toy job of `secs` seconds that checkpoints every 5 iterations and
+/// writes its launches to `journal`.
+fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
+    let j = journal.display().to_string();
+    toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
+}
+
+/// Lease 5 s: the workers keep their jobs through the restart.
+fn config(dir: &Path) -> blox_runtime::scheduler::RuntimeConfig {
+    let mut cfg = runtime_config(dir);
+    cfg.worker_timeout_s = 10.0;
+    cfg.max_retries = 0;
+    cfg
+}
+
+/// Waits until every job in `ids` runs and made some progress.
+fn wait_running(c: &Cluster, ids: &[u64]) {
+    let mut ctl = c.ctl();
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(ids).unwrap();
+        if s.jobs
+            .iter()
+            .all(|j| j.status == "running" && j.progress > 0.1)
+        {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops the scheduler (its jobs run on) and starts another on the same
+/// address and job table.
+fn restart_scheduler(c: &mut Cluster, mut cfg: blox_runtime::scheduler::RuntimeConfig) {
+    let old = c.sched.take().unwrap();
+    cfg.listen = old.address.to_string();
+    old.shutdown().unwrap();
+    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), 1.0).unwrap());
+}
+
+#[test]
+fn a_restarted_scheduler_adopts_the_running_jobs_instead_of_restarting_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut c = Cluster::start(dir.path(), cfg.clone(), "fifo", 2);
+    let journal_file = dir.path().join("journal");
+    let mut ctl = c.ctl();
+    // One job on one GPU, one across both workers.
+    let a = ctl
+        .submit(job("one", 1, journaled_toy(6.0, &journal_file), None))
+        .unwrap();
+    let b = ctl
+        .submit(job("wide", 3, journaled_toy(6.0, &journal_file), None))
+        .unwrap();
+    wait_running(&c, &[a, b]);
+    restart_scheduler(&mut c, cfg);
+    // Both run on under the new scheduler at once (no hold), as launch 1.
+    let mut ctl = c.ctl();
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[a, b]).unwrap();
+        if s.jobs.iter().all(|j| j.status == "running") {
+            assert!(s.jobs.iter().all(|j| j.launches == 1), "{:?}", s.jobs);
+            assert_eq!(s.jobs[1].gpus.len(), 3, "{:?}", s.jobs[1]);
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(8),
+            "not adopted before the restart hold ended: {:?}",
+            s.jobs
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = c.wait_all(&[a, b], Duration::from_secs(60));
+    for id in [a, b] {
+        assert_eq!(r[&id].status, "finished", "{:?}", r[&id]);
+        assert_eq!(r[&id].launches, 1, "relaunched: {:?}", r[&id]);
+    }
+    // Each rank started once: one launch per job in the journal.
+    let seen = journal::check(&journal_file).unwrap();
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert_eq!(seen.launches, 2, "{seen:?}");
+    // No launch after the first resumed.
+    for w in ["w0", "w1"] {
+        for id in [a, b] {
+            assert!(!dir
+                .path()
+                .join(w)
+                .join("jobs")
+                .join(id.to_string())
+                .join("launch-2")
+                .exists());
+        }
+    }
+}
+
+#[test]
+fn a_launch_missing_a_rank_after_the_restart_is_revoked_and_its_job_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut c = Cluster::start(dir.path(), cfg.clone(), "fifo", 2);
+    let journal_file = dir.path().join("journal");
+    let mut ctl = c.ctl();
+    let b = ctl
+        .submit(job("wide", 3, journaled_toy(8.0, &journal_file), None))
+        .unwrap();
+    wait_running(&c, &[b]);
+    // w1 dies with the scheduler: job b's rank there is gone.
+    let old = c.sched.take().unwrap();
+    let mut cfg2 = cfg.clone();
+    cfg2.listen = old.address.to_string();
+    old.shutdown().unwrap();
+    c.workers[1].shutdown();
+    c.sched = Some(blox_runtime::scheduler::start(cfg2, policies("fifo"), 1.0).unwrap());
+    // Room for it again.
+    c.add_worker(dir.path(), "w2");
+    let r = c.wait_all(&[b], Duration::from_secs(90));
+    assert_eq!(r[&b].status, "finished", "{:?}", r[&b]);
+    assert_eq!(r[&b].launches, 2, "{:?}", r[&b]);
+    // w0's part was revoked (it checkpointed) before the job ran again, and
+    // the new launch resumed from it.
+    let seen = journal::check(&journal_file).unwrap();
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    let err = std::fs::read_to_string(
+        dir.path()
+            .join("w0")
+            .join("jobs")
+            .join(b.to_string())
+            .join("launch-2")
+            .join("stderr"),
+    )
+    .or_else(|_| {
+        std::fs::read_to_string(
+            dir.path()
+                .join("w2")
+                .join("jobs")
+                .join(b.to_string())
+                .join("launch-2")
+                .join("stderr"),
+        )
+    })
+    .unwrap();
+    assert!(err.contains("resumed at iteration"), "{err}");
+    assert!(!err.contains("resumed at iteration 0\n"), "{err}");
+}
