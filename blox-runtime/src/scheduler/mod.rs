@@ -293,7 +293,7 @@ pub fn start_with_selector(
     if n_restored > 0 {
         tracing::info!(
             jobs = n_restored,
-            "restored unfinished jobs from the job table; they are queued again"
+            "restored unfinished jobs from the job table: held for a worker timeout; those the workers still run are adopted, the others queued again"
         );
     }
     let hub = Arc::new(Mutex::new(hub));
