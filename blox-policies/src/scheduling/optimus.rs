@@ -2,7 +2,10 @@
 //! it as a baseline (Pollux, OSDI'21, §5.1; `pollux-data.md` §8.2).
 //!
 //! Every job keeps its tuned batch size; Optimus chooses only GPU counts. Each
-//! active job (in submission order) first gets one GPU while GPUs last; then
+//! active job (in submission order) first gets one GPU while GPUs last — a job
+//! without a profile gets the GPUs it asked for instead, as Blox's Optimus
+//! starts every job from its request (it cannot predict any other count for
+//! it, and one GPU would stretch a wide job's run many times over); then
 //! GPUs go one at a time to the job whose remaining time drops most from one
 //! more GPU, `gain = (T(k) − T(k+1)) · R`, until no gain is positive. As the
 //! "Oracle" variant, `T(k)` is the *true* iteration time from the measured
@@ -95,7 +98,9 @@ impl Optimus {
         match self.cache.get(app) {
             Ok(p) => Some(p),
             Err(e) => {
-                tracing::warn!("optimus: no profile for `{app}`: {e}; the job gets one GPU");
+                tracing::warn!(
+                    "optimus: no profile for `{app}`: {e}; the job gets the GPUs it asked for"
+                );
                 None
             }
         }
@@ -211,8 +216,14 @@ impl SchedulingPolicy for Optimus {
         }
         let mut free = cluster.num_gpus();
         let mut alloc: Vec<u32> = Vec::with_capacity(order.len());
-        for _ in &order {
-            let g = u32::from(free > 0);
+        for (j, inf) in order.iter().zip(&info) {
+            // One GPU to start a modelled job; a job Optimus cannot model
+            // starts as requested, or waits (later jobs may still fit).
+            let want = match inf {
+                Some(_) => 1,
+                None => j.requested_gpus().max(1),
+            };
+            let g = if free >= want { want } else { 0 };
             free -= g;
             alloc.push(g);
         }
@@ -355,5 +366,26 @@ mod tests {
         assert_eq!(first_gpu(&mut exp, &state, 60.0), JobId(2));
         let mut sub = optimus(Order::Submission, Remaining::Oracle);
         assert_eq!(first_gpu(&mut sub, &state, 60.0), JobId(1));
+    }
+
+    /// Blox's Optimus starts every job from its request: a job without a
+    /// profile gets what it asked for (never one GPU of a wide request), a
+    /// request that does not fit waits while smaller ones behind it start,
+    /// and modelled jobs still start from one GPU.
+    #[test]
+    fn jobs_without_a_profile_start_with_the_gpus_they_asked_for() {
+        let mut cluster = ClusterState::homogeneous(2, 4);
+        let mut state = JobState::new();
+        for (id, gpus) in [(1, 4), (2, 8), (3, 2)] {
+            add(&mut state, &mut cluster, job(id, id as f64, gpus), &[]);
+        }
+        let mut j = job(4, 4.0, 4);
+        j.spec.model = Some("cifar10".into());
+        j.spec.batch_size = Some(128);
+        add(&mut state, &mut cluster, j, &[]);
+        let mut o = optimus(Order::Submission, Remaining::Oracle);
+        let s = o.schedule(&info(0.0), &state, &cluster);
+        let got: Vec<(u64, u32)> = s.entries.iter().map(|d| (d.job.0, d.gpus)).collect();
+        assert_eq!(got, vec![(1, 4), (3, 2), (4, 2)], "{s:?}");
     }
 }
