@@ -5,13 +5,19 @@
 //! 1. **Allocation** (Gavel §4.1, max-min fairness / LAS): with `T_jk` job
 //!    `j`'s throughput on GPU type `k` and `s_j` its GPU count (scale factor),
 //!    find time fractions `X_jk ≥ 0` that
-//!    `maximise min_j Σ_k T_jk·X_jk / T_j^eq` subject to `Σ_k X_jk ≤ 1` per job
-//!    and `Σ_j s_j·X_jk ≤ C_k` per type, `T_j^eq` being the job's throughput on
-//!    an equal, capacity-proportional share of the types. Solved as a linear
+//!    `maximise min_j Σ_k s_j·T_jk·X_jk / T_j^eq` subject to `Σ_k X_jk ≤ 1`
+//!    per job and `Σ_j s_j·X_jk ≤ C_k` per type, `T_j^eq` being the job's
+//!    throughput on an equal, capacity-proportional share of the types. The
+//!    scale factor in the objective is the authors' (`max_min_fairness.py`):
+//!    a job on one GPU gets `s` times the time of an equally fast job on `s`
+//!    GPUs, so GPU-time, not wall time, is shared evenly. Solved as a linear
 //!    program ([`crate::lp`]) whenever the set of jobs changes.
 //! 2. **Rounds** (Gavel §5): each round, job–type pairs are served by priority
 //!    `X_jk / (rounds on k / rounds so far)` (a pair never served yet first);
-//!    a job gets `s_j` GPUs of one type if that type still has them.
+//!    a job gets `s_j` GPUs of one type if that type still has them. GPUs left
+//!    over then go to the jobs still without any, in arrival order, each on
+//!    its fastest type that has room (rounds are work-conserving, as the
+//!    authors' round scheduler also places jobs whose allocation is zero).
 //!
 //! `T_jk` comes from the job's `speed.<type>` metrics (relative throughput per
 //! GPU type, which the simulator reports from `[sim] type_speed` /
@@ -22,22 +28,43 @@
 //!
 //! A job asking for more GPUs than any one type has cannot run on a single
 //! type; rather than starve it, it gets a pseudo-type [`MIXED`] (any free GPUs,
-//! at the speed of the slowest type, whole cluster as capacity in the program).
+//! at the speed of the slowest type). Its GPUs are the real types' GPUs: the
+//! program bounds every job's use of all columns, MIXED included, by the
+//! cluster's size, so it never plans more GPUs than there are.
 
 use crate::lp;
 use blox_core::*;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Parameters: `heterogeneity_aware` (default true) — false gives the
+/// paper's "LAS" baseline: the same program and rounds with every job's
+/// throughput 1 on every type (Gavel §7.2, `MaxMinFairnessPolicy`).
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GavelParams {}
+pub struct GavelParams {
+    #[serde(default = "yes")]
+    pub heterogeneity_aware: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for GavelParams {
+    fn default() -> Self {
+        GavelParams {
+            heterogeneity_aware: true,
+        }
+    }
+}
 
 /// The pseudo GPU type of jobs larger than every single type.
 pub const MIXED: &str = "*mixed*";
 
 #[derive(Default)]
 pub struct Gavel {
+    pub params: GavelParams,
     /// Last allocation, keyed by the job set it was solved for.
     solved_for: Vec<JobId>,
     alloc: HashMap<JobId, BTreeMap<String, f64>>,
@@ -61,6 +88,23 @@ impl Gavel {
         jobs: &JobState,
         types: &[(String, u32)],
     ) -> Result<HashMap<JobId, BTreeMap<String, f64>>, lp::LpError> {
+        Self::solve_with(order, jobs, types, true)
+    }
+
+    /// [`Gavel::solve`]; with `aware = false` every throughput is 1.
+    pub fn solve_with(
+        order: &[&Job],
+        jobs: &JobState,
+        types: &[(String, u32)],
+        aware: bool,
+    ) -> Result<HashMap<JobId, BTreeMap<String, f64>>, lp::LpError> {
+        let type_speed = |jobs: &JobState, id: JobId, k: &str| {
+            if aware {
+                type_speed(jobs, id, k)
+            } else {
+                1.0
+            }
+        };
         let total_gpus: u32 = types.iter().map(|t| t.1).sum();
         let largest = types.iter().map(|t| t.1).max().unwrap_or(0);
         let mut types = types.to_vec();
@@ -75,11 +119,11 @@ impl Gavel {
             .filter(|t| t.0 != MIXED)
             .map(|t| t.1 as f64)
             .sum();
-        // Variables: X_jk (j-major), then t.
+        // Variables: X_jk (j-major), then t. Sparse rows: a program of 1,000
+        // jobs holds thousands of non-zeros, not millions of cells.
         let nv = nj * nk + 1;
-        let mut c = vec![0.0; nv];
-        c[nv - 1] = 1.0;
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut p = lp::SparseLp::new(nv);
+        p.c[nv - 1] = 1.0;
         for (j, job) in order.iter().enumerate() {
             let real_speeds: Vec<f64> = (0..nk)
                 .filter(|&k| real(k))
@@ -103,45 +147,50 @@ impl Gavel {
                 .sum::<f64>()
                 .max(1e-12);
             // A job runs on a type only if it fits there, and on MIXED only if
-            // it fits nowhere else.
-            for k in 0..nk {
+            // it fits nowhere else; X_jk ≤ 1 on the others (Σ_k X_jk ≤ 1).
+            for (k, t) in types.iter().enumerate() {
                 let fits = if real(k) {
-                    job.requested_gpus() <= types[k].1
+                    job.requested_gpus() <= t.1
                 } else {
                     job.requested_gpus() > largest
                 };
-                if !fits {
-                    let mut row = vec![0.0; nv];
-                    row[j * nk + k] = 1.0;
-                    a.push(row);
-                    b.push(0.0);
-                }
+                p.upper[j * nk + k] = if fits { 1.0 } else { 0.0 };
             }
-            // t − Σ_k (T_jk / T_eq) X_jk ≤ 0
-            let mut row = vec![0.0; nv];
-            for k in 0..nk {
-                row[j * nk + k] = -speeds[k] / t_eq;
-            }
-            row[nv - 1] = 1.0;
-            a.push(row);
-            b.push(0.0);
+            // t − Σ_k (s_j · T_jk / T_eq) X_jk ≤ 0
+            let s_j = job.requested_gpus().max(1) as f64;
+            let mut row: Vec<(usize, f64)> = (0..nk)
+                .map(|k| (j * nk + k, -s_j * speeds[k] / t_eq))
+                .collect();
+            row.push((nv - 1, 1.0));
+            p.le(row, 0.0);
             // Σ_k X_jk ≤ 1
-            let mut row = vec![0.0; nv];
-            for k in 0..nk {
-                row[j * nk + k] = 1.0;
-            }
-            a.push(row);
-            b.push(1.0);
+            p.le((0..nk).map(|k| (j * nk + k, 1.0)).collect(), 1.0);
         }
         for (k, t) in types.iter().enumerate() {
-            let mut row = vec![0.0; nv];
-            for (j, job) in order.iter().enumerate() {
-                row[j * nk + k] = job.requested_gpus() as f64;
-            }
-            a.push(row);
-            b.push(t.1 as f64);
+            p.le(
+                order
+                    .iter()
+                    .enumerate()
+                    .map(|(j, job)| (j * nk + k, job.requested_gpus() as f64))
+                    .collect(),
+                t.1 as f64,
+            );
         }
-        let s = lp::maximize(&c, &a, &b)?;
+        if types.iter().any(|t| t.0 == MIXED) {
+            // MIXED GPUs are the real types' GPUs: all columns together fit
+            // the cluster.
+            p.le(
+                order
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(j, job)| {
+                        (0..nk).map(move |k| (j * nk + k, job.requested_gpus() as f64))
+                    })
+                    .collect(),
+                total,
+            );
+        }
+        let s = lp::maximize_sparse(&p)?;
         Ok(order
             .iter()
             .enumerate()
@@ -178,7 +227,7 @@ impl SchedulingPolicy for Gavel {
             return Schedule::default();
         }
         if ids != self.solved_for {
-            match Gavel::solve(&order, jobs, &type_list) {
+            match Gavel::solve_with(&order, jobs, &type_list, self.params.heterogeneity_aware) {
                 Ok(x) => self.alloc = x,
                 Err(e) => {
                     tracing::warn!("gavel: allocation program failed ({e}); keeping the last one")
@@ -231,6 +280,31 @@ impl SchedulingPolicy for Gavel {
                     *f -= need;
                     chosen[i] = Some(k);
                 }
+            }
+        }
+        // Work-conserving: GPUs left over go to jobs still without any (in
+        // arrival order), each on its fastest type with room.
+        for (i, job) in order.iter().enumerate() {
+            if chosen[i].is_some() {
+                continue;
+            }
+            let need = job.requested_gpus();
+            let mut fits: Vec<(&String, f64)> = free
+                .iter()
+                .filter(|(_, f)| **f >= need)
+                .map(|(k, _)| {
+                    let v = if self.params.heterogeneity_aware {
+                        type_speed(jobs, job.id(), k)
+                    } else {
+                        1.0
+                    };
+                    (k, v)
+                })
+                .collect();
+            fits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            if let Some(k) = fits.first().map(|f| f.0.clone()) {
+                *free.get_mut(&k).expect("listed above") -= need;
+                chosen[i] = Some(k);
             }
         }
         // Concrete GPUs: stayers keep theirs, movers pack by most-free node.
@@ -321,8 +395,8 @@ blox_core::register_scheduling!(
     "gavel",
     "Gavel heterogeneity-aware LAS: max-min fair time shares per GPU type (an LP), served in rounds by priority (Gavel §4–5); use with `explicit` placement",
     |p| {
-        let _ = p.parse::<GavelParams>()?;
-        Ok(Box::new(Gavel::default()))
+        let params = p.parse::<GavelParams>()?;
+        Ok(Box::new(Gavel { params, ..Gavel::default() }))
     }
 );
 
@@ -440,6 +514,80 @@ mod tests {
             *ran.entry(s.entries[0].job).or_default() += 1;
         }
         assert!(ran.values().all(|&n| n == 10), "{ran:?}");
+    }
+
+    /// The authors' objective weights each job's term by its GPU count: with
+    /// equal speeds, a 1-GPU job gets its whole time and a 4-GPU job the
+    /// rest, instead of both the same fraction (0.8 each without the weight).
+    #[test]
+    fn the_objective_shares_gpu_time_not_wall_time() {
+        let cluster = ClusterState::homogeneous(1, 4);
+        let mut state = JobState::new();
+        let mut c = cluster.clone();
+        add(&mut state, &mut c, job(1, 1.0, 1), &[]);
+        add(&mut state, &mut c, job(2, 2.0, 4), &[]);
+        let order: Vec<&Job> = state.runnable().collect();
+        let types = [("any".to_string(), 4)];
+        let x = Gavel::solve(&order, &state, &types).unwrap();
+        let (x1, x2) = (x[&JobId(1)]["any"], x[&JobId(2)]["any"]);
+        assert!((x1 - 1.0).abs() < 1e-6, "{x1}");
+        assert!((0.25 - 1e-6..=0.75 + 1e-6).contains(&x2), "{x2}");
+        assert!(x1 + 4.0 * x2 <= 4.0 + 1e-6);
+    }
+
+    /// A round leaves no GPU idle that a waiting job could use: both jobs'
+    /// time is planned on the V100s only, so one of them waits for them each
+    /// round; it runs on the otherwise idle K80s instead.
+    #[test]
+    fn leftover_gpus_go_to_jobs_without_an_allocation() {
+        let (cluster, state) = hetero();
+        let mut g = Gavel::default();
+        let ids: Vec<JobId> = state.runnable().map(|j| j.id()).collect();
+        g.solved_for = ids.clone();
+        for id in &ids {
+            g.alloc.insert(
+                *id,
+                BTreeMap::from([("V100".to_string(), 0.5), ("K80".to_string(), 0.0)]),
+            );
+        }
+        for r in 0..6 {
+            let s = g.schedule(&info(60.0 * r as f64), &state, &cluster);
+            assert_eq!(s.entries.len(), 2, "round {r}: {s:?}");
+        }
+    }
+
+    /// With a job wider than every type, the program still fits the cluster:
+    /// all the time it plans, on every column, is at most 8 GPUs' worth.
+    #[test]
+    fn the_mixed_type_does_not_add_capacity() {
+        let (_, mut state) = hetero();
+        let mut c = ClusterState::new();
+        add(&mut state, &mut c, job(3, 3.0, 6), &[]);
+        let order: Vec<&Job> = state.runnable().collect();
+        let types = [("K80".to_string(), 4), ("V100".to_string(), 4)];
+        let x = Gavel::solve(&order, &state, &types).unwrap();
+        let planned: f64 = order
+            .iter()
+            .map(|j| j.requested_gpus() as f64 * x[&j.id()].values().sum::<f64>())
+            .sum();
+        assert!(planned <= 8.0 + 1e-6, "{planned} GPUs planned on 8: {x:?}");
+    }
+
+    /// The speed-agnostic baseline ignores the jobs' speeds entirely.
+    #[test]
+    fn the_baseline_ignores_the_gpu_types_speeds() {
+        let (_, fast) = hetero();
+        let mut plain = JobState::new();
+        let mut c = ClusterState::new();
+        for id in [1, 2] {
+            add(&mut plain, &mut c, job(id, id as f64, 4), &[]);
+        }
+        let types = [("K80".to_string(), 4), ("V100".to_string(), 4)];
+        let a =
+            Gavel::solve_with(&fast.runnable().collect::<Vec<_>>(), &fast, &types, false).unwrap();
+        let b = Gavel::solve_with(&plain.runnable().collect::<Vec<_>>(), &plain, &types, false)
+            .unwrap();
+        assert_eq!(a, b);
     }
 
     #[test]
