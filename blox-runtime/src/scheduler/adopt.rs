@@ -291,6 +291,7 @@ impl ClusterBackend {
             rec.launches = rec.launches.max(a.launch);
             tracing::info!(job = %id, launch = a.launch, gpus = gpus.len(), "adopted: it runs on after the restart");
             self.running.insert(id, live);
+            self.metrics.adopted.inc();
             events.push(ClusterEvent::JobAdopted {
                 spec,
                 gpus,

@@ -111,6 +111,7 @@ pub struct ClusterBackend {
     /// The restart hold ended (decided once per round, so the reports
     /// settled and the held jobs released in one round agree).
     pub(super) hold_over: bool,
+    pub(super) metrics: Arc<super::metrics::Metrics>,
 }
 
 /// The most launches of one job that get distinct generations in one run
@@ -280,6 +281,7 @@ impl ClusterManager for ClusterBackend {
                     w.alive = false;
                     w.dead_since = Some(Instant::now());
                     tracing::warn!(worker = %id, "no heartbeat for {:.1} s: the worker is gone; its jobs go back to the queue", self.cfg.worker_timeout_s);
+                    self.metrics.workers_lost.inc();
                     h.expected.remove(id);
                     // Its lease and fence grace are over: nothing runs there.
                     h.in_doubt.retain(|_, parts| {
@@ -459,6 +461,7 @@ impl MetricCollector for ClusterBackend {
                 let live = self.retire(id, at_s).expect("checked above");
                 self.forget_expected(id, &live);
                 self.ended.push(Ended::finished(id, at_s));
+                self.metrics.exits.with_label_values(&["finished"]).inc();
             } else {
                 let live = self.retire(id, at_s).expect("checked above");
                 // A failing part takes the others down.
@@ -468,6 +471,8 @@ impl MetricCollector for ClusterBackend {
                 // Fenced by its worker (lease lost): not the job's fault.
                 e.blame = !r.fenced;
                 self.ended.push(e);
+                let outcome = if r.fenced { "fenced" } else { "crashed" };
+                self.metrics.exits.with_label_values(&[outcome]).inc();
             }
         }
         for (id, reason) in cancels {
@@ -510,6 +515,7 @@ impl PreemptionMechanism for ClusterBackend {
             if let Some(live) = self.running.remove(&id) {
                 let calls = self.spawn_revokes(id, &live, false);
                 pending.push((id, live, calls));
+                self.metrics.preemptions.inc();
             }
         }
         for (id, live, calls) in pending {
@@ -718,6 +724,7 @@ impl LaunchMechanism for ClusterBackend {
             // Bounded: the worker's message may carry a huge argv.
             let reason = bounded(e.message(), 300);
             tracing::warn!(job = %id, "launch failed: {reason}");
+            self.metrics.launch_failures.inc();
             self.revoke_parts(id, &live, true);
             let at_s = self.now();
             let mut e = Ended::crashed(id, at_s, None, Some(reason));
@@ -726,6 +733,7 @@ impl LaunchMechanism for ClusterBackend {
             return Ok(());
         }
         tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
+        self.metrics.launches.inc();
         self.running.insert(id, live);
         Ok(())
     }

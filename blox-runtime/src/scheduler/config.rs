@@ -55,6 +55,9 @@ pub struct RuntimeConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
+    /// Where Prometheus scrapes `GET /metrics` (`host:port`; unset: no
+    /// metrics endpoint). With `token_file`, scrapes need the users' token.
+    pub metrics_listen: Option<String>,
     /// Start-up-aware preemption (from `[run]`: `min_run_s`,
     /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`);
     /// unset: the defaults for the round length.

@@ -27,6 +27,7 @@
 mod adopt;
 mod backend;
 mod config;
+pub mod metrics;
 mod service;
 mod status;
 mod table;
@@ -163,6 +164,8 @@ fn write_checkpoint_probe(cfg: &RuntimeConfig) -> Result<Option<(String, String)
 /// A running scheduler: its address, and a way to stop it.
 pub struct SchedulerHandle {
     pub address: SocketAddr,
+    /// Where `GET /metrics` is served (`[runtime] metrics_listen`).
+    pub metrics_address: Option<SocketAddr>,
     /// Time 0 of the scheduler's clock (arrivals, finishes, rounds).
     pub started: Instant,
     stop: Arc<AtomicBool>,
@@ -298,6 +301,28 @@ pub fn start_with_selector(
     }
     let hub = Arc::new(Mutex::new(hub));
     let stats = Arc::new(Mutex::new(RoundStats::default()));
+    let metrics = Arc::new(metrics::Metrics::new());
+    let metrics_address = match &cfg.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let l = rt
+                .block_on(tokio::net::TcpListener::bind(addr.as_str()))
+                .map_err(|e| NetError::Listen {
+                    addr: addr.clone(),
+                    message: format!("[runtime] metrics_listen: {e}"),
+                })?;
+            let bound = l.local_addr().map_err(|e| NetError::Listen {
+                addr: addr.clone(),
+                message: e.to_string(),
+            })?;
+            let (m, h) = (metrics.clone(), hub.clone());
+            let render: Arc<dyn Fn() -> String + Send + Sync> =
+                Arc::new(move || m.render(&lock(&h)));
+            rt.spawn(metrics::serve(l, security.token.clone(), render));
+            tracing::info!(address = %bound, "Prometheus metrics at /metrics");
+            Some(bound)
+        }
+    };
     let svc = Service {
         stats: stats.clone(),
         hub: hub.clone(),
@@ -308,6 +333,7 @@ pub fn start_with_selector(
         users: security.check(),
         workers: worker_security.check(),
         security: worker_security,
+        metrics: metrics.clone(),
     };
     let mut server = security.server()?;
     // Each call checks the credential of its role (users or workers).
@@ -347,6 +373,7 @@ pub fn start_with_selector(
         generation_base: backend::generation_base(unix_now()),
         restored,
         hold_over: false,
+        metrics: metrics.clone(),
     };
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
@@ -372,6 +399,10 @@ pub fn start_with_selector(
                     let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
                     RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
                     s.refresh();
+                    metrics.rounds.inc();
+                    if let (Some(b), Some(p)) = (s.busy_s.last(), s.publish_s.last()) {
+                        metrics.round_seconds.observe(b + p);
+                    }
                 }
                 Ok(())
             })();
@@ -384,6 +415,7 @@ pub fn start_with_selector(
         .map_err(|e| SchedulerError::Runtime(e.to_string()))?;
     Ok(SchedulerHandle {
         address,
+        metrics_address,
         started: start,
         stop,
         stats,

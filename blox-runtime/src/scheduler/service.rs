@@ -77,6 +77,7 @@ pub(super) struct Service {
     pub(super) workers: CheckToken,
     /// The round loop's timings (for `Status`).
     pub(super) stats: Arc<std::sync::Mutex<super::RoundStats>>,
+    pub(super) metrics: Arc<super::metrics::Metrics>,
 }
 
 /// A worker's lease, and the grace its jobs get when it runs out, as
@@ -160,6 +161,7 @@ impl Scheduler for Service {
         // Durable before it is acknowledged or scheduled; written outside the
         // hub's lock (an fsync must not stall heartbeats).
         let (store, rec) = (self.store.clone(), rec);
+        let timer = self.metrics.table_write_seconds.start_timer();
         let written =
             tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
                 .await
@@ -175,8 +177,10 @@ impl Scheduler for Service {
                 return Err(e);
             }
         };
+        timer.observe_duration();
         h.jobs.insert(id, rec);
         h.submissions.push_back(spec);
+        self.metrics.submissions.inc();
         tracing::info!(job = id, "submitted");
         Ok(Response::new(SubmitReply { job_id: id }))
     }
@@ -373,6 +377,7 @@ impl Scheduler for Service {
             .into_iter()
             .filter(|l| !expected.is_some_and(|e| e.contains(&(l.job_id, l.launch))))
             .collect();
+        self.metrics.heartbeats.inc();
         Ok(Response::new(HeartbeatReply { stop }))
     }
 

@@ -129,7 +129,9 @@ impl ClusterBackend {
             .collect();
         // Written outside the hub's lock: an fsync must not stall heartbeats.
         drop(h);
+        let timer = self.metrics.table_write_seconds.start_timer();
         self.store.write(&recs.iter().collect::<Vec<_>>(), None)?;
+        timer.observe_duration();
         if flush {
             self.last_flush = Instant::now();
         }

@@ -1,0 +1,388 @@
+//! Prometheus metrics of the scheduler (`[runtime] metrics_listen`): what
+//! the round loop and the service count as it happens (launches,
+//! preemptions, exits, heartbeats, lost workers, round and job-table
+//! timings) and, at each scrape, what the job table and the workers show
+//! (jobs by state, queue length, GPUs by type, workers, the active policy).
+//! Served as the text exposition format on `GET /metrics` by a small HTTP/1.1
+//! endpoint: one request per connection, bounded in size and time; when the
+//! API has a users' token, scrapes need it too (`Authorization: Bearer`,
+//! which Prometheus sends with `authorization.credentials_file`).
+
+use super::table::info_of;
+use super::Hub;
+use crate::proto::JobPhase;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Every metric the scheduler exports (names follow Prometheus's
+/// conventions: `blox_` prefix, base units, `_total` counters).
+pub struct Metrics {
+    registry: Registry,
+    pub submissions: IntCounter,
+    pub launches: IntCounter,
+    pub launch_failures: IntCounter,
+    pub preemptions: IntCounter,
+    /// Exits of current launches by outcome: finished, crashed, fenced.
+    pub exits: IntCounterVec,
+    pub adopted: IntCounter,
+    pub heartbeats: IntCounter,
+    pub workers_lost: IntCounter,
+    pub rounds: IntCounter,
+    pub round_seconds: Histogram,
+    pub table_write_seconds: Histogram,
+    metrics_dropped: IntCounter,
+    jobs: IntGaugeVec,
+    queue: IntGauge,
+    gpus: IntGaugeVec,
+    workers: IntGaugeVec,
+    policy: IntGaugeVec,
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("a valid metric name");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauges(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric name");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+        .expect("a valid metric name");
+    r.register(Box::new(h.clone())).expect("registered once");
+    h
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let exits = IntCounterVec::new(
+            Opts::new(
+                "blox_job_exits_total",
+                "Exits of running launches, by outcome (finished, crashed, fenced)",
+            ),
+            &["outcome"],
+        )
+        .expect("a valid metric name");
+        r.register(Box::new(exits.clone()))
+            .expect("registered once");
+        let queue = IntGauge::new(
+            "blox_queue_length",
+            "Accepted jobs waiting for GPUs (submitted or queued)",
+        )
+        .expect("a valid metric name");
+        r.register(Box::new(queue.clone()))
+            .expect("registered once");
+        let seconds = vec![
+            0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ];
+        Metrics {
+            submissions: counter(&r, "blox_submissions_total", "Jobs accepted by Submit"),
+            launches: counter(&r, "blox_launches_total", "Launches that started on their workers"),
+            launch_failures: counter(
+                &r,
+                "blox_launch_failures_total",
+                "Launches a worker refused or could not start",
+            ),
+            preemptions: counter(&r, "blox_preemptions_total", "Launches revoked by a policy's decision"),
+            exits,
+            adopted: counter(
+                &r,
+                "blox_jobs_adopted_total",
+                "Running launches adopted after a scheduler restart",
+            ),
+            heartbeats: counter(&r, "blox_worker_heartbeats_total", "Heartbeats accepted from workers"),
+            workers_lost: counter(
+                &r,
+                "blox_workers_lost_total",
+                "Workers declared gone (no heartbeat for worker_timeout_s)",
+            ),
+            rounds: counter(&r, "blox_rounds_total", "Rounds of the scheduling loop"),
+            round_seconds: histogram(
+                &r,
+                "blox_round_duration_seconds",
+                "A round's own time: cluster changes, metrics, policies, launches, preemptions, status view and job table (not the wait)",
+                seconds.clone(),
+            ),
+            table_write_seconds: histogram(
+                &r,
+                "blox_job_table_write_seconds",
+                "Time of one durable write to the job table",
+                seconds,
+            ),
+            metrics_dropped: counter(
+                &r,
+                "blox_job_metrics_dropped_total",
+                "Metric samples dropped (over a job's bounds, or of launches no longer running)",
+            ),
+            jobs: gauges(&r, "blox_jobs", "Jobs the scheduler knows, by state", &["state"]),
+            queue,
+            gpus: gauges(
+                &r,
+                "blox_gpus",
+                "GPUs of the workers in the cluster, by type and state (total, busy)",
+                &["gpu_type", "state"],
+            ),
+            workers: gauges(
+                &r,
+                "blox_workers",
+                "Workers by state (alive: in the cluster; pending: beating, not in it yet; dead: declared gone, listed for an hour)",
+                &["state"],
+            ),
+            policy: gauges(
+                &r,
+                "blox_policy_info",
+                "The active admission/scheduling/placement combination (value 1)",
+                &["policy"],
+            ),
+            registry: r,
+        }
+    }
+
+    /// Refreshes the values read from the hub and renders every metric in
+    /// the text exposition format.
+    pub(super) fn render(&self, h: &Hub) -> String {
+        let mut by_state: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for phase in [
+            JobPhase::Submitted,
+            JobPhase::Queued,
+            JobPhase::Running,
+            JobPhase::Finished,
+            JobPhase::Failed,
+            JobPhase::Rejected,
+            JobPhase::Cancelled,
+        ] {
+            by_state.insert(state_label(phase), 0);
+        }
+        // GPUs in use: the job records' "worker:index" GPUs.
+        let mut busy: BTreeMap<String, i64> = BTreeMap::new();
+        for r in h.jobs.values() {
+            let info = info_of(r);
+            *by_state.entry(state_label(info.phase())).or_default() += 1;
+            if info.phase() == JobPhase::Running {
+                for g in &info.gpus {
+                    let t = g
+                        .rsplit_once(':')
+                        .and_then(|(w, i)| {
+                            let i: u32 = i.parse().ok()?;
+                            let w = h.workers.get(w)?;
+                            w.gpus.iter().find(|d| d.index == i).map(|d| d.name.clone())
+                        })
+                        .unwrap_or_else(|| "unknown".into());
+                    *busy.entry(t).or_default() += 1;
+                }
+            }
+        }
+        for (state, n) in &by_state {
+            self.jobs.with_label_values(&[state]).set(*n);
+        }
+        self.queue.set(by_state["submitted"] + by_state["queued"]);
+        let mut total: BTreeMap<String, i64> = BTreeMap::new();
+        let (mut alive, mut pending, mut dead) = (0, 0, 0);
+        for w in h.workers.values() {
+            if !w.alive {
+                dead += 1;
+            } else if w.node.is_some() {
+                alive += 1;
+                for g in &w.gpus {
+                    *total.entry(g.name.clone()).or_default() += 1;
+                }
+            } else {
+                pending += 1;
+            }
+        }
+        self.gpus.reset();
+        for (t, n) in &total {
+            self.gpus.with_label_values(&[t, "total"]).set(*n);
+            self.gpus
+                .with_label_values(&[t, "busy"])
+                .set(busy.get(t).copied().unwrap_or(0));
+        }
+        for (state, n) in [("alive", alive), ("pending", pending), ("dead", dead)] {
+            self.workers.with_label_values(&[state]).set(n);
+        }
+        self.policy.reset();
+        self.policy.with_label_values(&[&h.policy]).set(1);
+        let dropped = self.metrics_dropped.get();
+        if h.metrics_dropped > dropped {
+            self.metrics_dropped.inc_by(h.metrics_dropped - dropped);
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("metrics encode as text");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+fn state_label(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Unspecified => "unknown",
+        JobPhase::Submitted => "submitted",
+        JobPhase::Queued => "queued",
+        JobPhase::Running => "running",
+        JobPhase::Finished => "finished",
+        JobPhase::Failed => "failed",
+        JobPhase::Rejected => "rejected",
+        JobPhase::Cancelled => "cancelled",
+    }
+}
+
+/// The most bytes of a request head the endpoint reads.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `GET /metrics` on `listener` until the runtime stops: one request
+/// per connection; `render` makes the body. With `token`, a request needs
+/// `Authorization: Bearer <token>` (401 otherwise).
+pub(super) async fn serve(
+    listener: tokio::net::TcpListener,
+    token: Option<Arc<str>>,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+) {
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let token = token.clone();
+        let render = render.clone();
+        tokio::spawn(async move {
+            let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut conn)).await;
+            let reply = match head {
+                Ok(Some(head)) => respond(&head, token.as_deref(), &*render),
+                Ok(None) => reply(400, "Bad Request", "a request head of at most 8 KiB\n"),
+                Err(_) => return,
+            };
+            let _ = conn.write_all(&reply).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
+/// Reads a request head (up to the blank line); `None` if it is too long or
+/// the connection closes first.
+async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = conn.read(&mut chunk).await.ok()?;
+        if n == 0 || buf.len() + n > MAX_REQUEST_BYTES {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8(buf).ok()
+}
+
+fn reply(code: u16, reason: &str, body: &str) -> Vec<u8> {
+    let kind = if code == 200 {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let mut out = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if code == 401 {
+        out.push_str("WWW-Authenticate: Bearer\r\n");
+    }
+    out.push_str("\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// The answer to one request head.
+fn respond(head: &str, token: Option<&str>, render: &dyn Fn() -> String) -> Vec<u8> {
+    let mut lines = head.split("\r\n");
+    let first = lines.next().unwrap_or("");
+    let mut parts = first.split(' ');
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return reply(405, "Method Not Allowed", "only GET /metrics\n");
+    }
+    if path != "/metrics" && !path.starts_with("/metrics?") {
+        return reply(404, "Not Found", "metrics are at /metrics\n");
+    }
+    if let Some(want) = token {
+        let got = lines.find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("authorization")
+                .then(|| v.trim().strip_prefix("Bearer ").map(str::trim))
+                .flatten()
+        });
+        let ok = got.is_some_and(|t| crate::net::constant_time_eq(t.as_bytes(), want.as_bytes()));
+        if !ok {
+            return reply(
+                401,
+                "Unauthorized",
+                "this scheduler needs the users' token: Authorization: Bearer <token>\n",
+            );
+        }
+    }
+    reply(200, "OK", &render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(r: &[u8]) -> String {
+        String::from_utf8_lossy(r)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    #[test]
+    fn requests_are_answered_by_path_method_and_token() {
+        let render = || "blox_rounds_total 3\n".to_string();
+        let get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(status(&respond(get, None, &render)), "HTTP/1.1 200 OK");
+        assert!(String::from_utf8_lossy(&respond(get, None, &render))
+            .ends_with("blox_rounds_total 3\n"));
+        assert_eq!(
+            status(&respond(get, Some("s3cret"), &render)),
+            "HTTP/1.1 401 Unauthorized"
+        );
+        let with = "GET /metrics HTTP/1.1\r\nauthorization: Bearer s3cret\r\n\r\n";
+        assert_eq!(
+            status(&respond(with, Some("s3cret"), &render)),
+            "HTTP/1.1 200 OK"
+        );
+        let wrong = "GET /metrics HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n";
+        assert_eq!(
+            status(&respond(wrong, Some("s3cret"), &render)),
+            "HTTP/1.1 401 Unauthorized"
+        );
+        assert_eq!(
+            status(&respond("GET / HTTP/1.1\r\n\r\n", None, &render)),
+            "HTTP/1.1 404 Not Found"
+        );
+        assert_eq!(
+            status(&respond("POST /metrics HTTP/1.1\r\n\r\n", None, &render)),
+            "HTTP/1.1 405 Method Not Allowed"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! The scheduler's Prometheus endpoint (`[runtime] metrics_listen`): a
+//! scrape after a known sequence of events (two workers, three jobs, one of
+//! which crashes once and is retried) shows exactly those events, and a
+//! scheduler with a users' token refuses scrapes without it.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// One HTTP/1.1 GET; returns (status line, body).
+fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: blox\r\n{auth}\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+/// The value of the sample `name` (with its labels, as exposed).
+fn value(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {name} in:\n{body}"))
+}
+
+#[test]
+fn a_scrape_counts_what_happened() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.metrics_listen = Some("127.0.0.1:0".into());
+    let c = Cluster::start(dir.path(), cfg, "fifo", 2);
+    let addr = c.sched.as_ref().unwrap().metrics_address.unwrap();
+    let mut ctl = c.ctl();
+    let ids = [
+        ctl.submit(job("a", 1, toy(0.5, &[]), None)).unwrap(),
+        ctl.submit(job("b", 2, toy(0.5, &[]), None)).unwrap(),
+        ctl.submit(job(
+            "crashes-once",
+            1,
+            toy(1.0, &["--fail-at", "0.3"]),
+            None,
+        ))
+        .unwrap(),
+    ];
+    let r = c.wait_all(&ids, Duration::from_secs(60));
+    assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
+    // The job table's state reaches the status view at the next round.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = get(addr, "/metrics", None);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    assert_eq!(value(&body, "blox_submissions_total"), 3.0);
+    assert_eq!(value(&body, "blox_jobs{state=\"finished\"}"), 3.0);
+    assert_eq!(value(&body, "blox_jobs{state=\"running\"}"), 0.0);
+    assert_eq!(value(&body, "blox_queue_length"), 0.0);
+    // Three first launches and one retry.
+    assert_eq!(value(&body, "blox_launches_total"), 4.0);
+    assert_eq!(
+        value(&body, "blox_job_exits_total{outcome=\"crashed\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&body, "blox_job_exits_total{outcome=\"finished\"}"),
+        3.0
+    );
+    assert_eq!(value(&body, "blox_workers{state=\"alive\"}"), 2.0);
+    assert_eq!(value(&body, "blox_workers_lost_total"), 0.0);
+    assert!(value(&body, "blox_worker_heartbeats_total") >= 2.0);
+    assert!(value(&body, "blox_rounds_total") >= 2.0);
+    assert!(value(&body, "blox_round_duration_seconds_count") >= 2.0);
+    assert!(value(&body, "blox_job_table_write_seconds_count") >= 3.0);
+    // Both workers' logical GPUs, none busy now.
+    let total: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("blox_gpus{") && l.contains("state=\"total\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(total, 4.0, "{body}");
+    assert!(
+        body.contains("blox_policy_info{policy=\"accept-all/fifo/consolidated\"} 1"),
+        "{body}"
+    );
+    assert_eq!(get(addr, "/", None).0, "HTTP/1.1 404 Not Found");
+}
+
+#[test]
+fn with_a_users_token_a_scrape_needs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), "metrics-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(dir.path().join("token"));
+    cfg.metrics_listen = Some("127.0.0.1:0".into());
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let addr = c.sched.as_ref().unwrap().metrics_address.unwrap();
+    let (status, _) = get(addr, "/metrics", None);
+    assert_eq!(status, "HTTP/1.1 401 Unauthorized");
+    assert_eq!(
+        get(addr, "/metrics", Some("wrong")).0,
+        "HTTP/1.1 401 Unauthorized"
+    );
+    let (status, body) = get(addr, "/metrics", Some("metrics-token"));
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(value(&body, "blox_workers{state=\"alive\"}"), 1.0);
+}
