@@ -35,14 +35,23 @@ pub enum Command {
     Sim(SimArgs),
     /// Run policies × loads × seeds from a config's `[sweep]` section, or whole
     /// configs × workloads × loads × seeds from a file of `[[grid]]`s (resumable), in parallel.
+    ///
+    /// `blox sweep merge DIR… --out DIR` puts the outputs of `--shard` runs
+    /// back together (the `sweep.csv` and cell folders of an unsharded run).
     Sweep {
-        config: PathBuf,
+        /// The sweep file (or `merge` and the shards' output folders).
+        #[arg(required = true, num_args = 1..)]
+        config: Vec<PathBuf>,
         /// Where `sweep.csv` and the cells' folders go.
         #[arg(long, default_value = "sweep-out")]
         out: PathBuf,
         /// Worker threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Run only cells I, I+N, I+2N, … of the file (`I/N`, 0 <= I < N),
+        /// e.g. one Slurm array task or Kubernetes Indexed Job pod each.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<blox_sim::sweep::Shard>,
         #[command(flatten)]
         overrides: Overrides,
     },

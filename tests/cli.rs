@@ -608,3 +608,113 @@ fn a_grid_cell_is_recomputed_when_its_config_changes_and_stems_do_not_collide() 
     std::fs::write(&cfg, SMALL.replace("round_s = 60", "round_s = 30")).unwrap();
     assert!(text(&run()).contains("2 cells: 0 already done, 2 to run"));
 }
+
+/// `--shard I/N` runs cells I, I+N, …; merging every shard gives the table
+/// and cell folders of the unsharded sweep (all but the wall times), and
+/// `blox report` reads it. Incomplete or mixed shards are refused.
+#[test]
+fn a_sharded_and_merged_sweep_equals_the_unsharded_one() {
+    let dir = tempdir("shards");
+    write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,4,600\n1,0,1,60\n2,30,2,300\n3,90,8,120\n",
+    );
+    let cfg = write(
+        &dir,
+        "s.toml",
+        &format!(
+            "{SMALL}\n[sweep]\nscheduling = [\"fifo\", \"las\", \"srtf\"]\nseeds = [1, 2, 3]\n"
+        ),
+    );
+    let run = |extra: &[&str], out: &Path| {
+        let mut args = vec![
+            "sweep",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = blox(&args);
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let whole = dir.join("whole");
+    run(&[], &whole);
+    // 9 cells over 4 shards: 3, 2, 2, 2.
+    let shards: Vec<PathBuf> = (0..4).map(|i| dir.join(format!("shard-{i}"))).collect();
+    for (i, s) in shards.iter().enumerate() {
+        run(&["--shard", &format!("{i}/4")], s);
+        let rows = std::fs::read_to_string(s.join("sweep.csv")).unwrap();
+        assert_eq!(rows.lines().count() - 1, if i == 0 { 3 } else { 2 });
+    }
+    let merged = dir.join("merged");
+    let merge = |dirs: &[PathBuf], out: &Path| {
+        let mut args = vec!["sweep".to_string(), "merge".to_string()];
+        args.extend(dirs.iter().rev().map(|d| d.display().to_string()));
+        args.extend(["--out".to_string(), out.display().to_string()]);
+        blox(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let o = merge(&shards, &merged);
+    assert!(o.status.success(), "{}", text(&o));
+    // Same rows in the same order; only the wall time differs.
+    let table = |d: &Path| -> Vec<Vec<String>> {
+        let mut r = csv::Reader::from_path(d.join("sweep.csv")).unwrap();
+        let wall = r
+            .headers()
+            .unwrap()
+            .iter()
+            .position(|h| h == "wall_s")
+            .unwrap();
+        r.records()
+            .map(|rec| {
+                let rec = rec.unwrap();
+                rec.iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != wall)
+                    .map(|(_, v)| v.to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    assert_eq!(table(&whole), table(&merged));
+    let dirs: Vec<String> = {
+        let mut r = csv::Reader::from_path(whole.join("sweep.csv")).unwrap();
+        let i = r
+            .headers()
+            .unwrap()
+            .iter()
+            .position(|h| h == "dir")
+            .unwrap();
+        r.records().map(|rec| rec.unwrap()[i].to_string()).collect()
+    };
+    assert_eq!(dirs.len(), 9);
+    for d in &dirs {
+        assert_eq!(
+            std::fs::read_to_string(whole.join(d).join("jobs.csv")).unwrap(),
+            std::fs::read_to_string(merged.join(d).join("jobs.csv")).unwrap(),
+            "{d}"
+        );
+    }
+    let o = blox(&["report", merged.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    // A missing shard, or one of another split, is refused.
+    let o = merge(&shards[..3], &dir.join("bad"));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("shard 3/4 is missing"), "{}", text(&o));
+    let other = dir.join("other");
+    run(&["--shard", "0/3"], &other);
+    let o = merge(
+        &[
+            shards[1].clone(),
+            shards[2].clone(),
+            shards[3].clone(),
+            other,
+        ],
+        &dir.join("bad2"),
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("does not belong"), "{}", text(&o));
+    let o = blox(&["sweep", cfg.to_str().unwrap(), "--shard", "4/4"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("0 <= I < N"), "{}", text(&o));
+}

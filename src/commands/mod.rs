@@ -95,8 +95,23 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
             config,
             out,
             threads,
+            shard,
             overrides: o,
-        } => study::sweep(&config, &out, threads, &overrides(&o)?),
+        } => match config.as_slice() {
+            [file] if file.as_os_str() != "merge" => {
+                study::sweep(file, &out, threads, shard, &overrides(&o)?)
+            }
+            [first, dirs @ ..] if first.as_os_str() == "merge" => {
+                if shard.is_some() || !o.set.is_empty() || !o.unset.is_empty() {
+                    anyhow::bail!("`blox sweep merge` takes the shards' folders and --out only");
+                }
+                study::merge(dirs, &out)
+            }
+            _ => anyhow::bail!(
+                "`blox sweep` takes one sweep file (or `blox sweep merge DIR… --out DIR`), got {} paths",
+                config.len()
+            ),
+        },
         Command::Report { dir } => study::report(&dir),
         Command::Local {
             config,

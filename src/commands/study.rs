@@ -15,6 +15,7 @@ pub fn sweep(
     file: &Path,
     out: &Path,
     threads: Option<usize>,
+    shard: Option<sweep::Shard>,
     overrides: &[Override],
 ) -> Result<ExitCode> {
     let bar = ProgressBar::new(0);
@@ -29,6 +30,7 @@ pub fn sweep(
             b.inc(1);
             b.set_message(r.dir.clone());
         })),
+        shard,
     };
     let started = std::time::Instant::now();
     let outcome = sweep::run_file(file, out, overrides, &opts);
@@ -70,6 +72,18 @@ pub fn sweep(
         outcome.ran,
         started.elapsed().as_secs_f64(),
         outcome.table.display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `blox sweep merge DIR… --out DIR`: the shards' outputs as one sweep.
+pub fn merge(dirs: &[std::path::PathBuf], out: &Path) -> Result<ExitCode> {
+    let m = sweep::merge(dirs, out)?;
+    say!(
+        "merged {} shards: {} cells; wrote {}",
+        dirs.len(),
+        m.rows.len(),
+        m.table.display()
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,10 +11,14 @@
 //! a one-row `cell.csv` into its own folder; a later run reuses a cell only if
 //! the cell's config is unchanged (its fingerprint is in `cell.csv`), so a
 //! sweep can be stopped and resumed. `sweep.csv` has one row per cell, in the
-//! file's order, in the schema of [`SweepRow`].
+//! file's order, in the schema of [`SweepRow`]. A sweep can be split over
+//! machines ([`shard`]: `--shard I/N`, then `blox sweep merge`).
 
 pub mod grid;
 pub mod matrix;
+pub mod shard;
+
+pub use shard::{merge, Merged, Shard};
 
 use crate::report::ReportError;
 use crate::run::SimError;
@@ -260,6 +264,8 @@ pub struct SweepOptions {
     pub threads: Option<usize>,
     /// Called after every cell that ran (for a progress bar).
     pub on_cell: Option<OnCell>,
+    /// Run only this shard's cells ([`shard`]).
+    pub shard: Option<Shard>,
 }
 
 /// What a sweep did.
@@ -290,6 +296,10 @@ pub fn run_cells(
     opts: &SweepOptions,
 ) -> Result<SweepOutcome, SweepError> {
     unique_dirs(&mut cells);
+    let total = cells.len();
+    if let Some(s) = &opts.shard {
+        cells = s.select(cells);
+    }
     // Every cell's policies are built before anything runs: a bad cell fails first.
     for c in &cells {
         blox_core::registry::build_policies(
@@ -336,6 +346,9 @@ pub fn run_cells(
     std::fs::create_dir_all(out).map_err(SweepError::io(out))?;
     let table = out.join("sweep.csv");
     write_rows(&table, &rows)?;
+    if let Some(s) = &opts.shard {
+        s.record(out, total)?;
+    }
     Ok(SweepOutcome {
         ran: todo.len(),
         reused,
