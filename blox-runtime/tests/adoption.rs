@@ -10,36 +10,12 @@ use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// A toy job of `secs` seconds that checkpoints every 5 iterations and
-/// writes its launches to `journal`.
-fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
-    let j = journal.display().to_string();
-    toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
-}
-
 /// Lease 5 s: the workers keep their jobs through the restart.
 fn config(dir: &Path) -> blox_runtime::scheduler::RuntimeConfig {
     let mut cfg = runtime_config(dir);
     cfg.worker_timeout_s = 10.0;
     cfg.max_retries = 0;
     cfg
-}
-
-/// Waits until every job in `ids` runs and made some progress.
-fn wait_running(c: &Cluster, ids: &[u64]) {
-    let mut ctl = c.ctl();
-    let t = Instant::now();
-    loop {
-        let s = ctl.status(ids).unwrap();
-        if s.jobs
-            .iter()
-            .all(|j| j.status == "running" && j.progress > 0.1)
-        {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Stops the scheduler (its jobs run on) and starts another on the same

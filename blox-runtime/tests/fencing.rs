@@ -32,13 +32,6 @@ impl Link {
     }
 }
 
-/// A toy job of `secs` seconds that checkpoints every 5 iterations and
-/// writes its launches to `journal`.
-fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
-    let j = journal.display().to_string();
-    toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
-}
-
 /// The journal shows no two launches at once and no launch resuming from
 /// an older checkpoint than was written before it.
 fn assert_no_overlap_or_regression(journal: &Path) -> journal::JournalReport {
@@ -74,20 +67,6 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
     Link(up, down)
 }
 
-/// Waits until job `id` runs and has made some progress.
-fn wait_running(c: &Cluster, id: u64) {
-    let mut ctl = c.ctl();
-    let t = Instant::now();
-    loop {
-        let s = ctl.status(&[id]).unwrap();
-        if s.jobs[0].status == "running" && s.jobs[0].progress > 0.1 {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs[0]);
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn a_worker_cut_off_longer_than_its_timeout_fences_its_job_before_it_runs_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
@@ -100,7 +79,7 @@ fn a_worker_cut_off_longer_than_its_timeout_fences_its_job_before_it_runs_elsewh
     // Long enough to still run when the scheduler relaunches it.
     let command = journaled_toy(15.0, &journal_file);
     let id = ctl.submit(job("cut-off", 2, command, None)).unwrap();
-    wait_running(&c, id);
+    wait_running(&c, &[id]);
     // Where the job goes next.
     c.add_worker(dir.path(), "w1");
     c.wait_for_gpus(4);
@@ -138,7 +117,7 @@ fn a_cut_shorter_than_the_timeout_but_past_the_lease_requeues_without_blame() {
     let mut ctl = c.ctl();
     let command = journaled_toy(5.0, &journal_file);
     let id = ctl.submit(job("fenced", 2, command, None)).unwrap();
-    wait_running(&c, id);
+    wait_running(&c, &[id]);
     // Past the lease (2 s), short of the timeout (4 s).
     link.cut_for(Duration::from_millis(2600));
     let r = c.wait_all(&[id], Duration::from_secs(60));

@@ -80,6 +80,15 @@ pub fn type_speed(jobs: &JobState, job: JobId, gpu_type: &str) -> f64 {
         .unwrap_or(1.0)
 }
 
+/// [`type_speed`], or 1 for the speed-agnostic baseline.
+fn speed(aware: bool, jobs: &JobState, job: JobId, gpu_type: &str) -> f64 {
+    if aware {
+        type_speed(jobs, job, gpu_type)
+    } else {
+        1.0
+    }
+}
+
 impl Gavel {
     /// Solves the max-min fairness program for `order` over `types`
     /// (`(type, GPUs)`); returns `X` per job.
@@ -98,13 +107,7 @@ impl Gavel {
         types: &[(String, u32)],
         aware: bool,
     ) -> Result<HashMap<JobId, BTreeMap<String, f64>>, lp::LpError> {
-        let type_speed = |jobs: &JobState, id: JobId, k: &str| {
-            if aware {
-                type_speed(jobs, id, k)
-            } else {
-                1.0
-            }
-        };
+        let type_speed = |jobs: &JobState, id: JobId, k: &str| speed(aware, jobs, id, k);
         let total_gpus: u32 = types.iter().map(|t| t.1).sum();
         let largest = types.iter().map(|t| t.1).max().unwrap_or(0);
         let mut types = types.to_vec();
@@ -292,14 +295,7 @@ impl SchedulingPolicy for Gavel {
             let mut fits: Vec<(&String, f64)> = free
                 .iter()
                 .filter(|(_, f)| **f >= need)
-                .map(|(k, _)| {
-                    let v = if self.params.heterogeneity_aware {
-                        type_speed(jobs, job.id(), k)
-                    } else {
-                        1.0
-                    };
-                    (k, v)
-                })
+                .map(|(k, _)| (k, speed(self.params.heterogeneity_aware, jobs, job.id(), k)))
                 .collect();
             fits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
             if let Some(k) = fits.first().map(|f| f.0.clone()) {

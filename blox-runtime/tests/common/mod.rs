@@ -166,6 +166,30 @@ pub fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
     v
 }
 
+/// A toy job of `secs` seconds that checkpoints every 5 iterations and
+/// writes its launches to `journal` (`blox_runtime::soak::journal`).
+pub fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
+    let j = journal.display().to_string();
+    toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
+}
+
+/// Waits until every job in `ids` runs and has made some progress.
+pub fn wait_running(c: &Cluster, ids: &[u64]) {
+    let mut ctl = c.ctl();
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(ids).unwrap();
+        if s.jobs
+            .iter()
+            .all(|j| j.status == "running" && j.progress > 0.1)
+        {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn job(name: &str, gpus: u32, command: Vec<String>, duration_s: Option<f64>) -> JobSubmission {
     JobSubmission {
         name: name.into(),
