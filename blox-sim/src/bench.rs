@@ -243,9 +243,8 @@ fn ones(out: Out) -> Result<()> {
         }
         let (p50, p95) = percentiles(&mut times);
         out(format!(
-            "ones-{:<6} ONES, {jobs} jobs on {nodes} x 4 GPUs, population {}, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms",
+            "ones-{:<6} ONES (authors' rules: population 8, 10 generations), {jobs} jobs on {nodes} x 4 GPUs, 8 rounds: decision p50 {p50:.1} ms  p95 {p95:.1} ms",
             nodes * 4,
-            nodes * 4
         ));
     }
     Ok(())

@@ -218,11 +218,16 @@ fn ones_runs_jobs_at_the_batch_it_chooses_with_linear_lr_scaling() {
     let job = sim.round_loop.jobs.get(JobId(0)).unwrap();
     assert_eq!(job.allocation.len(), 1);
     assert_eq!(job.current_batch_size, Some(128));
-    for _ in 0..3 {
+    // cifar10 epochs are short: after its warm-up epochs the job grew, and its
+    // learning rate follows the batch linearly (reported a round later).
+    for _ in 0..10 {
         sim.step().unwrap();
+        let job = sim.round_loop.jobs.get(JobId(0)).unwrap();
+        let m = sim.round_loop.jobs.metrics().of_job(JobId(0));
+        if job.allocation.len() > 1 && m.get("lr_scale") == Some(&(job.allocation.len() as f64)) {
+            break;
+        }
     }
-    // cifar10 epochs are short: R doubled, the job grew, and its learning
-    // rate follows the batch linearly.
     let job = sim.round_loop.jobs.get(JobId(0)).unwrap();
     let m = sim.round_loop.jobs.metrics().of_job(JobId(0));
     let gpus = job.allocation.len() as u32;

@@ -67,6 +67,13 @@ impl Predictor {
     /// set (reservoir sampling keeps it a uniform sample of every point offered,
     /// at most `capacity`), then the model is refit.
     pub fn job_completed(&mut self, log: &[LogPoint], total_epochs: f64, rng: &mut impl Rng) {
+        self.add_job(log, total_epochs, rng);
+        self.refit();
+    }
+
+    /// As [`Predictor::job_completed`] without the refit (for loading a
+    /// history of many jobs, then one [`Predictor::refit`]).
+    pub fn add_job(&mut self, log: &[LogPoint], total_epochs: f64, rng: &mut impl Rng) {
         for p in log {
             let item = (p.x, (total_epochs - p.epochs).max(0.0));
             self.seen += 1;
@@ -79,7 +86,6 @@ impl Predictor {
                 }
             }
         }
-        self.refit();
     }
 
     /// `β = max(A·x + b, 1)`; 1 until a job has completed.
@@ -98,7 +104,8 @@ impl Predictor {
         }
     }
 
-    fn refit(&mut self) {
+    /// Refits the regression to the training set.
+    pub fn refit(&mut self) {
         let n = self.data.len();
         if n == 0 {
             return;

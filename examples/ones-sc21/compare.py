@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Average JCT per policy over an ONES-sc21 sweep, without the first 5 % of jobs
+(by arrival) of each workload, as ONES's evaluation does (SC'21 §4.2).
+
+    blox sweep examples/configs/ones-sc21/sweep.toml --out results/ones-sc21
+    python3 examples/ones-sc21/compare.py results/ones-sc21
+"""
+import csv
+import glob
+import os
+import sys
+from collections import defaultdict
+
+
+def trimmed_mean_jct_h(path, drop=0.05):
+    rows = list(csv.DictReader(open(path)))
+    rows.sort(key=lambda r: (float(r["arrival_s"]), int(r["job_id"])))
+    rows = rows[int(len(rows) * drop):]
+    done = [float(r["jct_s"]) for r in rows if r["status"] == "finished"]
+    return sum(done) / max(len(done), 1) / 3600.0, len(done), len(rows)
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else "results/ones-sc21"
+    per = defaultdict(dict)
+    for jobs in sorted(glob.glob(os.path.join(root, "**", "jobs.csv"), recursive=True)):
+        cell = os.path.relpath(os.path.dirname(jobs), root).split(os.sep)
+        policy, workload = cell[-2], cell[-1]
+        per[policy][workload] = trimmed_mean_jct_h(jobs)
+    if not per:
+        sys.exit(f"no jobs.csv under {root}")
+    base = {p: sum(v[0] for v in w.values()) / len(w) for p, w in per.items()}
+    print("| policy | avg JCT (h), first 5 % dropped | vs ONES | workloads | unfinished |")
+    print("|---|---|---|---|---|")
+    ones = base.get("ones")
+    for p in sorted(base, key=base.get):
+        rel = f"{(base[p] / ones - 1) * 100:+.1f} %" if ones else "-"
+        unfinished = sum(v[2] - v[1] for v in per[p].values())
+        print(f"| {p} | {base[p]:.3f} | {rel} | {len(per[p])} | {unfinished} |")
+
+
+if __name__ == "__main__":
+    main()
