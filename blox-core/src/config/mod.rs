@@ -369,7 +369,11 @@ impl Config {
         let run: RunConfig = run_section.parse()?;
         run.validate(&run_section)?;
         let module = |name: &str, default: &str| -> Result<ModuleConfig, ConfigError> {
-            let mut params = sections.get(name).cloned().unwrap_or_else(|| empty(name));
+            let mut params = sections
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| empty(name))
+                .with_run_seed(run.seed);
             let line = params
                 .line_of_key("policy")
                 .unwrap_or_else(|| params.header_line());
@@ -493,6 +497,25 @@ mod tests {
             Some(1.4)
         );
         assert_eq!(cfg.scheduling.policy, "fifo");
+    }
+
+    #[test]
+    fn module_sections_know_the_run_seed() {
+        let cfg = parse("[cluster]\nnodes = 1\ngpus_per_node = 1\n[run]\nseed = 42\n[scheduling]\npolicy = \"las\"\n").unwrap();
+        assert_eq!(cfg.scheduling.params.run_seed(), Some(42));
+        assert_eq!(
+            cfg.admission.params.run_seed(),
+            Some(42),
+            "default sections too"
+        );
+        let t = toml::Table::new();
+        assert_eq!(
+            cfg.scheduling.params.subsection("s", "x", t).run_seed(),
+            Some(42)
+        );
+        let cfg = parse("[cluster]\nnodes = 1\ngpus_per_node = 1\n").unwrap();
+        assert_eq!(cfg.placement.params.run_seed(), Some(cfg.run.seed));
+        assert_eq!(Section::empty("scheduling").run_seed(), None);
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct Section {
     /// Folder relative paths in this section are resolved against (the config
     /// file's folder); `None` for sections built in code (the current folder).
     base_dir: Option<PathBuf>,
+    /// `[run] seed`, for modules whose own seed defaults to the run's.
+    run_seed: Option<u64>,
 }
 
 impl Section {
@@ -31,7 +33,21 @@ impl Section {
             table,
             origin,
             base_dir,
+            run_seed: None,
         }
+    }
+
+    /// `[run] seed` of the config this module section came from (`None` for
+    /// sections built in code): a policy's own `seed` should default to it,
+    /// so that a sweep's seeds reach the policy too.
+    pub fn run_seed(&self) -> Option<u64> {
+        self.run_seed
+    }
+
+    /// This section, knowing the run's seed.
+    pub fn with_run_seed(mut self, seed: u64) -> Self {
+        self.run_seed = Some(seed);
+        self
     }
 
     /// A section built in code (tests, forks): errors report `<code>`.
@@ -68,7 +84,9 @@ impl Section {
                 .clone()
                 .or_else(|| self.origin.set.get(path).cloned()),
         };
-        Section::new(name, table, origin, self.base_dir.clone())
+        let mut sub = Section::new(name, table, origin, self.base_dir.clone());
+        sub.run_seed = self.run_seed;
+        sub
     }
 
     /// `p` resolved against the config file's folder when relative.

@@ -125,7 +125,7 @@ pub struct Ones {
 impl Ones {
     /// A scheduler; reads `history_file` if set.
     pub fn new(params: OnesParams) -> Result<Self, String> {
-        let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+        let mut rng = ChaCha8Rng::seed_from_u64(params.seed());
         let mut predictor = Predictor::new(params.history);
         if let Some(path) = &params.history_file {
             for (log, total) in read_history(path)? {

@@ -92,7 +92,7 @@ pub struct OnesLiteral {
 impl OnesLiteral {
     pub fn new(params: OnesParams) -> Self {
         OnesLiteral {
-            rng: ChaCha8Rng::seed_from_u64(params.seed),
+            rng: ChaCha8Rng::seed_from_u64(params.seed()),
             predictor: Predictor::new(params.history),
             params,
             tracks: HashMap::new(),
@@ -427,7 +427,7 @@ mod tests {
             history: 100,
             sigma_per_s: Some(0.0),
             update_after_epochs: 1.0,
-            seed: 7,
+            seed: Some(7),
             ..OnesParams::default()
         }
     }

@@ -93,8 +93,9 @@ pub struct OnesParams {
     /// arrival rate.
     #[serde(default)]
     pub sigma_per_s: Option<f64>,
-    #[serde(default = "d_seed")]
-    pub seed: u64,
+    /// Seed of ONES's own random choices; default: `[run] seed`.
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 impl Default for OnesParams {
@@ -113,7 +114,7 @@ impl Default for OnesParams {
             scale_down_factor: None,
             max_scale_factor: None,
             sigma_per_s: None,
-            seed: d_seed(),
+            seed: None,
         }
     }
 }
@@ -127,11 +128,13 @@ fn d_history() -> usize {
 fn d_one() -> f64 {
     1.0
 }
-fn d_seed() -> u64 {
-    1
-}
 
 impl OnesParams {
+    /// The seed in effect: set, else `[run] seed`, else 1.
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or(1)
+    }
+
     /// The first key set that the chosen variant does not use.
     fn foreign_key(&self) -> Option<&'static str> {
         match self.variant {
@@ -156,6 +159,7 @@ blox_core::register_scheduling!(
     "ONES: online evolutionary search over GPU allocations with Beta-sampled remaining work and elastic batch sizes (SC'21); `variant = \"authors\"` (default, the authors' code) or `\"paper-literal\"`; use with `explicit` placement",
     |p| {
         let mut params = p.parse::<OnesParams>()?;
+        params.seed = params.seed.or(p.run_seed());
         if let Some(k) = params.foreign_key() {
             let v = match params.variant {
                 Variant::Authors => "paper-literal",

@@ -5,7 +5,7 @@ fn params() -> OnesParams {
     OnesParams {
         population: Some(8),
         generations: Some(5),
-        seed: 7,
+        seed: Some(7),
         ..OnesParams::default()
     }
 }
