@@ -394,9 +394,11 @@ pub fn read_history(path: &Path) -> Result<Vec<(Vec<LogPoint>, f64)>, String> {
             ratio,
             o(2).unwrap_or(0.0),
         ];
-        let e = jobs
-            .entry(f[idx[0]].to_string())
-            .or_insert((Vec::new(), total));
+        let job = f
+            .get(idx[0])
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("{}:{}: column `job`: missing", path.display(), k + 1))?;
+        let e = jobs.entry(job.to_string()).or_insert((Vec::new(), total));
         e.0.push(LogPoint { x, epochs: epoch });
         e.1 = e.1.max(total);
     }

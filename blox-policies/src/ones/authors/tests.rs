@@ -306,6 +306,10 @@ fn a_history_file_warm_starts_the_predictor_and_bad_rows_are_named() {
     std::fs::write(&bad, "job,epoch,epoch_size,total_epochs\n1,1,x,3\n").unwrap();
     let e = read_history(&bad).unwrap_err();
     assert!(e.contains("bad.csv:2") && e.contains("epoch_size"), "{e}");
+    // A short row whose job id is the last column is an error, not a panic.
+    std::fs::write(&bad, "epoch,epoch_size,total_epochs,job\n1,100,3\n").unwrap();
+    let e = read_history(&bad).unwrap_err();
+    assert!(e.contains("bad.csv:2") && e.contains("`job`"), "{e}");
     std::fs::write(&bad, "job,epoch,total_epochs\n").unwrap();
     assert!(read_history(&bad)
         .unwrap_err()
