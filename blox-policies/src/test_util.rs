@@ -27,3 +27,29 @@ pub fn add(state: &mut JobState, cluster: &mut ClusterState, mut j: Job, gpus: &
     }
     state.insert(j);
 }
+
+/// Applies a schedule as the loop and the `explicit` placement would: every
+/// runnable job is released, then each demand runs on its named GPUs at its
+/// batch.
+pub fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
+    let ids: Vec<JobId> = state.runnable().map(|j| j.id()).collect();
+    for id in ids {
+        let j = state.get_mut(id).unwrap();
+        if !j.allocation.is_empty() {
+            cluster.release_job(id);
+        }
+        j.allocation.clear();
+        j.status = JobStatus::Queued;
+    }
+    for d in &s.entries {
+        let gpus = d.gpu_ids.clone().unwrap();
+        cluster.assign(d.job, &gpus).unwrap();
+        let j = state.get_mut(d.job).unwrap();
+        j.allocation = gpus;
+        j.status = JobStatus::Running;
+        j.launches += 1;
+        if d.batch_size.is_some() {
+            j.current_batch_size = d.batch_size;
+        }
+    }
+}

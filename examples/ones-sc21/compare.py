@@ -4,6 +4,10 @@
 
     blox sweep examples/configs/ones-sc21/sweep.toml --out results/ones-sc21
     python3 examples/ones-sc21/compare.py results/ones-sc21
+    python3 examples/ones-sc21/compare.py results/ones-sc21 --by-class workload-1
+
+With --by-class W: mean JCT and queueing per job class (the name's prefix) and
+policy on workload W, all jobs.
 """
 import csv
 import glob
@@ -20,8 +24,28 @@ def trimmed_mean_jct_h(path, drop=0.05):
     return sum(done) / max(len(done), 1) / 3600.0, len(done), len(rows)
 
 
+def by_class(root, workload):
+    print("| class | policy | avg JCT (h) | avg queueing (h) | jobs |")
+    print("|---|---|---|---|---|")
+    rows = {}
+    for jobs in sorted(glob.glob(os.path.join(root, "**", workload, "jobs.csv"), recursive=True)):
+        policy = os.path.basename(os.path.dirname(os.path.dirname(jobs)))
+        for r in csv.DictReader(open(jobs)):
+            cls = r["name"].rsplit("-", 1)[0]
+            rows.setdefault((cls, policy), []).append(r)
+    for (cls, policy), rs in sorted(rows.items()):
+        jct = sum(float(r["jct_s"]) for r in rs) / len(rs) / 3600.0
+        queue = sum(float(r["queueing_s"]) for r in rs) / len(rs) / 3600.0
+        print(f"| {cls} | {policy} | {jct:.3f} | {queue:.3f} | {len(rs)} |")
+
+
 def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else "results/ones-sc21"
+    args = sys.argv[1:]
+    if "--by-class" in args:
+        i = args.index("--by-class")
+        by_class(args[0] if i > 0 else "results/ones-sc21", args[i + 1])
+        return
+    root = args[0] if args else "results/ones-sc21"
     per = defaultdict(dict)
     for jobs in sorted(glob.glob(os.path.join(root, "**", "jobs.csv"), recursive=True)):
         cell = os.path.relpath(os.path.dirname(jobs), root).split(os.sep)

@@ -34,10 +34,9 @@
 //! the `explicit` placement.
 
 use super::predictor::{sample_beta, LogPoint, Predictor, FEATURES};
-use super::search::Throughput;
+use super::search::{per_gpu_batch, Throughput};
 use super::OnesParams;
 use blox_core::*;
-use blox_goodput::AgentReport;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
@@ -182,22 +181,17 @@ impl Ones {
         for job in order {
             let id = job.id();
             let m = |k: &str| jobs.metrics().get(id, k);
-            let t = self.tracks.entry(id).or_insert_with(|| {
-                let global = job.spec.batch_size.or(job.current_batch_size).unwrap_or(1);
-                let want = global.div_ceil(job.requested_gpus().max(1));
-                let fits = m("max_local_batch_size").map_or(u32::MAX, |b| b.max(1.0) as u32);
-                Track {
-                    local_batch: want.min(fits).max(1),
-                    max_size: 1,
-                    resume_size: None,
-                    epochs_at_change: 0.0,
-                    epochs: 0.0,
-                    logged: 0,
-                    loss_initial: None,
-                    started: false,
-                    per_gpu_throughput: None,
-                    log: Vec::new(),
-                }
+            let t = self.tracks.entry(id).or_insert_with(|| Track {
+                local_batch: per_gpu_batch(job, m),
+                max_size: 1,
+                resume_size: None,
+                epochs_at_change: 0.0,
+                epochs: 0.0,
+                logged: 0,
+                loss_initial: None,
+                started: false,
+                per_gpu_throughput: None,
+                log: Vec::new(),
             });
             t.epochs = m("epochs_done")
                 .or_else(|| Some(m("samples_processed")? / m("epoch_size")?))
@@ -250,14 +244,7 @@ impl Ones {
                 let rho = sample_beta(t.epochs.max(1.0), beta, &mut self.rng).clamp(1e-6, 1.0);
                 m("samples_processed").unwrap_or(0.0) * (1.0 / rho - 1.0)
             });
-            let throughput =
-                match AgentReport::from_metrics(m).and_then(|r| Some((r.params?, r.limits))) {
-                    Some((params, limits)) => Throughput::Fitted { params, limits },
-                    None => match t.per_gpu_throughput {
-                        Some(per_gpu) => Throughput::Linear { per_gpu },
-                        None => Throughput::Unknown,
-                    },
-                };
+            let throughput = Throughput::from_metrics(m, t.per_gpu_throughput);
             views.push(View {
                 id,
                 new: !t.started,

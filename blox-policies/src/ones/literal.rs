@@ -41,7 +41,6 @@ use super::predictor::{self, LogPoint, Predictor, FEATURES};
 use super::search::{self, Candidate, JobInfo, Problem, Throughput, IDLE};
 use super::OnesParams;
 use blox_core::*;
-use blox_goodput::AgentReport;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
@@ -152,12 +151,7 @@ impl OnesLiteral {
                     self.first_arrival_s
                         .map_or(job.arrival_s(), |t| t.min(job.arrival_s())),
                 );
-                // The submitted per-GPU batch (global batch / GPUs asked for),
-                // capped at what fits one GPU.
-                let global = job.spec.batch_size.or(job.current_batch_size).unwrap_or(1);
-                let want = global.div_ceil(job.requested_gpus().max(1));
-                let fits = m("max_local_batch_size").map_or(u32::MAX, |b| b.max(1.0) as u32);
-                let b0 = want.min(fits).max(1);
+                let b0 = search::per_gpu_batch(job, m);
                 self.tracks.insert(
                     id,
                     Track {
@@ -239,14 +233,7 @@ impl OnesLiteral {
             let alpha = t.epochs.max(1.0);
             let beta = self.predictor.beta(&features(t, get));
             let rho = predictor::sample_beta(alpha, beta, &mut self.rng);
-            let throughput =
-                match AgentReport::from_metrics(get).and_then(|r| Some((r.params?, r.limits))) {
-                    Some((params, limits)) => Throughput::Fitted { params, limits },
-                    None => match t.per_gpu_throughput {
-                        Some(per_gpu) => Throughput::Linear { per_gpu },
-                        None => Throughput::Unknown,
-                    },
-                };
+            let throughput = Throughput::from_metrics(get, t.per_gpu_throughput);
             infos.push(JobInfo {
                 local_batch: t.local_batch,
                 limit_gpus: (t.limit / t.local_batch).clamp(1, slots.len().max(1) as u32),
@@ -445,30 +432,6 @@ mod tests {
         m.set(JobId(id), "samples_processed", samples);
         m.set(JobId(id), "throughput", per_gpu);
         m.set(JobId(id), "max_batch_size", 4096.0);
-    }
-
-    /// Applies a schedule as the loop and `explicit` placement would.
-    fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
-        let ids: Vec<JobId> = state.runnable().map(|j| j.id()).collect();
-        for id in ids {
-            let j = state.get_mut(id).unwrap();
-            if !j.allocation.is_empty() {
-                cluster.release_job(id);
-            }
-            j.allocation.clear();
-            j.status = JobStatus::Queued;
-        }
-        for d in &s.entries {
-            let gpus = d.gpu_ids.clone().unwrap();
-            cluster.assign(d.job, &gpus).unwrap();
-            let j = state.get_mut(d.job).unwrap();
-            j.allocation = gpus;
-            j.status = JobStatus::Running;
-            j.launches += 1;
-            if d.batch_size.is_some() {
-                j.current_batch_size = d.batch_size;
-            }
-        }
     }
 
     #[test]

@@ -52,6 +52,29 @@ impl Throughput {
     }
 }
 
+impl Throughput {
+    /// The job's fitted model from its agent's `pollux.*` metrics, else
+    /// `per_gpu` (its last measured throughput per GPU) scaled linearly.
+    pub fn from_metrics(m: impl Fn(&str) -> Option<f64>, per_gpu: Option<f64>) -> Self {
+        match blox_goodput::AgentReport::from_metrics(m).and_then(|r| Some((r.params?, r.limits))) {
+            Some((params, limits)) => Throughput::Fitted { params, limits },
+            None => match per_gpu {
+                Some(per_gpu) => Throughput::Linear { per_gpu },
+                None => Throughput::Unknown,
+            },
+        }
+    }
+}
+
+/// A job's per-GPU batch under ONES: its submitted global batch over the
+/// GPUs it asked for, capped at what fits one GPU (`max_local_batch_size`).
+pub fn per_gpu_batch(job: &blox_core::Job, m: impl Fn(&str) -> Option<f64>) -> u32 {
+    let global = job.spec.batch_size.or(job.current_batch_size).unwrap_or(1);
+    let want = global.div_ceil(job.requested_gpus().max(1));
+    let fits = m("max_local_batch_size").map_or(u32::MAX, |b| b.max(1.0) as u32);
+    want.min(fits).max(1)
+}
+
 /// What the search knows about one job this round.
 #[derive(Clone, Debug)]
 pub struct JobInfo {

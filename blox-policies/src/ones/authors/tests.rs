@@ -29,27 +29,6 @@ fn report(state: &JobState, id: u64, epochs: f64, per_gpu: f64) {
     m.set(JobId(id), "max_batch_size", 1.0e6);
 }
 
-/// Applies a schedule as the loop and `explicit` placement would.
-fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
-    let ids: Vec<JobId> = state.runnable().map(|j| j.id()).collect();
-    for id in ids {
-        let j = state.get_mut(id).unwrap();
-        if !j.allocation.is_empty() {
-            cluster.release_job(id);
-        }
-        j.allocation.clear();
-        j.status = JobStatus::Queued;
-    }
-    for d in &s.entries {
-        let gpus = d.gpu_ids.clone().unwrap();
-        cluster.assign(d.job, &gpus).unwrap();
-        let j = state.get_mut(d.job).unwrap();
-        j.allocation = gpus;
-        j.status = JobStatus::Running;
-        j.launches += 1;
-    }
-}
-
 fn gpus_of(s: &Schedule, id: u64) -> Vec<GpuId> {
     s.entries
         .iter()
