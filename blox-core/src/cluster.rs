@@ -469,12 +469,18 @@ impl ClusterState {
     /// cannot be held by two jobs: the table has one holder slot per GPU, and
     /// `assign` refuses a busy GPU.)
     pub fn check_invariants(&self, jobs: &JobState) -> Result<(), ClusterError> {
-        let online = self.gpus.iter().filter(|g| g.online).count() as u32;
-        let free = self
-            .gpus
-            .iter()
-            .filter(|g| g.online && g.job.is_none())
-            .count() as u32;
+        // One pass over the GPU table (this runs after every round).
+        let (mut online, mut free, mut held) = (0u32, 0u32, 0usize);
+        let mut host = vec![(0.0f64, 0.0f64); self.nodes.len()];
+        for g in &self.gpus {
+            online += u32::from(g.online);
+            free += u32::from(g.online && g.job.is_none());
+            held += usize::from(g.job.is_some());
+            if let Some(h) = host.get_mut(g.node.index()) {
+                h.0 += g.host_cpus;
+                h.1 += g.host_mem_gb;
+            }
+        }
         if online != self.online || free != self.free {
             return Err(ClusterError::Invariant(format!(
                 "counters say {} online/{} free, table says {online}/{free}",
@@ -498,7 +504,6 @@ impl ClusterState {
             }
             allocated += job.allocation.len();
         }
-        let held = self.gpus.iter().filter(|g| g.job.is_some()).count();
         if held != allocated {
             for (j, gpus) in &self.holders() {
                 let ok = jobs
@@ -514,8 +519,7 @@ impl ClusterState {
                 "{held} GPUs are held but running jobs' allocations add up to {allocated}"
             )));
         }
-        for n in &self.nodes {
-            let (c, m) = self.host_used(n.id);
+        for (n, &(c, m)) in self.nodes.iter().zip(&host) {
             if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {
                 return Err(ClusterError::Invariant(format!(
                     "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",

@@ -43,6 +43,14 @@ impl MetricStore {
         }
     }
 
+    /// Several changes to one job's metrics under one lookup (what a
+    /// backend reporting a handful of metrics for every running job each
+    /// round wants): `f` gets that job's metrics.
+    pub fn update<R>(&self, job: JobId, f: impl FnOnce(&mut JobMetrics<'_>) -> R) -> R {
+        let mut m = self.inner.entry(job).or_default();
+        f(&mut JobMetrics(&mut m))
+    }
+
     /// Adds `delta` to `key` (missing = 0).
     pub fn add(&self, job: JobId, key: &str, delta: f64) {
         let mut m = self.inner.entry(job).or_default();
@@ -104,6 +112,30 @@ impl MetricStore {
             out.inner.insert(*e.key(), e.value().clone());
         }
         out
+    }
+}
+
+/// One job's metrics, inside [`MetricStore::update`].
+pub struct JobMetrics<'a>(&'a mut Metrics);
+
+impl JobMetrics<'_> {
+    /// Sets `key` to `value` (no allocation when the key is already there).
+    pub fn set(&mut self, key: &str, value: f64) {
+        match self.0.get_mut(key) {
+            Some(v) => *v = value,
+            None => {
+                self.0.insert(key.to_owned(), value);
+            }
+        }
+    }
+
+    /// Forgets `key`.
+    pub fn remove(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).copied()
     }
 }
 
@@ -247,9 +279,10 @@ impl JobState {
         n
     }
 
-    /// Finished record of a job, if it has ended.
+    /// Finished record of a job, if it has ended. Searched from the most
+    /// recent end backwards: callers ask about jobs that ended lately.
     pub fn finished_job(&self, id: JobId) -> Option<&Job> {
-        self.finished.iter().find(|j| j.id() == id)
+        self.finished.iter().rev().find(|j| j.id() == id)
     }
 }
 

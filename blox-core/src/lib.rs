@@ -19,7 +19,7 @@ pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{Config, ConfigError, ModuleConfig, Override, RunConfig, Section};
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{Job, JobSpec, JobStatus};
-pub use job_state::{JobState, MetricStore};
+pub use job_state::{JobMetrics, JobState, MetricStore};
 pub use module::{
     AdmissionDecision, AdmissionPolicy, Assignment, Backend, BackendError, ClusterEvent,
     ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,

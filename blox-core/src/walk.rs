@@ -152,7 +152,7 @@ pub fn priority_walk(
 ) -> Placement {
     let mut free = FreeGpus::new(cluster);
     let mut out = Placement::default();
-    let position: std::collections::HashMap<JobId, usize> = schedule
+    let position: rustc_hash::FxHashMap<JobId, usize> = schedule
         .entries
         .iter()
         .enumerate()
@@ -160,7 +160,7 @@ pub fn priority_walk(
         .collect();
 
     // Running jobs that keep their GPUs, with their place in the order.
-    let mut kept: Vec<(usize, JobId, Vec<GpuId>)> = Vec::new();
+    let mut kept: Vec<(usize, JobId, &[GpuId])> = Vec::new();
     for job in jobs.running() {
         match position.get(&job.id()) {
             None => {
@@ -170,7 +170,7 @@ pub fn priority_walk(
             Some(&i) => {
                 let d = &schedule.entries[i];
                 if d.gpus as usize == job.allocation.len() {
-                    kept.push((i, job.id(), job.allocation.clone()));
+                    kept.push((i, job.id(), &job.allocation));
                 } else {
                     // Demand changed: release and re-place below (a restart).
                     free.put(&job.allocation);
@@ -180,14 +180,14 @@ pub fn priority_walk(
     }
     kept.sort_by_key(|k| k.0);
 
-    let mut is_kept: std::collections::HashSet<JobId> = kept.iter().map(|k| k.1).collect();
+    let mut is_kept: rustc_hash::FxHashSet<JobId> = kept.iter().map(|k| k.1).collect();
     for (i, d) in schedule.entries.iter().enumerate() {
         if is_kept.contains(&d.job) {
             if let Some(bs) = d.batch_size {
-                let alloc = &kept.iter().find(|k| k.1 == d.job).expect("kept").2;
+                let alloc = kept.iter().find(|k| k.1 == d.job).expect("kept").2;
                 out.launch.push(Assignment {
                     job: d.job,
-                    gpus: alloc.clone(),
+                    gpus: alloc.to_vec(),
                     batch_size: Some(bs),
                     host: None,
                 });
@@ -213,7 +213,7 @@ pub fn priority_walk(
             if room >= d.gpus {
                 let mut taken = Vec::new();
                 for k in victims {
-                    free.put(&kept[k].2);
+                    free.put(kept[k].2);
                     taken.push(k);
                     if free.count() >= d.gpus {
                         chosen = choose(&free, job, d.gpus);
@@ -231,7 +231,7 @@ pub fn priority_walk(
                     }
                 } else {
                     for &k in &taken {
-                        free.take(&kept[k].2);
+                        free.take(kept[k].2);
                     }
                 }
             }

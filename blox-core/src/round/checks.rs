@@ -8,7 +8,8 @@ use crate::cluster::HOST_EPS;
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::JobStatus;
 use crate::module::{Placement, Schedule};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 
 impl RoundLoop {
     /// Checks a schedule before anything acts on it: every entry names an
@@ -29,7 +30,7 @@ impl RoundLoop {
                 format!("{verb} {id}, which is not a job the scheduler knows")
             }
         };
-        let mut terminated = HashSet::with_capacity(s.terminate.len());
+        let mut terminated = FxHashSet::default();
         for (id, _) in &s.terminate {
             if self.jobs.get(*id).is_none() {
                 return Err(bad(unknown("terminates", *id)));
@@ -37,7 +38,8 @@ impl RoundLoop {
             terminated.insert(*id);
         }
         let cap = self.cluster.max_gpus();
-        let mut seen = HashSet::with_capacity(s.entries.len());
+        let mut seen = FxHashSet::default();
+        seen.reserve(s.entries.len());
         for d in &s.entries {
             let id = d.job;
             if !seen.insert(id) {
@@ -80,24 +82,27 @@ impl RoundLoop {
 
     /// Checks a placement against the state before anything is executed: every
     /// job named exists and is runnable, and the allocations after the decision
-    /// use existing, online GPUs at most once.
+    /// use existing, online GPUs at most once, within each node's host CPUs
+    /// and memory.
+    ///
+    /// The cost is in what the placement touches (its launches' GPUs and
+    /// nodes), not in the size of the cluster: jobs that keep their GPUs hold
+    /// a valid allocation already ([`crate::ClusterState::check_invariants`]).
     pub(super) fn validate(&self, p: &Placement) -> Result<(), LoopError> {
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "placement",
             module: self.policies.names.2.clone(),
             reason,
         };
-        let mut after: BTreeMap<JobId, &[GpuId]> = self
-            .jobs
-            .running()
-            .map(|j| (j.id(), j.allocation.as_slice()))
-            .collect();
+        // Running jobs that give their GPUs up: preempted or launched again.
+        let mut releasing: FxHashSet<JobId> = FxHashSet::default();
         for id in &p.preempt {
-            if after.remove(id).is_none() {
+            let running = self.jobs.get(*id).is_some_and(|j| j.is_running());
+            if !running || !releasing.insert(*id) {
                 return Err(bad(format!("asks to preempt {id}, which is not running")));
             }
         }
-        let mut launched = HashSet::new();
+        let mut launched: FxHashSet<JobId> = FxHashSet::default();
         for a in &p.launch {
             let Some(job) = self.jobs.get(a.job) else {
                 return Err(bad(format!(
@@ -118,24 +123,12 @@ impl RoundLoop {
             if !launched.insert(a.job) {
                 return Err(bad(format!("launches {} twice", a.job)));
             }
-            after.insert(a.job, &a.gpus);
         }
-        // Host CPUs and memory per node after the decision: what jobs that keep
-        // their allocation hold now, plus what every launch asks for.
-        let mut host: HashMap<NodeId, (f64, f64)> = HashMap::new();
-        let relaunched: HashSet<JobId> = p.launch.iter().map(|a| a.job).collect();
-        for job in self.jobs.running() {
-            if p.preempt.contains(&job.id()) || relaunched.contains(&job.id()) {
-                continue;
-            }
-            for g in &job.allocation {
-                if let Some(gpu) = self.cluster.gpu(*g) {
-                    let e = host.entry(gpu.node).or_default();
-                    e.0 += gpu.host_cpus;
-                    e.1 += gpu.host_mem_gb;
-                }
-            }
-        }
+        let keeps = |holder: JobId| !releasing.contains(&holder) && !launched.contains(&holder);
+        // Host CPUs and memory on every node a launch uses, after the
+        // decision: what the jobs that keep their GPUs there hold, plus what
+        // every launch asks for.
+        let mut host: BTreeMap<NodeId, (f64, f64)> = BTreeMap::new();
         for a in &p.launch {
             for g in &a.gpus {
                 if let Some(gpu) = self.cluster.gpu(*g) {
@@ -147,7 +140,19 @@ impl RoundLoop {
                             a.job
                         )));
                     }
-                    let e = host.entry(gpu.node).or_default();
+                    let e = host.entry(gpu.node).or_insert_with(|| {
+                        let mut held = (0.0, 0.0);
+                        for x in &node.gpus {
+                            let Some(gx) = self.cluster.gpu(*x) else {
+                                continue;
+                            };
+                            if gx.job.is_some_and(keeps) {
+                                held.0 += gx.host_cpus;
+                                held.1 += gx.host_mem_gb;
+                            }
+                        }
+                        held
+                    });
                     e.0 += share.cpus_per_gpu;
                     e.1 += share.mem_gb_per_gpu;
                 }
@@ -162,17 +167,22 @@ impl RoundLoop {
                 )));
             }
         }
-        let mut owner: Vec<Option<JobId>> = vec![None; self.cluster.gpus().len()];
-        for (job, gpus) in after {
-            for &g in gpus {
-                match self.cluster.gpu(g) {
+        // Every launched GPU exists, is online, and has one owner afterwards.
+        let mut given: FxHashMap<GpuId, JobId> = FxHashMap::default();
+        for a in &p.launch {
+            let job = a.job;
+            for &g in &a.gpus {
+                let gpu = match self.cluster.gpu(g) {
                     None => return Err(bad(format!("gives {job} {g}, which does not exist"))),
                     Some(gpu) if !gpu.online => {
                         return Err(bad(format!("gives {job} {g}, which is offline")))
                     }
-                    _ => {}
+                    Some(gpu) => gpu,
+                };
+                if let Some(other) = gpu.job.filter(|h| *h != job && keeps(*h)) {
+                    return Err(bad(format!("gives {g} to both {other} and {job}")));
                 }
-                if let Some(other) = owner[g.index()].replace(job) {
+                if let Some(other) = given.insert(g, job) {
                     return Err(bad(format!("gives {g} to both {other} and {job}")));
                 }
             }

@@ -27,7 +27,8 @@ use crate::host_profile::HostProfiles;
 use crate::workload::{BatchAgent, SimJob, WorkModel};
 use blox_core::*;
 use blox_goodput::{BatchConfig, PolluxAgent};
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 /// The simulator: owns the trace and the true state of every job.
 pub struct SimBackend {
@@ -91,11 +92,11 @@ impl SimBackend {
             round_s,
             trace,
             next: 0,
-            jobs: HashMap::new(),
+            jobs: HashMap::default(),
             running: BTreeSet::new(),
             dirty: BTreeSet::new(),
             gpu_node,
-            alloc: HashMap::new(),
+            alloc: HashMap::default(),
             events: Vec::new(),
             online_nodes: cluster
                 .nodes()
@@ -160,8 +161,8 @@ impl SimBackend {
     /// Sets each profile job's slowdown for the coming round (§7.4).
     fn apply_interference(&mut self) {
         let i = self.cfg.interference;
-        let mut distributed_on: HashMap<NodeId, u32> = HashMap::new();
-        let mut nodes_of: HashMap<JobId, Vec<NodeId>> = HashMap::new();
+        let mut distributed_on: HashMap<NodeId, u32> = HashMap::default();
+        let mut nodes_of: HashMap<JobId, Vec<NodeId>> = HashMap::default();
         for id in &self.running {
             let Some(gpus) = self.alloc.get(id) else {
                 continue;
@@ -391,23 +392,22 @@ impl MetricCollector for SimBackend {
                 } else {
                     1.0
                 };
-                let m = jobs.metrics();
                 let k = s.requested_gpus.max(1) as f64;
-                m.set(id, "samples_processed", s.done_s * k);
-                m.set(id, "epochs_done", s.done_s / self.cfg.epoch_s.max(1e-9));
-                match &s.segment {
-                    Some(seg) => m.set(id, "throughput", seg.gpus as f64 * s.type_speed),
-                    None => m.remove(id, "throughput"),
-                }
-                if let Some(c) = s.converge_at {
-                    let m = jobs.metrics();
-                    m.set(
-                        id,
-                        "loss",
-                        synthetic_loss(s.done_s / s.duration_s.max(1e-9), c),
-                    );
-                    m.set(id, "loss_target", 1.0);
-                }
+                let epoch_s = self.cfg.epoch_s.max(1e-9);
+                // One lookup for all of a job's metrics: this runs for every
+                // running job every round.
+                jobs.metrics().update(id, |m| {
+                    m.set("samples_processed", s.done_s * k);
+                    m.set("epochs_done", s.done_s / epoch_s);
+                    match &s.segment {
+                        Some(seg) => m.set("throughput", seg.gpus as f64 * s.type_speed),
+                        None => m.remove("throughput"),
+                    }
+                    if let Some(c) = s.converge_at {
+                        m.set("loss", synthetic_loss(s.done_s / s.duration_s.max(1e-9), c));
+                        m.set("loss_target", 1.0);
+                    }
+                });
             }
             let job = jobs.get_mut(id).expect("checked above");
             job.attained_service_gpu_s = s.attained_gpu_s;
@@ -424,6 +424,10 @@ impl MetricCollector for SimBackend {
                 job.status = JobStatus::Finished;
                 job.finish_s = Some(t);
                 job.progress = 1.0;
+                // Everything the loop keeps about the job is reported: its
+                // simulated state goes (a million-job trace would otherwise
+                // hold every ended job's twice).
+                self.jobs.remove(&id);
             }
         }
         Ok(())

@@ -343,7 +343,7 @@ impl SimResult {
             .chain(lp.waiting())
             .map(|j| JobRow::from_job(j, quantized, round_s))
             .collect();
-        jobs.sort_by_key(|j| j.job_id);
+        jobs.sort_unstable_by_key(|j| j.job_id);
         let tracked: Vec<&JobRow> = jobs
             .iter()
             .filter(|j| track.is_none_or(|[a, b]| (a..=b).contains(&JobId(j.job_id).0)))
@@ -382,8 +382,7 @@ mod writer {
     use super::*;
     use polars::prelude::*;
 
-    fn jobs_frame(r: &SimResult) -> PolarsResult<DataFrame> {
-        let j = &r.jobs;
+    fn jobs_frame(j: &[JobRow]) -> PolarsResult<DataFrame> {
         DataFrame::new_infer_height(vec![
             Column::new(
                 "job_id".into(),
@@ -468,8 +467,7 @@ mod writer {
         ])
     }
 
-    fn rounds_frame(r: &SimResult) -> PolarsResult<DataFrame> {
-        let x = &r.rounds;
+    fn rounds_frame(x: &[RoundRow]) -> PolarsResult<DataFrame> {
         DataFrame::new_infer_height(vec![
             Column::new(
                 "time_s".into(),
@@ -502,34 +500,50 @@ mod writer {
         ])
     }
 
-    fn save(
-        df: &mut DataFrame,
+    /// Rows per batch: the tables stream to disk a batch at a time, so a
+    /// million-job run never holds a second full copy of its table.
+    const BATCH_ROWS: usize = 64 * 1024;
+
+    /// Writes `stem.csv` and `stem.parquet` from `rows`, a batch at a time.
+    fn save<T>(
+        rows: &[T],
+        frame: fn(&[T]) -> PolarsResult<DataFrame>,
         dir: &Path,
         stem: &str,
         out: &mut Vec<PathBuf>,
     ) -> Result<(), ReportError> {
         let csv = dir.join(format!("{stem}.csv"));
-        let mut f = std::fs::File::create(&csv).map_err(ReportError::io(&csv))?;
-        CsvWriter::new(&mut f)
-            .include_header(true)
-            .finish(df)
-            .map_err(ReportError::table(&csv))?;
-        out.push(csv);
         let pq = dir.join(format!("{stem}.parquet"));
+        let schema = frame(&rows[..0])
+            .map_err(ReportError::table(&csv))?
+            .schema()
+            .as_ref()
+            .clone();
+        let f = std::fs::File::create(&csv).map_err(ReportError::io(&csv))?;
+        let mut csv_w = CsvWriter::new(std::io::BufWriter::new(f))
+            .include_header(true)
+            .batched(&schema)
+            .map_err(ReportError::table(&csv))?;
         let f = std::fs::File::create(&pq).map_err(ReportError::io(&pq))?;
-        ParquetWriter::new(f)
-            .finish(df)
+        let mut pq_w = ParquetWriter::new(f)
+            .batched(&schema)
             .map_err(ReportError::table(&pq))?;
+        for chunk in rows.chunks(BATCH_ROWS) {
+            let df = frame(chunk).map_err(ReportError::table(&csv))?;
+            csv_w.write_batch(&df).map_err(ReportError::table(&csv))?;
+            pq_w.write_batch(&df).map_err(ReportError::table(&pq))?;
+        }
+        csv_w.finish().map_err(ReportError::table(&csv))?;
+        pq_w.finish().map_err(ReportError::table(&pq))?;
+        out.push(csv);
         out.push(pq);
         Ok(())
     }
 
     pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let mut out = Vec::new();
-        let mut jobs = jobs_frame(r).map_err(ReportError::table(&dir.join("jobs.csv")))?;
-        save(&mut jobs, dir, "jobs", &mut out)?;
-        let mut rounds = rounds_frame(r).map_err(ReportError::table(&dir.join("rounds.csv")))?;
-        save(&mut rounds, dir, "rounds", &mut out)?;
+        save(&r.jobs, jobs_frame, dir, "jobs", &mut out)?;
+        save(&r.rounds, rounds_frame, dir, "rounds", &mut out)?;
         Ok(out)
     }
 }
