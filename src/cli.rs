@@ -113,7 +113,7 @@ pub enum Command {
     /// Time the reference simulations and the runtime (build with --release).
     Bench {
         /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `gavel`, `doubling`, `synth`,
-        /// `lease`, `metric-push`, `runtime-round`, `soak`, or `all` (the two
+        /// `scale`, `lease`, `metric-push`, `runtime-round`, `soak`, or `all` (the two
         /// replays).
         #[arg(default_value = "all")]
         which: String,
@@ -122,7 +122,23 @@ pub enum Command {
         repeat: usize,
         #[command(flatten)]
         soak: SoakArgs,
+        #[command(flatten)]
+        scale: ScaleArgs,
     },
+}
+
+/// Options of `blox bench scale` (default: FIFO, LAS, SRTF and Tiresias at
+/// 10k, 100k and 1M jobs on 1,000 and 10,000 GPUs).
+#[derive(Args, Debug, Default)]
+pub struct ScaleArgs {
+    /// scale: run only this cell, `POLICY:JOBS:GPUS` (e.g. `las:1000000:10000`);
+    /// repeat for several.
+    #[arg(long = "cell", value_name = "POLICY:JOBS:GPUS")]
+    pub cells: Vec<String>,
+    /// scale: run the cells in this process instead of one child process
+    /// each (peak memory is then the largest so far, not each cell's).
+    #[arg(long)]
+    pub in_process: bool,
 }
 
 /// Options of `blox bench soak` (defaults: the full run, 10,000 jobs).

@@ -135,7 +135,8 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
             which,
             repeat,
             soak,
-        } => study::bench(&which, repeat, &soak),
+            scale,
+        } => study::bench(&which, repeat, &soak, &scale),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `blox sweep`, `blox report` and `blox bench`.
 
-use crate::cli::SoakArgs;
+use crate::cli::{ScaleArgs, SoakArgs};
 use crate::say;
 use anyhow::{Context, Result};
 use blox_core::Override;
@@ -98,9 +98,15 @@ pub fn report(dir: &Path) -> Result<ExitCode> {
 
 /// `blox bench WHICH`: simulation benchmarks (blox-sim) and runtime
 /// benchmarks (blox-runtime).
-pub fn bench(which: &str, repeat: usize, soak: &SoakArgs) -> Result<ExitCode> {
+pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> Result<ExitCode> {
     if which == "soak" {
         return soak_bench(soak);
+    }
+    if which == "scale" {
+        return scale_bench(scale);
+    }
+    if !scale.cells.is_empty() || scale.in_process {
+        anyhow::bail!("--cell and --in-process apply only to `blox bench scale`");
     }
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench`");
@@ -132,6 +138,48 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs) -> Result<ExitCode> {
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `blox bench scale`: the cells of `scale-1m.toml`, each in a child process
+/// of its own (so each reports its own peak memory) unless `--in-process`.
+fn scale_bench(a: &ScaleArgs) -> Result<ExitCode> {
+    use blox_sim::bench::scale::{default_cells, run_cell, Cell};
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench scale`");
+    }
+    let cells: Vec<Cell> = if a.cells.is_empty() {
+        default_cells()
+    } else {
+        a.cells
+            .iter()
+            .map(|c| Cell::parse(c).map_err(|e| anyhow::anyhow!("--cell {e}")))
+            .collect::<Result<_>>()?
+    };
+    let configs = super::default_config()
+        .parent()
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    for cell in &cells {
+        if a.in_process {
+            let m =
+                run_cell(&configs, cell).with_context(|| format!("scale cell {}", cell.label()))?;
+            crate::out::line(format_args!("{}", m.line()))?;
+            continue;
+        }
+        let blox = std::env::current_exe().context("finding this program")?;
+        let out = std::process::Command::new(&blox)
+            .args(["bench", "scale", "--in-process", "--cell", &cell.label()])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {}", blox.display()))?;
+        if !out.status.success() {
+            anyhow::bail!("scale cell {} failed ({})", cell.label(), out.status);
+        }
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            crate::out::line(format_args!("{line}"))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `blox bench soak`: a scheduler, workers and clients on loopback with

@@ -19,6 +19,11 @@
 //! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
 //!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
 //!   applications, 8 rounds.
+//! - `scale` ([`scale`]): `examples/configs/scale-1m.toml` — up to 1,000,000
+//!   Philly-digest jobs on up to 10,000 GPUs under FIFO, LAS, SRTF and
+//!   Tiresias, one process per cell (`blox bench scale`).
+
+pub mod scale;
 
 use crate::{load_config, SimError, Simulation};
 use blox_core::*;

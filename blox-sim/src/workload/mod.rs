@@ -5,14 +5,22 @@
 //! | `csv` | `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user]` | jobs as written |
 //! | `blox-csv` | `job_id,num_gpus,submit_time,duration,model,batch_size` (Blox's toy traces) | jobs as written |
 //! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux artifact) | durations derived from the per-model profiles ([`pollux`]) |
-//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept |
+//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept; `sample = "joint"` draws any number of jobs from the rows' joint (GPU count, duration) distribution |
 //! | `blox-recipe` | the Philly digest | Blox's Philly-Trace recipe: 1-GPU jobs, Gavel-style durations ([`philly`]) |
+//! | `helios` | `cluster_log.csv` of SenseTime's Helios traces ([`helios`]) | jobs at their own submit times with their GPU count and run time |
+//! | `pai` | Alibaba PAI 2020's `pai_job_table` + `pai_task_table` (+ `pai_instance_table`) ([`pai`]) | jobs at their own submit times, GPUs summed over tasks, run time from the tasks |
+//!
+//! Rows of a production trace (`helios`, `pai`) that cannot become jobs
+//! (CPU-only, no run time, unreadable) are counted by reason and logged.
 //!
 //! Without `kind`, the format is recognised from the CSV header (`blox-recipe`
 //! must be asked for by name: it shares the Philly header).
 
+pub mod helios;
+pub mod pai;
 pub mod philly;
 pub mod pollux;
+pub mod stream;
 pub mod table;
 pub mod trace;
 
@@ -196,6 +204,38 @@ pub enum WorkloadKind {
     Philly(PhillyKeys),
     /// Blox's Philly-Trace recipe.
     BloxRecipe(RecipeKeys),
+    /// SenseTime's Helios `cluster_log.csv`.
+    Helios(HeliosKeys),
+    /// Alibaba PAI 2020's job and task tables.
+    Pai(PaiKeys),
+}
+
+/// `kind = "helios"`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HeliosKeys {
+    /// Keep only rows in these states (e.g. `["COMPLETED"]`); default all.
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// Re-time arrivals as a Poisson process at this rate, jobs/hour;
+    /// default: the trace's own submit times.
+    pub jobs_per_hour: Option<f64>,
+}
+
+/// `kind = "pai"`; `path` is the job table.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PaiKeys {
+    /// The task table (default `pai_task_table.csv` beside the job table).
+    pub task_table: Option<PathBuf>,
+    /// The instance table, if run times should come from instances.
+    pub instance_table: Option<PathBuf>,
+    /// Keep only jobs in these statuses (e.g. `["Terminated"]`); default all.
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// Re-time arrivals as a Poisson process at this rate, jobs/hour;
+    /// default: the trace's own submit times.
+    pub jobs_per_hour: Option<f64>,
 }
 
 /// A kind without keys of its own.
@@ -235,6 +275,20 @@ pub struct PhillyKeys {
     pub min_duration_s: Option<f64>,
     /// Skip jobs longer than this, seconds.
     pub max_duration_s: Option<f64>,
+    /// `in-order` (default): the rows in submission order, each at most once;
+    /// `joint`: each job's GPU count and duration drawn from the rows'
+    /// joint distribution (any `num_jobs`).
+    #[serde(default)]
+    pub sample: Sample,
+}
+
+/// `[workload] sample` of a `philly` workload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sample {
+    #[default]
+    InOrder,
+    Joint,
 }
 
 /// `kind = "blox-recipe"`.
@@ -261,9 +315,19 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
     ),
     (
         "philly",
-        &["jobs_per_hour", "min_duration_s", "max_duration_s"],
+        &[
+            "jobs_per_hour",
+            "min_duration_s",
+            "max_duration_s",
+            "sample",
+        ],
     ),
     ("blox-recipe", &["jobs_per_hour"]),
+    ("helios", &["states", "jobs_per_hour"]),
+    (
+        "pai",
+        &["task_table", "instance_table", "states", "jobs_per_hour"],
+    ),
 ];
 
 impl WorkloadKind {
@@ -275,6 +339,8 @@ impl WorkloadKind {
             WorkloadKind::Pollux(_) => "pollux",
             WorkloadKind::Philly(_) => "philly",
             WorkloadKind::BloxRecipe(_) => "blox-recipe",
+            WorkloadKind::Helios(_) => "helios",
+            WorkloadKind::Pai(_) => "pai",
         }
     }
 
@@ -283,6 +349,8 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Philly(k) => Some(k.jobs_per_hour),
             WorkloadKind::BloxRecipe(k) => Some(k.jobs_per_hour),
+            WorkloadKind::Helios(k) => k.jobs_per_hour,
+            WorkloadKind::Pai(k) => k.jobs_per_hour,
             _ => None,
         }
     }
@@ -435,6 +503,11 @@ const FORMATS: &[(&str, &[&str])] = &[
         &["name", "time", "application", "num_replicas", "batch_size"],
     ),
     ("philly", &["timestamp", "duration", "num_gpus"]),
+    ("helios", &["job_id", "gpu_num", "submit_time", "duration"]),
+    (
+        "pai",
+        &["job_name", "inst_id", "status", "start_time", "end_time"],
+    ),
 ];
 
 /// The format a CSV header belongs to.
@@ -494,6 +567,27 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
         WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
         WorkloadKind::BloxRecipe(r) => {
             philly::blox_recipe(&CsvTable::read(path)?, r.jobs_per_hour, c.num_jobs, seed)?
+        }
+        WorkloadKind::Helios(h) => {
+            let (mut jobs, tally) = helios::read(path, h)?;
+            tally.log(path);
+            if let Some(rate) = h.jobs_per_hour {
+                philly::retime(&mut jobs, rate, seed);
+            }
+            jobs
+        }
+        WorkloadKind::Pai(p) => {
+            let tasks = match &p.task_table {
+                Some(t) => section.resolve_path(t),
+                None => path.with_file_name("pai_task_table.csv"),
+            };
+            let instances = p.instance_table.as_ref().map(|t| section.resolve_path(t));
+            let (mut jobs, tally) = pai::read(path, p, &tasks, instances.as_deref())?;
+            tally.log(path);
+            if let Some(rate) = p.jobs_per_hour {
+                philly::retime(&mut jobs, rate, seed);
+            }
+            jobs
         }
     };
     if let Some(n) = c.num_jobs {

@@ -9,7 +9,7 @@
 //! stream as, Python's `random` that Blox uses.
 
 use super::table::CsvTable;
-use super::{PhillyKeys, SimJob, WorkModel, WorkloadError};
+use super::{PhillyKeys, Sample, SimJob, WorkModel, WorkloadError};
 use blox_core::JobSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -41,9 +41,12 @@ fn read_rows(t: &CsvTable) -> Result<Vec<PhillyRow>, WorkloadError> {
     Ok(rows)
 }
 
-/// The digest's jobs in submission order, filtered by duration, re-timed with
-/// Poisson arrivals; each job keeps its GPU count and duration (multi-GPU jobs,
-/// unlike the Blox simulator).
+/// The digest's jobs, filtered by duration, re-timed with Poisson arrivals;
+/// each job keeps its GPU count and duration (multi-GPU jobs, unlike the Blox
+/// simulator). `sample = "in-order"` (default) takes the rows in submission
+/// order, at most once each; `sample = "joint"` draws every job's (GPU count,
+/// duration) pair uniformly from the kept rows, with replacement — the
+/// digest's joint distribution, for workloads larger than the digest.
 pub fn retimed(
     t: &CsvTable,
     keys: &PhillyKeys,
@@ -53,29 +56,67 @@ pub fn retimed(
     let jobs_per_hour = keys.jobs_per_hour;
     let min = keys.min_duration_s.unwrap_or(0.0);
     let max = keys.max_duration_s.unwrap_or(f64::INFINITY);
-    let limit = num_jobs.unwrap_or(usize::MAX);
+    let kept: Vec<PhillyRow> = read_rows(t)?
+        .into_iter()
+        .filter(|r| r.duration_s > 0.0 && r.duration_s >= min && r.duration_s <= max && r.gpus > 0)
+        .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let n = match keys.sample {
+        Sample::InOrder => {
+            let n = num_jobs.unwrap_or(kept.len());
+            if n > kept.len() {
+                return Err(WorkloadError::Invalid(format!(
+                    "{}: num_jobs = {n} but only {} rows pass the duration filter; \
+                     set `sample = \"joint\"` to draw {n} jobs from their joint \
+                     distribution of GPU count and duration",
+                    t.path.display(),
+                    kept.len()
+                )));
+            }
+            n
+        }
+        Sample::Joint => {
+            if kept.is_empty() {
+                return Err(WorkloadError::Invalid(format!(
+                    "{}: no row passes the duration filter, so there is nothing to sample",
+                    t.path.display()
+                )));
+            }
+            num_jobs.unwrap_or(kept.len())
+        }
+    };
+    // A second stream for the draws, so a sampled workload's arrival times
+    // equal the in-order workload's with the same seed.
+    let mut pick = ChaCha8Rng::seed_from_u64(seed ^ 0x9011_1e55);
     let mut now = 0.0;
-    let mut jobs = Vec::new();
-    for row in read_rows(t)? {
-        if jobs.len() >= limit {
-            break;
-        }
-        if row.duration_s <= 0.0 || row.duration_s < min || row.duration_s > max || row.gpus == 0 {
-            continue;
-        }
+    let mut jobs = Vec::with_capacity(n);
+    for id in 0..n {
+        let row = match keys.sample {
+            Sample::InOrder => &kept[id],
+            Sample::Joint => &kept[pick.random_range(0..kept.len())],
+        };
         now += inter_arrival_s(&mut rng, jobs_per_hour);
-        let id = jobs.len() as u64;
         jobs.push(SimJob {
             startup_s: None,
             converge_at: None,
-            spec: JobSpec::new(id, now, row.gpus).with_duration(row.duration_s),
+            spec: JobSpec::new(id as u64, now, row.gpus).with_duration(row.duration_s),
             work: WorkModel::Duration {
                 duration_s: row.duration_s,
             },
         });
     }
     Ok(jobs)
+}
+
+/// Replaces the arrival times of `jobs` (in their order) by a Poisson
+/// process at `jobs_per_hour`, as the Philly workloads are timed.
+pub fn retime(jobs: &mut [SimJob], jobs_per_hour: f64, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut now = 0.0;
+    for j in jobs {
+        now += inter_arrival_s(&mut rng, jobs_per_hour);
+        j.spec.arrival_s = now;
+    }
 }
 
 /// Lower and upper bound of the Blox recipe's duration filter: (10^1.5, 10^4) minutes.
@@ -122,6 +163,71 @@ pub fn blox_recipe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn digest() -> (tempfile::TempDir, CsvTable) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("philly.csv");
+        std::fs::write(
+            &path,
+            "timestamp,duration,num_gpus,gpu_time,cluster\n\
+             2017-10-01 00:00:00,100,1,100,a\n\
+             2017-10-01 00:01:00,200,8,1600,a\n\
+             2017-10-01 00:02:00,0,4,0,a\n\
+             2017-10-01 00:03:00,300,2,600,a\n",
+        )
+        .unwrap();
+        let t = CsvTable::read(&path).unwrap();
+        (dir, t)
+    }
+
+    fn keys(sample: Sample) -> PhillyKeys {
+        PhillyKeys {
+            jobs_per_hour: 60.0,
+            min_duration_s: None,
+            max_duration_s: None,
+            sample,
+        }
+    }
+
+    #[test]
+    fn joint_sampling_draws_whole_rows_any_number_of_times() {
+        let (_d, t) = digest();
+        let jobs = retimed(&t, &keys(Sample::Joint), Some(30_000), 3).unwrap();
+        assert_eq!(jobs.len(), 30_000);
+        let mut count = std::collections::HashMap::new();
+        for j in &jobs {
+            // Only the kept rows' (GPUs, duration) pairs, never mixed.
+            let pair = (j.spec.requested_gpus, j.duration_s() as u32);
+            assert!([(1, 100), (8, 200), (2, 300)].contains(&pair), "{pair:?}");
+            *count.entry(pair).or_insert(0) += 1;
+        }
+        for n in count.values() {
+            // 1/3 each, within 5 standard deviations (sd = 82).
+            assert!((*n as f64 - 10_000.0).abs() < 410.0, "{count:?}");
+        }
+        // The same arrival times as the in-order workload with this seed.
+        let in_order = retimed(&t, &keys(Sample::InOrder), None, 3).unwrap();
+        for (a, b) in in_order.iter().zip(&jobs) {
+            assert_eq!(a.spec.arrival_s, b.spec.arrival_s);
+        }
+    }
+
+    #[test]
+    fn asking_for_more_rows_than_the_digest_has_is_an_error_that_names_the_fix() {
+        let (_d, t) = digest();
+        let e = retimed(&t, &keys(Sample::InOrder), Some(4), 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("num_jobs = 4 but only 3 rows"), "{e}");
+        assert!(e.contains("sample = \"joint\""), "{e}");
+        assert_eq!(
+            retimed(&t, &keys(Sample::InOrder), Some(3), 1)
+                .unwrap()
+                .len(),
+            3
+        );
+    }
 
     #[test]
     fn poisson_arrivals_match_the_rate_and_are_whole_seconds() {
