@@ -20,7 +20,76 @@ pub struct MetricStore {
     inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
 }
 
-type Metrics = HashMap<String, f64, FxBuildHasher>;
+/// One job's metrics. A job has a handful of keys, and the simulator sets a
+/// few of every running job's each round: a linear search (length first,
+/// then bytes) beats hashing the key here.
+#[derive(Clone, Debug, Default)]
+struct Metrics(Vec<(Key, f64)>);
+
+/// A metric's name: a literal the caller promised to keep passing (found by
+/// address before bytes are compared), or an owned copy.
+#[derive(Clone, Debug)]
+enum Key {
+    Static(&'static str),
+    Owned(Box<str>),
+}
+
+impl Key {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Static(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl Metrics {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.0.iter().position(|(k, _)| {
+            let k = k.as_str();
+            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<&f64> {
+        self.position(key).map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut f64> {
+        self.position(key).map(|i| &mut self.0[i].1)
+    }
+
+    fn insert(&mut self, key: String, value: f64) {
+        match self.get_mut(&key) {
+            Some(v) => *v = value,
+            None => self.0.push((Key::Owned(key.into_boxed_str()), value)),
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(i) = self.position(key) {
+            self.0.swap_remove(i);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (String, f64)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_str().to_string(), *v))
+    }
+}
+
+impl FromIterator<(String, f64)> for Metrics {
+    fn from_iter<I: IntoIterator<Item = (String, f64)>>(iter: I) -> Self {
+        let mut m = Metrics::default();
+        for (k, v) in iter {
+            m.insert(k, v);
+        }
+        m
+    }
+}
 
 impl Default for MetricStore {
     fn default() -> Self {
@@ -82,26 +151,21 @@ impl MetricStore {
     pub fn of_job(&self, job: JobId) -> BTreeMap<String, f64> {
         self.inner
             .get(&job)
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .map(|m| m.iter().collect())
             .unwrap_or_default()
     }
 
     pub fn remove_job(&self, job: JobId) -> BTreeMap<String, f64> {
         self.inner
             .remove(&job)
-            .map(|(_, m)| m.into_iter().collect())
+            .map(|(_, m)| m.iter().collect())
             .unwrap_or_default()
     }
 
     fn snapshot(&self) -> BTreeMap<JobId, BTreeMap<String, f64>> {
         self.inner
             .iter()
-            .map(|e| {
-                (
-                    *e.key(),
-                    e.value().iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                )
-            })
+            .map(|e| (*e.key(), e.value().iter().collect()))
             .collect()
     }
 
@@ -126,6 +190,17 @@ impl JobMetrics<'_> {
             None => {
                 self.0.insert(key.to_owned(), value);
             }
+        }
+    }
+
+    /// [`JobMetrics::set`] for a name that is a string literal: found by its
+    /// address, without comparing bytes, when the same literal is passed
+    /// again (a backend setting a few metrics of every running job every
+    /// round).
+    pub fn set_static(&mut self, key: &'static str, value: f64) {
+        match self.0.get_mut(key) {
+            Some(v) => *v = value,
+            None => self.0 .0.push((Key::Static(key), value)),
         }
     }
 
@@ -320,6 +395,38 @@ mod tests {
         state.get_mut(JobId(7)).unwrap().progress = 0.5;
         assert_eq!(fork.metrics().get(JobId(7), "loss"), Some(2.0));
         assert_eq!(fork.get(JobId(7)).unwrap().progress, 0.0);
+    }
+
+    #[test]
+    fn literal_and_owned_metric_names_are_the_same_metric() {
+        let store = MetricStore::default();
+        let id = JobId(3);
+        store.update(id, |m| {
+            m.set_static("throughput", 1.0);
+            m.set_static("epochs_done", 2.0);
+        });
+        // A name built at run time finds the literal's entry, and back.
+        let name = String::from("through") + "put";
+        store.set(id, &name, 5.0);
+        assert_eq!(store.get(id, "throughput"), Some(5.0));
+        store.update(id, |m| m.set_static("throughput", 6.0));
+        assert_eq!(store.get(id, &name), Some(6.0));
+        assert_eq!(store.key_count(id), 2);
+        store.update(id, |m| {
+            m.remove(&name);
+            assert_eq!(m.get("throughput"), None);
+            assert_eq!(m.get("epochs_done"), Some(2.0));
+        });
+        store.add(id, "epochs_done", 1.0);
+        let all = store.of_job(id);
+        assert_eq!(
+            all.into_iter().collect::<Vec<_>>(),
+            vec![("epochs_done".to_string(), 3.0)]
+        );
+        // Survives a fork.
+        let copy = store.deep_clone();
+        store.set(id, "epochs_done", 9.0);
+        assert_eq!(copy.get(id, "epochs_done"), Some(3.0));
     }
 
     #[test]

@@ -43,7 +43,9 @@ pub struct SimBackend {
     jobs: HashMap<JobId, SimJobState>,
     running: BTreeSet<JobId>,
     /// Jobs whose state changed since the last metric collection.
-    dirty: BTreeSet<JobId>,
+    /// (Pushed in any order, possibly twice; sorted and deduplicated when
+    /// collected, so jobs are reported in id order.)
+    dirty: Vec<JobId>,
     /// Node of every GPU id (mirrors the cluster the loop manages).
     gpu_node: Vec<NodeId>,
     /// GPU type of every node.
@@ -94,7 +96,7 @@ impl SimBackend {
             next: 0,
             jobs: HashMap::default(),
             running: BTreeSet::new(),
-            dirty: BTreeSet::new(),
+            dirty: Vec::new(),
             gpu_node,
             alloc: HashMap::default(),
             events: Vec::new(),
@@ -272,7 +274,7 @@ impl SimBackend {
                     done.push(*id);
                 }
             }
-            self.dirty.insert(*id);
+            self.dirty.push(*id);
         }
         for id in done {
             self.running.remove(&id);
@@ -348,13 +350,19 @@ impl MetricCollector for SimBackend {
         for (id, k, v) in std::mem::take(&mut self.static_metrics) {
             jobs.metrics().set(id, &k, v);
         }
-        for id in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
+        // A handle on the store, so a job and its metrics are updated
+        // under one lookup of each.
+        let store = jobs.metrics().clone();
+        for &id in &dirty {
             let (Some(s), Some(job)) = (self.jobs.get(&id), jobs.get_mut(id)) else {
                 continue;
             };
             if let Some(p) = &s.profile {
                 job.progress = (p.progress / p.app.target_progress()).min(1.0);
-                let m = jobs.metrics();
+                let m = &store;
                 m.set(id, "epoch", p.epoch as f64);
                 m.set(id, "epochs_done", p.epochs_done());
                 m.set(id, "progress_units", p.progress);
@@ -383,7 +391,6 @@ impl MetricCollector for SimBackend {
                     let r = p.replicas();
                     m.set(id, "atomic_bsz", p.batch.atomic as f64);
                     m.set(id, "accum_steps", p.batch.accum as f64);
-                    let job = jobs.get_mut(id).expect("checked above");
                     job.current_batch_size = Some(p.batch.global(r));
                 }
             } else {
@@ -396,20 +403,19 @@ impl MetricCollector for SimBackend {
                 let epoch_s = self.cfg.epoch_s.max(1e-9);
                 // One lookup for all of a job's metrics: this runs for every
                 // running job every round.
-                jobs.metrics().update(id, |m| {
-                    m.set("samples_processed", s.done_s * k);
-                    m.set("epochs_done", s.done_s / epoch_s);
+                store.update(id, |m| {
+                    m.set_static("samples_processed", s.done_s * k);
+                    m.set_static("epochs_done", s.done_s / epoch_s);
                     match &s.segment {
-                        Some(seg) => m.set("throughput", seg.gpus as f64 * s.type_speed),
+                        Some(seg) => m.set_static("throughput", seg.gpus as f64 * s.type_speed),
                         None => m.remove("throughput"),
                     }
                     if let Some(c) = s.converge_at {
-                        m.set("loss", synthetic_loss(s.done_s / s.duration_s.max(1e-9), c));
-                        m.set("loss_target", 1.0);
+                        m.set_static("loss", synthetic_loss(s.done_s / s.duration_s.max(1e-9), c));
+                        m.set_static("loss_target", 1.0);
                     }
                 });
             }
-            let job = jobs.get_mut(id).expect("checked above");
             job.attained_service_gpu_s = s.attained_gpu_s;
             job.startup_gpu_s = s.startup_gpu_s;
             job.startup_s = s.startup_s;
@@ -430,6 +436,9 @@ impl MetricCollector for SimBackend {
                 self.jobs.remove(&id);
             }
         }
+        // Keep the buffer's capacity for the next round.
+        dirty.clear();
+        self.dirty = dirty;
         Ok(())
     }
 }
@@ -497,7 +506,7 @@ impl JobSource for SimBackend {
                     },
                 },
             );
-            self.dirty.insert(j.spec.id);
+            self.dirty.push(j.spec.id);
             let id = j.spec.id;
             for t in self.cfg.speed_types() {
                 let v = self.cfg.speed(j.spec.model.as_deref(), t);
@@ -602,7 +611,7 @@ impl LaunchMechanism for SimBackend {
         });
         self.running.insert(job.id());
         self.alloc.insert(job.id(), gpus.to_vec());
-        self.dirty.insert(job.id());
+        self.dirty.push(job.id());
         Ok(())
     }
 
@@ -624,7 +633,7 @@ impl LaunchMechanism for SimBackend {
             if let Some(seg) = s.segment.as_mut() {
                 seg.progress_from_s = seg.progress_from_s.max(round.now_s + cost);
             }
-            self.dirty.insert(job.id());
+            self.dirty.push(job.id());
         }
         Ok(())
     }
