@@ -180,9 +180,13 @@ pub fn priority_walk(
     }
     kept.sort_by_key(|k| k.0);
 
-    let mut is_kept: rustc_hash::FxHashSet<JobId> = kept.iter().map(|k| k.1).collect();
+    // By place in the order: does the job there keep its GPUs?
+    let mut is_kept = vec![false; schedule.entries.len()];
+    for k in &kept {
+        is_kept[k.0] = true;
+    }
     for (i, d) in schedule.entries.iter().enumerate() {
-        if is_kept.contains(&d.job) {
+        if is_kept[i] {
             if let Some(bs) = d.batch_size {
                 let alloc = kept.iter().find(|k| k.1 == d.job).expect("kept").2;
                 out.launch.push(Assignment {
@@ -225,8 +229,8 @@ pub fn priority_walk(
                 if chosen.is_some() {
                     taken.sort_unstable_by(|a, b| b.cmp(a));
                     for k in taken {
-                        let (_, victim, _) = kept.remove(k);
-                        is_kept.remove(&victim);
+                        let (at, victim, _) = kept.remove(k);
+                        is_kept[at] = false;
                         out.preempt.push(victim);
                     }
                 } else {

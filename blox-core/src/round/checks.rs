@@ -38,13 +38,15 @@ impl RoundLoop {
             terminated.insert(*id);
         }
         let cap = self.cluster.max_gpus();
-        let mut seen = FxHashSet::default();
-        seen.reserve(s.entries.len());
+        // Listed twice: adjacent once sorted (schedules are often in id
+        // order already, which the sort finds in one pass).
+        let mut ids: Vec<JobId> = s.entries.iter().map(|d| d.job).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(bad(format!("lists {} twice", w[0])));
+        }
         for d in &s.entries {
             let id = d.job;
-            if !seen.insert(id) {
-                return Err(bad(format!("lists {id} twice")));
-            }
             match self.jobs.get(id) {
                 None => return Err(bad(unknown("schedules", id))),
                 Some(j) if !matches!(j.status, JobStatus::Queued | JobStatus::Running) => {
