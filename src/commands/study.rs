@@ -129,7 +129,7 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> 
         blox_sim::bench::run(which, repeat, &configs, &mut print)?;
     } else {
         anyhow::bail!(
-            "unknown benchmark `{which}`; choose {}, {}, soak or all",
+            "unknown benchmark `{which}`; choose {}, {}, scale, soak or all",
             blox_sim::bench::NAMES.join(", "),
             blox_runtime::bench::NAMES.join(", ")
         );
