@@ -27,7 +27,7 @@ pub use module::{
 };
 pub use round::{
     error_chain, LoopError, OnInvalidDecision, Policies, PolicySelector, RoundLoop, RoundReport,
-    SelectorError, StartupRules,
+    RoundTimings, SelectorError, StartupRules,
 };
 
 pub use walk::{priority_walk, FreeGpus, WalkParams};

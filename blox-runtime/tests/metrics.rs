@@ -81,6 +81,31 @@ fn a_scrape_counts_what_happened() {
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
     assert_eq!(total, 4.0, "{body}");
+    // The same per worker: two nodes of two GPUs, nothing busy now.
+    let per_node = |state: &str| -> Vec<f64> {
+        body.lines()
+            .filter(|l| {
+                l.starts_with("blox_node_gpus{") && l.contains(&format!("state=\"{state}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .collect()
+    };
+    assert_eq!(per_node("total"), vec![2.0, 2.0], "{body}");
+    assert_eq!(per_node("busy"), vec![0.0, 0.0], "{body}");
+    // Every round's parts are timed, each once per round.
+    let rounds = value(
+        &body,
+        "blox_round_part_duration_seconds_count{part=\"cluster\"}",
+    );
+    assert!(rounds >= 2.0, "{body}");
+    for part in ["metrics", "admission", "scheduling", "placement", "launch"] {
+        let n = value(
+            &body,
+            &format!("blox_round_part_duration_seconds_count{{part=\"{part}\"}}"),
+        );
+        // A scrape may fall between the observations of one round.
+        assert!((n - rounds).abs() <= 1.0, "{part}: {n} against {rounds}");
+    }
     assert!(
         body.contains("blox_policy_info{policy=\"accept-all/fifo/consolidated\"} 1"),
         "{body}"

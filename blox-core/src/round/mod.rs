@@ -5,9 +5,12 @@
 
 mod checks;
 mod startup;
+mod timings;
 
 pub use startup::StartupRules;
 use startup::Stopped;
+use timings::lap;
+pub use timings::RoundTimings;
 
 use crate::cluster::{ClusterError, ClusterState};
 use crate::ids::{GpuId, JobId};
@@ -100,6 +103,8 @@ pub struct RoundReport {
     /// A policy's invalid decision that was dropped this round
     /// ([`OnInvalidDecision::SkipRound`]), with the policy it came from.
     pub invalid: Option<String>,
+    /// Where the round's time went.
+    pub timings: RoundTimings,
 }
 
 /// The three policies of a composed scheduler, with the names they were built from.
@@ -207,6 +212,8 @@ impl RoundLoop {
         };
         let span = debug_span!("round", n = info.round, t = info.now_s);
         let _enter = span.enter();
+        let mut timings = RoundTimings::default();
+        let mut clock = std::time::Instant::now();
 
         // 1. Cluster management.
         for ev in b
@@ -215,6 +222,7 @@ impl RoundLoop {
         {
             self.apply_cluster_event(&info, ev)?;
         }
+        timings.cluster_s = lap(&mut clock);
         // 2. Metric collection.
         b.collect_metrics(&info, &mut self.jobs)
             .map_err(backend("metric collection"))?;
@@ -271,6 +279,7 @@ impl RoundLoop {
                 self.waiting.push(job);
             }
         }
+        timings.metrics_s = lap(&mut clock);
         // 4½. Policy selection (synthesis).
         if let Some(mut sel) = self.selector.take() {
             let r = sel.select(
@@ -301,29 +310,30 @@ impl RoundLoop {
             }
         }
         // 5.–8. Admission, scheduling, placement, preemption and launch.
-        let (launched, preempted, invalid) = match self.decide_and_execute(&info, b) {
-            Ok((l, p)) => (l, p, None),
-            Err(e @ LoopError::InvalidDecision { .. })
-                if self.on_invalid == OnInvalidDecision::SkipRound =>
-            {
-                let text = e.to_string();
-                // Logged when it first appears, not again every round.
-                if self.last_invalid.as_deref() != Some(text.as_str()) {
-                    tracing::error!(
-                        round = info.round,
-                        "{text}; this round's decision is dropped"
-                    );
-                } else {
-                    tracing::debug!(
-                        round = info.round,
-                        "{text}; this round's decision is dropped"
-                    );
+        let (launched, preempted, invalid) =
+            match self.decide_and_execute(&info, b, &mut timings, clock) {
+                Ok((l, p)) => (l, p, None),
+                Err(e @ LoopError::InvalidDecision { .. })
+                    if self.on_invalid == OnInvalidDecision::SkipRound =>
+                {
+                    let text = e.to_string();
+                    // Logged when it first appears, not again every round.
+                    if self.last_invalid.as_deref() != Some(text.as_str()) {
+                        tracing::error!(
+                            round = info.round,
+                            "{text}; this round's decision is dropped"
+                        );
+                    } else {
+                        tracing::debug!(
+                            round = info.round,
+                            "{text}; this round's decision is dropped"
+                        );
+                    }
+                    self.last_invalid = Some(text.clone());
+                    (Vec::new(), Vec::new(), Some(text))
                 }
-                self.last_invalid = Some(text.clone());
-                (Vec::new(), Vec::new(), Some(text))
-            }
-            Err(e) => return Err(e),
-        };
+                Err(e) => return Err(e),
+            };
         if self.check_invariants {
             self.cluster.check_invariants(&self.jobs)?;
         }
@@ -342,6 +352,7 @@ impl RoundLoop {
             ended,
             policy: self.policies.label(),
             invalid,
+            timings,
         };
         debug!(
             busy = report.busy_gpus,
@@ -361,11 +372,14 @@ impl RoundLoop {
         &mut self,
         info: &RoundInfo,
         b: &mut B,
+        timings: &mut RoundTimings,
+        mut clock: std::time::Instant,
     ) -> Result<(Vec<JobId>, Vec<JobId>), LoopError> {
         // 5. Admission.
         if !self.waiting.is_empty() {
             self.admit(info)?;
         }
+        timings.admission_s = lap(&mut clock);
         // 6. Scheduling.
         let schedule = self
             .policies
@@ -393,6 +407,7 @@ impl RoundLoop {
                     .map_err(backend("cluster management"))?;
             }
         }
+        timings.scheduling_s = lap(&mut clock);
         // 7. Placement.
         let placement = self
             .policies
@@ -400,8 +415,11 @@ impl RoundLoop {
             .place(info, &schedule, &self.jobs, &self.cluster);
         self.validate(&placement)?;
         let placement = self.protect_starting_jobs(info.now_s, placement, schedule.min_run_s);
+        timings.placement_s = lap(&mut clock);
         // 8. Preemption, then launch.
-        self.execute(info, placement, b)
+        let done = self.execute(info, placement, b);
+        timings.launch_s = lap(&mut clock);
+        done
     }
 
     fn end_unadmitted(&self, job: &mut Job, now_s: f64, reason: String) {

@@ -12,8 +12,8 @@ use super::table::info_of;
 use super::Hub;
 use crate::proto::JobPhase;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,11 +35,14 @@ pub struct Metrics {
     pub workers_lost: IntCounter,
     pub rounds: IntCounter,
     pub round_seconds: Histogram,
+    /// A round's parts (`RoundTimings::parts`), by `part`.
+    pub round_part_seconds: HistogramVec,
     pub table_write_seconds: Histogram,
     metrics_dropped: IntCounter,
     jobs: IntGaugeVec,
     queue: IntGauge,
     gpus: IntGaugeVec,
+    node_gpus: IntGaugeVec,
     workers: IntGaugeVec,
     policy: IntGaugeVec,
 }
@@ -92,6 +95,19 @@ impl Metrics {
         let seconds = vec![
             0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
         ];
+        let round_part_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "blox_round_part_duration_seconds",
+                "A round's parts: cluster (changes), metrics (collection, pruning, submissions), admission (with policy selection), scheduling, placement (each with the checks of its decision), launch (preemptions and launches)",
+            )
+            .buckets(vec![
+                0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["part"],
+        )
+        .expect("a valid metric name");
+        r.register(Box::new(round_part_seconds.clone()))
+            .expect("registered once");
         Metrics {
             submissions: counter(&r, "blox_submissions_total", "Jobs accepted by Submit"),
             launches: counter(&r, "blox_launches_total", "Launches that started on their workers"),
@@ -120,6 +136,7 @@ impl Metrics {
                 "A round's own time: cluster changes, metrics, policies, launches, preemptions, status view and job table (not the wait)",
                 seconds.clone(),
             ),
+            round_part_seconds,
             table_write_seconds: histogram(
                 &r,
                 "blox_job_table_write_seconds",
@@ -138,6 +155,12 @@ impl Metrics {
                 "blox_gpus",
                 "GPUs of the workers in the cluster, by type and state (total, busy)",
                 &["gpu_type", "state"],
+            ),
+            node_gpus: gauges(
+                &r,
+                "blox_node_gpus",
+                "GPUs of each worker in the cluster, by state (total, busy)",
+                &["node", "state"],
             ),
             workers: gauges(
                 &r,
@@ -172,11 +195,15 @@ impl Metrics {
         }
         // GPUs in use: the job records' "worker:index" GPUs.
         let mut busy: BTreeMap<String, i64> = BTreeMap::new();
+        let mut busy_on: BTreeMap<&str, i64> = BTreeMap::new();
         for r in h.jobs.values() {
             let info = info_of(r);
             *by_state.entry(state_label(info.phase())).or_default() += 1;
             if info.phase() == JobPhase::Running {
                 for g in &info.gpus {
+                    if let Some((w, _)) = g.rsplit_once(':') {
+                        *busy_on.entry(w).or_default() += 1;
+                    }
                     let t = g
                         .rsplit_once(':')
                         .and_then(|(w, i)| {
@@ -195,7 +222,8 @@ impl Metrics {
         self.queue.set(by_state["submitted"] + by_state["queued"]);
         let mut total: BTreeMap<String, i64> = BTreeMap::new();
         let (mut alive, mut pending, mut dead) = (0, 0, 0);
-        for w in h.workers.values() {
+        self.node_gpus.reset();
+        for (name, w) in &h.workers {
             if !w.alive {
                 dead += 1;
             } else if w.node.is_some() {
@@ -203,6 +231,12 @@ impl Metrics {
                 for g in &w.gpus {
                     *total.entry(g.name.clone()).or_default() += 1;
                 }
+                self.node_gpus
+                    .with_label_values(&[name.as_str(), "total"])
+                    .set(w.gpus.len() as i64);
+                self.node_gpus
+                    .with_label_values(&[name.as_str(), "busy"])
+                    .set(busy_on.get(name.as_str()).copied().unwrap_or(0));
             } else {
                 pending += 1;
             }

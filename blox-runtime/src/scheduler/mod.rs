@@ -390,6 +390,12 @@ pub fn start_with_selector(
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     let report = lp.run_round(&mut backend)?;
+                    for (part, secs) in report.timings.parts() {
+                        metrics
+                            .round_part_seconds
+                            .with_label_values(&[part])
+                            .observe(secs);
+                    }
                     if let Some(e) = &report.invalid {
                         lock(&backend.hub).last_error = format!("round {}: {e}", report.round);
                     }
