@@ -9,9 +9,8 @@
 //! run time, with unreadable fields or in a state not asked for are counted
 //! by reason ([`Tally`]) and reported, not silently dropped.
 
-use super::stream::{parse_datetime, Stream, Tally};
-use super::{HeliosKeys, SimJob, WorkModel, WorkloadError};
-use blox_core::JobSpec;
+use super::stream::{in_submit_order, parse_datetime, Stream, Tally, TraceJob};
+use super::{HeliosKeys, SimJob, WorkloadError};
 use std::path::Path;
 
 /// The columns of `cluster_log.csv`.
@@ -30,22 +29,12 @@ pub const COLUMNS: &[&str] = &[
     "queue",
 ];
 
-/// A kept row before ids are given.
-struct Kept {
-    submit_s: f64,
-    line: u64,
-    name: String,
-    user: String,
-    gpus: u32,
-    duration_s: f64,
-}
-
 /// Reads a Helios `cluster_log.csv`; jobs are sorted by submission, ids
 /// `0..n` in that order, names the trace's `job_id`.
 pub fn read(path: &Path, keys: &HeliosKeys) -> Result<(Vec<SimJob>, Tally), WorkloadError> {
     let stream = Stream::open(path, COLUMNS)?;
     let mut tally = Tally::default();
-    let mut kept: Vec<Kept> = Vec::new();
+    let mut kept: Vec<TraceJob> = Vec::new();
     stream.for_each(|row| {
         tally.rows += 1;
         let line = row.line;
@@ -80,38 +69,16 @@ pub fn read(path: &Path, keys: &HeliosKeys) -> Result<(Vec<SimJob>, Tally), Work
             tally.skip("unreadable submit_time", line);
             return Ok(());
         };
-        kept.push(Kept {
+        kept.push(TraceJob {
             submit_s,
             line,
             name: row.str("job_id").to_string(),
             user: row.str("user").to_string(),
             gpus,
-            duration_s,
+            run_s: duration_s,
         });
         Ok(())
     })?;
-    kept.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s).then(a.line.cmp(&b.line)));
-    let t0 = kept.first().map_or(0.0, |k| k.submit_s);
-    tally.jobs = kept.len() as u64;
-    let jobs = kept
-        .into_iter()
-        .enumerate()
-        .map(|(i, k)| {
-            let mut spec =
-                JobSpec::new(i as u64, k.submit_s - t0, k.gpus).with_duration(k.duration_s);
-            if !k.name.is_empty() {
-                spec.name = k.name;
-            }
-            spec.user = (!k.user.is_empty()).then_some(k.user);
-            SimJob {
-                startup_s: None,
-                converge_at: None,
-                spec,
-                work: WorkModel::Duration {
-                    duration_s: k.duration_s,
-                },
-            }
-        })
-        .collect();
+    let jobs = in_submit_order(kept, &mut tally);
     Ok((jobs, tally))
 }

@@ -17,9 +17,8 @@
 //! time (still running or waiting when the trace ends), in a state not asked
 //! for, or with unreadable fields are counted by reason ([`Tally`]).
 
-use super::stream::{Stream, Tally};
-use super::{PaiKeys, SimJob, WorkModel, WorkloadError};
-use blox_core::JobSpec;
+use super::stream::{in_submit_order, Stream, Tally, TraceJob};
+use super::{PaiKeys, SimJob, WorkloadError};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -196,7 +195,7 @@ pub fn read(
         })?;
     }
 
-    let mut kept: Vec<(JobRow, u32, f64)> = Vec::new();
+    let mut kept: Vec<TraceJob> = Vec::new();
     for (job, w) in jobs.into_iter().zip(work) {
         let gpus = (w.gpu_percent / 100.0 - 1e-9).ceil();
         let run = match (w.first_start, w.last_end) {
@@ -211,33 +210,19 @@ pub fn read(
             tally.skip("too many GPUs", job.line);
         } else {
             match run {
-                Some(r) if r > 0.0 => kept.push((job, gpus.max(1.0) as u32, r)),
+                Some(r) if r > 0.0 => kept.push(TraceJob {
+                    submit_s: job.submit_s,
+                    line: job.line,
+                    name: job.name,
+                    user: job.user,
+                    gpus: gpus.max(1.0) as u32,
+                    run_s: r,
+                }),
                 Some(_) => tally.skip("no positive run time (end <= start)", job.line),
                 None => tally.skip("no run time", job.line),
             }
         }
     }
-    kept.sort_by(|a, b| {
-        a.0.submit_s
-            .total_cmp(&b.0.submit_s)
-            .then(a.0.line.cmp(&b.0.line))
-    });
-    let t0 = kept.first().map_or(0.0, |k| k.0.submit_s);
-    tally.jobs = kept.len() as u64;
-    let jobs = kept
-        .into_iter()
-        .enumerate()
-        .map(|(i, (job, gpus, run_s))| {
-            let mut spec = JobSpec::new(i as u64, job.submit_s - t0, gpus).with_duration(run_s);
-            spec.name = job.name;
-            spec.user = (!job.user.is_empty()).then_some(job.user);
-            SimJob {
-                startup_s: None,
-                converge_at: None,
-                spec,
-                work: WorkModel::Duration { duration_s: run_s },
-            }
-        })
-        .collect();
+    let jobs = in_submit_order(kept, &mut tally);
     Ok((jobs, tally))
 }

@@ -60,7 +60,6 @@ pub fn retimed(
         .into_iter()
         .filter(|r| r.duration_s > 0.0 && r.duration_s >= min && r.duration_s <= max && r.gpus > 0)
         .collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n = match keys.sample {
         Sample::InOrder => {
             let n = num_jobs.unwrap_or(kept.len());
@@ -88,23 +87,22 @@ pub fn retimed(
     // A second stream for the draws, so a sampled workload's arrival times
     // equal the in-order workload's with the same seed.
     let mut pick = ChaCha8Rng::seed_from_u64(seed ^ 0x9011_1e55);
-    let mut now = 0.0;
     let mut jobs = Vec::with_capacity(n);
     for id in 0..n {
         let row = match keys.sample {
             Sample::InOrder => &kept[id],
             Sample::Joint => &kept[pick.random_range(0..kept.len())],
         };
-        now += inter_arrival_s(&mut rng, jobs_per_hour);
         jobs.push(SimJob {
             startup_s: None,
             converge_at: None,
-            spec: JobSpec::new(id as u64, now, row.gpus).with_duration(row.duration_s),
+            spec: JobSpec::new(id as u64, 0.0, row.gpus).with_duration(row.duration_s),
             work: WorkModel::Duration {
                 duration_s: row.duration_s,
             },
         });
     }
+    retime(&mut jobs, jobs_per_hour, seed);
     Ok(jobs)
 }
 

@@ -2,7 +2,8 @@
 //! needs is kept), with or without a header line, and a tally of the rows
 //! that could not be mapped onto jobs.
 
-use super::WorkloadError;
+use super::{SimJob, WorkModel, WorkloadError};
+use blox_core::JobSpec;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -179,6 +180,43 @@ impl Tally {
             tracing::warn!("{}: {}", path.display(), self.describe());
         }
     }
+}
+
+/// A production-trace row that becomes a job.
+pub struct TraceJob {
+    pub submit_s: f64,
+    /// Line in the trace (orders equal submit times).
+    pub line: u64,
+    pub name: String,
+    pub user: String,
+    pub gpus: u32,
+    pub run_s: f64,
+}
+
+/// The jobs sorted by submission, ids `0..n` in that order, arrivals relative
+/// to the first; each runs `run_s` at its GPU count; the tally counts them.
+pub fn in_submit_order(mut kept: Vec<TraceJob>, tally: &mut Tally) -> Vec<SimJob> {
+    kept.sort_by(|a, b| a.submit_s.total_cmp(&b.submit_s).then(a.line.cmp(&b.line)));
+    let t0 = kept.first().map_or(0.0, |k| k.submit_s);
+    tally.jobs = kept.len() as u64;
+    kept.into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let mut spec = JobSpec::new(i as u64, k.submit_s - t0, k.gpus).with_duration(k.run_s);
+            if !k.name.is_empty() {
+                spec.name = k.name;
+            }
+            spec.user = (!k.user.is_empty()).then_some(k.user);
+            SimJob {
+                startup_s: None,
+                converge_at: None,
+                spec,
+                work: WorkModel::Duration {
+                    duration_s: k.run_s,
+                },
+            }
+        })
+        .collect()
 }
 
 /// Seconds since 1970-01-01 of a `YYYY-MM-DD HH:MM:SS` (or `YYYY-MM-DDTHH:MM:SS`)
