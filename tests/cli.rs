@@ -1,5 +1,8 @@
 //! End to end: the `blox` binary driven the way a user drives it.
 
+mod shared;
+
+use shared::sweep_table;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -657,26 +660,7 @@ fn a_sharded_and_merged_sweep_equals_the_unsharded_one() {
     let o = merge(&shards, &merged);
     assert!(o.status.success(), "{}", text(&o));
     // Same rows in the same order; only the wall time differs.
-    let table = |d: &Path| -> Vec<Vec<String>> {
-        let mut r = csv::Reader::from_path(d.join("sweep.csv")).unwrap();
-        let wall = r
-            .headers()
-            .unwrap()
-            .iter()
-            .position(|h| h == "wall_s")
-            .unwrap();
-        r.records()
-            .map(|rec| {
-                let rec = rec.unwrap();
-                rec.iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != wall)
-                    .map(|(_, v)| v.to_string())
-                    .collect()
-            })
-            .collect()
-    };
-    assert_eq!(table(&whole), table(&merged));
+    assert_eq!(sweep_table(&whole), sweep_table(&merged));
     let dirs: Vec<String> = {
         let mut r = csv::Reader::from_path(whole.join("sweep.csv")).unwrap();
         let i = r

@@ -3,31 +3,23 @@
 //! defining advantage over Tiresias (SC'21 §4.2: elastic jobs start at once
 //! instead of queueing for their requested GPUs).
 
-use std::process::Command;
+mod shared;
+
+use shared::blox_ok;
 
 /// Runs a config on the first `jobs` jobs of workload 1; mean JCT in seconds.
 fn mean_jct_s(config: &str, jobs: u32) -> f64 {
     let out = std::env::temp_dir().join(format!("blox-ones-sc21-{config}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
-        .args([
-            "sim",
-            &format!("examples/configs/ones-sc21/{config}.toml"),
-            "--out",
-            &out.display().to_string(),
-            "--quiet",
-            "--set",
-            &format!("workload.num_jobs={jobs}"),
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{config}: {text}");
+    blox_ok(&[
+        "sim",
+        &format!("examples/configs/ones-sc21/{config}.toml"),
+        "--out",
+        &out.display().to_string(),
+        "--quiet",
+        "--set",
+        &format!("workload.num_jobs={jobs}"),
+    ]);
     let csv = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
     let mut lines = csv.lines();
     let head: Vec<&str> = lines.next().unwrap().split(',').collect();

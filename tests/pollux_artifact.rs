@@ -2,6 +2,9 @@
 //! the shipped artifact configs on the first jobs of a workload, with a smaller
 //! genetic search so they run in seconds in a debug build.
 
+mod shared;
+
+use shared::blox_ok;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -33,17 +36,7 @@ fn sim_tables(
         args.push("--set".into());
         args.push(e.to_string());
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
-        .args(&args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{args:?}: {text}");
+    let text = blox_ok(&args);
     assert!(text.contains("12 finished of 12"), "{text}");
     let read = |name: &str| -> Vec<Vec<String>> {
         let csv = std::fs::read_to_string(PathBuf::from(&out).join(name)).unwrap();

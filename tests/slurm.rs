@@ -7,6 +7,9 @@
 //! `examples/slurm/slurm.conf.single-node` and stops it afterwards.
 //! Without either it is skipped, and says so on stderr.
 
+mod shared;
+
+use shared::sweep_table;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -167,27 +170,6 @@ scheduling = ["fifo", "las", "srtf"]
 seeds = [1, 2]
 "#;
 
-/// `sweep.csv` without its wall-time column.
-fn table(dir: &Path) -> Vec<Vec<String>> {
-    let mut r = csv::Reader::from_path(dir.join("sweep.csv")).unwrap();
-    let wall = r
-        .headers()
-        .unwrap()
-        .iter()
-        .position(|h| h == "wall_s")
-        .unwrap();
-    r.records()
-        .map(|rec| {
-            rec.unwrap()
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != wall)
-                .map(|(_, v)| v.to_string())
-                .collect()
-        })
-        .collect()
-}
-
 #[test]
 fn a_sweep_runs_as_a_slurm_job_array_and_its_merge_equals_the_unsharded_sweep() {
     let dir = std::env::temp_dir().join(format!("blox-slurm-{}", std::process::id()));
@@ -294,7 +276,7 @@ fn a_sweep_runs_as_a_slurm_job_array_and_its_merge_equals_the_unsharded_sweep() 
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(table(&whole), table(&out.join("merged")));
-    assert_eq!(table(&whole).len(), 6);
+    assert_eq!(sweep_table(&whole), sweep_table(&out.join("merged")));
+    assert_eq!(sweep_table(&whole).len(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,45 @@
+//! Helpers the simulator's end-to-end tests share (`mod shared;`); each test
+//! crate uses some of them.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `blox ARGS` in the repository root; panics with its output unless
+/// it succeeds; returns stdout and stderr together.
+pub fn blox_ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{args:?}: {text}");
+    text
+}
+
+/// `DIR/sweep.csv` without its wall-time column (the only one that differs
+/// between runs of the same cells).
+pub fn sweep_table(dir: &Path) -> Vec<Vec<String>> {
+    let mut r = csv::Reader::from_path(dir.join("sweep.csv")).unwrap();
+    let wall = r
+        .headers()
+        .unwrap()
+        .iter()
+        .position(|h| h == "wall_s")
+        .unwrap();
+    r.records()
+        .map(|rec| {
+            rec.unwrap()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != wall)
+                .map(|(_, v)| v.to_string())
+                .collect()
+        })
+        .collect()
+}
