@@ -4,19 +4,12 @@
 
 mod common;
 
-use blox_runtime::soak::{journal, proxy::CutProxy};
+use blox_runtime::soak::{journal, ports::reserve_port, proxy::CutProxy};
 use blox_runtime::worker::WorkerConfig;
 use common::*;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 /// The two proxies a worker's traffic goes through, one each way.
 struct Link(CutProxy, CutProxy);
@@ -45,7 +38,10 @@ fn assert_no_overlap_or_regression(journal: &Path) -> journal::JournalReport {
 /// Adds a worker whose traffic both ways goes through two cuttable proxies.
 fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
     let sched = c.sched.as_ref().unwrap().address;
-    let listen = free_port();
+    // Held until the worker binds it (a bind to port 0 here or in a
+    // parallel test could otherwise take it first).
+    let mut port = reserve_port().unwrap();
+    let listen = port.addr();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let (up, down) = c.rt.block_on(async {
         (
@@ -62,6 +58,7 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         workdir: dir.join(name),
         security: c.worker_security.clone(),
     };
+    port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
     c.workers.push(w);
     Link(up, down)

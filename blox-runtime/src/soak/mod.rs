@@ -5,6 +5,7 @@
 //! checkpoint regressions. Figures: docs/RELIABILITY.md.
 
 pub mod journal;
+pub mod ports;
 mod procs;
 pub mod proxy;
 mod report;

@@ -2,7 +2,6 @@
 //! are SIGKILLed and restarted on purpose, and are killed when dropped.
 
 use super::{err, SoakError};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -55,8 +54,9 @@ impl Proc {
         if let Some(c) = &mut self.child {
             if let Ok(Some(st)) = c.try_wait() {
                 return Err(err(format!(
-                    "{what} exited ({st}); see {}",
-                    self.log.display()
+                    "{what} exited ({st}); see {}{}",
+                    self.log.display(),
+                    log_tail(&self.log)
                 )));
             }
         }
@@ -70,14 +70,27 @@ impl Drop for Proc {
     }
 }
 
-pub(super) fn free_port() -> Result<SocketAddr, SoakError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(err)
-}
-
 /// Raises the open-file limit to its hard limit: a thousand clients and the
 /// scheduler's side of their connections need more than the usual 1024.
+/// The log's last lines, indented, for an error that is read where the
+/// log is gone (a CI run's temporary directory).
+fn log_tail(log: &Path) -> String {
+    let Ok(text) = std::fs::read_to_string(log) else {
+        return String::new();
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(5)..];
+    if tail.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("; its last lines:");
+    for l in tail {
+        out.push_str("\n  ");
+        out.extend(l.chars().take(300));
+    }
+    out
+}
+
 pub(super) fn raise_fd_limit() {
     #[cfg(unix)]
     // SAFETY: getrlimit/setrlimit only read and write the struct passed.

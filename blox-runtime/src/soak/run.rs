@@ -9,7 +9,8 @@
 //! an older checkpoint than an earlier one wrote.
 
 use super::journal;
-use super::procs::{free_port, raise_fd_limit, Proc};
+use super::ports::reserve_port;
+use super::procs::{raise_fd_limit, Proc};
 use super::proxy::CutProxy;
 use super::{err, SoakConfig, SoakError, SoakReport};
 use crate::net::{SchedulerClient, Security};
@@ -86,7 +87,14 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
     };
     write("user-token", &format!("soak-user-{}\n", cfg.seed))?;
     write("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
-    let sched_addr = free_port()?;
+    // Every port is reserved before any process starts and released just
+    // before its process binds it (see `ports`).
+    let mut sched_port = reserve_port().map_err(err)?;
+    let sched_addr = sched_port.addr();
+    let mut worker_ports = (0..cfg.workers)
+        .map(|_| reserve_port())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
     // Short timeouts so faults resolve in seconds: lease 2 s, fence grace
     // 1.2 s, declared gone after 4 s.
     write(
@@ -122,6 +130,7 @@ worker_timeout_s = 4
         .build()
         .map_err(err)?;
     let start = Instant::now();
+    sched_port.release();
     let scheduler = Proc::spawn(
         &cfg.blox,
         &[
@@ -138,8 +147,8 @@ worker_timeout_s = 4
     let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
     let mut proxies = Vec::new();
     let mut workers = Vec::new();
-    for i in 0..cfg.workers {
-        let listen = free_port()?;
+    for (i, port) in worker_ports.iter_mut().enumerate() {
+        let listen = port.addr();
         let (up, down) = rt
             .block_on(async {
                 Ok::<_, std::io::Error>((
@@ -169,6 +178,7 @@ worker_timeout_s = 4
         .iter()
         .map(|s| s.to_string())
         .collect();
+        port.release();
         workers.push(Proc::spawn(
             &cfg.blox,
             &args,
