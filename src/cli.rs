@@ -108,6 +108,11 @@ pub enum Command {
         connect: Connect,
         job: u64,
     },
+    /// Print an event log: the scheduler's decisions (`[runtime] events`,
+    /// by default events.jsonl beside the job table) or a simulation's
+    /// (`blox sim --out DIR` writes DIR/events.jsonl); `--diff` compares
+    /// two decision by decision.
+    Events(EventsArgs),
     /// List every registered module (built-in and linked into this binary).
     Policies,
     /// Time the reference simulations and the runtime (build with --release).
@@ -180,6 +185,36 @@ pub struct SoakArgs {
     /// Default: a temporary directory, removed when the soak passes.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// Options of `blox events`.
+#[derive(clap::Args, Debug)]
+pub struct EventsArgs {
+    /// The log (default: the one `--config`'s scheduler writes, else
+    /// ./events.jsonl). Its rotated files (FILE.1, FILE.2, …) are read too.
+    #[arg(conflicts_with = "config")]
+    pub file: Option<PathBuf>,
+    /// The scheduler's config: its `[runtime] events` (or `state`) says
+    /// where the log is.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Keep printing events as they are appended (across rotations).
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Only this job's events (`7` or `job-7`).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// Print the JSON lines as stored.
+    #[arg(long)]
+    pub json: bool,
+    /// Compare with this log: jobs matched by name, each decision by kind
+    /// and occurrence, rounds counted from each log's first job event.
+    /// Exits 1 when they differ.
+    #[arg(long, value_name = "OTHER", conflicts_with = "follow")]
+    pub diff: Option<PathBuf>,
+    /// With --diff: rounds a decision may differ by.
+    #[arg(long, default_value_t = 0, requires = "diff")]
+    pub slack_rounds: u64,
 }
 
 /// Options of `blox sim`.

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod event_log;
 pub mod ids;
 pub mod job;
 pub mod job_state;

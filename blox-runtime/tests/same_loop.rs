@@ -52,6 +52,19 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
         "JCTs differ by {:.1} % on average",
         100.0 * mean
     );
+    // The scheduler's event log and the simulation's show the same
+    // decisions: every admission, launch (on as many GPUs), preemption and
+    // end, in the same round give or take one.
+    let sim_events = dir.path().join("sim-events.jsonl");
+    run_sim_logging_events("las", &trace, ClusterState::homogeneous(2, 2), &sim_events);
+    let live = blox_core::event_log::read(&dir.path().join("events.jsonl"), true).unwrap();
+    let simulated = blox_core::event_log::read(&sim_events, false).unwrap();
+    let d = blox_core::event_log::diff(&live, &simulated, 1);
+    assert!(d.is_same(), "{:#?}", d.differences);
+    let kinds = |k: &str| live.iter().filter(|e| e.what.kind() == k).count();
+    assert_eq!(kinds("finished"), trace.len());
+    assert!(kinds("preempted") > 0 && kinds("launched") > trace.len());
+    assert_eq!(kinds("node_joined"), 2);
     // Someone was preempted and resumed from its checkpoint.
     assert!(
         real.values().any(|j| j.launches > 1 && j.preemptions > 0),

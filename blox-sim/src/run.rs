@@ -33,6 +33,8 @@ pub enum SimError {
         detail: String,
         policies: (String, String, String),
     },
+    #[error(transparent)]
+    Events(#[from] blox_core::event_log::EventLogError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -56,6 +58,8 @@ pub struct Simulation {
     tracked_ended: usize,
     seen_ended: usize,
     stalled_rounds: u64,
+    /// Where the loop's decisions go, when [`Simulation::log_events`] was called.
+    events: Option<blox_core::event_log::EventLog>,
     /// The synthesizer's decisions, when one is configured.
     pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
@@ -119,8 +123,17 @@ impl Simulation {
             tracked_ended: 0,
             seen_ended: 0,
             stalled_rounds: 0,
+            events: None,
             synth_decisions: None,
         })
+    }
+
+    /// Writes every decision of the run from now on to `path` as JSON lines
+    /// (`blox sim --out` writes `events.jsonl`; `blox events` reads it).
+    pub fn log_events(&mut self, path: &std::path::Path) -> Result<(), SimError> {
+        self.events = Some(blox_core::event_log::EventLog::create(path)?);
+        self.round_loop.record_events(true);
+        Ok(())
     }
 
     fn is_tracked(&self, id: JobId) -> bool {
@@ -182,6 +195,9 @@ impl Simulation {
         self.stalled_rounds = if stuck { self.stalled_rounds + 1 } else { 0 };
         if self.stalled_rounds >= STALL_ROUNDS {
             return Err(self.stalled(&r));
+        }
+        if let Some(log) = &mut self.events {
+            log.write(&r.events)?;
         }
         self.rounds.push(RoundRow::from(r));
         Ok(true)

@@ -1,6 +1,7 @@
 //! One function per subcommand: read the arguments, call the library, print.
 
 pub mod cluster;
+pub mod events;
 pub mod local;
 pub mod study;
 
@@ -130,6 +131,7 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Submit(a) => cluster::submit(a),
         Command::Status { connect, jobs } => cluster::status(&connect, &jobs),
         Command::Cancel { connect, job } => cluster::cancel(&connect, job),
+        Command::Events(a) => events::events(a),
         Command::Policies => policies(),
         Command::Bench {
             which,
@@ -158,6 +160,15 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
     );
     let start = std::time::Instant::now();
     let mut simulation = Simulation::from_config(&cfg)?;
+    let events = match &a.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let path = dir.join("events.jsonl");
+            simulation.log_events(&path)?;
+            Some(path)
+        }
+        None => None,
+    };
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -195,7 +206,7 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
         let files = result
             .write(dir)
             .with_context(|| format!("writing results to {}", dir.display()))?;
-        for f in files {
+        for f in files.iter().chain(&events) {
             say!("wrote {}", f.display())?;
         }
     }

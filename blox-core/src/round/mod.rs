@@ -4,9 +4,12 @@
 //! every policy decision passes before it runs.
 
 mod checks;
+mod cluster_events;
+pub mod events;
 mod startup;
 mod timings;
 
+use events::{GpuPlace, Recorder, What};
 pub use startup::StartupRules;
 use startup::Stopped;
 use timings::lap;
@@ -105,6 +108,8 @@ pub struct RoundReport {
     pub invalid: Option<String>,
     /// Where the round's time went.
     pub timings: RoundTimings,
+    /// The round's decisions, while [`RoundLoop::record_events`] is on.
+    pub events: Vec<events::Event>,
 }
 
 /// The three policies of a composed scheduler, with the names they were built from.
@@ -163,6 +168,7 @@ pub struct RoundLoop {
     waiting: Vec<Job>,
     /// The last invalid decision dropped (logged once, not every round).
     last_invalid: Option<String>,
+    events: Recorder,
     round: u64,
     round_s: f64,
 }
@@ -179,6 +185,7 @@ impl RoundLoop {
             cluster,
             waiting: Vec::new(),
             last_invalid: None,
+            events: Recorder::default(),
             round: 0,
             round_s,
         }
@@ -186,6 +193,12 @@ impl RoundLoop {
 
     pub fn round_s(&self) -> f64 {
         self.round_s
+    }
+
+    /// Turns event recording on or off: with it on, each [`RoundReport`]
+    /// carries the round's decisions as [`events::Event`]s.
+    pub fn record_events(&mut self, on: bool) {
+        self.events.0 = on.then(Vec::new);
     }
 
     /// Rounds run so far.
@@ -237,6 +250,8 @@ impl RoundLoop {
             self.cluster.release(*id, gpus);
         }
         let ended = self.jobs.prune_finished();
+        self.events
+            .ended(info.round, info.now_s, &self.jobs, &ended);
         // Jobs a backend sent back to the queue while they held GPUs (a crashed
         // process to be retried) give their GPUs back.
         let requeued: Vec<(JobId, Vec<GpuId>)> = self
@@ -247,6 +262,11 @@ impl RoundLoop {
             .collect();
         for (id, gpus) in requeued {
             self.note_stopped(id, Stopped::Ended);
+            if let Some(j) = self.jobs.get(id) {
+                let reason = j.end_reason.clone().unwrap_or_else(|| "crashed".into());
+                let what = What::Requeued { reason };
+                self.events.job(info.round, info.now_s, j, what);
+            }
             self.cluster.release(id, &gpus);
             if let Some(j) = self.jobs.get_mut(id) {
                 j.allocation.clear();
@@ -270,6 +290,10 @@ impl RoundLoop {
                     )
                 };
                 tracing::warn!(job = %job.id(), "rejected: {reason}");
+                let what = What::Rejected {
+                    reason: reason.clone(),
+                };
+                self.events.job(info.round, info.now_s, &job, what);
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
             } else {
@@ -294,6 +318,11 @@ impl RoundLoop {
             match r {
                 Ok(Some(p)) => {
                     tracing::info!(from = %self.policies.label(), to = %p.label(), "policies switched");
+                    let what = What::PolicySwitched {
+                        from: self.policies.label(),
+                        to: p.label(),
+                    };
+                    self.events.other(info.round, info.now_s, what);
                     self.policies = p;
                 }
                 Ok(None) => {}
@@ -353,6 +382,7 @@ impl RoundLoop {
             policy: self.policies.label(),
             invalid,
             timings,
+            events: self.events.take(),
         };
         debug!(
             busy = report.busy_gpus,
@@ -428,73 +458,6 @@ impl RoundLoop {
         job.end_reason = Some(reason);
     }
 
-    fn apply_cluster_event(&mut self, info: &RoundInfo, ev: ClusterEvent) -> Result<(), LoopError> {
-        match ev {
-            ClusterEvent::NodeAdded(spec) => {
-                let id = self.cluster.add_node(spec);
-                tracing::info!(node = %id, "node joined");
-            }
-            ClusterEvent::NodeRemoved(node) => {
-                let hit = self.cluster.remove_node(node)?;
-                tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
-                for id in hit {
-                    self.note_stopped(id, Stopped::NodeLost);
-                    if let Some(job) = self.jobs.get_mut(id) {
-                        job.status = JobStatus::Queued;
-                        job.allocation.clear();
-                        job.host_share = None;
-                        job.restarts += 1;
-                        job.last_launch_s = Some(info.now_s);
-                    }
-                }
-            }
-            ClusterEvent::JobAdopted {
-                spec,
-                gpus,
-                batch_size,
-                past_startup,
-            } => {
-                let id = spec.id;
-                let known = self.jobs.get(id).is_some()
-                    || self.waiting.iter().any(|j| j.id() == id)
-                    || self.jobs.finished_job(id).is_some();
-                if known || gpus.is_empty() {
-                    return Err(LoopError::Backend {
-                        step: "cluster management",
-                        source: BackendError(format!(
-                            "{id} cannot be adopted: {}",
-                            if known {
-                                "the loop already knows it"
-                            } else {
-                                "it holds no GPUs"
-                            }
-                        )),
-                    });
-                }
-                self.cluster.assign_with_host(id, &gpus, None)?;
-                let mut job = Job::new(spec);
-                for (k, v) in &job.spec.metrics {
-                    self.jobs.metrics().set(id, k, *v);
-                }
-                job.status = JobStatus::Running;
-                job.first_start_s = Some(info.now_s);
-                job.last_launch_s = Some(info.now_s);
-                job.launches = 1;
-                job.max_gpus_so_far = gpus.len() as u32;
-                if batch_size.is_some() {
-                    job.current_batch_size = batch_size;
-                }
-                if past_startup {
-                    job.first_iteration_s = Some(info.now_s);
-                }
-                job.allocation = gpus;
-                tracing::info!(job = %id, gpus = job.allocation.len(), "adopted a running job");
-                self.jobs.insert(job);
-            }
-        }
-        Ok(())
-    }
-
     fn admit(&mut self, info: &RoundInfo) -> Result<(), LoopError> {
         let decision =
             self.policies
@@ -527,8 +490,16 @@ impl RoundLoop {
         for mut job in waiting {
             match verdict.remove(&job.id()) {
                 None => self.waiting.push(job),
-                Some(None) => self.jobs.insert(job),
+                Some(None) => {
+                    self.events
+                        .job(info.round, info.now_s, &job, What::Admitted);
+                    self.jobs.insert(job)
+                }
                 Some(Some(reason)) => {
+                    let what = What::Rejected {
+                        reason: reason.clone(),
+                    };
+                    self.events.job(info.round, info.now_s, &job, what);
                     self.jobs.metrics().remove_job(job.id());
                     self.end_unadmitted(&mut job, info.now_s, reason);
                     self.jobs.record_ended(job);
@@ -558,6 +529,19 @@ impl RoundLoop {
         // Preempted and moving jobs stop together (the backend may wait for
         // all of them at once).
         let stopping: Vec<JobId> = p.preempt.iter().chain(&moving).copied().collect();
+        if self.events.on() {
+            let by = format!("not kept by {}", self.policies.label());
+            for (i, id) in stopping.iter().enumerate() {
+                let reason = if i < p.preempt.len() {
+                    by.clone()
+                } else {
+                    "moved to other GPUs".to_string()
+                };
+                let job = self.jobs.get(*id).expect("validated");
+                self.events
+                    .job(info.round, info.now_s, job, What::Preempted { reason });
+            }
+        }
         self.suspend_all(info, &stopping, b)?;
         for id in &moving {
             if let Some(job) = self.jobs.get_mut(*id) {
@@ -603,6 +587,13 @@ impl RoundLoop {
                 job.current_batch_size = a.batch_size;
             }
             debug!(job = %a.job, gpus = ?a.gpus, "launch");
+            if self.events.on() {
+                let what = What::Launched {
+                    gpus: GpuPlace::of(&self.cluster, &a.gpus),
+                    batch_size: a.batch_size,
+                };
+                self.events.job(info.round, info.now_s, job, what);
+            }
             job.allocation = a.gpus;
             launched.push(a.job);
         }

@@ -58,6 +58,15 @@ pub struct RuntimeConfig {
     /// Where Prometheus scrapes `GET /metrics` (`host:port`; unset: no
     /// metrics endpoint). With `token_file`, scrapes need the users' token.
     pub metrics_listen: Option<String>,
+    /// The event log: every decision the round loop carries out, as JSON
+    /// lines (`blox events` prints it). Unset: `events.jsonl` beside `state`.
+    pub events: Option<PathBuf>,
+    /// The event log moves to `EVENTS.1` past this many MiB …
+    #[serde(default = "default_events_max_mb")]
+    pub events_max_mb: f64,
+    /// … and this many rotated files are kept (`EVENTS.1` … `EVENTS.N`).
+    #[serde(default = "default_events_keep")]
+    pub events_keep: u32,
     /// Start-up-aware preemption (from `[run]`: `min_run_s`,
     /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`);
     /// unset: the defaults for the round length.
@@ -82,6 +91,12 @@ fn default_heartbeat() -> f64 {
 }
 fn default_timeout() -> f64 {
     5.0
+}
+fn default_events_max_mb() -> f64 {
+    64.0
+}
+fn default_events_keep() -> u32 {
+    4
 }
 fn default_retention() -> f64 {
     7.0 * 86_400.0
@@ -132,7 +147,17 @@ impl RuntimeConfig {
                 "`worker_timeout_s` must be longer than `heartbeat_s`",
             ));
         }
+        if !(r.events_max_mb > 0.0 && r.events_max_mb <= 1_048_576.0) {
+            return Err(s.error_at(
+                "events_max_mb",
+                "`events_max_mb` must be a positive number of MiB, at most 1048576",
+            ));
+        }
+        if r.events_keep > 1000 {
+            return Err(s.error_at("events_keep", "`events_keep` must be at most 1000"));
+        }
         r.state = s.resolve_path(&r.state);
+        r.events = r.events.map(|p| s.resolve_path(&p));
         // Absolute: workers run jobs in their own working directories, and a
         // relative path there names another directory (jobs resumed from
         // older checkpoints than their last launch reached).
@@ -156,6 +181,14 @@ impl RuntimeConfig {
             *p = s.resolve_path(p);
         }
         Ok(r)
+    }
+
+    /// Where the event log goes: `events`, or `events.jsonl` beside `state`.
+    pub fn events_path(&self) -> PathBuf {
+        match &self.events {
+            Some(p) => p.clone(),
+            None => self.state.with_file_name("events.jsonl"),
+        }
     }
 
     /// The users' token and the TLS settings it names.

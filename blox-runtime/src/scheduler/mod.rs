@@ -27,6 +27,7 @@
 mod adopt;
 mod backend;
 mod config;
+mod events;
 pub mod metrics;
 mod service;
 mod status;
@@ -243,6 +244,7 @@ pub fn start_with_selector(
     let startup = cfg.startup;
     let probe = write_checkpoint_probe(&cfg)?;
     let store = Arc::new(Store::open(&cfg.state)?);
+    let mut events = events::EventSink::open(&cfg)?;
     let (records, next_job_id) = store.load()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -387,9 +389,11 @@ pub fn start_with_selector(
             // A policy's invalid decision is dropped and shown by `Status`;
             // the scheduler keeps serving.
             lp.on_invalid = OnInvalidDecision::SkipRound;
+            lp.record_events(true);
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
-                    let report = lp.run_round(&mut backend)?;
+                    let mut report = lp.run_round(&mut backend)?;
+                    events.write(&mut report.events, &backend.nodes);
                     for (part, secs) in report.timings.parts() {
                         metrics
                             .round_part_seconds

@@ -217,28 +217,7 @@ pub fn run_sim_with_startup(
     cluster: ClusterState,
     startup: &[f64],
 ) -> Vec<f64> {
-    let jobs = trace
-        .iter()
-        .enumerate()
-        .map(|(i, &(a, g, d))| SimJob {
-            startup_s: startup.get(i).copied(),
-            spec: JobSpec::new(i as u64, a, g).with_duration(d),
-            work: WorkModel::Duration { duration_s: d },
-            converge_at: None,
-        })
-        .collect();
-    let run = RunConfig {
-        round_s: 1.0,
-        ..RunConfig::default()
-    };
-    let sim = Simulation::new(
-        policies(scheduling),
-        cluster,
-        run,
-        SimConfig::default(),
-        jobs,
-    )
-    .unwrap();
+    let sim = simulation(scheduling, trace, cluster, startup);
     let r = sim.run_to_end().unwrap();
     let mut by: Vec<(u64, f64)> = r
         .jobs
@@ -247,6 +226,54 @@ pub fn run_sim_with_startup(
         .collect();
     by.sort_by_key(|x| x.0);
     by.into_iter().map(|x| x.1).collect()
+}
+
+/// [`run_sim`], writing the loop's decisions to `events` (job `i` named
+/// `j{i}`, as the cluster tests submit it).
+pub fn run_sim_logging_events(
+    scheduling: &str,
+    trace: &Trace,
+    cluster: ClusterState,
+    events: &Path,
+) {
+    let mut sim = simulation(scheduling, trace, cluster, &[]);
+    sim.log_events(events).unwrap();
+    sim.run_to_end().unwrap();
+}
+
+/// The simulation of `trace`: 1 s rounds, job `i` named `j{i}`.
+fn simulation(
+    scheduling: &str,
+    trace: &Trace,
+    cluster: ClusterState,
+    startup: &[f64],
+) -> Simulation {
+    let jobs = trace
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, g, d))| {
+            let mut spec = JobSpec::new(i as u64, a, g).with_duration(d);
+            spec.name = format!("j{i}");
+            SimJob {
+                startup_s: startup.get(i).copied(),
+                spec,
+                work: WorkModel::Duration { duration_s: d },
+                converge_at: None,
+            }
+        })
+        .collect();
+    let run = RunConfig {
+        round_s: 1.0,
+        ..RunConfig::default()
+    };
+    Simulation::new(
+        policies(scheduling),
+        cluster,
+        run,
+        SimConfig::default(),
+        jobs,
+    )
+    .unwrap()
 }
 
 /// The sim-vs-real trace of the local and gRPC tests (job ids are

@@ -1,0 +1,520 @@
+//! The event log: the round loop's decisions ([`blox_core::round::events`])
+//! as JSON lines. The simulator writes `events.jsonl` beside its tables;
+//! the scheduler appends to one beside its job table, rotated by size.
+//! [`read`] and [`Follow`] read them back (`blox events`), and [`diff`]
+//! compares two logs decision by decision (`blox events --diff`).
+
+use crate::round::events::{Event, What};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// Something wrong with an event log, naming the file (and line).
+#[derive(Debug, thiserror::Error)]
+pub enum EventLogError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}:{line}: not an event: {message}", path.display())]
+    Line {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EventLogError + '_ {
+    move |source| EventLogError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Appends events to a JSON-lines file; past `max_bytes` the file moves to
+/// `PATH.1` (the older ones to `PATH.2` … `PATH.KEEP`, the oldest dropped)
+/// and a new one starts.
+pub struct EventLog {
+    path: PathBuf,
+    out: BufWriter<File>,
+    size: u64,
+    max_bytes: Option<u64>,
+    keep: u32,
+}
+
+impl EventLog {
+    /// A new, empty log (an existing file is replaced); never rotated.
+    pub fn create(path: &Path) -> Result<EventLog, EventLogError> {
+        let f = File::create(path).map_err(io(path))?;
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            out: BufWriter::new(f),
+            size: 0,
+            max_bytes: None,
+            keep: 0,
+        })
+    }
+
+    /// Appends to `path` (created if missing), rotating past `max_bytes`
+    /// and keeping `keep` rotated files.
+    pub fn append(path: &Path, max_bytes: u64, keep: u32) -> Result<EventLog, EventLogError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        let size = f.metadata().map_err(io(path))?.len();
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            out: BufWriter::new(f),
+            size,
+            max_bytes: Some(max_bytes.max(1)),
+            keep,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `events`, one line each, and flushes (a reader following the
+    /// file sees whole rounds); rotates once the file is past its size.
+    pub fn write(&mut self, events: &[Event]) -> Result<(), EventLogError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        for e in events {
+            let line = serde_json::to_string(e).map_err(|e| EventLogError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(e),
+            })?;
+            self.out
+                .write_all(line.as_bytes())
+                .map_err(io(&self.path))?;
+            self.out.write_all(b"\n").map_err(io(&self.path))?;
+            self.size += line.len() as u64 + 1;
+        }
+        self.out.flush().map_err(io(&self.path))?;
+        if self.max_bytes.is_some_and(|m| self.size >= m) {
+            self.rotate()?;
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> Result<(), EventLogError> {
+        let numbered = |i: u32| rotated(&self.path, i);
+        if self.keep == 0 {
+            // Nothing kept: start the file over.
+        } else {
+            let _ = std::fs::remove_file(numbered(self.keep));
+            for i in (1..self.keep).rev() {
+                let from = numbered(i);
+                if from.exists() {
+                    std::fs::rename(&from, numbered(i + 1)).map_err(io(&from))?;
+                }
+            }
+            std::fs::rename(&self.path, numbered(1)).map_err(io(&self.path))?;
+        }
+        let f = File::create(&self.path).map_err(io(&self.path))?;
+        self.out = BufWriter::new(f);
+        self.size = 0;
+        Ok(())
+    }
+}
+
+/// `PATH.i`, the `i`-th newest rotated file.
+pub fn rotated(path: &Path, i: u32) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(format!(".{i}"));
+    PathBuf::from(s)
+}
+
+/// The rotated files of the log at `path` that exist, oldest first
+/// (`PATH.N` … `PATH.1`).
+pub fn rotated_files(path: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut i = 1;
+    while rotated(path, i).exists() {
+        files.push(rotated(path, i));
+        i += 1;
+    }
+    files.reverse();
+    files
+}
+
+fn parse(path: &Path, line_no: usize, line: &str) -> Result<Event, EventLogError> {
+    serde_json::from_str(line).map_err(|e| EventLogError::Line {
+        path: path.to_path_buf(),
+        line: line_no,
+        message: e.to_string(),
+    })
+}
+
+/// Every event of the log at `path`, oldest first, with its rotated files
+/// (`PATH.KEEP` … `PATH.1`, then `PATH`) when `with_rotated`.
+pub fn read(path: &Path, with_rotated: bool) -> Result<Vec<Event>, EventLogError> {
+    let mut files = if with_rotated {
+        rotated_files(path)
+    } else {
+        Vec::new()
+    };
+    files.push(path.to_path_buf());
+    let mut out = Vec::new();
+    for f in files {
+        let r = BufReader::new(File::open(&f).map_err(io(&f))?);
+        for (i, line) in r.lines().enumerate() {
+            let line = line.map_err(io(&f))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            out.push(parse(&f, i + 1, &line)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the events appended to a log since the last call, across
+/// rotations (`blox events --follow`). Only whole lines are returned.
+pub struct Follow {
+    path: PathBuf,
+    pos: u64,
+    line_no: usize,
+    partial: String,
+    #[cfg(unix)]
+    inode: u64,
+}
+
+impl Follow {
+    /// Follows `path` from its current end (`from_start`: from its start).
+    pub fn new(path: &Path, from_start: bool) -> Result<Follow, EventLogError> {
+        let meta = std::fs::metadata(path).map_err(io(path))?;
+        Ok(Follow {
+            path: path.to_path_buf(),
+            pos: if from_start { 0 } else { meta.len() },
+            line_no: 0,
+            partial: String::new(),
+            #[cfg(unix)]
+            inode: std::os::unix::fs::MetadataExt::ino(&meta),
+        })
+    }
+
+    /// The events written since the last call (none if the file is
+    /// missing for a moment while it rotates).
+    pub fn poll(&mut self) -> Result<Vec<Event>, EventLogError> {
+        let Ok(meta) = std::fs::metadata(&self.path) else {
+            return Ok(Vec::new());
+        };
+        #[cfg(unix)]
+        let replaced = std::os::unix::fs::MetadataExt::ino(&meta) != self.inode;
+        #[cfg(not(unix))]
+        let replaced = false;
+        let mut out = Vec::new();
+        if replaced || meta.len() < self.pos {
+            // Rotated: what was left of the old file (now `PATH.1`), then
+            // the new file from its start.
+            #[cfg(unix)]
+            if replaced {
+                let old = rotated(&self.path, 1);
+                let same = std::fs::metadata(&old)
+                    .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.inode);
+                if same {
+                    let path = std::mem::replace(&mut self.path, old);
+                    let rest = self.read_new();
+                    self.path = path;
+                    out.extend(rest?);
+                }
+            }
+            self.pos = 0;
+            self.line_no = 0;
+            self.partial.clear();
+            #[cfg(unix)]
+            {
+                self.inode = std::os::unix::fs::MetadataExt::ino(&meta);
+            }
+        }
+        if meta.len() > self.pos {
+            out.extend(self.read_new()?);
+        }
+        Ok(out)
+    }
+
+    /// The whole lines of `self.path` past `self.pos`.
+    fn read_new(&mut self) -> Result<Vec<Event>, EventLogError> {
+        let mut f = File::open(&self.path).map_err(io(&self.path))?;
+        f.seek(SeekFrom::Start(self.pos)).map_err(io(&self.path))?;
+        let mut buf = String::new();
+        let n = f.read_to_string(&mut buf).map_err(io(&self.path))?;
+        self.pos += n as u64;
+        self.partial.push_str(&buf);
+        let mut out = Vec::new();
+        while let Some(i) = self.partial.find('\n') {
+            let line: String = self.partial.drain(..=i).collect();
+            self.line_no += 1;
+            if !line.trim().is_empty() {
+                out.push(parse(&self.path, self.line_no, line.trim_end())?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How two event logs differ, decision by decision.
+#[derive(Debug, Default)]
+pub struct EventDiff {
+    /// Decisions present in both with the same GPU count and round.
+    pub matched: usize,
+    /// What differs, one line each, in the first log's order.
+    pub differences: Vec<String>,
+}
+
+impl EventDiff {
+    pub fn is_same(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+/// The key a decision is matched on: job name (or the switch), kind, and
+/// which occurrence of that pair it is.
+type Key = (String, &'static str, usize);
+
+fn keyed(events: &[Event]) -> Vec<(Key, &Event)> {
+    let mut seen: HashMap<(String, &'static str), usize> = HashMap::new();
+    events
+        .iter()
+        .filter_map(|e| {
+            let who = match (&e.name, &e.what) {
+                (Some(n), _) => n.clone(),
+                (None, What::PolicySwitched { from, to }) => format!("{from} -> {to}"),
+                // Node joins and departures are the cluster, not decisions.
+                _ => return None,
+            };
+            let kind = e.what.kind();
+            let n = seen.entry((who.clone(), kind)).or_default();
+            *n += 1;
+            Some(((who, kind, *n), e))
+        })
+        .collect()
+}
+
+/// The first round with a job event: rounds are compared from there, so a
+/// scheduler that ran idle rounds before the trace started still lines up.
+fn origin(events: &[Event]) -> u64 {
+    events
+        .iter()
+        .find(|e| e.job.is_some())
+        .map(|e| e.round)
+        .unwrap_or(0)
+}
+
+/// `e`'s round counted from `origin` (negative before it).
+fn rel(e: &Event, origin: u64) -> i64 {
+    e.round as i64 - origin as i64
+}
+
+fn gpu_count(w: &What) -> Option<usize> {
+    match w {
+        What::Launched { gpus, .. } | What::Adopted { gpus } => Some(gpus.len()),
+        _ => None,
+    }
+}
+
+/// Compares the decisions of `a` and `b`: jobs are matched by name, each
+/// decision by its kind and occurrence; rounds count from each log's first
+/// job event and may differ by `slack_rounds`. Times, GPU identities and
+/// free-text reasons are not compared (a live cluster numbers its nodes as
+/// its workers join); GPU counts are.
+pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
+    let (oa, ob) = (origin(a), origin(b));
+    let kb: HashMap<Key, &Event> = keyed(b).into_iter().collect();
+    let mut used: std::collections::HashSet<Key> = Default::default();
+    let mut d = EventDiff::default();
+    for (k, ea) in keyed(a) {
+        let Some(eb) = kb.get(&k) else {
+            d.differences.push(format!(
+                "only in the first: round {} {}",
+                rel(ea, oa),
+                show(&k)
+            ));
+            continue;
+        };
+        used.insert(k.clone());
+        let (ra, rb) = (rel(ea, oa), rel(eb, ob));
+        let mut why = Vec::new();
+        if ra.abs_diff(rb) > slack_rounds {
+            why.push(format!("round {ra} against {rb}"));
+        }
+        if gpu_count(&ea.what) != gpu_count(&eb.what) {
+            why.push(format!(
+                "{} GPUs against {}",
+                gpu_count(&ea.what).unwrap_or(0),
+                gpu_count(&eb.what).unwrap_or(0)
+            ));
+        }
+        if why.is_empty() {
+            d.matched += 1;
+        } else {
+            d.differences
+                .push(format!("{}: {}", show(&k), why.join(", ")));
+        }
+    }
+    for (k, eb) in keyed(b) {
+        if !used.contains(&k) {
+            d.differences.push(format!(
+                "only in the second: round {} {}",
+                rel(eb, ob),
+                show(&k)
+            ));
+        }
+    }
+    d
+}
+
+fn show(k: &Key) -> String {
+    let nth = if k.2 > 1 {
+        format!(" (#{})", k.2)
+    } else {
+        String::new()
+    };
+    format!("{} {}{nth}", k.0, k.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::events::GpuPlace;
+    use crate::JobId;
+
+    fn ev(round: u64, job: u64, what: What) -> Event {
+        Event {
+            round,
+            time_s: round as f64,
+            unix_s: None,
+            job: Some(JobId(job)),
+            name: Some(format!("j{job}")),
+            what,
+        }
+    }
+
+    fn launched(n: u32) -> What {
+        What::Launched {
+            gpus: (0..n).map(|g| GpuPlace { node: 0, gpu: g }).collect(),
+            batch_size: None,
+        }
+    }
+
+    #[test]
+    fn a_log_reads_back_across_rotations_and_a_follower_sees_every_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut log = EventLog::append(&path, 400, 2).unwrap();
+        let mut follow = Follow::new(&path, true).unwrap();
+        let mut followed = Vec::new();
+        let mut all = Vec::new();
+        for r in 0..40 {
+            let e = ev(r, r, launched(2));
+            log.write(std::slice::from_ref(&e)).unwrap();
+            all.push(e);
+            followed.extend(follow.poll().unwrap());
+        }
+        // Rotated: at most PATH, PATH.1, PATH.2, each near the limit.
+        assert!(rotated(&path, 2).exists() && !rotated(&path, 3).exists());
+        let kept = read(&path, true).unwrap();
+        assert!(kept.len() < all.len());
+        assert_eq!(kept[..], all[all.len() - kept.len()..]);
+        assert_eq!(followed, all);
+        // An appended-to log keeps what it had.
+        drop(log);
+        let mut log = EventLog::append(&path, 1 << 20, 2).unwrap();
+        log.write(&[ev(40, 40, What::Admitted)]).unwrap();
+        assert_eq!(read(&path, true).unwrap().len(), kept.len() + 1);
+    }
+
+    #[test]
+    fn every_kind_of_event_reads_back_as_written() {
+        // Flattened tags share the line with the event's own fields: a
+        // field of the same name would be read back into the wrong one.
+        let kinds = vec![
+            What::Admitted,
+            What::Rejected { reason: "r".into() },
+            launched(3),
+            What::Adopted {
+                gpus: vec![GpuPlace { node: 2, gpu: 1 }],
+            },
+            What::Preempted { reason: "p".into() },
+            What::Requeued { reason: "q".into() },
+            What::Finished {
+                jct_s: Some(1.5),
+                reason: Some("done".into()),
+            },
+            What::Failed { reason: "f".into() },
+            What::PolicySwitched {
+                from: "a/b/c".into(),
+                to: "a/d/c".into(),
+            },
+            What::NodeJoined {
+                node: 4,
+                gpus: 8,
+                worker: Some("w4".into()),
+            },
+            What::NodeLeft { node: 4 },
+        ];
+        for what in kinds {
+            let mut e = ev(3, 9, what);
+            e.unix_s = Some(1.8e9);
+            let line = serde_json::to_string(&e).unwrap();
+            let back: Event = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, e, "{line}");
+            assert!(line.contains(&format!("\"event\":\"{}\"", e.what.kind())));
+            assert!(!e.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_bad_line_is_named_by_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let good = serde_json::to_string(&ev(0, 1, What::Admitted)).unwrap();
+        std::fs::write(&path, format!("{good}\n{{\"round\":1}}\n")).unwrap();
+        let e = read(&path, false).unwrap_err().to_string();
+        assert!(e.contains("events.jsonl:2: not an event"), "{e}");
+    }
+
+    #[test]
+    fn the_diff_matches_by_name_and_occurrence_and_sees_what_differs() {
+        let a = vec![
+            ev(5, 1, What::Admitted),
+            ev(5, 1, launched(2)),
+            ev(7, 1, What::Preempted { reason: "x".into() }),
+            ev(9, 1, launched(2)),
+        ];
+        // Shifted by 100 rounds, other ids, same names: the same decisions.
+        let mut b: Vec<Event> = a
+            .iter()
+            .map(|e| Event {
+                round: e.round + 100,
+                job: Some(JobId(77)),
+                ..e.clone()
+            })
+            .collect();
+        assert!(diff(&a, &b, 0).is_same());
+        assert_eq!(diff(&a, &b, 0).matched, 4);
+        // The relaunch a round later, on fewer GPUs; and a missing preemption.
+        b[3] = ev(110, 1, launched(1));
+        let d = diff(&a, &b, 0);
+        assert_eq!(d.differences.len(), 1, "{:?}", d.differences);
+        assert!(d.differences[0].contains("round 4 against 5"), "{:?}", d);
+        assert!(d.differences[0].contains("2 GPUs against 1"), "{:?}", d);
+        assert!(diff(&a, &b, 1).differences[0].contains("GPUs"));
+        b.remove(2);
+        let d = diff(&a, &b, 1);
+        assert!(d
+            .differences
+            .iter()
+            .any(|l| l.starts_with("only in the first") && l.contains("j1 preempted")));
+    }
+}

@@ -1,0 +1,96 @@
+//! Step 1 of a round: nodes joining and leaving, and jobs found running
+//! when the scheduler (re)started.
+
+use super::events::{GpuPlace, What};
+use super::*;
+
+impl RoundLoop {
+    pub(super) fn apply_cluster_event(
+        &mut self,
+        info: &RoundInfo,
+        ev: ClusterEvent,
+    ) -> Result<(), LoopError> {
+        match ev {
+            ClusterEvent::NodeAdded(spec) => {
+                let gpus = spec.gpus;
+                let id = self.cluster.add_node(spec);
+                tracing::info!(node = %id, "node joined");
+                let what = What::NodeJoined {
+                    node: id.0,
+                    gpus,
+                    worker: None,
+                };
+                self.events.other(info.round, info.now_s, what);
+            }
+            ClusterEvent::NodeRemoved(node) => {
+                let hit = self.cluster.remove_node(node)?;
+                tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
+                let what = What::NodeLeft { node: node.0 };
+                self.events.other(info.round, info.now_s, what);
+                for id in hit {
+                    self.note_stopped(id, Stopped::NodeLost);
+                    if let Some(job) = self.jobs.get(id) {
+                        let what = What::Requeued {
+                            reason: format!("{node} left"),
+                        };
+                        self.events.job(info.round, info.now_s, job, what);
+                    }
+                    if let Some(job) = self.jobs.get_mut(id) {
+                        job.status = JobStatus::Queued;
+                        job.allocation.clear();
+                        job.host_share = None;
+                        job.restarts += 1;
+                        job.last_launch_s = Some(info.now_s);
+                    }
+                }
+            }
+            ClusterEvent::JobAdopted {
+                spec,
+                gpus,
+                batch_size,
+                past_startup,
+            } => {
+                let id = spec.id;
+                let known = self.jobs.get(id).is_some()
+                    || self.waiting.iter().any(|j| j.id() == id)
+                    || self.jobs.finished_job(id).is_some();
+                if known || gpus.is_empty() {
+                    return Err(LoopError::Backend {
+                        step: "cluster management",
+                        source: BackendError(format!(
+                            "{id} cannot be adopted: {}",
+                            if known {
+                                "the loop already knows it"
+                            } else {
+                                "it holds no GPUs"
+                            }
+                        )),
+                    });
+                }
+                self.cluster.assign_with_host(id, &gpus, None)?;
+                let mut job = Job::new(spec);
+                for (k, v) in &job.spec.metrics {
+                    self.jobs.metrics().set(id, k, *v);
+                }
+                job.status = JobStatus::Running;
+                job.first_start_s = Some(info.now_s);
+                job.last_launch_s = Some(info.now_s);
+                job.launches = 1;
+                job.max_gpus_so_far = gpus.len() as u32;
+                if batch_size.is_some() {
+                    job.current_batch_size = batch_size;
+                }
+                if past_startup {
+                    job.first_iteration_s = Some(info.now_s);
+                }
+                job.allocation = gpus;
+                tracing::info!(job = %id, gpus = job.allocation.len(), "adopted a running job");
+                let gpus = GpuPlace::of(&self.cluster, &job.allocation);
+                self.events
+                    .job(info.round, info.now_s, &job, What::Adopted { gpus });
+                self.jobs.insert(job);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,248 @@
+//! The decisions a round carried out, as events (`RoundReport::events`):
+//! what the runtime appends to its event log and the simulator writes to
+//! `events.jsonl`, so that a live run and its simulation can be compared
+//! decision by decision (`blox events --diff`).
+//!
+//! Recording is off by default ([`RoundLoop::record_events`]): a run that
+//! writes no log pays nothing.
+//!
+//! [`RoundLoop::record_events`]: super::RoundLoop::record_events
+
+use crate::{ClusterState, GpuId, Job, JobId};
+use serde::{Deserialize, Serialize};
+
+/// One decision, as one JSON line: `{"round":3,"time_s":12.0,"job":7,
+/// "name":"j7","event":"launched","gpus":[{"node":0,"gpu":1}]}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub round: u64,
+    /// The round's time: seconds since the run started (the scheduler's
+    /// clock on a cluster, simulated time in the simulator).
+    pub time_s: f64,
+    /// Wall-clock time, seconds since 1970 (UTC), where the backend keeps
+    /// real time (the runtime fills it in; a simulation has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_s: Option<f64>,
+    /// The job, for job events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobId>,
+    /// The job's name (what a live run and its simulation share).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What happened, tagged `"event"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum What {
+    /// Admission accepted the job.
+    Admitted,
+    /// The job will never run: an impossible request or admission said no.
+    Rejected { reason: String },
+    /// The job started (or restarted) on these GPUs.
+    Launched {
+        gpus: Vec<GpuPlace>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batch_size: Option<u32>,
+    },
+    /// A job found running on a worker when the scheduler (re)started.
+    Adopted { gpus: Vec<GpuPlace> },
+    /// The job was stopped and went back to the queue.
+    Preempted { reason: String },
+    /// The job lost its GPUs without a decision (its node left, its process
+    /// crashed and is retried) and went back to the queue.
+    Requeued { reason: String },
+    /// The job reached its end; `jct_s` counts from its submission.
+    Finished {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        jct_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The job ended without reaching its end.
+    Failed { reason: String },
+    /// Policy synthesis swapped the policies (`admission/scheduling/placement`).
+    PolicySwitched { from: String, to: String },
+    /// A node joined with this many GPUs; `worker` names it, where
+    /// the backend knows it (the runtime fills it in).
+    NodeJoined {
+        node: u32,
+        gpus: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+    },
+    /// A node left (failure or scale-down).
+    NodeLeft { node: u32 },
+}
+
+/// A GPU by node and index inside the node (`CUDA_VISIBLE_DEVICES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuPlace {
+    pub node: u32,
+    pub gpu: u32,
+}
+
+impl GpuPlace {
+    /// Where `gpus` are, in the order given.
+    pub fn of(cluster: &ClusterState, gpus: &[GpuId]) -> Vec<GpuPlace> {
+        gpus.iter()
+            .map(|g| match cluster.gpu(*g) {
+                Some(x) => GpuPlace {
+                    node: x.node.0,
+                    gpu: x.local_id,
+                },
+                None => GpuPlace {
+                    node: u32::MAX,
+                    gpu: g.0,
+                },
+            })
+            .collect()
+    }
+}
+
+impl What {
+    /// The tag as written (`"launched"`), for filters and diffs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            What::Admitted => "admitted",
+            What::Rejected { .. } => "rejected",
+            What::Launched { .. } => "launched",
+            What::Adopted { .. } => "adopted",
+            What::Preempted { .. } => "preempted",
+            What::Requeued { .. } => "requeued",
+            What::Finished { .. } => "finished",
+            What::Failed { .. } => "failed",
+            What::PolicySwitched { .. } => "policy_switched",
+            What::NodeJoined { .. } => "node_joined",
+            What::NodeLeft { .. } => "node_left",
+        }
+    }
+}
+
+impl std::fmt::Display for Event {
+    /// One line for people: `t=12.0 s  round 3  job-7 (j7)  launched on 0:1,0:2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "t={:.1} s  round {}  ", self.time_s, self.round)?;
+        if let Some(j) = self.job {
+            write!(f, "{j}")?;
+            match &self.name {
+                Some(n) if *n != j.0.to_string() => write!(f, " ({n})  ")?,
+                _ => write!(f, "  ")?,
+            }
+        }
+        match &self.what {
+            What::Launched { gpus, .. } | What::Adopted { gpus } => {
+                let places: Vec<String> = gpus
+                    .iter()
+                    .map(|p| format!("{}:{}", p.node, p.gpu))
+                    .collect();
+                write!(f, "{} on {}", self.what.kind(), places.join(","))?;
+                if let What::Launched {
+                    batch_size: Some(b),
+                    ..
+                } = &self.what
+                {
+                    write!(f, " (batch size {b})")?;
+                }
+                Ok(())
+            }
+            What::Rejected { reason }
+            | What::Preempted { reason }
+            | What::Requeued { reason }
+            | What::Failed { reason } => write!(f, "{}: {reason}", self.what.kind()),
+            What::Finished { jct_s, reason } => {
+                write!(f, "finished")?;
+                if let Some(j) = jct_s {
+                    write!(f, ", JCT {j:.1} s")?;
+                }
+                if let Some(r) = reason {
+                    write!(f, " ({r})")?;
+                }
+                Ok(())
+            }
+            What::PolicySwitched { from, to } => write!(f, "policies switched: {from} -> {to}"),
+            What::NodeJoined { node, gpus, worker } => {
+                write!(f, "node {node} joined with {gpus} GPUs")?;
+                match worker {
+                    Some(n) => write!(f, " (worker {n})"),
+                    None => Ok(()),
+                }
+            }
+            What::NodeLeft { node } => write!(f, "node {node} left"),
+            What::Admitted => write!(f, "admitted"),
+        }
+    }
+}
+
+/// The events of the round being run; `None` while recording is off.
+#[derive(Default)]
+pub(super) struct Recorder(pub(super) Option<Vec<Event>>);
+
+impl Recorder {
+    pub(super) fn on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Records a job event (the job's id and name from `job`).
+    pub(super) fn job(&mut self, round: u64, time_s: f64, job: &Job, what: What) {
+        if let Some(v) = &mut self.0 {
+            v.push(Event {
+                round,
+                time_s,
+                unix_s: None,
+                job: Some(job.id()),
+                name: Some(job.spec.name.clone()),
+                what,
+            });
+        }
+    }
+
+    /// Records an event that names no job.
+    pub(super) fn other(&mut self, round: u64, time_s: f64, what: What) {
+        if let Some(v) = &mut self.0 {
+            v.push(Event {
+                round,
+                time_s,
+                unix_s: None,
+                job: None,
+                name: None,
+                what,
+            });
+        }
+    }
+
+    /// This round's events, leaving the recorder on and empty.
+    pub(super) fn take(&mut self) -> Vec<Event> {
+        match &mut self.0 {
+            Some(v) => std::mem::take(v),
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Recorder {
+    /// Records how the jobs `ids` (just pruned) ended.
+    pub(super) fn ended(&mut self, round: u64, time_s: f64, jobs: &crate::JobState, ids: &[JobId]) {
+        if !self.on() {
+            return;
+        }
+        for id in ids {
+            let Some(job) = jobs.finished_job(*id) else {
+                continue;
+            };
+            let reason = job.end_reason.clone();
+            let what = match job.status {
+                crate::JobStatus::Finished => What::Finished {
+                    jct_s: job.jct_s(),
+                    reason,
+                },
+                _ => What::Failed {
+                    reason: reason.unwrap_or_else(|| "ended".into()),
+                },
+            };
+            self.job(round, time_s, job, what);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! `blox events`: print an event log (the scheduler's or a simulation's),
+//! follow it, or compare two decision by decision.
+
+use crate::cli::EventsArgs;
+use crate::say;
+use anyhow::{Context, Result};
+use blox_core::event_log::{self, Follow};
+use blox_core::round::events::Event;
+use blox_runtime::scheduler::RuntimeConfig;
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+pub fn events(a: EventsArgs) -> Result<ExitCode> {
+    let path = match (&a.file, &a.config) {
+        (Some(f), _) => f.clone(),
+        (None, Some(c)) => {
+            let cfg = blox_sim::load_config(c, None, &[])?;
+            RuntimeConfig::from_config(&cfg)?.events_path()
+        }
+        (None, None) => RuntimeConfig::default().events_path(),
+    };
+    let job = a.job.as_deref().map(parse_job).transpose()?;
+    let wanted = |e: &Event| job.is_none_or(|j| e.job.map(|x| x.0) == Some(j));
+    if let Some(other) = &a.diff {
+        let mine = event_log::read(&path, true)?;
+        let theirs = event_log::read(other, true)?;
+        let (mine, theirs): (Vec<Event>, Vec<Event>) = (
+            mine.into_iter().filter(|e| wanted(e)).collect(),
+            theirs.into_iter().filter(|e| wanted(e)).collect(),
+        );
+        let d = event_log::diff(&mine, &theirs, a.slack_rounds);
+        for line in &d.differences {
+            say!("{line}")?;
+        }
+        say!(
+            "{} decisions match, {} differ ({} against {}, rounds within {})",
+            d.matched,
+            d.differences.len(),
+            path.display(),
+            other.display(),
+            a.slack_rounds
+        )?;
+        return Ok(if d.is_same() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    let show = |e: &Event| -> Result<()> {
+        if !wanted(e) {
+            return Ok(());
+        }
+        if a.json {
+            say!("{}", serde_json::to_string(e)?)?;
+        } else {
+            match e.unix_s {
+                Some(u) => say!("{}  {e}", utc(u))?,
+                None => say!("{e}")?,
+            }
+        }
+        Ok(())
+    };
+    if !path.exists() {
+        anyhow::bail!(
+            "{}: no event log here (the scheduler writes `[runtime] events`, by default events.jsonl beside its job table; `blox sim --out DIR` writes DIR/events.jsonl)",
+            path.display()
+        );
+    }
+    // Read from where the follower will start, so no line is printed twice
+    // or skipped between the two.
+    let mut follow = Follow::new(&path, true)?;
+    for older in event_log::rotated_files(&path) {
+        for e in event_log::read(&older, false)? {
+            show(&e)?;
+        }
+    }
+    for e in follow
+        .poll()
+        .with_context(|| format!("reading {}", path.display()))?
+    {
+        show(&e)?;
+    }
+    if a.follow {
+        loop {
+            std::thread::sleep(Duration::from_millis(250));
+            for e in follow.poll()? {
+                show(&e)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `7` or `job-7`.
+fn parse_job(s: &str) -> Result<u64> {
+    s.trim()
+        .trim_start_matches("job-")
+        .parse()
+        .with_context(|| format!("--job {s}: expected a job id such as 7 or job-7"))
+}
+
+/// `2026-11-24T10:00:03Z`.
+fn utc(unix_s: f64) -> String {
+    // humantime formats years up to 9999.
+    let s = unix_s.clamp(0.0, 253_402_300_799.0);
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs_f64(s)).to_string()
+}

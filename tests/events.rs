@@ -1,0 +1,208 @@
+//! `blox events` on the event log `blox sim --out` writes: it agrees with
+//! the job table, filters by job, compares two runs decision by decision,
+//! follows a growing log and finds a scheduler's log from its config.
+
+mod shared;
+
+use blox_core::event_log::{self, EventLog};
+use blox_core::round::events::{Event, What};
+use shared::blox_ok;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BLOX: &str = env!("CARGO_BIN_EXE_blox");
+
+fn sim(policy: &str, out: &std::path::Path) {
+    blox_ok(&[
+        "sim",
+        "--quiet",
+        "--set",
+        &format!("scheduling.policy={policy}"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+}
+
+#[test]
+fn a_simulations_event_log_agrees_with_its_job_table_and_tells_runs_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (las, fifo) = (dir.path().join("las"), dir.path().join("fifo"));
+    sim("las", &las);
+    sim("fifo", &fifo);
+    let events = event_log::read(&las.join("events.jsonl"), false).unwrap();
+
+    // Every job of jobs.csv: one admission, one end with its JCT, as many
+    // policy preemptions as the table counts.
+    let mut by_job: HashMap<u64, Vec<&Event>> = HashMap::new();
+    for e in &events {
+        if let Some(j) = e.job {
+            by_job.entry(j.0).or_default().push(e);
+        }
+    }
+    let mut rows = csv::Reader::from_path(las.join("jobs.csv")).unwrap();
+    let head = rows.headers().unwrap().clone();
+    let col = |name: &str| head.iter().position(|h| h == name).unwrap();
+    let (id_c, jct_c, pre_c) = (col("job_id"), col("jct_s"), col("preemptions"));
+    let mut preempted_somewhere = false;
+    for r in rows.records() {
+        let r = r.unwrap();
+        let id: u64 = r[id_c].parse().unwrap();
+        let evs = &by_job[&id];
+        let count = |k: &str| evs.iter().filter(|e| e.what.kind() == k).count();
+        assert_eq!(count("admitted"), 1, "job {id}: {evs:?}");
+        assert_eq!(count("finished"), 1, "job {id}: {evs:?}");
+        let jct: f64 = r[jct_c].parse().unwrap();
+        let logged = evs.iter().find_map(|e| match &e.what {
+            What::Finished { jct_s, .. } => *jct_s,
+            _ => None,
+        });
+        assert!((logged.unwrap() - jct).abs() < 1e-6, "job {id}");
+        let policy_preemptions = evs
+            .iter()
+            .filter(
+                |e| matches!(&e.what, What::Preempted { reason } if reason.starts_with("not kept")),
+            )
+            .count();
+        assert_eq!(
+            policy_preemptions,
+            r[pre_c].parse::<usize>().unwrap(),
+            "job {id}"
+        );
+        preempted_somewhere |= policy_preemptions > 0;
+        // A launch precedes every preemption and the end.
+        assert_eq!(evs[0].what.kind(), "admitted");
+        assert_eq!(evs[1].what.kind(), "launched");
+        assert_eq!(evs.last().unwrap().what.kind(), "finished");
+    }
+    assert!(preempted_somewhere, "LAS preempts in the default workload");
+
+    // --job: that job's lines only.
+    let path = las.join("events.jsonl");
+    let p = path.to_str().unwrap();
+    let out = blox_ok(&["events", p, "--job", "job-3"]);
+    assert!(out.lines().count() >= 3, "{out}");
+    assert!(out.lines().all(|l| l.contains("job-3 ")), "{out}");
+    assert!(
+        out.contains("launched on") && out.contains("finished, JCT"),
+        "{out}"
+    );
+    let json = blox_ok(&["events", p, "--json", "--job", "3"]);
+    assert_eq!(json.lines().count(), out.lines().count());
+
+    // --diff: a run against itself matches; LAS against FIFO does not.
+    let same = blox_ok(&["events", p, "--diff", p]);
+    assert!(
+        same.contains(&format!("{} decisions match, 0 differ", events.len())),
+        "{same}"
+    );
+    let o = Command::new(BLOX)
+        .args(["events", p, "--diff"])
+        .arg(fifo.join("events.jsonl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("only in the first") && text.contains("preempted"),
+        "{text}"
+    );
+}
+
+#[test]
+fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run").join("events.jsonl");
+    // A scheduler config whose job table is in run/: the log is beside it.
+    let cfg = dir.path().join("scheduler.toml");
+    std::fs::write(&cfg, "[runtime]\nstate = \"run/state.redb\"\n").unwrap();
+    let mut log = EventLog::append(&path, 300, 3).unwrap();
+    let ev = |round: u64| Event {
+        round,
+        time_s: round as f64,
+        unix_s: Some(1.8e9 + round as f64),
+        job: Some(blox_core::JobId(round)),
+        name: Some(format!("j{round}")),
+        what: What::Admitted,
+    };
+    log.write(&[ev(0)]).unwrap();
+    let out = blox_ok(&["events", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        out.contains("2027-01-15T08:00:00Z") && out.contains("job-0 (j0)  admitted"),
+        "{out}"
+    );
+
+    let mut child = Command::new(BLOX)
+        .args(["events", "--follow", "--json"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen: Vec<Event> = Vec::new();
+    let next = |seen: &mut Vec<Event>, want: usize| {
+        let t = Instant::now();
+        while seen.len() < want && t.elapsed() < Duration::from_secs(20) {
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+                seen.push(serde_json::from_str(&l).unwrap());
+            }
+        }
+    };
+    next(&mut seen, 1);
+    // Appended one round at a time, rotating every few lines.
+    for r in 1..12 {
+        log.write(&[ev(r)]).unwrap();
+        next(&mut seen, r as usize + 1);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(event_log::rotated(&path, 1).exists(), "the log rotated");
+    let rounds: Vec<u64> = seen.iter().map(|e| e.round).collect();
+    assert_eq!(rounds, (0..12).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_missing_log_and_a_bad_line_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let o = Command::new(BLOX)
+        .arg("events")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("no event log here"),
+        "{err}"
+    );
+    std::fs::write(
+        &path,
+        "{\"round\":0,\"time_s\":0,\"event\":\"admitted\"}\nnot json\n",
+    )
+    .unwrap();
+    let o = Command::new(BLOX)
+        .arg("events")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("events.jsonl:2: not an event"),
+        "{err}"
+    );
+    let o = Command::new(BLOX)
+        .args(["events", "--job", "seven"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--job seven"), "{err}");
+}
