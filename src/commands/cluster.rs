@@ -83,8 +83,10 @@ pub fn scheduler(
         ],
         &["max_time_s", "max_rounds", "track_jobs", "allow_unfinished"],
     );
-    let rt = RuntimeConfig::from_config(&cfg)?;
-    let table = state.clone().unwrap_or(rt.state);
+    let mut rt = RuntimeConfig::from_config(&cfg)?;
+    let table = state.clone().unwrap_or(rt.state.clone());
+    rt.state = table.clone();
+    let events = rt.events_path();
     let synthesizing = cfg.has_section("synthesizer");
     let handle = start_scheduler(&cfg, listen, state)
         .with_context(|| format!("starting the scheduler of {}", config.display()))?;
@@ -101,6 +103,17 @@ pub fn scheduler(
         },
         cfg.run.round_s,
         table.display()
+    )?;
+    if let Some(a) = handle.dashboard_address {
+        say!("blox scheduler: dashboard at http://{a}/")?;
+    }
+    if let Some(a) = handle.metrics_address {
+        say!("blox scheduler: Prometheus metrics at http://{a}/metrics")?;
+    }
+    say!(
+        "blox scheduler: event log {} (blox events {} --follow)",
+        events.display(),
+        events.display()
     )?;
     let stop = handle.stop_flag();
     std::thread::spawn(move || {

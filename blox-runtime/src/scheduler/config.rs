@@ -58,6 +58,10 @@ pub struct RuntimeConfig {
     /// Where Prometheus scrapes `GET /metrics` (`host:port`; unset: no
     /// metrics endpoint). With `token_file`, scrapes need the users' token.
     pub metrics_listen: Option<String>,
+    /// Where the read-only web dashboard and its JSON API are served
+    /// (`host:port`; unset: off). With `token_file`, the API needs the
+    /// users' token.
+    pub dashboard_listen: Option<String>,
     /// The event log: every decision the round loop carries out, as JSON
     /// lines (`blox events` prints it). Unset: `events.jsonl` beside `state`.
     pub events: Option<PathBuf>,

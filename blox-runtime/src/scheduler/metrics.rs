@@ -8,6 +8,7 @@
 //! API has a users' token, scrapes need it too (`Authorization: Bearer`,
 //! which Prometheus sends with `authorization.credentials_file`).
 
+use super::http::{Request, Response};
 use super::table::info_of;
 use super::Hub;
 use crate::proto::JobPhase;
@@ -17,8 +18,6 @@ use prometheus::{
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every metric the scheduler exports (names follow Prometheus's
 /// conventions: `blox_` prefix, base units, `_total` counters).
@@ -278,103 +277,40 @@ fn state_label(p: JobPhase) -> &'static str {
     }
 }
 
-/// The most bytes of a request head the endpoint reads.
-const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// How long a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Serves `GET /metrics` on `listener` until the runtime stops: one request
-/// per connection; `render` makes the body. With `token`, a request needs
+/// Serves `GET /metrics` on `listener` until the runtime stops (see
+/// [`super::http`]); `render` makes the body. With `token`, a request needs
 /// `Authorization: Bearer <token>` (401 otherwise).
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     token: Option<Arc<str>>,
     render: Arc<dyn Fn() -> String + Send + Sync>,
 ) {
-    loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let token = token.clone();
-        let render = render.clone();
-        tokio::spawn(async move {
-            let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut conn)).await;
-            let reply = match head {
-                Ok(Some(head)) => respond(&head, token.as_deref(), &*render),
-                Ok(None) => reply(400, "Bad Request", "a request head of at most 8 KiB\n"),
-                Err(_) => return,
-            };
-            let _ = conn.write_all(&reply).await;
-            let _ = conn.shutdown().await;
-        });
+    let handler: super::http::Handler =
+        Arc::new(move |req| answer(req, token.as_deref(), &*render));
+    super::http::serve(listener, handler).await
+}
+
+fn answer(req: &Request, token: Option<&str>, render: &dyn Fn() -> String) -> Response {
+    if req.method != "GET" {
+        return Response::text(405, "only GET /metrics\n");
+    }
+    if req.path != "/metrics" {
+        return Response::text(404, "metrics are at /metrics\n");
+    }
+    if !req.authorized(token) {
+        return Response::unauthorized();
+    }
+    Response {
+        code: 200,
+        content_type: "text/plain; version=0.0.4; charset=utf-8",
+        body: render().into_bytes(),
     }
 }
 
-/// Reads a request head (up to the blank line); `None` if it is too long or
-/// the connection closes first.
-async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = conn.read(&mut chunk).await.ok()?;
-        if n == 0 || buf.len() + n > MAX_REQUEST_BYTES {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8(buf).ok()
-}
-
-fn reply(code: u16, reason: &str, body: &str) -> Vec<u8> {
-    let kind = if code == 200 {
-        "text/plain; version=0.0.4; charset=utf-8"
-    } else {
-        "text/plain; charset=utf-8"
-    };
-    let mut out = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if code == 401 {
-        out.push_str("WWW-Authenticate: Bearer\r\n");
-    }
-    out.push_str("\r\n");
-    let mut out = out.into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
-}
-
-/// The answer to one request head.
+/// The answer to one request head, as sent.
+#[cfg(test)]
 fn respond(head: &str, token: Option<&str>, render: &dyn Fn() -> String) -> Vec<u8> {
-    let mut lines = head.split("\r\n");
-    let first = lines.next().unwrap_or("");
-    let mut parts = first.split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return reply(405, "Method Not Allowed", "only GET /metrics\n");
-    }
-    if path != "/metrics" && !path.starts_with("/metrics?") {
-        return reply(404, "Not Found", "metrics are at /metrics\n");
-    }
-    if let Some(want) = token {
-        let got = lines.find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case("authorization")
-                .then(|| v.trim().strip_prefix("Bearer ").map(str::trim))
-                .flatten()
-        });
-        let ok = got.is_some_and(|t| crate::net::constant_time_eq(t.as_bytes(), want.as_bytes()));
-        if !ok {
-            return reply(
-                401,
-                "Unauthorized",
-                "this scheduler needs the users' token: Authorization: Bearer <token>\n",
-            );
-        }
-    }
-    reply(200, "OK", &render())
+    answer(&Request::parse(head), token, render).bytes()
 }
 
 #[cfg(test)]

@@ -27,7 +27,9 @@
 mod adopt;
 mod backend;
 mod config;
+mod dashboard;
 mod events;
+mod http;
 pub mod metrics;
 mod service;
 mod status;
@@ -167,6 +169,8 @@ pub struct SchedulerHandle {
     pub address: SocketAddr,
     /// Where `GET /metrics` is served (`[runtime] metrics_listen`).
     pub metrics_address: Option<SocketAddr>,
+    /// Where the dashboard is served (`[runtime] dashboard_listen`).
+    pub dashboard_address: Option<SocketAddr>,
     /// Time 0 of the scheduler's clock (arrivals, finishes, rounds).
     pub started: Instant,
     stop: Arc<AtomicBool>,
@@ -325,6 +329,31 @@ pub fn start_with_selector(
             Some(bound)
         }
     };
+    let view = Arc::new(Mutex::new(dashboard::View::default()));
+    let dashboard_address = match &cfg.dashboard_listen {
+        None => None,
+        Some(addr) => {
+            let l = rt
+                .block_on(tokio::net::TcpListener::bind(addr.as_str()))
+                .map_err(|e| NetError::Listen {
+                    addr: addr.clone(),
+                    message: format!("[runtime] dashboard_listen: {e}"),
+                })?;
+            let bound = l.local_addr().map_err(|e| NetError::Listen {
+                addr: addr.clone(),
+                message: e.to_string(),
+            })?;
+            let h = dashboard::handler(
+                hub.clone(),
+                view.clone(),
+                stats.clone(),
+                security.token.clone(),
+            );
+            rt.spawn(http::serve(l, h));
+            tracing::info!(address = %bound, "dashboard at http://{bound}/");
+            Some(bound)
+        }
+    };
     let svc = Service {
         stats: stats.clone(),
         hub: hub.clone(),
@@ -393,6 +422,10 @@ pub fn start_with_selector(
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     let mut report = lp.run_round(&mut backend)?;
+                    if dashboard_address.is_some() {
+                        let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
+                        v.update(&report, &lp, &backend.nodes, unix_now());
+                    }
                     events.write(&mut report.events, &backend.nodes);
                     for (part, secs) in report.timings.parts() {
                         metrics
@@ -426,6 +459,7 @@ pub fn start_with_selector(
     Ok(SchedulerHandle {
         address,
         metrics_address,
+        dashboard_address,
         started: start,
         stop,
         stats,

@@ -18,6 +18,16 @@ pub const MAX_PAGE_BYTES: usize = 2 << 20;
 /// The reply to `req` (see `StatusRequest` in blox.proto): the jobs it names
 /// (an unknown id is `NOT_FOUND`), or a page of all jobs; every worker.
 pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status> {
+    reply_matching(h, req, None)
+}
+
+/// [`reply`], a page of only the jobs whose lower-cased name contains
+/// `name` (the dashboard's filter), when given.
+pub(super) fn reply_matching(
+    h: &Hub,
+    req: &StatusRequest,
+    name: Option<&str>,
+) -> Result<StatusReply, Status> {
     let mut next_after_id = 0;
     let jobs = if req.job_ids.is_empty() {
         let limit = match req.limit as usize {
@@ -31,6 +41,9 @@ pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status>
         for (id, r) in h.jobs.range(from..) {
             let info = info_of(r);
             if !phases.is_empty() && !phases.contains(&info.phase) {
+                continue;
+            }
+            if name.is_some_and(|n| !info.name.to_lowercase().contains(n)) {
                 continue;
             }
             let len = info.encoded_len();

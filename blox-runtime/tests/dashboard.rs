@@ -1,0 +1,304 @@
+//! The web dashboard (`[runtime] dashboard_listen`) of a real scheduler with
+//! two workers: its JSON API pages and filters jobs as `blox status` does,
+//! shows who runs where and the utilisation and queue per round, and needs
+//! the users' token; the page itself, loaded in headless Chromium, shows
+//! the jobs, a preemption and finished jobs' JCTs. Without Chromium
+//! (`chromium`, `chromium-browser`, `google-chrome`, or `BLOX_CHROMIUM`),
+//! the browser part is skipped with a message. `BLOX_DASHBOARD_SCREENSHOT=
+//! FILE.png` also saves a screenshot of the page.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "dashboard-token";
+
+/// One HTTP/1.1 GET; returns (status code, body).
+fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: blox\r\n{auth}\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_string())
+}
+
+fn api(addr: SocketAddr, path: &str) -> Value {
+    let (code, body) = get(addr, path, Some(TOKEN));
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("BLOX_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|b| std::env::split_paths(&path).map(move |d| d.join(b)))
+        .find(|p| p.is_file())
+}
+
+/// The page's DOM after its scripts ran for a few seconds of virtual time.
+fn dump_dom(browser: &PathBuf, url: &str, profile: &std::path::Path) -> String {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--virtual-time-budget=6000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Saves a screenshot of the page at `url` to `png`.
+fn screenshot(browser: &PathBuf, url: &str, profile: &std::path::Path, png: &std::path::Path) {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `data-NAME` attribute values of elements whose opening tag starts
+/// with `<tr data-job=`.
+fn rows(dom: &str) -> Vec<String> {
+    dom.split("<tr data-job=")
+        .skip(1)
+        .map(|r| r.split('>').next().unwrap_or("").to_string())
+        .collect()
+}
+
+fn attr(tag: &str, name: &str) -> String {
+    tag.split(&format!("{name}=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn the_dashboard_shows_jobs_preemptions_jcts_and_the_cluster_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(dir.path().join("token"));
+    cfg.dashboard_listen = Some("127.0.0.1:0".into());
+    let c = Cluster::start(dir.path(), cfg, "las", 2);
+    let addr = c.sched.as_ref().unwrap().dashboard_address.unwrap();
+
+    // The page carries no data and needs no token; the API does.
+    let (code, page) = get(addr, "/", None);
+    assert_eq!(code, 200);
+    assert!(page.contains("<title>blox scheduler</title>"));
+    assert_eq!(get(addr, "/api/status", None).0, 401);
+    assert_eq!(get(addr, "/api/status", Some("wrong")).0, 401);
+    assert_eq!(get(addr, "/nope", None).0, 404);
+    let (code, body) = get(addr, "/api/status?phase=sleeping", Some(TOKEN));
+    assert_eq!(code, 400);
+    assert!(
+        body.contains("phase=sleeping: expected one of submitted"),
+        "{body}"
+    );
+    assert_eq!(get(addr, "/api/status?limit=0", Some(TOKEN)).0, 400);
+
+    // LAS on 2 × 2 GPUs: the trace's later jobs preempt the first ones.
+    let mut ctl = c.ctl();
+    let mut ids = Vec::new();
+    for (i, &(a, g, d)) in preemption_trace().iter().enumerate() {
+        let due = Instant::now() + Duration::from_secs_f64(a);
+        if let Some(left) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        let name = if i % 2 == 0 { "resnet" } else { "bert" };
+        ids.push(
+            ctl.submit(job(&format!("{name}-{i}"), g, toy(d, &[]), Some(d)))
+                .unwrap(),
+        );
+    }
+    // While they run: the cluster view shows who runs where.
+    let t = Instant::now();
+    let cluster = loop {
+        let v = api(addr, "/api/cluster");
+        let busy = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|n| n["gpus"].as_array().unwrap().clone())
+            .filter(|g| !g["job"].is_null())
+            .count();
+        if busy > 0 {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let nodes = cluster["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    let mut workers: Vec<&str> = nodes
+        .iter()
+        .map(|n| n["worker"].as_str().unwrap())
+        .collect();
+    workers.sort();
+    assert!(
+        workers[0].starts_with("w0") && workers[1].starts_with("w1"),
+        "{workers:?}"
+    );
+    let held = nodes
+        .iter()
+        .flat_map(|n| n["gpus"].as_array().unwrap())
+        .find_map(|g| g["job"]["id"].as_u64())
+        .unwrap();
+    assert!(ids.contains(&held));
+    // For docs/RUNTIME.md: the page while jobs run.
+    if let (Some(png), Some(b)) = (std::env::var_os("BLOX_DASHBOARD_SCREENSHOT"), chromium()) {
+        let url = format!("http://{addr}/#token={TOKEN}");
+        screenshot(
+            &b,
+            &url,
+            &dir.path().join("shot"),
+            std::path::Path::new(&png),
+        );
+    }
+
+    let r = c.wait_all(&ids, Duration::from_secs(60));
+    assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
+    assert!(r.values().any(|j| j.preemptions > 0), "{r:?}");
+    // The status view catches up at the next round.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // The API: a page of all jobs, as `blox status` sees them.
+    let s = api(addr, "/api/status");
+    assert_eq!(s["policy"], "accept-all/las/consolidated");
+    assert_eq!(s["total_jobs"], ids.len() as u64);
+    let jobs = s["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), ids.len());
+    for j in jobs {
+        let id = j["id"].as_u64().unwrap();
+        let want = &r[&id];
+        assert_eq!(j["state"], "finished");
+        assert_eq!(j["preemptions"].as_u64().unwrap(), want.preemptions as u64);
+        assert_eq!(j["launches"].as_u64().unwrap(), want.launches as u64);
+        assert!((j["jct_s"].as_f64().unwrap() - want.jct_s.unwrap()).abs() < 1e-6);
+    }
+    assert_eq!(s["workers"].as_array().unwrap().len(), 2);
+    // Paging: two at a time, in id order, until next_after_id is 0.
+    let mut seen = Vec::new();
+    let mut after = 0;
+    loop {
+        let p = api(addr, &format!("/api/status?limit=2&after_id={after}"));
+        let page = p["jobs"].as_array().unwrap();
+        assert!(page.len() <= 2);
+        seen.extend(page.iter().map(|j| j["id"].as_u64().unwrap()));
+        after = p["next_after_id"].as_u64().unwrap();
+        if after == 0 {
+            break;
+        }
+    }
+    assert_eq!(seen, ids);
+    // Filters: by state, by part of the name (any case).
+    let running = api(addr, "/api/status?phase=running,queued");
+    assert!(running["jobs"].as_array().unwrap().is_empty());
+    let bert = api(addr, "/api/status?phase=finished&q=BERT");
+    let names: Vec<&str> = bert["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bert-1", "bert-3", "bert-5"]);
+    // The series: a point per round, utilisation within the cluster, the
+    // queue non-empty while LAS made jobs wait, one policy throughout.
+    let series = api(addr, "/api/series");
+    let points = series["points"].as_array().unwrap();
+    assert!(points.len() > 5);
+    assert!(points
+        .iter()
+        .all(|p| p["busy"].as_u64() <= p["total"].as_u64()));
+    assert!(points.iter().any(|p| p["busy"].as_u64() == Some(4)));
+    assert!(points.iter().any(|p| p["queued"].as_u64() > Some(0)));
+    let rounds: Vec<u64> = points
+        .iter()
+        .map(|p| p["round"].as_u64().unwrap())
+        .collect();
+    assert!(rounds.windows(2).all(|w| w[1] == w[0] + 1), "{rounds:?}");
+    assert_eq!(series["policies"].as_array().unwrap().len(), 1);
+
+    // The page in a real browser.
+    let Some(browser) = chromium() else {
+        eprintln!("SKIPPED the browser part: no Chromium (install Debian's `chromium`, or set BLOX_CHROMIUM)");
+        return;
+    };
+    let url = format!("http://{addr}/#token={TOKEN}");
+    let dom = dump_dom(&browser, &url, &dir.path().join("chromium"));
+    assert!(
+        !dom.contains("data-loaded=\"0\""),
+        "the page never loaded the API:\n{dom}"
+    );
+    assert!(!dom.contains("id=\"auth\" style=\"display: block"), "{dom}");
+    let tags = rows(&dom);
+    assert_eq!(tags.len(), ids.len(), "{dom}");
+    for tag in &tags {
+        assert_eq!(attr(tag, "data-state"), "finished", "{tag}");
+        let jct: f64 = attr(tag, "data-jct").parse().unwrap();
+        let id: u64 = tag
+            .trim_start_matches('"')
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((jct - r[&id].jct_s.unwrap()).abs() < 0.01, "{tag}");
+    }
+    assert!(
+        tags.iter().any(|t| attr(t, "data-preemptions") != "0"),
+        "{tags:?}"
+    );
+    assert!(dom.contains("accept-all/las/consolidated"));
+    assert!(dom.contains("data-worker=\"w0"), "workers table");
+    assert!(dom.contains("class=\"node\""), "cluster view");
+    assert!(dom.contains("<polyline"), "utilisation chart");
+    // The name filter from the address, as a user would bookmark it.
+    let dom = dump_dom(
+        &browser,
+        &format!("http://{addr}/?q=resnet#token={TOKEN}"),
+        &dir.path().join("chromium"),
+    );
+    assert_eq!(rows(&dom).len(), 3, "{dom}");
+}
