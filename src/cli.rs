@@ -71,7 +71,7 @@ pub enum Command {
         /// Where job control, output and checkpoint folders go.
         #[arg(long, default_value = "blox-local")]
         workdir: PathBuf,
-        /// Write jobs.csv, rounds.csv and summary.txt here.
+        /// Write jobs.csv, rounds.csv, summary.txt and events.jsonl here.
         #[arg(long)]
         out: Option<PathBuf>,
         #[command(flatten)]
@@ -225,9 +225,14 @@ pub struct SimArgs {
     /// Replace the config's workload file (format recognised from its header).
     #[arg(long)]
     pub workload: Option<PathBuf>,
-    /// Write jobs.csv, rounds.csv (and .parquet) and summary.txt here.
+    /// Write jobs.csv, rounds.csv (and .parquet), summary.txt and the event
+    /// log events.jsonl (`blox events`) here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// With --out, leave out events.jsonl (a few lines per job: hundreds of
+    /// MB for a million jobs).
+    #[arg(long, requires = "out")]
+    pub no_events: bool,
     #[command(flatten)]
     pub overrides: Overrides,
     /// No progress bar.

@@ -493,6 +493,26 @@ fn local_runs_real_processes_under_the_configured_policy() {
     );
     let jct = |name: &str| -> f64 { line(name).split(',').nth(4).unwrap().parse().unwrap() };
     assert!(jct("b") > jct("a"), "b ran after a: {rows}");
+    // The event log tells the same story: a launched before b, too-big
+    // rejected with its reason, both others finished.
+    let events = std::fs::read_to_string(out.join("events.jsonl")).unwrap();
+    let at = |needle: &str| {
+        events
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} in {events}"))
+    };
+    assert!(
+        at("\"name\":\"a\",\"event\":\"launched\"") < at("\"name\":\"b\",\"event\":\"launched\"")
+    );
+    assert!(
+        events.contains("\"name\":\"too-big\",\"event\":\"rejected\",\"reason\":\"asks for 3 GPUs")
+    );
+    assert_eq!(
+        events.matches("\"event\":\"finished\"").count(),
+        2,
+        "{events}"
+    );
     // A bad jobs file names the job and field.
     let bad = write(
         &dir,

@@ -1,10 +1,11 @@
 //! `blox local CONFIG --jobs JOBS.toml`: the config's policies on real job
 //! processes on this machine (`blox_runtime::LocalBackend`), with wall-clock
 //! rounds of `[run] round_s`; the config's `[cluster]` gives the (logical)
-//! GPUs. The same result tables as `blox sim`.
+//! GPUs. The same result tables as `blox sim`, and with `--out` the same
+//! event log (`events.jsonl`).
 
 use crate::say;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use blox_core::*;
 use blox_runtime::local::{read_jobs_file, run_until_done};
 use blox_runtime::{LocalBackend, LocalConfig};
@@ -56,7 +57,24 @@ pub fn run(
         lp.cluster.num_gpus(),
         workdir.join("jobs").display()
     );
+    // With --out, the decisions go to events.jsonl as in `blox sim --out`.
+    let mut events = match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            lp.record_events(true);
+            Some(blox_core::event_log::EventLog::create(
+                &dir.join("events.jsonl"),
+            )?)
+        }
+        None => None,
+    };
+    let mut event_error = None;
     let reports = run_until_done(&mut lp, &mut backend, |r, lp| {
+        if let Some(log) = &mut events {
+            if let Err(e) = log.write(&r.events) {
+                event_error.get_or_insert(e);
+            }
+        }
         for id in &r.ended {
             if let Some(j) = lp.jobs.finished_job(*id) {
                 eprintln!(
@@ -106,9 +124,15 @@ pub fn run(
         100.0 * result.summary.gpu_utilisation,
         result.summary.rounds
     )?;
+    if let Some(e) = event_error {
+        return Err(e.into());
+    }
     if let Some(dir) = out {
         for f in result.write(dir)? {
             say!("wrote {}", f.display())?;
+        }
+        if let Some(log) = &events {
+            say!("wrote {}", log.path().display())?;
         }
     }
     Ok(ExitCode::SUCCESS)

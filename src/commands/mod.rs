@@ -161,13 +161,13 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
     let start = std::time::Instant::now();
     let mut simulation = Simulation::from_config(&cfg)?;
     let events = match &a.out {
-        Some(dir) => {
+        Some(dir) if !a.no_events => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let path = dir.join("events.jsonl");
             simulation.log_events(&path)?;
             Some(path)
         }
-        None => None,
+        _ => None,
     };
     let bar = if a.quiet {
         indicatif::ProgressBar::hidden()
