@@ -535,11 +535,14 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
     let d = dir.path();
     let toy = toy_job();
     let cfg = d.join("scheduler.toml");
+    let mut port = blox_runtime::soak::ports::reserve_port().unwrap();
+    let dashboard = port.release();
     std::fs::write(
         &cfg,
-        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n\
+        format!("[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n\
          [runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n\
-         [synthesizer]\nevery_rounds = 1\nhorizon_s = 600\nscheduling = [{ policy = \"fifo\" }, { policy = \"srtf\" }]\n",
+         dashboard_listen = \"{dashboard}\"\n\
+         [synthesizer]\nevery_rounds = 1\nhorizon_s = 600\nscheduling = [{{ policy = \"fifo\" }}, {{ policy = \"srtf\" }}]\n"),
     )
     .unwrap();
     let mut procs = Procs::default();
@@ -585,4 +588,36 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
     );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("policies switched"), "{text}");
+    // The event log and the dashboard's policy timeline show the switch.
+    let events = d.join("events.jsonl");
+    let o = Command::new(BLOX)
+        .arg("events")
+        .arg(&events)
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        printed.contains(
+            "policies switched: accept-all/fifo/first-free -> accept-all/srtf/first-free"
+        ),
+        "{printed}"
+    );
+    let mut conn = std::net::TcpStream::connect(dashboard).unwrap();
+    std::io::Write::write_all(&mut conn, b"GET /api/series HTTP/1.1\r\nHost: b\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").unwrap().1;
+    let series: serde_json::Value = serde_json::from_str(body).unwrap();
+    let timeline: Vec<&str> = series["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert!(timeline.len() >= 2, "{timeline:?}");
+    assert_eq!(timeline[0], "accept-all/fifo/first-free");
+    assert!(
+        timeline.contains(&"accept-all/srtf/first-free"),
+        "{timeline:?}"
+    );
 }
