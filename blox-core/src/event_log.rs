@@ -1,4 +1,4 @@
-//! The event log: the round loop's decisions ([`blox_core::round::events`])
+//! The event log: the round loop's decisions ([`crate::round::events`])
 //! as JSON lines. The simulator writes `events.jsonl` beside its tables;
 //! the scheduler appends to one beside its job table, rotated by size.
 //! [`read`] and [`Follow`] read them back (`blox events`), and [`diff`]
