@@ -26,8 +26,8 @@ fn finish(table: &CsvTable, mut jobs: Vec<(u64, SimJob)>) -> Result<Vec<SimJob>,
     Ok(jobs.into_iter().map(|(_, j)| j).collect())
 }
 
-/// `job_id,arrival_s,num_gpus,duration_s` with optional `model,batch_size,user`
-/// and `startup_s` (seconds each launch of the job spends starting);
+/// `job_id,arrival_s,num_gpus,duration_s` with optional `model,batch_size,user`,
+/// `name` and `startup_s` (seconds each launch of the job spends starting);
 /// `duration_s` is the run time at `num_gpus` GPUs.
 pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
     t.require(&["job_id", "arrival_s", "num_gpus", "duration_s"])?;
@@ -39,6 +39,9 @@ pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
             .with_duration(duration_s);
         spec.model = t.opt_str(r, "model").map(str::to_string);
         spec.user = t.opt_str(r, "user").map(str::to_string);
+        if let Some(name) = t.opt_str(r, "name").filter(|n| !n.is_empty()) {
+            spec.name = name.to_string();
+        }
         spec.batch_size = t.opt_u32(r, "batch_size")?;
         jobs.push((
             t.line(r),
