@@ -22,4 +22,4 @@ pub mod profile;
 pub use agent::{AgentReport, PolluxAgent};
 pub use fit::{fit_throughput, Observation};
 pub use model::{AppLimits, BatchConfig, GoodputModel, GradStats, ThroughputParams};
-pub use profile::{canonical_placement, AppProfile, ProfileCache, ProfileError};
+pub use profile::{canonical_placement, profiles_beside, AppProfile, ProfileCache, ProfileError};

@@ -459,6 +459,17 @@ impl AppProfile {
     }
 }
 
+/// Where the Pollux artifact keeps the profiles of a workload file: the
+/// `traces/` folder beside the workload's folder (`…/workloads/workload-1.csv`
+/// → `…/traces/`).
+pub fn profiles_beside(workload: &Path) -> PathBuf {
+    workload
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.join("traces"))
+        .unwrap_or_else(|| PathBuf::from("traces"))
+}
+
 /// Profiles by application, loaded on first use and shared.
 #[derive(Clone, Debug)]
 pub struct ProfileCache {

@@ -20,6 +20,7 @@ pub mod lp;
 pub mod ones;
 pub mod placement;
 pub mod pollux;
+mod profiles;
 pub mod scheduling;
 
 #[cfg(test)]

@@ -373,7 +373,8 @@ impl Config {
                 .get(name)
                 .cloned()
                 .unwrap_or_else(|| empty(name))
-                .with_run_seed(run.seed);
+                .with_run_seed(run.seed)
+                .with_workload(sections.get("workload").cloned());
             let line = params
                 .line_of_key("policy")
                 .unwrap_or_else(|| params.header_line());

@@ -19,6 +19,9 @@ pub struct Section {
     base_dir: Option<PathBuf>,
     /// `[run] seed`, for modules whose own seed defaults to the run's.
     run_seed: Option<u64>,
+    /// The config's `[workload]`, for modules whose files default to the
+    /// workload's (Optimus's profiles).
+    workload: Option<Box<Section>>,
 }
 
 impl Section {
@@ -34,6 +37,7 @@ impl Section {
             origin,
             base_dir,
             run_seed: None,
+            workload: None,
         }
     }
 
@@ -47,6 +51,19 @@ impl Section {
     /// This section, knowing the run's seed.
     pub fn with_run_seed(mut self, seed: u64) -> Self {
         self.run_seed = Some(seed);
+        self
+    }
+
+    /// The config's `[workload]` section, for a module section of a config
+    /// that has one: a module may default a file to the workload's (e.g.
+    /// the application profiles beside a Pollux-format workload).
+    pub fn workload(&self) -> Option<&Section> {
+        self.workload.as_deref()
+    }
+
+    /// This section, knowing the config's `[workload]`.
+    pub fn with_workload(mut self, workload: Option<Section>) -> Self {
+        self.workload = workload.map(Box::new);
         self
     }
 
@@ -86,6 +103,7 @@ impl Section {
         };
         let mut sub = Section::new(name, table, origin, self.base_dir.clone());
         sub.run_seed = self.run_seed;
+        sub.workload = self.workload.clone();
         sub
     }
 

@@ -242,8 +242,9 @@ pub enum Variant {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DoublingParams {
-    /// Per-application profiles (required by `precompute`; used by both for
-    /// the oracle fallback and batch limits when present).
+    /// Per-application profiles (required by `precompute`, which defaults to
+    /// the workload's; used by both for the oracle fallback and batch limits
+    /// when present).
     #[serde(default)]
     pub traces_dir: Option<PathBuf>,
     #[serde(default = "four")]
@@ -536,13 +537,14 @@ blox_core::register_scheduling!(
     "ring doubling heuristic: 1 GPU each, then double the job with the best marginal gain per GPU; precompute or exploratory resource model, NNLS convergence fit",
     |p| {
         let params = p.parse::<DoublingParams>()?;
-        let dir = params.traces_dir.as_ref().map(|d| p.resolve_path(d));
-        if let Some(d) = &dir {
-            if !d.is_dir() {
-                return Err(p.error_at("traces_dir", format!("{} is not a folder of application profiles", d.display())));
-            }
-        } else if params.variant == Variant::Precompute {
-            return Err(p.error_at("variant", "the precompute variant needs `traces_dir` (step times known before scheduling); use variant = \"exploratory\" without profiles"));
+        // The precompute variant defaults to the workload's profiles; the
+        // exploratory one uses profiles only when given.
+        let dir = match (params.traces_dir.as_deref(), params.variant) {
+            (None, Variant::Exploratory) => None,
+            (given, _) => crate::profiles::profiles_dir(p, "traces_dir", given)?,
+        };
+        if dir.is_none() && params.variant == Variant::Precompute {
+            return Err(p.error_at("variant", "the precompute variant needs `traces_dir` (step times known before scheduling), or a workload with profiles beside it; use variant = \"exploratory\" without profiles"));
         }
         if !(params.tolerance > 0.0 && params.tolerance < 1.0) || params.explore_s <= 0.0 {
             return Err(p.error_at("tolerance", "tolerance must be within (0, 1) and explore_s positive"));

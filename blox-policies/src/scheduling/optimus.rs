@@ -32,11 +32,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Parameters: `traces_dir` — the per-application profiles (relative to the
-/// config file); `gpus_per_node` — packing used for predictions.
+/// config file; default: the workload's, `[workload] traces_dir` or `traces/`
+/// beside a Pollux-format workload's folder); `gpus_per_node` — packing used
+/// for predictions.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimusParams {
-    pub traces_dir: PathBuf,
+    #[serde(default)]
+    pub traces_dir: Option<PathBuf>,
     #[serde(default = "four")]
     pub gpus_per_node: u32,
     #[serde(default)]
@@ -275,10 +278,9 @@ blox_core::register_scheduling!(
     "Optimus+Oracle: GPUs by marginal reduction of remaining time, from true profiles (Optimus §5; Pollux artifact baseline)",
     |p| {
         let params = p.parse::<OptimusParams>()?;
-        let dir = p.resolve_path(&params.traces_dir);
-        if !dir.is_dir() {
-            return Err(p.error_at("traces_dir", format!("{} is not a folder of application profiles", dir.display())));
-        }
+        let Some(dir) = crate::profiles::profiles_dir(p, "traces_dir", params.traces_dir.as_deref())? else {
+            return Err(p.error_at("traces_dir", "Optimus needs the application profiles: set `traces_dir`, or use a workload with profiles (`[workload] traces_dir`, or `traces/` beside a Pollux-format workload's folder)"));
+        };
         Ok(Box::new(Optimus { cache: ProfileCache::new(&dir), params, memo: HashMap::new(), losses: HashMap::new() }))
     }
 );
@@ -293,7 +295,7 @@ mod tests {
         Optimus {
             cache: ProfileCache::new(&traces),
             params: OptimusParams {
-                traces_dir: traces,
+                traces_dir: Some(traces),
                 gpus_per_node: 4,
                 order,
                 remaining,

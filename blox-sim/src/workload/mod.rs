@@ -550,11 +550,7 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
         WorkloadKind::Pollux(p) => {
             let traces = match &p.traces_dir {
                 Some(d) => section.resolve_path(d),
-                None => path
-                    .parent()
-                    .and_then(|p| p.parent())
-                    .map(|p| p.join("traces"))
-                    .unwrap_or_else(|| PathBuf::from("traces")),
+                None => blox_goodput::profiles_beside(path),
             };
             let opt = pollux::PolluxOptions {
                 profile_driven: p.model == ProgressModel::Profile,
