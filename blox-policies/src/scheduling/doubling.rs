@@ -100,7 +100,7 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Option<Vec<f64
 }
 
 /// Features of Eq. 5 for `w` workers at minibatch `m`.
-fn features(w: f64, m: f64) -> Vec<f64> {
+pub(crate) fn features(w: f64, m: f64) -> Vec<f64> {
     vec![m / w, w - 1.0, (w - 1.0) / w, 1.0]
 }
 

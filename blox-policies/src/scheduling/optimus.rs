@@ -23,6 +23,14 @@
 //!   the doubling heuristic, [`super::doubling::fit_convergence`]); a job is
 //!   done when its excess loss is `tolerance` of the start. Jobs that have not
 //!   reported `min_loss_points` losses yet use the oracle.
+//!
+//! `throughput = "fitted"` drops the other oracle, the true iteration times:
+//! `T(k)` comes only from the throughput the job reported at the GPU counts it
+//! has run on (Optimus §3.2 fits its resource model to such samples), fitted
+//! by NNLS to the ring all-reduce form the doubling heuristic uses
+//! (`θ0·m/k + θ1·(k−1) + θ2·(k−1)/k + θ3`) from two counts on, and linear in
+//! `k` from the one count it has run on before that. A job that has not run
+//! yet gets its first GPU and no more until it reports.
 
 use blox_core::*;
 use blox_goodput::{AppProfile, ProfileCache};
@@ -50,6 +58,19 @@ pub struct OptimusParams {
     pub tolerance: f64,
     #[serde(default = "d_points")]
     pub min_loss_points: usize,
+    #[serde(default)]
+    pub throughput: Throughput,
+}
+
+/// Where the time per iteration on `k` GPUs comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Throughput {
+    /// The true step times from the profiles (the artifact's Oracle).
+    #[default]
+    Oracle,
+    /// Fitted to the throughput the job reported at the counts it ran on.
+    Fitted,
 }
 
 /// Who gets the first GPU first.
@@ -91,6 +112,37 @@ pub struct Optimus {
     memo: HashMap<(String, u32, u32), Option<f64>>,
     /// `(epochs done, loss)` reported by each job.
     losses: HashMap<JobId, Vec<(f64, f64)>>,
+    /// Samples/s each job reported at each GPU count (`throughput = "fitted"`).
+    measured: HashMap<JobId, std::collections::BTreeMap<u32, f64>>,
+}
+
+/// Time per iteration at batch `m` on `k` GPUs from a job's own throughput
+/// reports: NNLS on the all-reduce form from two GPU counts on, linear in
+/// `k` from one; `None` before any.
+fn t_fitted(measured: &std::collections::BTreeMap<u32, f64>, m: u32, k: u32) -> Option<f64> {
+    let m = m as f64;
+    let points: Vec<(f64, f64)> = measured
+        .iter()
+        .filter(|(_, x)| **x > 0.0)
+        .map(|(w, x)| (*w as f64, m / x))
+        .collect();
+    match points.as_slice() {
+        [] => None,
+        [(w0, t0)] => Some(t0 * w0 / k as f64),
+        _ => {
+            let (rows, y): (Vec<Vec<f64>>, Vec<f64>) = points
+                .iter()
+                .map(|(w, t)| (super::doubling::features(*w, m), *t))
+                .unzip();
+            let theta = super::doubling::nnls(&rows, &y);
+            let t: f64 = super::doubling::features(k as f64, m)
+                .iter()
+                .zip(&theta)
+                .map(|(a, b)| a * b)
+                .sum();
+            (t > 0.0).then_some(t)
+        }
+    }
 }
 
 /// A job Optimus can model: profile, batch, most GPUs, remaining iterations.
@@ -106,6 +158,15 @@ impl Optimus {
                 );
                 None
             }
+        }
+    }
+
+    /// Time per iteration of `job` on `k` GPUs at batch `m`: the profile's
+    /// (oracle) or fitted to the job's own reports.
+    fn t_job(&mut self, job: JobId, p: &AppProfile, m: u32, k: u32) -> Option<f64> {
+        match self.params.throughput {
+            Throughput::Oracle => self.t_pred(p, m, k),
+            Throughput::Fitted => self.measured.get(&job).and_then(|x| t_fitted(x, m, k)),
         }
     }
 
@@ -161,6 +222,16 @@ impl SchedulingPolicy for Optimus {
         for j in &order {
             super::doubling::record_loss(self.losses.entry(j.id()).or_default(), jobs, j.id());
         }
+        if self.params.throughput == Throughput::Fitted {
+            self.measured
+                .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+            for j in order.iter().filter(|j| j.is_running()) {
+                if let Some(x) = jobs.metrics().get(j.id(), "throughput") {
+                    let k = j.allocation.len() as u32;
+                    self.measured.entry(j.id()).or_default().insert(k, x);
+                }
+            }
+        }
         // Per job: profile, batch, max GPUs, remaining iterations.
         let mut info: Vec<Option<JobInfo>> = order
             .iter()
@@ -194,9 +265,10 @@ impl SchedulingPolicy for Optimus {
                 .iter()
                 .enumerate()
                 .map(|(i, inf)| {
+                    let id = order[i].id();
                     let t = inf.as_ref().and_then(|(p, m, _, rem)| {
                         let p = p.clone();
-                        Some(rem * self.t_pred(&p, *m, 1)?)
+                        Some(rem * self.t_job(id, &p, *m, 1)?)
                     });
                     // Jobs without a profile: their submitted run time, as
                     // one-GPU seconds (duration model, linear in GPUs).
@@ -240,7 +312,8 @@ impl SchedulingPolicy for Optimus {
                 if k == 0 || k + 1 > *max {
                     continue;
                 }
-                let (a, b) = (self.t_pred(p, *m, k), self.t_pred(p, *m, k + 1));
+                let id = order[i].id();
+                let (a, b) = (self.t_job(id, p, *m, k), self.t_job(id, p, *m, k + 1));
                 let gain = match (a, b) {
                     (Some(a), Some(b)) => (a - b) * rem,
                     _ => 0.0,
@@ -281,7 +354,7 @@ blox_core::register_scheduling!(
         let Some(dir) = crate::profiles::profiles_dir(p, "traces_dir", params.traces_dir.as_deref())? else {
             return Err(p.error_at("traces_dir", "Optimus needs the application profiles: set `traces_dir`, or use a workload with profiles (`[workload] traces_dir`, or `traces/` beside a Pollux-format workload's folder)"));
         };
-        Ok(Box::new(Optimus { cache: ProfileCache::new(&dir), params, memo: HashMap::new(), losses: HashMap::new() }))
+        Ok(Box::new(Optimus { cache: ProfileCache::new(&dir), params, memo: HashMap::new(), losses: HashMap::new(), measured: HashMap::new() }))
     }
 );
 
@@ -301,9 +374,11 @@ mod tests {
                 remaining,
                 tolerance: 0.01,
                 min_loss_points: 4,
+                throughput: Throughput::Oracle,
             },
             memo: HashMap::new(),
             losses: HashMap::new(),
+            measured: HashMap::new(),
         }
     }
 
@@ -389,5 +464,35 @@ mod tests {
         let s = o.schedule(&info(0.0), &state, &cluster);
         let got: Vec<(u64, u32)> = s.entries.iter().map(|d| (d.job.0, d.gpus)).collect();
         assert_eq!(got, vec![(1, 4), (3, 2), (4, 2)], "{s:?}");
+    }
+
+    #[test]
+    fn fitted_iteration_times_come_only_from_what_the_job_reported() {
+        let theta = [0.01, 0.02, 0.05, 0.1];
+        let m = 64;
+        let t = |w: u32| -> f64 {
+            super::super::doubling::features(w as f64, m as f64)
+                .iter()
+                .zip(theta)
+                .map(|(a, b)| a * b)
+                .sum()
+        };
+        let mut seen = std::collections::BTreeMap::new();
+        assert_eq!(t_fitted(&seen, m, 2), None, "nothing reported yet");
+        // One count: linear in GPUs from it.
+        seen.insert(2, m as f64 / t(2));
+        assert!((t_fitted(&seen, m, 4).unwrap() - t(2) / 2.0).abs() < 1e-9);
+        // Several: the all-reduce form, recovered where it was not measured.
+        for w in [1, 4, 8] {
+            seen.insert(w, m as f64 / t(w));
+        }
+        for k in [3, 6, 16] {
+            let got = t_fitted(&seen, m, k).unwrap();
+            assert!(
+                (got - t(k)).abs() < 1e-6 * t(k),
+                "k = {k}: {got} against {}",
+                t(k)
+            );
+        }
     }
 }
