@@ -3,8 +3,9 @@
 //! shows who runs where and the utilisation and queue per round, and needs
 //! the users' token; the page itself, loaded in headless Chromium, shows
 //! the jobs, a preemption and finished jobs' JCTs. Without Chromium
-//! (`chromium`, `chromium-browser`, `google-chrome`, or `BLOX_CHROMIUM`),
-//! the browser part is skipped with a message. `BLOX_DASHBOARD_SCREENSHOT=
+//! (`chromium`, `chromium-browser`, `google-chrome`, or `BLOX_CHROMIUM`), or
+//! with one that cannot render a static page, the browser part is skipped
+//! with a message. `BLOX_DASHBOARD_SCREENSHOT=
 //! FILE.png` also saves a screenshot of the page.
 
 mod common;
@@ -49,51 +50,109 @@ fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The page's DOM after its scripts ran for a few seconds of virtual time.
-fn dump_dom(browser: &PathBuf, url: &str, profile: &std::path::Path) -> String {
-    let out = Command::new(browser)
+/// Runs headless Chromium with `args` and `url`; its stdout, or why it
+/// failed (an exit status, or no answer within `limit`: it is killed).
+fn headless(
+    browser: &PathBuf,
+    profile: &std::path::Path,
+    args: &[&str],
+    url: &str,
+    limit: Duration,
+) -> Result<String, String> {
+    let mut child = Command::new(browser)
         .args([
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
             "--disable-dev-shm-usage",
             "--no-first-run",
-            "--virtual-time-budget=6000",
         ])
+        .args(args)
         .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--dump-dom")
         .arg(url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", browser.display()))?;
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(st);
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    match status {
+        Some(st) if st.success() => Ok(out),
+        Some(st) => Err(format!("{st}: {err}")),
+        None => Err(format!("no answer within {limit:?}: {err}")),
+    }
+}
+
+/// Whether the browser can render anything at all (an install may be
+/// broken, or the machine lack what it needs): a static page's DOM.
+fn browser_works(browser: &PathBuf, profile: &std::path::Path) -> Result<(), String> {
+    let out = headless(
+        browser,
+        profile,
+        &["--dump-dom"],
+        "data:text/html,<p id=probe>ok</p>",
+        Duration::from_secs(60),
+    )?;
+    if out.contains("probe") {
+        Ok(())
+    } else {
+        Err(format!("a static page came back as {out:?}"))
+    }
+}
+
+/// The page's DOM after its scripts ran for a few seconds of virtual time.
+fn dump_dom(browser: &PathBuf, url: &str, profile: &std::path::Path) -> String {
+    headless(
+        browser,
+        profile,
+        &["--virtual-time-budget=6000", "--dump-dom"],
+        url,
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("Chromium on the dashboard: {e}"))
 }
 
 /// Saves a screenshot of the page at `url` to `png`.
 fn screenshot(browser: &PathBuf, url: &str, profile: &std::path::Path, png: &std::path::Path) {
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
+    let shot = format!("--screenshot={}", png.display());
+    headless(
+        browser,
+        profile,
+        &[
             "--hide-scrollbars",
             "--window-size=1400,1000",
             "--virtual-time-budget=3000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+            &shot,
+        ],
+        url,
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("Chromium's screenshot: {e}"));
 }
 
 /// The `data-NAME` attribute values of elements whose opening tag starts
@@ -265,6 +324,13 @@ fn the_dashboard_shows_jobs_preemptions_jcts_and_the_cluster_in_a_browser() {
         eprintln!("SKIPPED the browser part: no Chromium (install Debian's `chromium`, or set BLOX_CHROMIUM)");
         return;
     };
+    if let Err(why) = browser_works(&browser, &dir.path().join("probe")) {
+        eprintln!(
+            "SKIPPED the browser part: {} cannot render a static page here: {why}",
+            browser.display()
+        );
+        return;
+    }
     let url = format!("http://{addr}/#token={TOKEN}");
     let dom = dump_dom(&browser, &url, &dir.path().join("chromium"));
     assert!(
