@@ -108,9 +108,8 @@ impl EventLog {
 
     fn rotate(&mut self) -> Result<(), EventLogError> {
         let numbered = |i: u32| rotated(&self.path, i);
-        if self.keep == 0 {
-            // Nothing kept: start the file over.
-        } else {
+        // With nothing kept, the file just starts over.
+        if self.keep > 0 {
             let _ = std::fs::remove_file(numbered(self.keep));
             for i in (1..self.keep).rev() {
                 let from = numbered(i);
@@ -330,11 +329,12 @@ fn gpu_count(w: &What) -> Option<usize> {
 /// its workers join); GPU counts are.
 pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
     let (oa, ob) = (origin(a), origin(b));
-    let kb: HashMap<Key, &Event> = keyed(b).into_iter().collect();
-    let mut used: std::collections::HashSet<Key> = Default::default();
+    let in_b = keyed(b);
+    // What `a` has not matched yet.
+    let mut kb: HashMap<&Key, &Event> = in_b.iter().map(|(k, e)| (k, *e)).collect();
     let mut d = EventDiff::default();
     for (k, ea) in keyed(a) {
-        let Some(eb) = kb.get(&k) else {
+        let Some(eb) = kb.remove(&k) else {
             d.differences.push(format!(
                 "only in the first: round {} {}",
                 rel(ea, oa),
@@ -342,7 +342,6 @@ pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
             ));
             continue;
         };
-        used.insert(k.clone());
         let (ra, rb) = (rel(ea, oa), rel(eb, ob));
         let mut why = Vec::new();
         if ra.abs_diff(rb) > slack_rounds {
@@ -362,12 +361,12 @@ pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
                 .push(format!("{}: {}", show(&k), why.join(", ")));
         }
     }
-    for (k, eb) in keyed(b) {
-        if !used.contains(&k) {
+    for (k, eb) in &in_b {
+        if kb.contains_key(k) {
             d.differences.push(format!(
                 "only in the second: round {} {}",
                 rel(eb, ob),
-                show(&k)
+                show(k)
             ));
         }
     }

@@ -20,20 +20,20 @@ impl RoundLoop {
                     gpus,
                     worker: None,
                 };
-                self.events.other(info.round, info.now_s, what);
+                self.events.other(what);
             }
             ClusterEvent::NodeRemoved(node) => {
                 let hit = self.cluster.remove_node(node)?;
                 tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
                 let what = What::NodeLeft { node: node.0 };
-                self.events.other(info.round, info.now_s, what);
+                self.events.other(what);
                 for id in hit {
                     self.note_stopped(id, Stopped::NodeLost);
                     if let Some(job) = self.jobs.get(id) {
                         let what = What::Requeued {
                             reason: format!("{node} left"),
                         };
-                        self.events.job(info.round, info.now_s, job, what);
+                        self.events.job(job, what);
                     }
                     if let Some(job) = self.jobs.get_mut(id) {
                         job.status = JobStatus::Queued;
@@ -86,8 +86,7 @@ impl RoundLoop {
                 job.allocation = gpus;
                 tracing::info!(job = %id, gpus = job.allocation.len(), "adopted a running job");
                 let gpus = GpuPlace::of(&self.cluster, &job.allocation);
-                self.events
-                    .job(info.round, info.now_s, &job, What::Adopted { gpus });
+                self.events.job(&job, What::Adopted { gpus });
                 self.jobs.insert(job);
             }
         }

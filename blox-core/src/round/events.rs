@@ -176,55 +176,60 @@ impl std::fmt::Display for Event {
     }
 }
 
-/// The events of the round being run; `None` while recording is off.
+/// The events of the round being run (`None` while recording is off), and
+/// the round they belong to.
 #[derive(Default)]
-pub(super) struct Recorder(pub(super) Option<Vec<Event>>);
-
-impl Recorder {
-    pub(super) fn on(&self) -> bool {
-        self.0.is_some()
-    }
-
-    /// Records a job event (the job's id and name from `job`).
-    pub(super) fn job(&mut self, round: u64, time_s: f64, job: &Job, what: What) {
-        if let Some(v) = &mut self.0 {
-            v.push(Event {
-                round,
-                time_s,
-                unix_s: None,
-                job: Some(job.id()),
-                name: Some(job.spec.name.clone()),
-                what,
-            });
-        }
-    }
-
-    /// Records an event that names no job.
-    pub(super) fn other(&mut self, round: u64, time_s: f64, what: What) {
-        if let Some(v) = &mut self.0 {
-            v.push(Event {
-                round,
-                time_s,
-                unix_s: None,
-                job: None,
-                name: None,
-                what,
-            });
-        }
-    }
-
-    /// This round's events, leaving the recorder on and empty.
-    pub(super) fn take(&mut self) -> Vec<Event> {
-        match &mut self.0 {
-            Some(v) => std::mem::take(v),
-            None => Vec::new(),
-        }
-    }
+pub(super) struct Recorder {
+    events: Option<Vec<Event>>,
+    round: u64,
+    time_s: f64,
 }
 
 impl Recorder {
+    pub(super) fn set_on(&mut self, on: bool) {
+        self.events = on.then(Vec::new);
+    }
+
+    pub(super) fn on(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Events from now on belong to `round`, at `time_s`.
+    pub(super) fn start_round(&mut self, round: u64, time_s: f64) {
+        self.round = round;
+        self.time_s = time_s;
+    }
+
+    /// Records a job event (the job's id and name from `job`).
+    pub(super) fn job(&mut self, job: &Job, what: What) {
+        self.push(Some(job), what);
+    }
+
+    /// Records an event that names no job.
+    pub(super) fn other(&mut self, what: What) {
+        self.push(None, what);
+    }
+
+    fn push(&mut self, job: Option<&Job>, what: What) {
+        if let Some(v) = &mut self.events {
+            v.push(Event {
+                round: self.round,
+                time_s: self.time_s,
+                unix_s: None,
+                job: job.map(|j| j.id()),
+                name: job.map(|j| j.spec.name.clone()),
+                what,
+            });
+        }
+    }
+
+    /// This round's events, leaving the recorder as it was and empty.
+    pub(super) fn take(&mut self) -> Vec<Event> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     /// Records how the jobs `ids` (just pruned) ended.
-    pub(super) fn ended(&mut self, round: u64, time_s: f64, jobs: &crate::JobState, ids: &[JobId]) {
+    pub(super) fn ended(&mut self, jobs: &crate::JobState, ids: &[JobId]) {
         if !self.on() {
             return;
         }
@@ -242,7 +247,7 @@ impl Recorder {
                     reason: reason.unwrap_or_else(|| "ended".into()),
                 },
             };
-            self.job(round, time_s, job, what);
+            self.job(job, what);
         }
     }
 }

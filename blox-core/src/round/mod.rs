@@ -198,7 +198,7 @@ impl RoundLoop {
     /// Turns event recording on or off: with it on, each [`RoundReport`]
     /// carries the round's decisions as [`events::Event`]s.
     pub fn record_events(&mut self, on: bool) {
-        self.events.0 = on.then(Vec::new);
+        self.events.set_on(on);
     }
 
     /// Rounds run so far.
@@ -223,6 +223,7 @@ impl RoundLoop {
             now_s: b.now_s(),
             round_s: self.round_s,
         };
+        self.events.start_round(info.round, info.now_s);
         let span = debug_span!("round", n = info.round, t = info.now_s);
         let _enter = span.enter();
         let mut timings = RoundTimings::default();
@@ -250,8 +251,7 @@ impl RoundLoop {
             self.cluster.release(*id, gpus);
         }
         let ended = self.jobs.prune_finished();
-        self.events
-            .ended(info.round, info.now_s, &self.jobs, &ended);
+        self.events.ended(&self.jobs, &ended);
         // Jobs a backend sent back to the queue while they held GPUs (a crashed
         // process to be retried) give their GPUs back.
         let requeued: Vec<(JobId, Vec<GpuId>)> = self
@@ -265,7 +265,7 @@ impl RoundLoop {
             if let Some(j) = self.jobs.get(id) {
                 let reason = j.end_reason.clone().unwrap_or_else(|| "crashed".into());
                 let what = What::Requeued { reason };
-                self.events.job(info.round, info.now_s, j, what);
+                self.events.job(j, what);
             }
             self.cluster.release(id, &gpus);
             if let Some(j) = self.jobs.get_mut(id) {
@@ -290,10 +290,6 @@ impl RoundLoop {
                     )
                 };
                 tracing::warn!(job = %job.id(), "rejected: {reason}");
-                let what = What::Rejected {
-                    reason: reason.clone(),
-                };
-                self.events.job(info.round, info.now_s, &job, what);
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
             } else {
@@ -322,7 +318,7 @@ impl RoundLoop {
                         from: self.policies.label(),
                         to: p.label(),
                     };
-                    self.events.other(info.round, info.now_s, what);
+                    self.events.other(what);
                     self.policies = p;
                 }
                 Ok(None) => {}
@@ -452,7 +448,12 @@ impl RoundLoop {
         done
     }
 
-    fn end_unadmitted(&self, job: &mut Job, now_s: f64, reason: String) {
+    /// Rejects `job` (never admitted) for `reason`, and records it.
+    fn end_unadmitted(&mut self, job: &mut Job, now_s: f64, reason: String) {
+        let what = What::Rejected {
+            reason: reason.clone(),
+        };
+        self.events.job(job, what);
         job.status = JobStatus::Rejected;
         job.finish_s = Some(now_s);
         job.end_reason = Some(reason);
@@ -491,15 +492,10 @@ impl RoundLoop {
             match verdict.remove(&job.id()) {
                 None => self.waiting.push(job),
                 Some(None) => {
-                    self.events
-                        .job(info.round, info.now_s, &job, What::Admitted);
+                    self.events.job(&job, What::Admitted);
                     self.jobs.insert(job)
                 }
                 Some(Some(reason)) => {
-                    let what = What::Rejected {
-                        reason: reason.clone(),
-                    };
-                    self.events.job(info.round, info.now_s, &job, what);
                     self.jobs.metrics().remove_job(job.id());
                     self.end_unadmitted(&mut job, info.now_s, reason);
                     self.jobs.record_ended(job);
@@ -538,8 +534,7 @@ impl RoundLoop {
                     "moved to other GPUs".to_string()
                 };
                 let job = self.jobs.get(*id).expect("validated");
-                self.events
-                    .job(info.round, info.now_s, job, What::Preempted { reason });
+                self.events.job(job, What::Preempted { reason });
             }
         }
         self.suspend_all(info, &stopping, b)?;
@@ -592,7 +587,7 @@ impl RoundLoop {
                     gpus: GpuPlace::of(&self.cluster, &a.gpus),
                     batch_size: a.batch_size,
                 };
-                self.events.job(info.round, info.now_s, job, what);
+                self.events.job(job, what);
             }
             job.allocation = a.gpus;
             launched.push(a.job);
