@@ -12,8 +12,8 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -22,15 +22,8 @@ const TOKEN: &str = "dashboard-token";
 
 /// One HTTP/1.1 GET; returns (status code, body).
 fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "GET {path} HTTP/1.1\r\nHost: blox\r\n{auth}\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
+    let (status, body) = http_get(addr, path, token);
+    (status.split(' ').nth(1).unwrap().parse().unwrap(), body)
 }
 
 fn api(addr: SocketAddr, path: &str) -> Value {

@@ -6,21 +6,7 @@
 mod common;
 
 use common::*;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
-
-/// One HTTP/1.1 GET; returns (status line, body).
-fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(s, "GET {path} HTTP/1.1\r\nHost: blox\r\n{auth}\r\n").unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_string(), body.to_string())
-}
 
 /// The value of the sample `name` (with its labels, as exposed).
 fn value(body: &str, name: &str) -> f64 {
@@ -52,7 +38,7 @@ fn a_scrape_counts_what_happened() {
     assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
     // The job table's state reaches the status view at the next round.
     std::thread::sleep(Duration::from_millis(1500));
-    let (status, body) = get(addr, "/metrics", None);
+    let (status, body) = http_get(addr, "/metrics", None);
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
     assert_eq!(value(&body, "blox_submissions_total"), 3.0);
     assert_eq!(value(&body, "blox_jobs{state=\"finished\"}"), 3.0);
@@ -110,7 +96,7 @@ fn a_scrape_counts_what_happened() {
         body.contains("blox_policy_info{policy=\"accept-all/fifo/consolidated\"} 1"),
         "{body}"
     );
-    assert_eq!(get(addr, "/", None).0, "HTTP/1.1 404 Not Found");
+    assert_eq!(http_get(addr, "/", None).0, "HTTP/1.1 404 Not Found");
 }
 
 #[test]
@@ -122,13 +108,13 @@ fn with_a_users_token_a_scrape_needs_it() {
     cfg.metrics_listen = Some("127.0.0.1:0".into());
     let c = Cluster::start(dir.path(), cfg, "fifo", 1);
     let addr = c.sched.as_ref().unwrap().metrics_address.unwrap();
-    let (status, _) = get(addr, "/metrics", None);
+    let (status, _) = http_get(addr, "/metrics", None);
     assert_eq!(status, "HTTP/1.1 401 Unauthorized");
     assert_eq!(
-        get(addr, "/metrics", Some("wrong")).0,
+        http_get(addr, "/metrics", Some("wrong")).0,
         "HTTP/1.1 401 Unauthorized"
     );
-    let (status, body) = get(addr, "/metrics", Some("metrics-token"));
+    let (status, body) = http_get(addr, "/metrics", Some("metrics-token"));
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(value(&body, "blox_workers{state=\"alive\"}"), 1.0);
 }

@@ -149,9 +149,29 @@ impl Response {
 
 pub(super) type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
 
+/// Binds `addr` (the `[runtime]` key `key` names it) and serves `handler`
+/// there on `rt` until the runtime stops; the address bound.
+pub(super) fn listen(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    key: &str,
+    handler: Handler,
+) -> Result<std::net::SocketAddr, crate::net::NetError> {
+    let failed = |message: String| crate::net::NetError::Listen {
+        addr: addr.to_string(),
+        message,
+    };
+    let l = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|e| failed(format!("[runtime] {key}: {e}")))?;
+    let bound = l.local_addr().map_err(|e| failed(e.to_string()))?;
+    rt.spawn(serve(l, handler));
+    Ok(bound)
+}
+
 /// Serves `listener` until the runtime stops, answering each request with
 /// `handler`.
-pub(super) async fn serve(listener: tokio::net::TcpListener, handler: Handler) {
+async fn serve(listener: tokio::net::TcpListener, handler: Handler) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -277,17 +277,14 @@ fn state_label(p: JobPhase) -> &'static str {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the runtime stops (see
-/// [`super::http`]); `render` makes the body. With `token`, a request needs
-/// `Authorization: Bearer <token>` (401 otherwise).
-pub(super) async fn serve(
-    listener: tokio::net::TcpListener,
+/// The handler of `GET /metrics` (served by [`super::http`]); `render`
+/// makes the body. With `token`, a request needs `Authorization: Bearer
+/// <token>` (401 otherwise).
+pub(super) fn handler(
     token: Option<Arc<str>>,
     render: Arc<dyn Fn() -> String + Send + Sync>,
-) {
-    let handler: super::http::Handler =
-        Arc::new(move |req| answer(req, token.as_deref(), &*render));
-    super::http::serve(listener, handler).await
+) -> super::http::Handler {
+    Arc::new(move |req| answer(req, token.as_deref(), &*render))
 }
 
 fn answer(req: &Request, token: Option<&str>, render: &dyn Fn() -> String) -> Response {

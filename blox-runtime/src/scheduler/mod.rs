@@ -311,20 +311,11 @@ pub fn start_with_selector(
     let metrics_address = match &cfg.metrics_listen {
         None => None,
         Some(addr) => {
-            let l = rt
-                .block_on(tokio::net::TcpListener::bind(addr.as_str()))
-                .map_err(|e| NetError::Listen {
-                    addr: addr.clone(),
-                    message: format!("[runtime] metrics_listen: {e}"),
-                })?;
-            let bound = l.local_addr().map_err(|e| NetError::Listen {
-                addr: addr.clone(),
-                message: e.to_string(),
-            })?;
             let (m, h) = (metrics.clone(), hub.clone());
             let render: Arc<dyn Fn() -> String + Send + Sync> =
                 Arc::new(move || m.render(&lock(&h)));
-            rt.spawn(metrics::serve(l, security.token.clone(), render));
+            let handler = metrics::handler(security.token.clone(), render);
+            let bound = http::listen(&rt, addr, "metrics_listen", handler)?;
             tracing::info!(address = %bound, "Prometheus metrics at /metrics");
             Some(bound)
         }
@@ -333,23 +324,13 @@ pub fn start_with_selector(
     let dashboard_address = match &cfg.dashboard_listen {
         None => None,
         Some(addr) => {
-            let l = rt
-                .block_on(tokio::net::TcpListener::bind(addr.as_str()))
-                .map_err(|e| NetError::Listen {
-                    addr: addr.clone(),
-                    message: format!("[runtime] dashboard_listen: {e}"),
-                })?;
-            let bound = l.local_addr().map_err(|e| NetError::Listen {
-                addr: addr.clone(),
-                message: e.to_string(),
-            })?;
-            let h = dashboard::handler(
+            let handler = dashboard::handler(
                 hub.clone(),
                 view.clone(),
                 stats.clone(),
                 security.token.clone(),
             );
-            rt.spawn(http::serve(l, h));
+            let bound = http::listen(&rt, addr, "dashboard_listen", handler)?;
             tracing::info!(address = %bound, "dashboard at http://{bound}/");
             Some(bound)
         }

@@ -16,6 +16,20 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// One HTTP/1.1 GET of `path` on `addr` (with `token` as a bearer token);
+/// returns the status line and the body.
+pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(s, "GET {path} HTTP/1.1\r\nHost: blox\r\n{auth}\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
 pub const TOY: &str = env!("CARGO_BIN_EXE_blox-toy-job");
 
 pub fn policies(scheduling: &str) -> Policies {

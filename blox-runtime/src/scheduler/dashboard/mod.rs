@@ -48,28 +48,27 @@ impl View {
         unix_s: f64,
     ) {
         self.round_s = lp.round_s();
-        if self.points.len() == MAX_POINTS {
-            self.points.pop_front();
-        }
-        self.points.push_back(json!({
-            "round": r.round,
-            "t": r.time_s,
-            "unix_s": unix_s,
-            "busy": r.busy_gpus,
-            "total": r.total_gpus,
-            "queued": r.queued_jobs + r.waiting_jobs,
-            "running": r.running_jobs,
-        }));
+        push_capped(
+            &mut self.points,
+            MAX_POINTS,
+            json!({
+                "round": r.round,
+                "t": r.time_s,
+                "unix_s": unix_s,
+                "busy": r.busy_gpus,
+                "total": r.total_gpus,
+                "queued": r.queued_jobs + r.waiting_jobs,
+                "running": r.running_jobs,
+            }),
+        );
         if self.last_policy.as_deref() != Some(r.policy.as_str()) {
-            if self.switches.len() == MAX_SWITCHES {
-                self.switches.pop_front();
-            }
-            self.switches.push_back(json!({
+            let switch = json!({
                 "round": r.round,
                 "t": r.time_s,
                 "unix_s": unix_s,
                 "policy": r.policy,
-            }));
+            });
+            push_capped(&mut self.switches, MAX_SWITCHES, switch);
             self.last_policy = Some(r.policy.clone());
         }
         let nodes_json: Vec<Value> = lp
@@ -100,6 +99,14 @@ impl View {
             .collect();
         self.cluster = json!({ "round": r.round, "nodes": nodes_json });
     }
+}
+
+/// Appends `v`, dropping the oldest entry once `q` holds `cap`.
+fn push_capped(q: &mut VecDeque<Value>, cap: usize, v: Value) {
+    if q.len() == cap {
+        q.pop_front();
+    }
+    q.push_back(v);
 }
 
 /// The dashboard's request handler.
