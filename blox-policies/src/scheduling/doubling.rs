@@ -100,7 +100,24 @@ fn least_squares(rows: &[Vec<f64>], y: &[f64], cols: &[usize]) -> Option<Vec<f64
 }
 
 /// Features of Eq. 5 for `w` workers at minibatch `m`.
-pub(crate) fn features(w: f64, m: f64) -> Vec<f64> {
+/// θ of Eq. 5 at batch `m` from throughput (samples/s) measured at two or
+/// more worker counts, by NNLS; `None` from fewer.
+pub(crate) fn theta_from_throughput(
+    measured: &std::collections::BTreeMap<u32, f64>,
+    m: u32,
+) -> Option<[f64; 4]> {
+    let (rows, y): (Vec<Vec<f64>>, Vec<f64>) = measured
+        .iter()
+        .filter(|(_, x)| **x > 0.0)
+        .map(|(w, x)| (features(*w as f64, m as f64), m as f64 / x))
+        .unzip();
+    (rows.len() >= 2).then(|| {
+        let v = nnls(&rows, &y);
+        [v[0], v[1], v[2], v[3]]
+    })
+}
+
+fn features(w: f64, m: f64) -> Vec<f64> {
     vec![m / w, w - 1.0, (w - 1.0) / w, 1.0]
 }
 
@@ -340,16 +357,7 @@ impl Doubling {
 
     /// θ of Eq. 5 from the job's own throughput at the sizes it explored.
     fn theta_explored(t: &Track, m: u32) -> Option<[f64; 4]> {
-        let (rows, y): (Vec<Vec<f64>>, Vec<f64>) = t
-            .measured
-            .iter()
-            .filter(|(_, x)| **x > 0.0)
-            .map(|(w, x)| (features(*w as f64, m as f64), m as f64 / x))
-            .unzip();
-        (rows.len() >= 2).then(|| {
-            let v = nnls(&rows, &y);
-            [v[0], v[1], v[2], v[3]]
-        })
+        theta_from_throughput(&t.measured, m)
     }
 
     /// Records this round's loss and throughput reports.
@@ -415,7 +423,8 @@ impl Doubling {
     }
 }
 
-fn step_time(theta: &[f64; 4], w: u32, m: u32) -> f64 {
+/// The time per minibatch of Eq. 5 on `w` workers at batch `m`, from θ.
+pub(crate) fn step_time(theta: &[f64; 4], w: u32, m: u32) -> f64 {
     features(w as f64, m as f64)
         .iter()
         .zip(theta)

@@ -120,29 +120,12 @@ pub struct Optimus {
 /// reports: NNLS on the all-reduce form from two GPU counts on, linear in
 /// `k` from one; `None` before any.
 fn t_fitted(measured: &std::collections::BTreeMap<u32, f64>, m: u32, k: u32) -> Option<f64> {
-    let m = m as f64;
-    let points: Vec<(f64, f64)> = measured
-        .iter()
-        .filter(|(_, x)| **x > 0.0)
-        .map(|(w, x)| (*w as f64, m / x))
-        .collect();
-    match points.as_slice() {
-        [] => None,
-        [(w0, t0)] => Some(t0 * w0 / k as f64),
-        _ => {
-            let (rows, y): (Vec<Vec<f64>>, Vec<f64>) = points
-                .iter()
-                .map(|(w, t)| (super::doubling::features(*w, m), *t))
-                .unzip();
-            let theta = super::doubling::nnls(&rows, &y);
-            let t: f64 = super::doubling::features(k as f64, m)
-                .iter()
-                .zip(&theta)
-                .map(|(a, b)| a * b)
-                .sum();
-            (t > 0.0).then_some(t)
-        }
+    if let Some(theta) = super::doubling::theta_from_throughput(measured, m) {
+        let t = super::doubling::step_time(&theta, k, m);
+        return (t > 0.0).then_some(t);
     }
+    let (w0, x0) = measured.iter().find(|(_, x)| **x > 0.0)?;
+    Some(m as f64 / x0 * *w0 as f64 / k as f64)
 }
 
 /// A job Optimus can model: profile, batch, most GPUs, remaining iterations.
@@ -470,13 +453,7 @@ mod tests {
     fn fitted_iteration_times_come_only_from_what_the_job_reported() {
         let theta = [0.01, 0.02, 0.05, 0.1];
         let m = 64;
-        let t = |w: u32| -> f64 {
-            super::super::doubling::features(w as f64, m as f64)
-                .iter()
-                .zip(theta)
-                .map(|(a, b)| a * b)
-                .sum()
-        };
+        let t = |w: u32| super::super::doubling::step_time(&theta, w, m);
         let mut seen = std::collections::BTreeMap::new();
         assert_eq!(t_fitted(&seen, m, 2), None, "nothing reported yet");
         // One count: linear in GPUs from it.

@@ -113,33 +113,8 @@ fn pollux(dir: &Path, out: Out) -> Result<()> {
     // 2,048 GPUs: PolluxSched alone on synthetic measured jobs.
     let cluster = ClusterState::homogeneous(512, 4);
     let mut state = JobState::new();
-    let limits = blox_goodput::AppLimits {
-        m0: 128,
-        mmax: 4096,
-        bmin: 32,
-        bmax: 1024,
-    };
     for id in 0..400u64 {
-        let mut job = Job::new(JobSpec::new(id, id as f64, 1));
-        job.status = JobStatus::Queued;
-        state.insert(job);
-        let mut a = blox_goodput::PolluxAgent::new(limits);
-        let r = 1 + (id % 8) as u32;
-        a.observe(1, 1, 128, 0.08, 0.001);
-        a.observe(
-            r.div_ceil(4),
-            r,
-            256,
-            0.12 + 0.01 * r as f64,
-            0.02 * r as f64,
-        );
-        a.record_grad(blox_goodput::GradStats {
-            sqr: 1.0,
-            var: 20.0 + id as f64,
-        });
-        for (k, v) in a.report().to_metrics() {
-            state.metrics().set(JobId(id), k, v);
-        }
+        add_measured_job(&mut state, JobSpec::new(id, id as f64, 1));
     }
     let mut sched = scheduling("pollux", &Section::empty("scheduling"))?;
     let mut times = Vec::new();
@@ -158,39 +133,47 @@ fn pollux(dir: &Path, out: Out) -> Result<()> {
     Ok(())
 }
 
-/// Synthetic measured jobs for scheduler-only benchmarks: a fitted throughput
-/// model, gradient statistics, epochs and samples processed.
-fn synthetic_jobs(n: u64) -> JobState {
-    let mut state = JobState::new();
+/// Queues a job of `spec` whose PolluxAgent has measured it on one GPU and on
+/// 1-8 GPUs (by its id), with its report in the metric store.
+fn add_measured_job(state: &mut JobState, spec: JobSpec) {
+    let id = spec.id.0;
+    let mut job = Job::new(spec);
+    job.status = JobStatus::Queued;
+    state.insert(job);
     let limits = blox_goodput::AppLimits {
         m0: 128,
         mmax: 4096,
         bmin: 32,
         bmax: 1024,
     };
+    let mut a = blox_goodput::PolluxAgent::new(limits);
+    let r = 1 + (id % 8) as u32;
+    a.observe(1, 1, 128, 0.08, 0.001);
+    a.observe(
+        r.div_ceil(4),
+        r,
+        256,
+        0.12 + 0.01 * r as f64,
+        0.02 * r as f64,
+    );
+    a.record_grad(blox_goodput::GradStats {
+        sqr: 1.0,
+        var: 20.0 + id as f64,
+    });
+    for (k, v) in a.report().to_metrics() {
+        state.metrics().set(JobId(id), k, v);
+    }
+}
+
+/// Synthetic measured jobs for scheduler-only benchmarks: a fitted throughput
+/// model, gradient statistics, epochs and samples processed.
+fn synthetic_jobs(n: u64) -> JobState {
+    let mut state = JobState::new();
     for id in 0..n {
-        let mut job = Job::new(JobSpec::new(id, id as f64, 1 + (id % 4) as u32));
-        job.spec.batch_size = Some(128 * job.spec.requested_gpus);
-        job.status = JobStatus::Queued;
-        state.insert(job);
-        let mut a = blox_goodput::PolluxAgent::new(limits);
-        let r = 1 + (id % 8) as u32;
-        a.observe(1, 1, 128, 0.08, 0.001);
-        a.observe(
-            r.div_ceil(4),
-            r,
-            256,
-            0.12 + 0.01 * r as f64,
-            0.02 * r as f64,
-        );
-        a.record_grad(blox_goodput::GradStats {
-            sqr: 1.0,
-            var: 20.0 + id as f64,
-        });
+        let mut spec = JobSpec::new(id, id as f64, 1 + (id % 4) as u32);
+        spec.batch_size = Some(128 * spec.requested_gpus);
+        add_measured_job(&mut state, spec);
         let m = state.metrics();
-        for (k, v) in a.report().to_metrics() {
-            m.set(JobId(id), k, v);
-        }
         let epochs = (id % 13) as f64 * 1.7;
         m.set(JobId(id), "epochs_done", epochs);
         m.set(JobId(id), "samples_processed", epochs * 50_000.0);
