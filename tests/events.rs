@@ -6,7 +6,7 @@ mod shared;
 
 use blox_core::event_log::{self, EventLog};
 use blox_core::round::events::{Event, What};
-use shared::blox_ok;
+use shared::{blox_err, blox_ok};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -173,36 +173,16 @@ fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
 fn a_missing_log_and_a_bad_line_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");
-    let o = Command::new(BLOX)
-        .arg("events")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("no event log here"),
-        "{err}"
-    );
+    let p = path.to_str().unwrap();
+    let err = blox_err(&["events", p]);
+    assert!(err.contains("no event log here"), "{err}");
     std::fs::write(
         &path,
         "{\"round\":0,\"time_s\":0,\"event\":\"admitted\"}\nnot json\n",
     )
     .unwrap();
-    let o = Command::new(BLOX)
-        .arg("events")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("events.jsonl:2: not an event"),
-        "{err}"
-    );
-    let o = Command::new(BLOX)
-        .args(["events", "--job", "seven"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = blox_err(&["events", p]);
+    assert!(err.contains("events.jsonl:2: not an event"), "{err}");
+    let err = blox_err(&["events", "--job", "seven", p]);
     assert!(err.contains("--job seven"), "{err}");
 }

@@ -6,7 +6,6 @@ mod shared;
 
 use shared::blox_ok;
 use std::path::PathBuf;
-use std::process::Command;
 
 fn sim(tag: &str, config: &str, workload: &str, extra: &[&str]) -> Vec<Vec<String>> {
     sim_tables(tag, config, workload, extra).0
@@ -226,20 +225,8 @@ fn every_pollux_workload_config_runs() {
                 args.extend(["--set".to_string(), s.to_string()]);
             }
         }
-        let o = Command::new(env!("CARGO_BIN_EXE_blox"))
-            .args(&args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(
-            o.status.success() && text.contains("10 finished of 10"),
-            "{p}: {text}"
-        );
+        let text = blox_ok(&args);
+        assert!(text.contains("10 finished of 10"), "{p}: {text}");
         let _ = std::fs::remove_dir_all(&out);
     }
 }
@@ -266,20 +253,15 @@ fn tiresias_matches_the_artifacts_own_results_job_for_job() {
     let mut exact_workloads = Vec::new();
     for w in 1..=8 {
         let out = std::env::temp_dir().join(format!("blox-tiresias-w{w}-{}", std::process::id()));
-        let o = Command::new(env!("CARGO_BIN_EXE_blox"))
-            .args([
-                "sim",
-                "examples/configs/pollux-artifact/tiresias.toml",
-                "--workload",
-                &format!("data/pollux/workloads/workload-{w}.csv"),
-                "--out",
-                out.to_str().unwrap(),
-                "--quiet",
-            ])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        blox_ok(&[
+            "sim",
+            "examples/configs/pollux-artifact/tiresias.toml",
+            "--workload",
+            &format!("data/pollux/workloads/workload-{w}.csv"),
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ]);
         let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
         let _ = std::fs::remove_dir_all(&out);
         let rows: Vec<Vec<String>> = jobs

@@ -5,6 +5,7 @@
 //! Every process started here is killed when the test ends, pass or fail.
 
 mod common;
+mod shared;
 
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::Security;
@@ -590,12 +591,7 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
     assert!(text.contains("policies switched"), "{text}");
     // The event log and the dashboard's policy timeline show the switch.
     let events = d.join("events.jsonl");
-    let o = Command::new(BLOX)
-        .arg("events")
-        .arg(&events)
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&o.stdout);
+    let printed = shared::blox_ok(&[Path::new("events"), &events]);
     assert!(
         printed.contains(
             "policies switched: accept-all/fifo/first-free -> accept-all/srtf/first-free"

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use blox_core::event_log::{self, Follow};
 use blox_core::round::events::Event;
 use blox_runtime::scheduler::RuntimeConfig;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -22,13 +23,11 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
     let job = a.job.as_deref().map(parse_job).transpose()?;
     let wanted = |e: &Event| job.is_none_or(|j| e.job.map(|x| x.0) == Some(j));
     if let Some(other) = &a.diff {
-        let mine = event_log::read(&path, true)?;
-        let theirs = event_log::read(other, true)?;
-        let (mine, theirs): (Vec<Event>, Vec<Event>) = (
-            mine.into_iter().filter(|e| wanted(e)).collect(),
-            theirs.into_iter().filter(|e| wanted(e)).collect(),
-        );
-        let d = event_log::diff(&mine, &theirs, a.slack_rounds);
+        let load = |p: &Path| -> Result<Vec<Event>> {
+            let all = event_log::read(p, true)?;
+            Ok(all.into_iter().filter(|e| wanted(e)).collect())
+        };
+        let d = event_log::diff(&load(&path)?, &load(other)?, a.slack_rounds);
         for line in &d.differences {
             say!("{line}")?;
         }
@@ -66,8 +65,8 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
             path.display()
         );
     }
-    // Read from where the follower will start, so no line is printed twice
-    // or skipped between the two.
+    // The rotated files, then the current one through the follower, which
+    // `--follow` keeps reading from where it stopped.
     let mut follow = Follow::new(&path, true)?;
     for older in event_log::rotated_files(&path) {
         for e in event_log::read(&older, false)? {

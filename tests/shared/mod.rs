@@ -22,6 +22,19 @@ pub fn blox_ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> Strin
     text
 }
 
+/// Runs `blox ARGS` in the repository root; panics unless it fails;
+/// returns its standard error.
+pub fn blox_err<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{args:?} succeeded: {err}");
+    err
+}
+
 /// `DIR/sweep.csv` without its wall-time column (the only one that differs
 /// between runs of the same cells).
 pub fn sweep_table(dir: &Path) -> Vec<Vec<String>> {
