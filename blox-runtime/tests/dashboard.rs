@@ -182,6 +182,24 @@ fn the_dashboard_shows_jobs_preemptions_jcts_and_the_cluster_in_a_browser() {
     assert_eq!(get(addr, "/api/status", None).0, 401);
     assert_eq!(get(addr, "/api/status", Some("wrong")).0, 401);
     assert_eq!(get(addr, "/nope", None).0, 404);
+    // A 5 MB request (a filter of 5 MB) is refused after its first 8 KiB,
+    // and the dashboard goes on answering.
+    {
+        use std::io::Write;
+        let mut conn = std::net::TcpStream::connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let huge = format!("GET /api/status?q={} HTTP/1.1\r\n\r\n", "x".repeat(5 << 20));
+        let _ = conn.write_all(huge.as_bytes());
+        let mut reply = String::new();
+        let _ = conn.read_to_string(&mut reply);
+        assert!(
+            reply.is_empty() || reply.starts_with("HTTP/1.1 400"),
+            "{}",
+            &reply[..reply.len().min(200)]
+        );
+    }
+    assert_eq!(get(addr, "/", None).0, 200);
     let (code, body) = get(addr, "/api/status?phase=sleeping", Some(TOKEN));
     assert_eq!(code, 400);
     assert!(
