@@ -35,7 +35,7 @@
 
 use super::predictor::{sample_beta, LogPoint, Predictor, FEATURES};
 use super::search::{per_gpu_batch, Throughput};
-use super::OnesParams;
+use super::{BatchRule, OnesParams};
 use blox_core::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -458,7 +458,13 @@ impl SchedulingPolicy for Ones {
             entries.push(Demand {
                 job: v.id,
                 gpus: gpus.len() as u32,
-                batch_size: Some(t.local_batch * gpus.len() as u32),
+                batch_size: Some(match self.params.batch.unwrap_or_default() {
+                    BatchRule::PerGpu => t.local_batch * gpus.len() as u32,
+                    BatchRule::Submitted => order[i]
+                        .spec
+                        .batch_size
+                        .unwrap_or(t.local_batch * order[i].requested_gpus().max(1)),
+                }),
                 gpu_ids: Some(gpus),
                 host: None,
             });

@@ -300,3 +300,32 @@ fn a_history_file_warm_starts_the_predictor_and_bad_rows_are_named() {
     .is_err());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_submitted_batch_rule_keeps_the_global_batch_at_any_gpu_count() {
+    // ImageNet as the ONES trace submits it: 16 GPUs x 32 a GPU (512).
+    let cluster = ClusterState::homogeneous(2, 4);
+    let mut state = JobState::new();
+    add(
+        &mut state,
+        &mut cluster.clone(),
+        with_batch(1, 0.0, 16, 512),
+        &[],
+    );
+    let run = |batch| {
+        let mut ones = Ones::new(OnesParams { batch, ..params() }).unwrap();
+        let s = ones.schedule(&info(60.0), &state, &cluster);
+        let d = s
+            .entries
+            .iter()
+            .find(|d| d.job == JobId(1))
+            .cloned()
+            .unwrap();
+        (d.gpus, d.batch_size)
+    };
+    // ONES's rule: one GPU at the submitted per-GPU batch.
+    assert_eq!(run(None), (1, Some(32)));
+    assert_eq!(run(Some(BatchRule::PerGpu)), (1, Some(32)));
+    // The fixed-batch baselines' rule: the same placement, the global batch.
+    assert_eq!(run(Some(BatchRule::Submitted)), (1, Some(512)));
+}
