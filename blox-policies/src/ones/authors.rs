@@ -436,7 +436,8 @@ impl SchedulingPolicy for Ones {
         self.population = pop.iter().map(|c| search.decode(c)).collect();
         let best = &pop[0];
         self.last.score = search.score(best);
-        let (deploy, full) = search.update(&current, best, |i| {
+        let pad = self.params.pad_while_gated.unwrap_or(true);
+        let (deploy, full) = search.update(&current, best, pad, |i| {
             let t = &self.tracks[&views[i].id];
             t.epochs - t.epochs_at_change >= self.params.update_after_epochs
         });

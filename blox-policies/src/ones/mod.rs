@@ -108,6 +108,13 @@ pub struct OnesParams {
     /// [`BatchRule`]).
     #[serde(default)]
     pub batch: Option<BatchRule>,
+    /// *authors*: while the update gate holds the best candidate back, GPUs
+    /// still idle go to waiting jobs as padding would give them (default
+    /// `true`). The authors' loop reacts within a second and has no such
+    /// rule; a round here is 30–60 s. `false` leaves them idle until the
+    /// gate opens, to measure the rule.
+    #[serde(default)]
+    pub pad_while_gated: Option<bool>,
     /// *literal*: σ of the scale-down rule, per second; default: the measured
     /// arrival rate.
     #[serde(default)]
@@ -133,6 +140,7 @@ impl Default for OnesParams {
             scale_down_factor: None,
             max_scale_factor: None,
             batch: None,
+            pad_while_gated: None,
             sigma_per_s: None,
             seed: None,
         }
@@ -167,6 +175,7 @@ impl OnesParams {
                 ("scale_down_factor", self.scale_down_factor.is_some()),
                 ("max_scale_factor", self.max_scale_factor.is_some()),
                 ("batch", self.batch.is_some()),
+                ("pad_while_gated", self.pad_while_gated.is_some()),
             ]
             .into_iter()
             .find(|(_, set)| *set)

@@ -325,12 +325,14 @@ impl<'a> Search<'a> {
 
     /// The update rule: jobs whose GPUs in `best` are all idle start now; the
     /// rest of `best` is deployed only if `may_change(j)` holds for every
-    /// running job whose placement it changes. Returns each job's GPUs and
-    /// whether `best` was deployed in full.
+    /// running job whose placement it changes; otherwise, with `pad_idle`,
+    /// GPUs still idle go to waiting jobs as padding would give them.
+    /// Returns each job's GPUs and whether `best` was deployed in full.
     pub(super) fn update(
         &self,
         current: &Candidate,
         best: &Candidate,
+        pad_idle: bool,
         may_change: impl Fn(usize) -> bool,
     ) -> (Vec<(usize, Vec<GpuId>)>, bool) {
         let nj = self.views.len();
@@ -369,7 +371,11 @@ impl<'a> Search<'a> {
             }
         }
         let fixed = self.counts(&c);
-        let n = self.pad_where(fixed.clone(), |j| src[j].is_empty() && fixed[j] == 0);
+        let n = if pad_idle {
+            self.pad_where(fixed.clone(), |j| src[j].is_empty() && fixed[j] == 0)
+        } else {
+            fixed.clone()
+        };
         let mut out = Vec::new();
         let mut free = c
             .iter()
