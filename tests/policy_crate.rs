@@ -6,6 +6,8 @@
 //! The crate shares this workspace's `target/` folder and `Cargo.lock` (so
 //! nothing is fetched and little is compiled anew) and builds offline.
 
+mod shared;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,18 +102,7 @@ fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
             .trim_start_matches("cargo run --")
             .split_whitespace()
             .collect();
-        let o = Command::new(&bin)
-            .args(&args)
-            .current_dir(&krate)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(o.status.success(), "`{cmd}` failed:\n{text}");
-        outputs.push(text);
+        outputs.push(shared::run_ok(&bin, &krate, &args));
     }
     assert!(
         outputs[0].contains("fewest-gpus-first") && outputs[0].contains("las"),

@@ -3,37 +3,50 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
-/// Runs `blox ARGS` in the repository root; panics with its output unless
-/// it succeeds; returns stdout and stderr together.
-pub fn blox_ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+fn output<S: AsRef<std::ffi::OsStr>>(bin: &Path, dir: &Path, args: &[S]) -> Output {
+    Command::new(bin)
         .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(dir)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `BIN ARGS` in `dir`; panics with its output unless it succeeds;
+/// returns stdout and stderr together.
+pub fn run_ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(
+    bin: &Path,
+    dir: &Path,
+    args: &[S],
+) -> String {
+    let o = output(bin, dir, args);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(o.status.success(), "{args:?}: {text}");
+    assert!(o.status.success(), "{} {args:?}: {text}", bin.display());
     text
+}
+
+/// Runs `blox ARGS` in the repository root; panics with its output unless
+/// it succeeds; returns stdout and stderr together.
+pub fn blox_ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    run_ok(BLOX.as_ref(), ROOT.as_ref(), args)
 }
 
 /// Runs `blox ARGS` in the repository root; panics unless it fails;
 /// returns its standard error.
 pub fn blox_err<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_blox"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
+    let o = output(BLOX.as_ref(), ROOT.as_ref(), args);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success(), "{args:?} succeeded: {err}");
     err
 }
+
+const BLOX: &str = env!("CARGO_BIN_EXE_blox");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// `DIR/sweep.csv` without its wall-time column (the only one that differs
 /// between runs of the same cells).
