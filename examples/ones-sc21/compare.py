@@ -5,9 +5,10 @@
     blox sweep examples/configs/ones-sc21/sweep.toml --out results/ones-sc21
     python3 examples/ones-sc21/compare.py results/ones-sc21
     python3 examples/ones-sc21/compare.py results/ones-sc21 --by-class workload-1
+    python3 examples/ones-sc21/compare.py results/ones-sc21 --by-class all
 
-With --by-class W: mean JCT and queueing per job class (the name's prefix) and
-policy on workload W, all jobs.
+With --by-class W: mean JCT, queueing and GPU-hours per job class (the name's
+prefix) and policy on workload W (`all`: every workload), all jobs.
 """
 import csv
 import glob
@@ -25,18 +26,22 @@ def trimmed_mean_jct_h(path, drop=0.05):
 
 
 def by_class(root, workload):
-    print("| class | policy | avg JCT (h) | avg queueing (h) | jobs |")
-    print("|---|---|---|---|---|")
+    """Per class and policy over workload W's cells (`all`: every workload)."""
+    print("| class | policy | avg JCT (h) | avg queueing (h) | GPU-hours a job | jobs |")
+    print("|---|---|---|---|---|---|")
     rows = {}
-    for jobs in sorted(glob.glob(os.path.join(root, "**", workload, "jobs.csv"), recursive=True)):
+    pattern = "*" if workload == "all" else workload
+    for jobs in sorted(glob.glob(os.path.join(root, "**", pattern, "jobs.csv"), recursive=True)):
         policy = os.path.basename(os.path.dirname(os.path.dirname(jobs)))
         for r in csv.DictReader(open(jobs)):
             cls = r["name"].rsplit("-", 1)[0]
             rows.setdefault((cls, policy), []).append(r)
     for (cls, policy), rs in sorted(rows.items()):
-        jct = sum(float(r["jct_s"]) for r in rs) / len(rs) / 3600.0
-        queue = sum(float(r["queueing_s"]) for r in rs) / len(rs) / 3600.0
-        print(f"| {cls} | {policy} | {jct:.3f} | {queue:.3f} | {len(rs)} |")
+        mean_h = lambda k: sum(float(r[k]) for r in rs) / len(rs) / 3600.0
+        print(
+            f"| {cls} | {policy} | {mean_h('jct_s'):.3f} | {mean_h('queueing_s'):.3f} "
+            f"| {mean_h('gpu_seconds'):.3f} | {len(rs)} |"
+        )
 
 
 def main():

@@ -34,7 +34,7 @@
 //! the `explicit` placement.
 
 use super::predictor::{sample_beta, LogPoint, Predictor, FEATURES};
-use super::search::{per_gpu_batch, Throughput};
+use super::search::{per_gpu_batch, submitted_batch, Throughput};
 use super::{BatchRule, OnesParams};
 use blox_core::*;
 use rand::SeedableRng;
@@ -46,6 +46,8 @@ use std::path::Path;
 #[derive(Clone, Debug)]
 struct Track {
     local_batch: u32,
+    /// The submitted global batch, as first seen.
+    global_batch: u32,
     /// The monitor's `max_size` (GPUs): starts at 1, doubles on scale-up.
     max_size: u32,
     /// Size a stopped job may resume at (`None`: not waiting to resume).
@@ -183,6 +185,7 @@ impl Ones {
             let m = |k: &str| jobs.metrics().get(id, k);
             let t = self.tracks.entry(id).or_insert_with(|| Track {
                 local_batch: per_gpu_batch(job, m),
+                global_batch: submitted_batch(job),
                 max_size: 1,
                 resume_size: None,
                 epochs_at_change: 0.0,
@@ -461,10 +464,7 @@ impl SchedulingPolicy for Ones {
                 gpus: gpus.len() as u32,
                 batch_size: Some(match self.params.batch.unwrap_or_default() {
                     BatchRule::PerGpu => t.local_batch * gpus.len() as u32,
-                    BatchRule::Submitted => order[i]
-                        .spec
-                        .batch_size
-                        .unwrap_or(t.local_batch * order[i].requested_gpus().max(1)),
+                    BatchRule::Submitted => t.global_batch,
                 }),
                 gpu_ids: Some(gpus),
                 host: None,

@@ -66,11 +66,15 @@ impl Throughput {
     }
 }
 
+/// A job's submitted global batch (its spec's, else the one it runs at).
+pub fn submitted_batch(job: &blox_core::Job) -> u32 {
+    job.spec.batch_size.or(job.current_batch_size).unwrap_or(1)
+}
+
 /// A job's per-GPU batch under ONES: its submitted global batch over the
 /// GPUs it asked for, capped at what fits one GPU (`max_local_batch_size`).
 pub fn per_gpu_batch(job: &blox_core::Job, m: impl Fn(&str) -> Option<f64>) -> u32 {
-    let global = job.spec.batch_size.or(job.current_batch_size).unwrap_or(1);
-    let want = global.div_ceil(job.requested_gpus().max(1));
+    let want = submitted_batch(job).div_ceil(job.requested_gpus().max(1));
     let fits = m("max_local_batch_size").map_or(u32::MAX, |b| b.max(1.0) as u32);
     want.min(fits).max(1)
 }
