@@ -14,6 +14,14 @@ use std::process::Command;
 
 const PLACEHOLDER: &str = "/path/to/blox-rs";
 
+/// The workspace's `[profile.dev]` settings, as `--config` values; the test
+/// below checks they match Cargo.toml.
+const DEV_PROFILE: [&str; 3] = [
+    r#"profile.dev.debug="line-tables-only""#,
+    r#"profile.dev.package."*".debug=false"#,
+    r#"profile.dev.package.microlp.opt-level=3"#,
+];
+
 /// The README's files (`my-policy/<path>`: fenced block) and its commands.
 fn readme_crate() -> (BTreeMap<String, String>, Vec<String>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -83,8 +91,16 @@ fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The workspace's dev profile (Cargo.toml), which a crate outside it does not
+    // inherit: without it every dependency is rebuilt here with full debug info,
+    // a second multi-gigabyte copy of polars that once filled a CI disk. With it
+    // the crate reuses the dependencies `cargo test` already built.
+    let mut args = vec!["build", "--offline", "--quiet"];
+    for setting in DEV_PROFILE {
+        args.extend(["--config", setting]);
+    }
     let build = Command::new(&cargo)
-        .args(["build", "--offline", "--quiet"])
+        .args(&args)
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(&krate)
         .output()
@@ -123,5 +139,37 @@ fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
         out_dir.join("compare-jct-cdf.png").is_file(),
         "{}",
         outputs[3]
+    );
+}
+
+#[test]
+fn the_policy_crate_builds_with_the_workspace_dev_profile() {
+    let manifest: toml::Table =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    let dev = &manifest["profile"]["dev"];
+    let expected = [
+        format!("profile.dev.debug={}", dev["debug"]),
+        format!(
+            "profile.dev.package.\"*\".debug={}",
+            dev["package"]["*"]["debug"]
+        ),
+        format!(
+            "profile.dev.package.microlp.opt-level={}",
+            dev["package"]["microlp"]["opt-level"]
+        ),
+    ];
+    assert_eq!(DEV_PROFILE.map(String::from), expected);
+    assert_eq!(
+        dev.as_table().unwrap().len(),
+        2,
+        "a new [profile.dev] key: add it to DEV_PROFILE"
+    );
+    assert_eq!(
+        dev["package"].as_table().unwrap().len(),
+        2,
+        "a new [profile.dev.package] entry: add it to DEV_PROFILE"
     );
 }
