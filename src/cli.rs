@@ -198,7 +198,8 @@ pub struct EventsArgs {
     /// where the log is.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Keep printing events as they are appended (across rotations).
+    /// Keep printing events as they are appended (across rotations); a log
+    /// not there yet is waited for (a scheduler about to start).
     #[arg(long, short)]
     pub follow: bool,
     /// Only this job's events (`7` or `job-7`).

@@ -170,6 +170,48 @@ fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
 }
 
 #[test]
+fn follow_waits_for_a_log_that_is_not_there_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("later").join("events.jsonl");
+    let mut child = Command::new(BLOX)
+        .args(["events", "--follow", "--json"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "--follow on a missing log waits rather than exiting"
+    );
+    let mut log = EventLog::append(&path, 1 << 20, 2).unwrap();
+    let ev = Event {
+        round: 3,
+        time_s: 3.0,
+        unix_s: None,
+        job: Some(blox_core::JobId(3)),
+        name: Some("j3".into()),
+        what: What::Admitted,
+    };
+    log.write(std::slice::from_ref(&ev)).unwrap();
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let seen: Event = serde_json::from_str(&line.expect("the event, once written")).unwrap();
+    assert_eq!(seen, ev);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not there yet; waiting"), "{err}");
+}
+
+#[test]
 fn a_missing_log_and_a_bad_line_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");

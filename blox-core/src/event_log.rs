@@ -214,19 +214,14 @@ impl Follow {
         let replaced = false;
         let mut out = Vec::new();
         if replaced || meta.len() < self.pos {
-            // Rotated: what was left of the old file (now `PATH.1`), then
-            // the new file from its start.
+            // Rotated: what was left of the file being read (now `PATH.i`),
+            // then the files rotated after it (`PATH.(i-1)` … `PATH.1`,
+            // written whole since the last call), then the new file from its
+            // start. A file already dropped past `keep` is lost to a reader
+            // that polls that rarely.
             #[cfg(unix)]
             if replaced {
-                let old = rotated(&self.path, 1);
-                let same = std::fs::metadata(&old)
-                    .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.inode);
-                if same {
-                    let path = std::mem::replace(&mut self.path, old);
-                    let rest = self.read_new();
-                    self.path = path;
-                    out.extend(rest?);
-                }
+                out.extend(self.catch_up()?);
             }
             self.pos = 0;
             self.line_no = 0;
@@ -240,6 +235,41 @@ impl Follow {
             out.extend(self.read_new()?);
         }
         Ok(out)
+    }
+
+    /// After a rotation: the rest of the file being read, wherever it moved
+    /// among `PATH.1` … `PATH.N`, and every file rotated after it.
+    #[cfg(unix)]
+    fn catch_up(&mut self) -> Result<Vec<Event>, EventLogError> {
+        use std::os::unix::fs::MetadataExt;
+        let current = self.path.clone();
+        let moved_to = (1..)
+            .map(|i| (i, rotated(&current, i)))
+            .map_while(|(i, p)| std::fs::metadata(&p).ok().map(|m| (i, m.ino())))
+            .find(|&(_, ino)| ino == self.inode)
+            .map(|(i, _)| i);
+        let Some(i) = moved_to else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        let mut result = Ok(());
+        for j in (1..=i).rev() {
+            self.path = rotated(&current, j);
+            if j < i {
+                self.pos = 0;
+                self.line_no = 0;
+                self.partial.clear();
+            }
+            match self.read_new() {
+                Ok(events) => out.extend(events),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.path = current;
+        result.map(|()| out)
     }
 
     /// The whole lines of `self.path` past `self.pos`.
@@ -426,6 +456,26 @@ mod tests {
         assert!(kept.len() < all.len());
         assert_eq!(kept[..], all[all.len() - kept.len()..]);
         assert_eq!(followed, all);
+        // A follower that polls rarely still sees every line of the files
+        // kept, however many rotations came between its calls.
+        let dir2 = tempfile::tempdir().unwrap();
+        let path2 = dir2.path().join("events.jsonl");
+        let mut log2 = EventLog::append(&path2, 1, 5).unwrap();
+        let mut follow2 = Follow::new(&path2, true).unwrap();
+        let mut followed2 = Vec::new();
+        let mut all2 = Vec::new();
+        for r in 0..30 {
+            let e = ev(r, r, launched(1));
+            log2.write(std::slice::from_ref(&e)).unwrap();
+            all2.push(e);
+            // Every line rotates; four rotations between calls.
+            if r % 4 == 3 {
+                followed2.extend(follow2.poll().unwrap());
+            }
+        }
+        followed2.extend(follow2.poll().unwrap());
+        assert!(rotated(&path2, 3).exists(), "several rotations");
+        assert_eq!(followed2, all2);
         // An appended-to log keeps what it had.
         drop(log);
         let mut log = EventLog::append(&path, 1 << 20, 2).unwrap();

@@ -59,6 +59,16 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
+    if !path.exists() && a.follow {
+        // As `tail -F`: the scheduler writes its log from its first round.
+        eprintln!(
+            "blox events: {} is not there yet; waiting for it (Ctrl-C to stop)",
+            path.display()
+        );
+        while !path.exists() {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
     if !path.exists() {
         anyhow::bail!(
             "{}: no event log here (the scheduler writes `[runtime] events`, by default events.jsonl beside its job table; `blox sim --out DIR` writes DIR/events.jsonl)",
