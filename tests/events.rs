@@ -9,7 +9,8 @@ use blox_core::round::events::{Event, What};
 use shared::{blox_err, blox_ok};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 const BLOX: &str = env!("CARGO_BIN_EXE_blox");
@@ -110,6 +111,25 @@ fn a_simulations_event_log_agrees_with_its_job_table_and_tells_runs_apart() {
     );
 }
 
+/// `blox events --follow --json PATH`, its stdout's lines sent as they come.
+fn follow(path: &std::path::Path) -> (Child, Receiver<String>) {
+    let mut child = Command::new(BLOX)
+        .args(["events", "--follow", "--json"])
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
 #[test]
 fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,20 +153,7 @@ fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
         "{out}"
     );
 
-    let mut child = Command::new(BLOX)
-        .args(["events", "--follow", "--json"])
-        .arg(&path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = follow(&path);
     let mut seen: Vec<Event> = Vec::new();
     let next = |seen: &mut Vec<Event>, want: usize| {
         let t = Instant::now();
@@ -173,20 +180,7 @@ fn follow_prints_what_is_appended_across_rotations_and_config_finds_the_log() {
 fn follow_waits_for_a_log_that_is_not_there_yet() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("later").join("events.jsonl");
-    let mut child = Command::new(BLOX)
-        .args(["events", "--follow", "--json"])
-        .arg(&path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let (mut child, rx) = follow(&path);
     std::thread::sleep(Duration::from_millis(600));
     assert!(
         child.try_wait().unwrap().is_none(),

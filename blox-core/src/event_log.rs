@@ -436,20 +436,36 @@ mod tests {
         }
     }
 
+    /// Writes `n` events, one a round, to a log rotated past `max_bytes`
+    /// with `keep` files, polling a follower every `poll_every` rounds and
+    /// once at the end: (the log, the events written, those followed).
+    fn write_and_follow(
+        path: &Path,
+        max_bytes: u64,
+        keep: u32,
+        n: u64,
+        poll_every: u64,
+    ) -> (EventLog, Vec<Event>, Vec<Event>) {
+        let mut log = EventLog::append(path, max_bytes, keep).unwrap();
+        let mut follow = Follow::new(path, true).unwrap();
+        let (mut all, mut followed) = (Vec::new(), Vec::new());
+        for r in 0..n {
+            let e = ev(r, r, launched(2));
+            log.write(std::slice::from_ref(&e)).unwrap();
+            all.push(e);
+            if r % poll_every == poll_every - 1 {
+                followed.extend(follow.poll().unwrap());
+            }
+        }
+        followed.extend(follow.poll().unwrap());
+        (log, all, followed)
+    }
+
     #[test]
     fn a_log_reads_back_across_rotations_and_a_follower_sees_every_line_once() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
-        let mut log = EventLog::append(&path, 400, 2).unwrap();
-        let mut follow = Follow::new(&path, true).unwrap();
-        let mut followed = Vec::new();
-        let mut all = Vec::new();
-        for r in 0..40 {
-            let e = ev(r, r, launched(2));
-            log.write(std::slice::from_ref(&e)).unwrap();
-            all.push(e);
-            followed.extend(follow.poll().unwrap());
-        }
+        let (log, all, followed) = write_and_follow(&path, 400, 2, 40, 1);
         // Rotated: at most PATH, PATH.1, PATH.2, each near the limit.
         assert!(rotated(&path, 2).exists() && !rotated(&path, 3).exists());
         let kept = read(&path, true).unwrap();
@@ -457,24 +473,12 @@ mod tests {
         assert_eq!(kept[..], all[all.len() - kept.len()..]);
         assert_eq!(followed, all);
         // A follower that polls rarely still sees every line of the files
-        // kept, however many rotations came between its calls.
+        // kept, however many rotations came between its calls: here every
+        // line rotates, four times between calls.
         let dir2 = tempfile::tempdir().unwrap();
         let path2 = dir2.path().join("events.jsonl");
-        let mut log2 = EventLog::append(&path2, 1, 5).unwrap();
-        let mut follow2 = Follow::new(&path2, true).unwrap();
-        let mut followed2 = Vec::new();
-        let mut all2 = Vec::new();
-        for r in 0..30 {
-            let e = ev(r, r, launched(1));
-            log2.write(std::slice::from_ref(&e)).unwrap();
-            all2.push(e);
-            // Every line rotates; four rotations between calls.
-            if r % 4 == 3 {
-                followed2.extend(follow2.poll().unwrap());
-            }
-        }
-        followed2.extend(follow2.poll().unwrap());
-        assert!(rotated(&path2, 3).exists(), "several rotations");
+        let (_, all2, followed2) = write_and_follow(&path2, 1, 5, 30, 4);
+        assert!(rotated(&path2, 5).exists(), "several rotations");
         assert_eq!(followed2, all2);
         // An appended-to log keeps what it had.
         drop(log);
