@@ -223,16 +223,15 @@ impl Follow {
             if replaced {
                 out.extend(self.catch_up()?);
             }
-            self.pos = 0;
-            self.line_no = 0;
-            self.partial.clear();
+            self.restart();
             #[cfg(unix)]
             {
                 self.inode = std::os::unix::fs::MetadataExt::ino(&meta);
             }
         }
         if meta.len() > self.pos {
-            out.extend(self.read_new()?);
+            let path = self.path.clone();
+            out.extend(self.read_new(&path)?);
         }
         Ok(out)
     }
@@ -242,42 +241,35 @@ impl Follow {
     #[cfg(unix)]
     fn catch_up(&mut self) -> Result<Vec<Event>, EventLogError> {
         use std::os::unix::fs::MetadataExt;
-        let current = self.path.clone();
         let moved_to = (1..)
-            .map(|i| (i, rotated(&current, i)))
+            .map(|i| (i, rotated(&self.path, i)))
             .map_while(|(i, p)| std::fs::metadata(&p).ok().map(|m| (i, m.ino())))
             .find(|&(_, ino)| ino == self.inode)
             .map(|(i, _)| i);
-        let Some(i) = moved_to else {
-            return Ok(Vec::new());
-        };
         let mut out = Vec::new();
-        let mut result = Ok(());
-        for j in (1..=i).rev() {
-            self.path = rotated(&current, j);
-            if j < i {
-                self.pos = 0;
-                self.line_no = 0;
-                self.partial.clear();
+        for j in (1..=moved_to.unwrap_or(0)).rev() {
+            if Some(j) != moved_to {
+                self.restart();
             }
-            match self.read_new() {
-                Ok(events) => out.extend(events),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
+            out.extend(self.read_new(&rotated(&self.path, j))?);
         }
-        self.path = current;
-        result.map(|()| out)
+        Ok(out)
     }
 
-    /// The whole lines of `self.path` past `self.pos`.
-    fn read_new(&mut self) -> Result<Vec<Event>, EventLogError> {
-        let mut f = File::open(&self.path).map_err(io(&self.path))?;
-        f.seek(SeekFrom::Start(self.pos)).map_err(io(&self.path))?;
+    /// Reads the next file from its start.
+    fn restart(&mut self) {
+        self.pos = 0;
+        self.line_no = 0;
+        self.partial.clear();
+    }
+
+    /// The whole lines of `path` (the followed file, or where it moved) past
+    /// `self.pos`.
+    fn read_new(&mut self, path: &Path) -> Result<Vec<Event>, EventLogError> {
+        let mut f = File::open(path).map_err(io(path))?;
+        f.seek(SeekFrom::Start(self.pos)).map_err(io(path))?;
         let mut buf = String::new();
-        let n = f.read_to_string(&mut buf).map_err(io(&self.path))?;
+        let n = f.read_to_string(&mut buf).map_err(io(path))?;
         self.pos += n as u64;
         self.partial.push_str(&buf);
         let mut out = Vec::new();
@@ -285,7 +277,7 @@ impl Follow {
             let line: String = self.partial.drain(..=i).collect();
             self.line_no += 1;
             if !line.trim().is_empty() {
-                out.push(parse(&self.path, self.line_no, line.trim_end())?);
+                out.push(parse(path, self.line_no, line.trim_end())?);
             }
         }
         Ok(out)

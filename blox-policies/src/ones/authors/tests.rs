@@ -29,10 +29,13 @@ fn report(state: &JobState, id: u64, epochs: f64, per_gpu: f64) {
     m.set(JobId(id), "max_batch_size", 1.0e6);
 }
 
+/// Job `id`'s entry in `s`, if it has one.
+fn entry(s: &Schedule, id: u64) -> Option<&Demand> {
+    s.entries.iter().find(|d| d.job == JobId(id))
+}
+
 fn gpus_of(s: &Schedule, id: u64) -> Vec<GpuId> {
-    s.entries
-        .iter()
-        .find(|d| d.job == JobId(id))
+    entry(s, id)
         .map(|d| {
             let mut g = d.gpu_ids.clone().unwrap();
             g.sort();
@@ -315,12 +318,7 @@ fn the_submitted_batch_rule_keeps_the_global_batch_at_any_gpu_count() {
     let run = |batch| {
         let mut ones = Ones::new(OnesParams { batch, ..params() }).unwrap();
         let s = ones.schedule(&info(60.0), &state, &cluster);
-        let d = s
-            .entries
-            .iter()
-            .find(|d| d.job == JobId(1))
-            .cloned()
-            .unwrap();
+        let d = entry(&s, 1).unwrap();
         (d.gpus, d.batch_size)
     };
     // ONES's rule: one GPU at the submitted per-GPU batch.
