@@ -99,6 +99,124 @@ pub struct JobSpec {
     /// shell); empty for simulated jobs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// What a scheduler may change about the job (default: anything).
+    #[serde(default, skip_serializing_if = "Elasticity::is_default")]
+    pub elasticity: Elasticity,
+}
+
+/// How far a scheduler may adapt a job (Sia, SOSP'23, §3.3 "support for
+/// limited adaptivity"; hybrid-parallel jobs, §5.3). The round loop refuses a
+/// decision that breaks it, naming the policy; policies that cannot honour a
+/// job's constraints refuse it before a simulation starts
+/// ([`crate::SchedulingPolicy::accepts`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elasticity {
+    pub adaptivity: Adaptivity,
+    /// Fewest GPUs the job can run on (0: no minimum beyond one replica).
+    #[serde(default)]
+    pub min_gpus: u32,
+    /// GPU types it can run on (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_types: Vec<String>,
+    /// GPUs one data-parallel replica spans, by GPU type (a pipeline's
+    /// stages); its GPU count there must be a multiple. Types not listed: 1.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub replica_gpus: std::collections::BTreeMap<String, u32>,
+}
+
+/// What may change: GPU count and batch size, GPU count alone, or neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Adaptivity {
+    /// GPU count, GPU type and batch size may all change.
+    #[default]
+    Adaptive,
+    /// GPU count and type may change; the global batch stays the submitted one.
+    StrongScaling,
+    /// Exactly the requested GPUs at the submitted batch; only the GPU type
+    /// may change.
+    Rigid,
+}
+
+impl Adaptivity {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Adaptivity::Adaptive => "adaptive",
+            Adaptivity::StrongScaling => "strong-scaling",
+            Adaptivity::Rigid => "rigid",
+        }
+    }
+}
+
+impl std::str::FromStr for Adaptivity {
+    type Err = String;
+
+    /// `adaptive`, `strong-scaling` (or the Sia artifact's `scale-gpus`), `rigid`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "adaptive" | "" => Ok(Adaptivity::Adaptive),
+            "strong-scaling" | "scale-gpus" => Ok(Adaptivity::StrongScaling),
+            "rigid" => Ok(Adaptivity::Rigid),
+            other => Err(format!(
+                "unknown job category `{other}`; expected adaptive, strong-scaling (or scale-gpus) or rigid"
+            )),
+        }
+    }
+}
+
+impl Elasticity {
+    pub fn is_default(&self) -> bool {
+        *self == Elasticity::default()
+    }
+
+    /// GPUs one replica spans on `gpu_type`.
+    pub fn replica_gpus_on(&self, gpu_type: &str) -> u32 {
+        self.replica_gpus.get(gpu_type).copied().unwrap_or(1).max(1)
+    }
+
+    /// Whether the job may run on `gpu_type`.
+    pub fn allows_type(&self, gpu_type: &str) -> bool {
+        self.gpu_types.is_empty() || self.gpu_types.iter().any(|t| t == gpu_type)
+    }
+
+    /// Why `gpus` GPUs of `gpu_type` break the constraints of a job that asked
+    /// for `requested`, if they do.
+    pub fn violation(&self, requested: u32, gpus: u32, gpu_type: &str) -> Option<String> {
+        if !self.allows_type(gpu_type) {
+            return Some(format!(
+                "it runs only on {}, not on `{gpu_type}`",
+                self.gpu_types.join(", ")
+            ));
+        }
+        if self.adaptivity == Adaptivity::Rigid && gpus != requested {
+            return Some(format!("it is rigid at {requested} GPUs, not {gpus}"));
+        }
+        if gpus < self.min_gpus {
+            return Some(format!(
+                "it needs at least {} GPUs, not {gpus}",
+                self.min_gpus
+            ));
+        }
+        let unit = self.replica_gpus_on(gpu_type);
+        if !gpus.is_multiple_of(unit) {
+            return Some(format!(
+                "one replica spans {unit} GPUs of `{gpu_type}`, so {gpus} is not a whole number of replicas"
+            ));
+        }
+        None
+    }
+
+    /// True when running the job at exactly its requested GPU count on any
+    /// GPU type honours every constraint (what a policy that never resizes
+    /// jobs and ignores GPU types can promise).
+    pub fn fits_fixed_count_anywhere(&self, requested: u32) -> bool {
+        self.gpu_types.is_empty()
+            && requested >= self.min_gpus
+            && self
+                .replica_gpus
+                .values()
+                .all(|u| requested.is_multiple_of((*u).max(1)))
+    }
 }
 
 impl JobSpec {
@@ -115,6 +233,7 @@ impl JobSpec {
             expected_duration_s: None,
             metrics: Default::default(),
             command: Vec::new(),
+            elasticity: Elasticity::default(),
         }
     }
 

@@ -19,8 +19,9 @@ pub mod walk;
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{Config, ConfigError, ModuleConfig, Override, RunConfig, Section};
 pub use ids::{GpuId, JobId, NodeId};
-pub use job::{Job, JobSpec, JobStatus};
+pub use job::{Adaptivity, Elasticity, Job, JobSpec, JobStatus};
 pub use job_state::{JobMetrics, JobState, MetricStore};
+pub use module::{accepts_resizable, describe as describe_elasticity};
 pub use module::{
     AdmissionDecision, AdmissionPolicy, Assignment, Backend, BackendError, ClusterEvent,
     ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,

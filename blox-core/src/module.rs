@@ -178,6 +178,67 @@ impl Schedule {
 /// Scheduling policy: who runs, in which order, with how many GPUs and which batch.
 pub trait SchedulingPolicy: Send {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule;
+
+    /// Whether the policy schedules `job` within its [`crate::Elasticity`]
+    /// (checked for a whole trace before a simulation starts); `Err` says
+    /// why not. The default suits policies that run every job at exactly its
+    /// requested GPU count on any GPU type: they accept rigid jobs and jobs
+    /// with a minimum, and refuse jobs bound to some GPU types or to
+    /// multi-GPU replicas that the requested count does not fit. A policy
+    /// that resizes jobs or chooses GPU types says what it honours.
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        if job.elasticity.fits_fixed_count_anywhere(job.requested_gpus) {
+            Ok(())
+        } else {
+            Err(format!(
+                "it runs jobs at their requested GPU count on any GPU type, which breaks the constraints of {} ({})",
+                job.name,
+                describe(&job.elasticity)
+            ))
+        }
+    }
+}
+
+/// A job's constraints in words (for errors).
+pub fn describe(e: &crate::Elasticity) -> String {
+    let mut parts = vec![e.adaptivity.as_str().to_string()];
+    if e.min_gpus > 1 {
+        parts.push(format!("at least {} GPUs", e.min_gpus));
+    }
+    if !e.gpu_types.is_empty() {
+        parts.push(format!("only on {}", e.gpu_types.join(", ")));
+    }
+    for (t, u) in &e.replica_gpus {
+        if *u > 1 {
+            parts.push(format!("replicas of {u} GPUs on {t}"));
+        }
+    }
+    parts.join(", ")
+}
+
+/// [`SchedulingPolicy::accepts`] for a policy that may change a job's GPU
+/// count (and, if `changes_batch`, its batch size) but runs every job on any
+/// GPU type: adaptive jobs only (strong-scaling ones too when the batch stays),
+/// with no minimum, GPU type or replica constraint.
+pub fn accepts_resizable(job: &JobSpec, policy: &str, changes_batch: bool) -> Result<(), String> {
+    let e = &job.elasticity;
+    let ok = match e.adaptivity {
+        crate::Adaptivity::Adaptive => true,
+        crate::Adaptivity::StrongScaling => !changes_batch,
+        crate::Adaptivity::Rigid => false,
+    } && e.min_gpus <= 1
+        && e.gpu_types.is_empty()
+        && e.replica_gpus.values().all(|u| *u <= 1);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{policy}` resizes jobs{} on any GPU type, which breaks the constraints of {} ({}); schedule it with `sia`, or with a policy that keeps requested GPU counts",
+            if changes_batch { " and their batch sizes" } else { "" },
+            job.name,
+            describe(e)
+        ))
+    }
 }
 
 /// A job's new allocation.

@@ -28,6 +28,18 @@ pub struct PolluxAgent {
     params: Option<ThroughputParams>,
     grad: Option<GradStats>,
     fits: u32,
+    /// The GPU type the job runs on ("" until told: one model for all GPUs).
+    gpu_type: String,
+    /// The profile, fit and limits of every other type it has run on
+    /// (heterogeneous clusters, Sia §3.2: one throughput model per type).
+    other_types: BTreeMap<String, TypeFit>,
+}
+
+/// What the agent knows of one GPU type.
+#[derive(Clone, Debug, Default)]
+struct TypeFit {
+    profile: BTreeMap<(u32, u32, u32), (f64, f64)>,
+    params: Option<ThroughputParams>,
 }
 
 impl PolluxAgent {
@@ -41,7 +53,60 @@ impl PolluxAgent {
             params: None,
             grad: None,
             fits: 0,
+            gpu_type: String::new(),
+            other_types: BTreeMap::new(),
         }
+    }
+
+    /// The job now runs on `gpu_type`, whose atomic batch limits are `limits`:
+    /// observations and batch choices use that type's own profile and fit
+    /// from now on (a type it ran on before gets its fit back).
+    pub fn set_gpu_type(&mut self, gpu_type: &str, limits: AppLimits) {
+        if gpu_type != self.gpu_type {
+            let old = TypeFit {
+                profile: std::mem::take(&mut self.profile),
+                params: self.params.take(),
+            };
+            let prev = std::mem::replace(&mut self.gpu_type, gpu_type.to_string());
+            if !prev.is_empty() || !old.profile.is_empty() {
+                self.other_types.insert(prev, old);
+            }
+            let back = self.other_types.remove(gpu_type).unwrap_or_default();
+            self.profile = back.profile;
+            self.params = back.params;
+        }
+        self.limits = limits;
+    }
+
+    /// The type set by [`Self::set_gpu_type`] ("" if never set).
+    pub fn gpu_type(&self) -> &str {
+        &self.gpu_type
+    }
+
+    /// Per-type fits as `pollux.<type>.*` job metrics (θ_sys and the largest
+    /// replica count profiled there), for every type the job has run on;
+    /// empty until a type is set.
+    pub fn typed_metrics(&self) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        if self.gpu_type.is_empty() {
+            return out;
+        }
+        let current = (self.gpu_type.as_str(), &self.profile, &self.params);
+        let others = self
+            .other_types
+            .iter()
+            .filter(|(t, _)| !t.is_empty())
+            .map(|(t, f)| (t.as_str(), &f.profile, &f.params));
+        for (t, profile, params) in std::iter::once(current).chain(others) {
+            let r = profile.keys().map(|k| k.1).max().unwrap_or(0);
+            out.push((format!("pollux.{t}.max_profiled_replicas"), r as f64));
+            if let Some(p) = params {
+                for (k, v) in PARAM_NAMES.iter().zip(p.to_array()) {
+                    out.push((format!("pollux.{t}.{k}"), v));
+                }
+            }
+        }
+        out
     }
 
     /// Records a measured step at `n` nodes, `r` replicas and atomic batch `b`.
@@ -71,6 +136,11 @@ impl PolluxAgent {
     /// Records the gradient statistics of the current epoch and batch size.
     pub fn record_grad(&mut self, grad: GradStats) {
         self.grad = Some(grad);
+    }
+
+    /// The gradient statistics last recorded.
+    pub fn grad(&self) -> Option<GradStats> {
+        self.grad
     }
 
     pub fn params(&self) -> Option<ThroughputParams> {
@@ -133,6 +203,26 @@ pub struct AgentReport {
     pub max_profiled_replicas: u32,
     pub replica_cap: Option<u32>,
     pub fixed_batch: Option<u32>,
+}
+
+const PARAM_NAMES: [&str; 7] = [
+    "alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma",
+];
+
+/// A job's fit on one GPU type from its `pollux.<type>.*` metrics
+/// ([`PolluxAgent::typed_metrics`]): θ_sys, if it has run there, and the
+/// largest replica count profiled there (0 if never).
+pub fn typed_fit(
+    get: impl Fn(&str) -> Option<f64>,
+    gpu_type: &str,
+) -> (Option<ThroughputParams>, u32) {
+    let v: Option<Vec<f64>> = PARAM_NAMES
+        .iter()
+        .map(|k| get(&format!("pollux.{gpu_type}.{k}")))
+        .collect();
+    let params = v.map(|v| ThroughputParams::from_array(std::array::from_fn(|i| v[i])));
+    let r = get(&format!("pollux.{gpu_type}.max_profiled_replicas")).unwrap_or(0.0);
+    (params, r.max(0.0) as u32)
 }
 
 const PARAM_KEYS: [&str; 7] = [
@@ -252,6 +342,42 @@ mod tests {
         let back = AgentReport::from_metrics(|k| m.get(k).copied()).unwrap();
         assert_eq!(back, r);
         assert!(back.model().is_some());
+    }
+
+    #[test]
+    fn each_gpu_type_keeps_its_own_fit() {
+        let mut a = PolluxAgent::new(limits());
+        a.set_gpu_type("fast", limits());
+        a.observe(1, 1, 128, 0.1, 0.01);
+        a.observe(1, 2, 128, 0.12, 0.02);
+        let fast = a.params().unwrap();
+        a.set_gpu_type(
+            "slow",
+            AppLimits {
+                bmax: 256,
+                ..limits()
+            },
+        );
+        assert!(a.params().is_none(), "a new type starts without a fit");
+        assert_eq!(a.max_profiled_replicas(), 0);
+        a.observe(1, 1, 128, 0.4, 0.01);
+        assert_eq!(a.limits.bmax, 256);
+        a.set_gpu_type("fast", limits());
+        assert_eq!(a.params(), Some(fast), "the fast type's fit comes back");
+        let m: BTreeMap<String, f64> = a.typed_metrics().into_iter().collect();
+        let (p, r) = typed_fit(|k| m.get(k).copied(), "fast");
+        assert_eq!((p, r), (Some(fast), 2));
+        let (p, r) = typed_fit(|k| m.get(k).copied(), "slow");
+        assert!(p.is_some());
+        assert_eq!(r, 1);
+        assert_eq!(typed_fit(|k| m.get(k).copied(), "other"), (None, 0));
+    }
+
+    #[test]
+    fn an_untyped_agent_reports_no_typed_metrics() {
+        let mut a = PolluxAgent::new(limits());
+        a.observe(1, 1, 128, 0.2, 0.01);
+        assert!(a.typed_metrics().is_empty());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - [`profile`]: the Pollux artifact's measured per-application profiles
 //!   (step times by placement, training curves by batch size), the ground truth
 //!   of the simulator and of oracle baselines.
+//! - [`typed`]: the same per GPU type (Sia, SOSP'23): one profile per
+//!   (model, type), shared training curves, per-model calibration.
 //!
 //! Pure `f64` arithmetic; no dependency beyond a CSV reader.
 
@@ -18,8 +20,12 @@ pub mod agent;
 pub mod fit;
 pub mod model;
 pub mod profile;
+pub mod typed;
 
-pub use agent::{AgentReport, PolluxAgent};
+pub use agent::{typed_fit, AgentReport, PolluxAgent};
 pub use fit::{fit_throughput, Observation};
 pub use model::{AppLimits, BatchConfig, GoodputModel, GradStats, ThroughputParams};
-pub use profile::{canonical_placement, profiles_beside, AppProfile, ProfileCache, ProfileError};
+pub use profile::{
+    canonical_placement, profiles_beside, AppProfile, Pipeline, ProfileCache, ProfileError,
+};
+pub use typed::{TypedCache, TypedProfiles};

@@ -246,6 +246,33 @@ impl GoodputModel {
         (self.goodput(n, r, b, s), cfg)
     }
 
+    /// Goodput of the configuration realised for the global batch `m` (the
+    /// fixed-batch rule's split; 0 outside `[bmin, bmax]`): a job whose batch
+    /// may not change (strong scaling, Sia §3.3).
+    pub fn at_batch(&self, n: u32, r: u32, m: f64) -> BestBatch {
+        let (goodput, config) = self.candidate(n, r, m);
+        BestBatch { goodput, config }
+    }
+
+    /// Goodput of a hybrid-parallel job (Sia §5.3, the artifact's
+    /// `GoodputFunctionPMP`): `r` data-parallel replicas of a `stages`-deep
+    /// pipeline on `n` nodes, each running `micro` micro-batches of one sample;
+    /// a step takes `3·((stages − 1) + micro)·(α_c + β_c)` of compute plus the
+    /// all-reduce time of `r` replicas. 0 when the global batch `r·micro`
+    /// exceeds `mmax`. (The artifact multiplies by 100 for its solver's
+    /// numerics; so does this, and every use normalises it away.)
+    pub fn pipeline_goodput(&self, n: u32, r: u32, stages: u32, micro: u32) -> f64 {
+        let m = (r * micro) as f64;
+        if r == 0 || m > self.limits.mmax as f64 {
+            return 0.0;
+        }
+        let fwd = self.params.t_acc(1.0);
+        let compute = 3.0 * ((stages as f64 - 1.0) * fwd + micro as f64 * fwd);
+        let t = compute + self.params.t_net(n, r);
+        let m0 = self.limits.m0 as f64;
+        100.0 * m / t * self.grad.efficiency(m, m0)
+    }
+
     /// The search interval of global batch sizes for `r` replicas.
     fn range(&self, r: u32) -> (f64, f64) {
         let lo = (self.limits.m0 as f64).max(self.limits.bmin as f64 * r as f64);

@@ -122,10 +122,36 @@ pub struct AppProfile {
     by_shape: BTreeMap<(u32, u32), StepCurve>,
     /// Measured replica counts per node count (the keys of `by_shape`).
     shapes: BTreeMap<u32, Vec<u32>>,
+    /// Largest atomic batch of each (nodes, replicas) pair of scalability.csv.
+    scalability_bmax: BTreeMap<(u32, u32), u32>,
+    /// Largest atomic batch of placements.csv by replica count (digit sum).
+    placement_bmax_by_replicas: BTreeMap<u32, u32>,
     /// Validation curves by batch size, ascending.
     validation: Vec<(u32, Vec<EpochStats>)>,
     pub limits: AppLimits,
     pub max_epochs: usize,
+    /// The GPU type the step times were measured on; `None` for the Pollux
+    /// artifact's single type (`placements.csv`).
+    pub gpu_type: Option<String>,
+    /// Pipeline-parallel layout on this type (hybrid-parallel jobs, Sia §5.3);
+    /// `None` for data-parallel models.
+    pub pipeline: Option<Pipeline>,
+    /// Factor on the true progress rate that calibrates simulated runs to
+    /// measured ones (Sia's simulator divides by a per-model slowdown); 1 for
+    /// the Pollux artifact.
+    pub calibration: f64,
+    /// Checkpoint-restore delay of every (re)allocation, seconds, when the
+    /// profile set gives one per model (Sia's `applications.csv`).
+    pub restart_s: Option<f64>,
+}
+
+/// A hybrid pipeline/data-parallel layout (Sia §5.3, GPipe schedule): every
+/// data-parallel replica spans `stages` GPUs and runs `microbatches`
+/// micro-batches of one sample per step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pipeline {
+    pub stages: u32,
+    pub microbatches: u32,
 }
 
 /// Rotation-canonical placement code: `(4,1,2) → 124`, `(4,2,1) → 142`.
@@ -137,6 +163,16 @@ pub fn canonical_placement(per_node: &[u32]) -> u64 {
         .unwrap_or_default()
         .iter()
         .fold(0u64, |acc, d| acc * 10 + *d as u64)
+}
+
+/// The replicas of a placement code (its digit sum).
+fn digit_sum(mut code: u64) -> u32 {
+    let mut s = 0;
+    while code > 0 {
+        s += (code % 10) as u32;
+        code /= 10;
+    }
+    s
 }
 
 /// Linear interpolation of a step curve at `b`; `None` outside its range.
@@ -165,10 +201,40 @@ fn lerp2(a: (f64, f64), b: (f64, f64), w: f64) -> (f64, f64) {
 impl AppProfile {
     /// Loads `<traces>/<app>/{placements,scalability,validation-*}.csv`.
     pub fn load(traces: &Path, app: &str) -> Result<Self, ProfileError> {
+        let mut p = Self::load_files(traces, app, "placements.csv", "scalability.csv")?;
+        // pollux-data.md §2: yolov3's largest atomic batch is overridden to 8.
+        if app == "yolov3" {
+            p.limits.bmax = p.limits.bmax.min(8);
+        }
+        Ok(p)
+    }
+
+    /// Loads the step times measured on `gpu_type`
+    /// (`<traces>/<app>/{placements,scalability}-<gpu_type>.csv`) with the
+    /// application's shared `validation-*.csv` — the layout of the Sia
+    /// artifact (`data/sia/NOTE.md`). No model-specific override is applied
+    /// here ([`crate::typed`] applies the profile set's own).
+    pub fn load_typed(traces: &Path, app: &str, gpu_type: &str) -> Result<Self, ProfileError> {
+        let mut p = Self::load_files(
+            traces,
+            app,
+            &format!("placements-{gpu_type}.csv"),
+            &format!("scalability-{gpu_type}.csv"),
+        )?;
+        p.gpu_type = Some(gpu_type.to_string());
+        Ok(p)
+    }
+
+    fn load_files(
+        traces: &Path,
+        app: &str,
+        placements_file: &str,
+        scalability_file: &str,
+    ) -> Result<Self, ProfileError> {
         let dir = traces.join(app);
         let mut placements: HashMap<u64, StepCurve> = HashMap::new();
         let t = Table::read(
-            &dir.join("placements.csv"),
+            &dir.join(placements_file),
             &["placement", "local_bsz", "step_time", "sync_time"],
         )?;
         let (mut bmin, mut bmax) = (f64::INFINITY, 0.0f64);
@@ -200,7 +266,7 @@ impl AppProfile {
             ));
         }
         let t = Table::read(
-            &dir.join("scalability.csv"),
+            &dir.join(scalability_file),
             &[
                 "num_nodes",
                 "num_replicas",
@@ -209,18 +275,27 @@ impl AppProfile {
                 "sync_time",
             ],
         )?;
+        let mut scalability_bmax: BTreeMap<(u32, u32), u32> = BTreeMap::new();
         for r in 0..t.rows.len() {
-            by_shape
-                .entry((
-                    t.u64(r, "num_nodes")? as u32,
-                    t.u64(r, "num_replicas")? as u32,
-                ))
-                .or_default()
-                .push((
-                    t.f64(r, "local_bsz")?,
-                    t.f64(r, "step_time")?,
-                    t.f64(r, "sync_time")?,
-                ));
+            let shape = (
+                t.u64(r, "num_nodes")? as u32,
+                t.u64(r, "num_replicas")? as u32,
+            );
+            let b = t.f64(r, "local_bsz")?;
+            let m = scalability_bmax.entry(shape).or_default();
+            *m = (*m).max(b as u32);
+            by_shape.entry(shape).or_default().push((
+                b,
+                t.f64(r, "step_time")?,
+                t.f64(r, "sync_time")?,
+            ));
+        }
+        let mut placement_bmax_by_replicas: BTreeMap<u32, u32> = BTreeMap::new();
+        for (code, c) in &placements {
+            let m = placement_bmax_by_replicas
+                .entry(digit_sum(*code))
+                .or_default();
+            *m = c.iter().fold(*m, |m, x| m.max(x.0 as u32));
         }
         for c in placements.values_mut().chain(by_shape.values_mut()) {
             c.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -273,10 +348,6 @@ impl AppProfile {
                 dir.display()
             )));
         }
-        // pollux-data.md §2: yolov3's largest atomic batch is overridden to 8.
-        if app == "yolov3" {
-            bmax = bmax.min(8.0);
-        }
         let mut shapes: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for &(n, r) in by_shape.keys() {
             shapes.entry(n).or_default().push(r);
@@ -284,6 +355,8 @@ impl AppProfile {
         Ok(AppProfile {
             app: app.to_string(),
             shapes,
+            scalability_bmax,
+            placement_bmax_by_replicas,
             limits: AppLimits {
                 m0: validation[0].0,
                 mmax: validation[validation.len() - 1].0,
@@ -294,6 +367,10 @@ impl AppProfile {
             by_shape,
             validation,
             max_epochs,
+            gpu_type: None,
+            pipeline: None,
+            calibration: 1.0,
+            restart_s: None,
         })
     }
 
@@ -378,21 +455,29 @@ impl AppProfile {
     /// order) at atomic batch `b` (`pollux-data.md` §3.1). `None` where the
     /// measurements do not cover the query.
     ///
-    /// Up to 4 nodes this is the artifact's lookup: the rotation-canonical
-    /// placement's row, linear in `b`. For ≥ 5 nodes the artifact interpolates
-    /// over a 3-D Delaunay tetrahedralisation of (nodes, replicas, b); we
-    /// interpolate on the same points as a grid instead: linear in `b` within a
-    /// measured (nodes, replicas) pair, linear in replicas between the pairs of
-    /// one node count that bracket it, and linear in nodes between the measured
-    /// node counts that bracket `min(n, 16)`, querying each at the same replicas
-    /// per node. Results agree with the artifact's to a few per cent (tested);
-    /// exact agreement would need Qhull's tie-breaking.
+    /// A measured placement (after rotation to its canonical form; every
+    /// placement of up to 4 nodes in the Pollux artifact) is the artifact's
+    /// lookup: that placement's rows, linear in `b`. Other placements (≥ 5
+    /// nodes there; 3 nodes of `rtx` in Sia's) the artifact interpolates over
+    /// a 3-D Delaunay tetrahedralisation of (nodes, replicas, b); we
+    /// interpolate on the same points as a grid instead: linear in `b` within
+    /// a measured (nodes, replicas) pair, linear in replicas between the pairs
+    /// of one node count that bracket it, and linear in nodes between the
+    /// measured node counts that bracket `min(n, 16)`, querying each at the
+    /// same replicas per node. Results agree with the artifact's to a few per
+    /// cent (tested); exact agreement would need Qhull's tie-breaking.
+    ///
+    /// A pipeline-parallel profile ([`Pipeline`]) answers only for measured
+    /// placements, with `b` the samples of one replica's step (see
+    /// [`Self::pipeline_step_time`]).
     pub fn step_time(&self, per_node: &[u32], b: f64) -> Option<(f64, f64)> {
         if per_node.is_empty() {
             return None;
         }
-        if per_node.len() <= 4 {
-            let curve = self.placements.get(&canonical_placement(per_node))?;
+        if let Some(p) = self.pipeline {
+            return self.pipeline_step_time(p, per_node, b);
+        }
+        if let Some(curve) = self.placements.get(&canonical_placement(per_node)) {
             return interp_curve(curve, b);
         }
         let r: u32 = per_node.iter().sum();
@@ -408,18 +493,37 @@ impl AppProfile {
         Some(lerp2(a, c, (n - lo) as f64 / (hi - lo) as f64))
     }
 
+    /// A GPipe step of a pipeline-parallel job (Sia artifact,
+    /// `PMPApplication`): `local` samples per data-parallel replica are
+    /// `microbatches` micro-batches of `local / microbatches`; the measured
+    /// `step_time` of that micro-batch size is one stage's forward pass `f`,
+    /// and a step takes `3·((stages − 1)·f + microbatches·f)` of compute
+    /// (forward and twice as long backward, with the pipeline's fill) plus
+    /// the measured synchronisation. Returns (compute, sync): the step has no
+    /// separate accumulation micro-steps.
+    fn pipeline_step_time(&self, p: Pipeline, per_node: &[u32], local: f64) -> Option<(f64, f64)> {
+        let curve = self.placements.get(&canonical_placement(per_node))?;
+        let micro = (local / p.microbatches.max(1) as f64).floor();
+        let &(_, fwd, sync) = curve.iter().find(|c| c.0 == micro)?;
+        let compute = 3.0 * ((p.stages as f64 - 1.0) * fwd + p.microbatches as f64 * fwd);
+        Some((compute, sync))
+    }
+
     /// [`Self::step_time`], falling back to the nearest measured point where the
     /// query leaves the measurements (the artifact aborts there; the shipped
     /// experiments never get there, other workloads might): `b` clamped to the
-    /// placement's measured range, or for ≥ 5 nodes the measured (nodes,
-    /// replicas) pair closest to the query.
+    /// placement's measured range, or for an unmeasured placement the measured
+    /// (nodes, replicas) pair closest to the query.
     pub fn step_time_or_nearest(&self, per_node: &[u32], b: f64) -> Option<(f64, f64)> {
         if let Some(t) = self.step_time(per_node, b) {
             return Some(t);
         }
+        if self.pipeline.is_some() {
+            return None;
+        }
         let clamp = |c: &StepCurve| interp_curve(c, b.clamp(c[0].0, c[c.len() - 1].0));
-        if per_node.len() <= 4 {
-            return clamp(self.placements.get(&canonical_placement(per_node))?);
+        if let Some(curve) = self.placements.get(&canonical_placement(per_node)) {
+            return clamp(curve);
         }
         let r: u32 = per_node.iter().sum();
         let n = (per_node.len() as u32).min(16);
@@ -428,6 +532,44 @@ impl AppProfile {
             .keys()
             .min_by_key(|(k, x)| (k.abs_diff(n), x.abs_diff(r)))?;
         clamp(&self.by_shape[key])
+    }
+
+    /// The largest atomic batch measured for a placement (Sia artifact,
+    /// `get_max_local_bsz`): the measured placement's largest, or for an
+    /// unmeasured one the largest of the scalability rows with at least as
+    /// many nodes and replicas. `None` when nothing is measured there.
+    pub fn max_atomic_for(&self, per_node: &[u32]) -> Option<u32> {
+        if let Some(c) = self.placements.get(&canonical_placement(per_node)) {
+            return c.last().map(|x| x.0 as u32);
+        }
+        let (n, r) = (per_node.len() as u32, per_node.iter().sum::<u32>());
+        self.scalability_bmax
+            .iter()
+            .filter(|((k, x), _)| *k >= n && *x >= r)
+            .map(|(_, b)| *b)
+            .max()
+    }
+
+    /// The largest atomic batch measured at `r` replicas on any placement of
+    /// up to the measured node counts (the Sia artifact's memory check), if
+    /// any placement of `r` replicas is measured.
+    pub fn max_atomic_at_replicas(&self, r: u32) -> Option<u32> {
+        self.placement_bmax_by_replicas.get(&r).copied()
+    }
+
+    /// Samples per second of one replica (one pipeline for a hybrid-parallel
+    /// model) at its largest measured batch: the "atomic throughput" the Sia
+    /// artifact compares GPU types by (largest measured batch over largest
+    /// measured step time of the one-replica rows).
+    pub fn atomic_throughput(&self) -> Option<f64> {
+        let unit = self.pipeline.map_or(1, |p| p.stages);
+        let rows = self
+            .placements
+            .iter()
+            .filter(|(code, _)| digit_sum(**code) == unit)
+            .flat_map(|(_, c)| c.iter());
+        let (b, t) = rows.fold((0.0f64, 0.0f64), |(b, t), x| (b.max(x.0), t.max(x.1)));
+        (b > 0.0 && t > 0.0).then_some(b / t)
     }
 
     /// Step time at `k` nodes and (possibly fractional) `r` replicas, linear in
@@ -459,15 +601,27 @@ impl AppProfile {
     }
 }
 
-/// Where the Pollux artifact keeps the profiles of a workload file: the
-/// `traces/` folder beside the workload's folder (`…/workloads/workload-1.csv`
-/// → `…/traces/`).
+/// Where the artifacts keep the profiles of a workload file: the `traces/`
+/// folder beside the workload's folder (Pollux: `…/workloads/workload-1.csv`
+/// → `…/traces/`), or beside the folder of workload families (Sia:
+/// `…/workloads/philly/workload-1.csv` → `…/traces/`): the nearest such
+/// folder up the path, else the first.
 pub fn profiles_beside(workload: &Path) -> PathBuf {
-    workload
+    let first = workload
         .parent()
         .and_then(|p| p.parent())
         .map(|p| p.join("traces"))
-        .unwrap_or_else(|| PathBuf::from("traces"))
+        .unwrap_or_else(|| PathBuf::from("traces"));
+    if first.is_dir() {
+        return first;
+    }
+    workload
+        .ancestors()
+        .skip(2)
+        .take(3)
+        .map(|p| p.join("traces"))
+        .find(|t| t.is_dir())
+        .unwrap_or(first)
 }
 
 /// Profiles by application, loaded on first use and shared.

@@ -8,7 +8,7 @@
 //! | kind | names |
 //! |---|---|
 //! | admission | `accept-all`, `load-based`, `quota` |
-//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]), `ones` (in [`ones`]) |
+//! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]), `ones` (in [`ones`]), `sia` (in [`sia`]) |
 //! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
@@ -22,6 +22,7 @@ pub mod placement;
 pub mod pollux;
 mod profiles;
 pub mod scheduling;
+pub mod sia;
 
 #[cfg(test)]
 pub(crate) mod test_util;

@@ -72,10 +72,11 @@ impl Simulation {
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
         let sim = SimConfig::from_section(&cfg.section("sim"))?;
         let section = cfg.section("workload");
-        let jobs = workload::load(&section, cfg.run.seed)?;
+        let cluster = cfg.cluster_state()?;
+        let jobs = workload::load_for(&section, cfg.run.seed, Some(&cluster))?;
         let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
-        let mut s = Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)?;
+        let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
         s.backend = s.backend.with_host_profiles(host);
         if let Some(synth) = synth {
             // Name the starting policies the way the synthesizer names its
@@ -103,6 +104,14 @@ impl Simulation {
         jobs: Vec<SimJob>,
     ) -> Result<Self, SimError> {
         check_jobs(&jobs)?;
+        for j in &jobs {
+            if let Err(why) = policies.scheduling.accepts(&j.spec) {
+                return Err(SimError::Workload(WorkloadError::Invalid(format!(
+                    "scheduling policy `{}` refuses job {} ({}): {why}",
+                    policies.names.1, j.spec.id, j.spec.name
+                ))));
+            }
+        }
         let tracked_total = match run.track_jobs {
             Some([a, b]) => jobs
                 .iter()

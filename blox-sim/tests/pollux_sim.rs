@@ -28,6 +28,7 @@ fn job(id: u64, arrival: f64, gpus: u32, app: &Arc<AppProfile>, agent: BatchAgen
         work: WorkModel::Profile {
             app: app.clone(),
             agent,
+            types: None,
         },
     }
 }

@@ -125,6 +125,29 @@ impl RoundLoop {
             if !launched.insert(a.job) {
                 return Err(bad(format!("launches {} twice", a.job)));
             }
+            let e = &job.spec.elasticity;
+            if !e.is_default() {
+                let mut types: Vec<&str> = a
+                    .gpus
+                    .iter()
+                    .filter_map(|g| self.cluster.gpu(*g))
+                    .map(|g| self.cluster.nodes()[g.node.index()].spec.gpu_type.as_str())
+                    .collect();
+                types.sort_unstable();
+                types.dedup();
+                let n = a.gpus.len() as u32;
+                let why = match types[..] {
+                    [t] => e.violation(job.requested_gpus(), n, t),
+                    _ if !e.gpu_types.is_empty() || !e.replica_gpus.is_empty() => Some(format!(
+                        "it spans GPU types {} but is bound to types or multi-GPU replicas",
+                        types.join(", ")
+                    )),
+                    _ => e.violation(job.requested_gpus(), n, ""),
+                };
+                if let Some(why) = why {
+                    return Err(bad(format!("launches {} on {n} GPUs, but {why}", a.job)));
+                }
+            }
         }
         let keeps = |holder: JobId| !releasing.contains(&holder) && !launched.contains(&holder);
         // Host CPUs and memory on every node a launch uses, after the

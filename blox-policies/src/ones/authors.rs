@@ -490,6 +490,11 @@ impl SchedulingPolicy for Ones {
             terminate: Vec::new(),
         }
     }
+
+    /// ONES resizes jobs and their batch sizes, on any GPU type.
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        accepts_resizable(job, "ones", true)
+    }
 }
 
 #[cfg(test)]

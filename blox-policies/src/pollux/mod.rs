@@ -468,6 +468,11 @@ impl SchedulingPolicy for PolluxSched {
             terminate: Vec::new(),
         }
     }
+
+    /// Pollux resizes jobs and tunes their batch sizes, on any GPU type.
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        accepts_resizable(job, "pollux", true)
+    }
 }
 
 blox_core::register_scheduling!(

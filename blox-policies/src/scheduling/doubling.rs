@@ -539,6 +539,11 @@ impl SchedulingPolicy for Doubling {
             terminate: Vec::new(),
         }
     }
+
+    /// The doubling heuristic resizes jobs at their batch size, on any GPU type.
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        accepts_resizable(job, "doubling", false)
+    }
 }
 
 blox_core::register_scheduling!(

@@ -71,6 +71,10 @@ impl SchedulingPolicy for LossTermination {
         s.terminate.extend(done);
         s
     }
+
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        self.inner.accepts(job)
+    }
 }
 
 blox_core::register_scheduling!(

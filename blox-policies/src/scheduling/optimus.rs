@@ -327,6 +327,11 @@ impl SchedulingPolicy for Optimus {
                 .collect(),
         }
     }
+
+    /// Optimus resizes jobs at their submitted batch size, on any GPU type.
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        accepts_resizable(job, "optimus", false)
+    }
 }
 
 blox_core::register_scheduling!(

@@ -386,6 +386,9 @@ impl MetricCollector for SimBackend {
                     for (k, v) in a.report().to_metrics() {
                         m.set(id, k, v);
                     }
+                    for (k, v) in a.typed_metrics() {
+                        m.set(id, &k, v);
+                    }
                 }
                 if !p.per_node.is_empty() {
                     let r = p.replicas();
@@ -475,8 +478,9 @@ impl JobSource for SimBackend {
                     stopped_at: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
-                        WorkModel::Profile { app, agent } => Some(ProfileRun {
+                        WorkModel::Profile { app, agent, types } => Some(ProfileRun {
                             app: app.clone(),
+                            types: types.clone(),
                             tuner: match *agent {
                                 BatchAgent::Fixed { batch } => Tuner::Fixed(batch),
                                 BatchAgent::Pollux {
@@ -572,6 +576,15 @@ impl LaunchMechanism for SimBackend {
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
         let type_speed = self.speed_factor(job, gpus);
+        let mut held: Vec<&str> = gpus
+            .iter()
+            .filter_map(|g| self.gpu_node.get(g.index()))
+            .filter_map(|n| self.node_type.get(n))
+            .map(|t| t.as_str())
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        let held: Vec<String> = held.into_iter().map(str::to_string).collect();
         let s = self
             .jobs
             .get_mut(&job.id())
@@ -594,6 +607,9 @@ impl LaunchMechanism for SimBackend {
         s.started = true;
         s.type_speed = type_speed;
         if let Some(p) = s.profile.as_mut() {
+            let held: Vec<&str> = held.iter().map(|t| t.as_str()).collect();
+            p.on_types(&held)
+                .map_err(|e| BackendError(format!("{}: {e}", job.id())))?;
             p.type_speed = type_speed;
             p.per_node = per_node;
             match batch_size {

@@ -2,7 +2,8 @@
 //! (linear speedup) and profile-driven jobs (Pollux's goodput model, epoch by
 //! epoch, with the job's own batch-size tuner).
 
-use blox_goodput::{AppProfile, BatchConfig, PolluxAgent};
+use blox_goodput::typed::{sia_fixed_batch, FixedRule};
+use blox_goodput::{AppLimits, AppProfile, BatchConfig, GoodputModel, PolluxAgent, TypedProfiles};
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -26,7 +27,11 @@ pub(super) enum Tuner {
 /// True state of a profile-driven job.
 #[derive(Clone, Debug)]
 pub(super) struct ProfileRun {
+    /// The profile of the GPU type it runs on (or last ran on).
     pub(super) app: Arc<AppProfile>,
+    /// Its model's profile on every type, when the workload's profiles are
+    /// per type: the job then follows the Sia artifact's rules (below).
+    pub(super) types: Option<Arc<TypedProfiles>>,
     pub(super) tuner: Tuner,
     /// Completed epochs.
     pub(super) epoch: usize,
@@ -46,8 +51,83 @@ pub(super) struct ProfileRun {
 }
 
 impl ProfileRun {
-    pub(super) fn replicas(&self) -> u32 {
+    /// GPUs held.
+    pub(super) fn gpus(&self) -> u32 {
         self.per_node.iter().sum()
+    }
+
+    /// Data-parallel replicas: GPUs, or whole pipelines of a hybrid-parallel model.
+    pub(super) fn replicas(&self) -> u32 {
+        self.gpus() / self.app.pipeline.map_or(1, |p| p.stages.max(1))
+    }
+
+    /// Moves to the profile of the GPU types it now holds (per-type
+    /// profiles only): the type's own, or for several types the slowest. Its
+    /// agent switches to that type's fit. `Err` names a type without profile.
+    pub(super) fn on_types(&mut self, held: &[&str]) -> Result<(), String> {
+        let Some(types) = &self.types else {
+            return Ok(());
+        };
+        let p = match held {
+            [t] => types.on(t),
+            _ => types.slowest_of(held.iter().copied()),
+        }
+        .ok_or_else(|| {
+            format!(
+                "`{}` has no profile on GPU type {} (profiled on {})",
+                types.app,
+                held.join(", "),
+                types.types().collect::<Vec<_>>().join(", ")
+            )
+        })?
+        .clone();
+        if let Tuner::Pollux(a) = &mut self.tuner {
+            a.set_gpu_type(p.gpu_type.as_deref().unwrap_or(""), p.limits);
+        }
+        self.app = p;
+        Ok(())
+    }
+
+    /// The Sia artifact's batch choice (`Job.update_local_bsz`): a pipeline
+    /// runs its fixed micro-batches; a fixed batch (or a job not yet measured
+    /// on this type, at `max(M0, bmin·r)`) follows [`FixedRule::Job`]; an
+    /// adaptive job takes the goodput-optimal batch of its fit on this type
+    /// with the placement's largest measured atomic batch, capped by the
+    /// largest measured at its replica count.
+    fn choose_batch_sia(&self) -> BatchConfig {
+        let app = &self.app;
+        if let Some(p) = app.pipeline {
+            return BatchConfig {
+                atomic: 1,
+                accum: p.microbatches.saturating_sub(1),
+            };
+        }
+        let (n, r) = (self.per_node.len() as u32, self.replicas().max(1));
+        let fixed = |m: f64| sia_fixed_batch(app, &self.per_node, m, FixedRule::Job);
+        let agent = match &self.tuner {
+            Tuner::Fixed(m) => return fixed(*m as f64),
+            Tuner::Pollux(a) => a,
+        };
+        if let Some(m) = agent.fixed_batch {
+            return fixed(m as f64);
+        }
+        let (Some(params), Some(grad)) = (agent.params(), agent.grad()) else {
+            let l = app.limits;
+            return fixed((l.m0 as f64).max((l.bmin * r) as f64));
+        };
+        let bmax = app
+            .max_atomic_for(&self.per_node)
+            .unwrap_or(app.limits.bmax);
+        let model = GoodputModel {
+            params,
+            grad,
+            limits: AppLimits { bmax, ..app.limits },
+        };
+        let mut c = model.best(n, r, agent.search).config;
+        if let Some(cap) = app.max_atomic_at_replicas(r) {
+            c.atomic = c.atomic.min(cap);
+        }
+        app.limits.clamp(r, c)
     }
 
     /// Runs at global batch `m` from now on, as a scheduler asked (ONES).
@@ -79,14 +159,23 @@ impl ProfileRun {
         if r == 0 {
             return None;
         }
+        let pipeline = self.app.pipeline.is_some();
+        let local = self.batch.atomic * (self.batch.accum + 1);
+        let query = if pipeline { local } else { self.batch.atomic };
         let (step, sync) = self
             .app
-            .step_time_or_nearest(&self.per_node, self.batch.atomic as f64)?;
-        let t_iter = step + self.batch.accum as f64 * (step - sync);
-        Some(self.batch.global(r) as f64 / t_iter * self.slowdown * self.type_speed)
+            .step_time_or_nearest(&self.per_node, query as f64)?;
+        let accum = if pipeline { 0 } else { self.batch.accum };
+        let t_iter = step + accum as f64 * (step - sync);
+        let speed = self.slowdown * self.type_speed * self.app.calibration;
+        Some(self.batch.global(r) as f64 / t_iter * speed)
     }
 
     pub(super) fn choose_batch(&mut self) {
+        if self.types.is_some() {
+            self.batch = self.choose_batch_sia();
+            return;
+        }
         let (n, r) = (self.per_node.len() as u32, self.replicas());
         self.batch = match &self.tuner {
             Tuner::Fixed(m) => self.app.limits.fixed_batch(r, *m as f64),
@@ -96,26 +185,41 @@ impl ProfileRun {
 
     /// Advances by `t_left` whole seconds from `t`; returns the completion time
     /// if the job reaches `P*` (pollux-data.md §7.2).
+    ///
+    /// Under the Sia artifact's rules (per-type profiles) the rate is
+    /// calibrated by the model's factor, a pipeline's step is looked up by
+    /// the samples of one replica and has no separate accumulation steps,
+    /// and the batch is re-chosen after every sub-step, not only at epoch
+    /// boundaries (`Job.step`).
     pub(super) fn advance(&mut self, mut t: f64, mut t_left: f64) -> Option<f64> {
         let last_epoch = self.app.max_epochs - 1;
+        let sia = self.types.is_some();
+        let pipeline = self.app.pipeline.is_some();
+        let speed = self.slowdown * self.type_speed * self.app.calibration;
         while t_left > 0.0 {
             let (n, r) = (self.per_node.len() as u32, self.replicas());
-            let b = self.batch.atomic as f64;
+            let local = self.batch.atomic * (self.batch.accum + 1);
+            let query = if pipeline { local } else { self.batch.atomic };
             let m = self.batch.global(r) as f64;
-            let (step, sync) = self.app.step_time_or_nearest(&self.per_node, b)?;
+            let (step, sync) = self
+                .app
+                .step_time_or_nearest(&self.per_node, query as f64)?;
             let grad = self.app.grad_stats(m, self.epoch);
-            let t_iter = step + self.batch.accum as f64 * (step - sync);
-            let rate =
-                grad.gain(m, self.app.limits.m0 as f64) / t_iter * self.slowdown * self.type_speed;
+            let accum = if pipeline { 0 } else { self.batch.accum };
+            let t_iter = step + accum as f64 * (step - sync);
+            let rate = grad.gain(m, self.app.limits.m0 as f64) / t_iter * speed;
             if let Tuner::Pollux(a) = &mut self.tuner {
-                a.observe(n, r, self.batch.atomic, step, sync);
+                a.observe(n, r, query, step, sync);
                 a.record_grad(grad);
             }
             let next = self.app.epoch_boundary(self.epoch + 1);
-            let samples_rate = m / t_iter * self.slowdown * self.type_speed;
+            let samples_rate = m / t_iter * speed;
             if self.progress + rate * t_left < next {
                 self.progress += rate * t_left;
                 self.samples += samples_rate * t_left;
+                if sia {
+                    self.choose_batch();
+                }
                 return None;
             }
             let delta = round_half_even((next - self.progress) / rate).min(t_left);

@@ -20,6 +20,7 @@ pub mod helios;
 pub mod pai;
 pub mod philly;
 pub mod pollux;
+pub mod sia;
 pub mod stream;
 pub mod table;
 pub mod trace;
@@ -71,6 +72,10 @@ pub enum WorkModel {
     Profile {
         app: std::sync::Arc<blox_goodput::AppProfile>,
         agent: BatchAgent,
+        /// The model's profile on each GPU type, when the workload's profiles
+        /// are per type (Sia); `app` is then any one of them, and the job
+        /// follows the Sia artifact's rules ([`sia`]).
+        types: Option<std::sync::Arc<blox_goodput::TypedProfiles>>,
     },
 }
 
@@ -80,9 +85,14 @@ impl PartialEq for WorkModel {
             (WorkModel::Duration { duration_s: a }, WorkModel::Duration { duration_s: b }) => {
                 a == b
             }
-            (WorkModel::Profile { app: a, agent: x }, WorkModel::Profile { app: b, agent: y }) => {
-                a.app == b.app && x == y
-            }
+            (
+                WorkModel::Profile {
+                    app: a, agent: x, ..
+                },
+                WorkModel::Profile {
+                    app: b, agent: y, ..
+                },
+            ) => a.app == b.app && x == y,
             _ => false,
         }
     }
@@ -541,6 +551,17 @@ pub fn detect_format(path: &Path) -> Result<&'static str, WorkloadError> {
 /// Reads the `[workload]` section and produces the jobs, sorted by arrival, with
 /// ids `0..n` in arrival order unless the trace gives ids.
 pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> {
+    load_for(section, seed, None)
+}
+
+/// [`load`] for a cluster: a workload with per-GPU-type profiles is read for
+/// the cluster's GPU types (without a cluster: every profiled type, laid out
+/// `gpus_per_node` to a node).
+pub fn load_for(
+    section: &Section,
+    seed: u64,
+    cluster: Option<&blox_core::ClusterState>,
+) -> Result<Vec<SimJob>, WorkloadError> {
     let cfg = WorkloadConfig::from_section(section)?;
     let c = &cfg.common;
     let path = &cfg.path;
@@ -558,7 +579,25 @@ pub fn load(section: &Section, seed: u64) -> Result<Vec<SimJob>, WorkloadError> 
                 batch_search: p.batch_search.unwrap_or_default(),
                 gpus_per_node: p.gpus_per_node.unwrap_or(4),
             };
-            pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?
+            if blox_goodput::typed::is_per_type(&traces) {
+                let mut cache = blox_goodput::TypedCache::open(&traces)
+                    .map_err(|e| WorkloadError::Invalid(e.to_string()))?;
+                let types = match cluster {
+                    Some(c) => sia::cluster_types(c),
+                    None => cache
+                        .profiled_types()
+                        .into_iter()
+                        .map(|name| sia::GpuTypeInfo {
+                            name,
+                            gpus_per_node: opt.gpus_per_node,
+                            gpus: 64,
+                        })
+                        .collect(),
+                };
+                sia::read_workload(&CsvTable::read(path)?, &mut cache, &types, opt)?
+            } else {
+                pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?
+            }
         }
         WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
         WorkloadKind::BloxRecipe(r) => {

@@ -114,6 +114,7 @@ pub fn read_workload(
             WorkModel::Profile {
                 app: profile,
                 agent,
+                types: None,
             }
         };
         jobs.push(SimJob {
