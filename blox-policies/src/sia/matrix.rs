@@ -207,15 +207,16 @@ pub fn row(job: &Job, jobs: &JobState, on: &[OnType], configs: &Configs, rules: 
             blank[t] = true;
         }
     }
-    normalise(&mut values, on, configs, &blank);
+    normalise(&mut values, on, configs, &blank, e.min_gpus);
     Row::Adaptive(values)
 }
 
 /// Divides the row by its smallest non-zero entry (times the GPUs of one
-/// replica of the type holding it), gives a blank type's smallest
-/// configuration its replica's GPUs, and floors everything at
-/// [`ZERO_ALLOC_GAIN`].
-fn normalise(values: &mut [f64], on: &[OnType], configs: &Configs, blank: &[bool]) {
+/// replica of the type holding it, or the job's minimum GPU count: Sia §3.3
+/// normalises a job needing `N_min` GPUs to a minimum of `N_min`), gives a
+/// blank type's smallest usable configuration its GPU count, and floors
+/// everything at [`ZERO_ALLOC_GAIN`].
+fn normalise(values: &mut [f64], on: &[OnType], configs: &Configs, blank: &[bool], min_gpus: u32) {
     let mut min = f64::INFINITY;
     for (t, cs) in configs.of_type.iter().enumerate() {
         if blank[t] || !on[t].allowed {
@@ -234,15 +235,19 @@ fn normalise(values: &mut [f64], on: &[OnType], configs: &Configs, blank: &[bool
             unit = on[t].unit;
         }
     }
-    let scale = unit as f64 / min;
+    let scale = unit.max(min_gpus) as f64 / min;
     for (t, cs) in configs.of_type.iter().enumerate() {
         for &c in cs {
             values[c] *= scale;
         }
         if blank[t] && on[t].allowed {
             let u = on[t].unit;
-            if let Some(&c) = cs.iter().find(|&&c| configs.list[c].2 == u) {
-                values[c] = u as f64;
+            let least = cs
+                .iter()
+                .map(|&c| (c, configs.list[c].2))
+                .find(|&(_, g)| g >= u.max(min_gpus) && g.is_multiple_of(u));
+            if let Some((c, g)) = least {
+                values[c] = g as f64;
             }
         }
         for &c in cs {

@@ -37,14 +37,45 @@ use blox_core::*;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
+pub mod artifact;
+
 /// Parameters: `heterogeneity_aware` (default true) — false gives the
 /// paper's "LAS" baseline: the same program and rounds with every job's
-/// throughput 1 on every type (Gavel §7.2, `MaxMinFairnessPolicy`).
+/// throughput 1 on every type (Gavel §7.2, `MaxMinFairnessPolicy`);
+/// `objective` and `rounds` select the Sia artifact's Gavel.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GavelParams {
     #[serde(default = "yes")]
     pub heterogeneity_aware: bool,
+    #[serde(default)]
+    pub objective: Objective,
+    #[serde(default)]
+    pub rounds: Rounds,
+}
+
+/// What Gavel's program optimises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// Max-min fairness of normalised throughput (LAS, Gavel §4.1).
+    #[default]
+    MaxMinFairness,
+    /// The sum of the jobs' throughputs (`max_sum_throughput_perf`, Gavel
+    /// §4.1; the policy the Sia artifact runs): `T_jk` is then the job's
+    /// absolute `speed.<type>`, not a relative speed.
+    MaxSumThroughput,
+}
+
+/// How allocations become rounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rounds {
+    /// Gavel §5 as described at the top of this file.
+    #[default]
+    Blox,
+    /// The Sia artifact's round scheduler ([`artifact`]).
+    SiaArtifact,
 }
 
 fn yes() -> bool {
@@ -55,6 +86,8 @@ impl Default for GavelParams {
     fn default() -> Self {
         GavelParams {
             heterogeneity_aware: true,
+            objective: Objective::default(),
+            rounds: Rounds::default(),
         }
     }
 }
@@ -70,6 +103,8 @@ pub struct Gavel {
     alloc: HashMap<JobId, BTreeMap<String, f64>>,
     /// Rounds each job has been runnable, and run on each type.
     rounds: HashMap<JobId, (u64, BTreeMap<String, u64>)>,
+    /// The Sia artifact's round state (`rounds = "sia-artifact"`).
+    artifact: artifact::ArtifactRounds,
 }
 
 /// Relative throughput of `job` on `gpu_type` (its `speed.<type>` metric).
@@ -209,13 +244,76 @@ impl Gavel {
     }
 }
 
-impl SchedulingPolicy for Gavel {
-    fn schedule(
-        &mut self,
-        _round: &RoundInfo,
+impl Gavel {
+    /// The max-sum-throughput program (`max_sum_throughput.py`): maximise
+    /// `Σ_jk T_jk·X_jk` subject to `Σ_k X_jk ≤ 1` per job and
+    /// `Σ_j s_j·X_jk ≤ C_k` per type, `T_jk` the job's `speed.<type>`.
+    pub fn solve_max_sum(
+        order: &[&Job],
         jobs: &JobState,
-        cluster: &ClusterState,
-    ) -> Schedule {
+        types: &[(String, u32)],
+        aware: bool,
+    ) -> Result<HashMap<JobId, BTreeMap<String, f64>>, lp::LpError> {
+        let (nj, nk) = (order.len(), types.len());
+        let mut p = lp::SparseLp::new(nj * nk);
+        for (j, job) in order.iter().enumerate() {
+            for (k, t) in types.iter().enumerate() {
+                p.c[j * nk + k] = speed(aware, jobs, job.id(), &t.0);
+                p.upper[j * nk + k] = 1.0;
+            }
+            p.le((0..nk).map(|k| (j * nk + k, 1.0)).collect(), 1.0);
+        }
+        for (k, t) in types.iter().enumerate() {
+            p.le(
+                order
+                    .iter()
+                    .enumerate()
+                    .map(|(j, job)| (j * nk + k, job.requested_gpus() as f64))
+                    .collect(),
+                t.1 as f64,
+            );
+        }
+        let s = lp::maximize_sparse(&p)?;
+        Ok(order
+            .iter()
+            .enumerate()
+            .map(|(j, job)| {
+                let x = types
+                    .iter()
+                    .enumerate()
+                    // The artifact rounds its solver's answer to 5 decimals.
+                    .map(|(k, t)| (t.0.clone(), (s.x[j * nk + k] * 1e5).round() / 1e5))
+                    .map(|(t, v)| (t, v.clamp(0.0, 1.0)))
+                    .collect();
+                (job.id(), x)
+            })
+            .collect())
+    }
+
+    /// Re-solves the program when the job set changed; keeps the last
+    /// allocation if it fails.
+    fn refresh(&mut self, order: &[&Job], jobs: &JobState, type_list: &[(String, u32)]) {
+        let ids: Vec<JobId> = order.iter().map(|j| j.id()).collect();
+        if ids == self.solved_for {
+            return;
+        }
+        let aware = self.params.heterogeneity_aware;
+        let solved = match self.params.objective {
+            Objective::MaxMinFairness => Gavel::solve_with(order, jobs, type_list, aware),
+            Objective::MaxSumThroughput => Gavel::solve_max_sum(order, jobs, type_list, aware),
+        };
+        match solved {
+            Ok(x) => self.alloc = x,
+            Err(e) => {
+                tracing::warn!("gavel: allocation program failed ({e}); keeping the last one")
+            }
+        }
+        self.solved_for = ids;
+    }
+}
+
+impl SchedulingPolicy for Gavel {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| super::fifo::by_arrival(a, b));
         // Online GPUs by type, and free ones by node.
@@ -224,20 +322,34 @@ impl SchedulingPolicy for Gavel {
             *types.entry(n.spec.gpu_type.clone()).or_default() += n.gpus.len() as u32;
         }
         let type_list: Vec<(String, u32)> = types.clone().into_iter().collect();
-        let ids: Vec<JobId> = order.iter().map(|j| j.id()).collect();
         if order.is_empty() {
             self.solved_for.clear();
             return Schedule::default();
         }
-        if ids != self.solved_for {
-            match Gavel::solve_with(&order, jobs, &type_list, self.params.heterogeneity_aware) {
-                Ok(x) => self.alloc = x,
-                Err(e) => {
-                    tracing::warn!("gavel: allocation program failed ({e}); keeping the last one")
+        if self.params.rounds == Rounds::SiaArtifact {
+            // Types in the order the cluster lists them, as the artifact does.
+            let mut in_order: Vec<(String, u32)> = Vec::new();
+            for n in cluster.nodes().iter().filter(|n| n.online) {
+                if !in_order.iter().any(|t| t.0 == n.spec.gpu_type) {
+                    in_order.push((n.spec.gpu_type.clone(), types[&n.spec.gpu_type]));
                 }
             }
-            self.solved_for = ids;
+            self.refresh(&order, jobs, &in_order);
+            let entries = self.artifact.schedule(
+                self.params.objective,
+                self.alloc.clone(),
+                round,
+                &order,
+                jobs,
+                cluster,
+                &in_order,
+            );
+            return Schedule {
+                entries,
+                ..Schedule::default()
+            };
         }
+        self.refresh(&order, jobs, &type_list);
         self.rounds
             .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
         // Priorities X_jk / (share of rounds received on k).
