@@ -35,7 +35,7 @@ use ga::{Alloc, GaSettings, Problem};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// `[scheduling] policy = "pollux"` parameters.
 #[derive(Clone, Debug, Deserialize)]
@@ -72,6 +72,32 @@ pub struct PolluxParams {
     /// Cloud auto-scaling (§4.2.2), off unless `[scheduling.autoscale]` is given.
     #[serde(default)]
     pub autoscale: Option<AutoscaleParams>,
+    /// The Sia artifact's heterogeneity-unaware Pollux (Sia §4.3): larger
+    /// nodes are searched over as virtual nodes of this many GPUs, so every
+    /// node looks alike.
+    #[serde(default)]
+    pub virtual_node_gpus: Option<u32>,
+    /// … and a job placed on several GPU types keeps only those of its
+    /// most-used type (ties: the type listed first in `type_priority`).
+    #[serde(default)]
+    pub mixed_types: MixedTypes,
+    #[serde(default)]
+    pub type_priority: Vec<String>,
+    /// At most this many replicas per job (the artifact's cap of the smallest
+    /// GPU type's size).
+    #[serde(default)]
+    pub max_replicas: Option<u32>,
+}
+
+/// What happens to a job the search spreads over several GPU types.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MixedTypes {
+    /// It runs on all of them (at the speed of the slowest).
+    #[default]
+    Keep,
+    /// It keeps the GPUs of its most-used type (Sia §4.3).
+    DropMinority,
 }
 
 /// How last round's population is carried to this round's jobs.
@@ -168,11 +194,13 @@ impl PolluxSched {
         round: &RoundInfo,
         order: &[&Job],
         jobs: &JobState,
-        cluster: &ClusterState,
         nodes: &[&Node],
     ) -> Problem {
-        let node_index: HashMap<NodeId, usize> =
-            nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+        let slot: HashMap<GpuId, usize> = nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| n.gpus.iter().map(move |g| (*g, i)))
+            .collect();
         let total: u32 = nodes.iter().map(|n| n.gpus.len() as u32).sum();
         let nj = order.len();
         let nn = nodes.len();
@@ -186,7 +214,7 @@ impl PolluxSched {
         for (j, job) in order.iter().enumerate() {
             let mut per_node: HashMap<usize, u8> = HashMap::new();
             for g in &job.allocation {
-                if let Some(k) = cluster.gpu(*g).and_then(|x| node_index.get(&x.node)) {
+                if let Some(k) = slot.get(g) {
                     *per_node.entry(*k).or_default() += 1;
                 }
             }
@@ -199,6 +227,9 @@ impl PolluxSched {
                 if let Some(c) = r.replica_cap {
                     max_r = max_r.min(c.max(1));
                 }
+            }
+            if let Some(c) = self.params.max_replicas {
+                max_r = max_r.min(c.max(1));
             }
             let width = max_r as usize + 1;
             let mut table = vec![0.0; (nn.min(max_r as usize) + 1) * width];
@@ -362,6 +393,69 @@ impl PolluxSched {
         out
     }
 
+    /// The nodes the search sees: the online ones, each split into virtual
+    /// nodes of `virtual_node_gpus` GPUs when set (ids in a space of their
+    /// own, stable from round to round).
+    fn search_nodes(&self, cluster: &ClusterState) -> Vec<Node> {
+        let online = cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.online && !n.gpus.is_empty());
+        match self.params.virtual_node_gpus {
+            None => online.cloned().collect(),
+            Some(v) => online
+                .flat_map(|n| {
+                    n.gpus
+                        .chunks(v.max(1) as usize)
+                        .enumerate()
+                        .map(|(part, gpus)| Node {
+                            id: NodeId(n.id.0.saturating_mul(256).saturating_add(part as u32)),
+                            spec: n.spec.clone(),
+                            gpus: gpus.to_vec(),
+                            online: true,
+                        })
+                        .collect::<Vec<Node>>()
+                })
+                .collect(),
+        }
+    }
+
+    /// Keeps a demand's GPUs of its most-used type only (ties: the type
+    /// listed first in `type_priority`, then the type's name).
+    fn drop_minority(&self, d: &mut Demand, cluster: &ClusterState) {
+        let Some(gpus) = d.gpu_ids.as_mut() else {
+            return;
+        };
+        let type_of = |g: &GpuId| {
+            cluster
+                .gpu(*g)
+                .and_then(|x| cluster.node(x.node))
+                .map(|n| n.spec.gpu_type.clone())
+                .unwrap_or_default()
+        };
+        let mut count: BTreeMap<String, usize> = BTreeMap::new();
+        for g in gpus.iter() {
+            *count.entry(type_of(g)).or_default() += 1;
+        }
+        if count.len() < 2 {
+            return;
+        }
+        let rank = |t: &String| {
+            self.params
+                .type_priority
+                .iter()
+                .position(|x| x == t)
+                .unwrap_or(usize::MAX)
+        };
+        let keep = count
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(rank(b.0).cmp(&rank(a.0))))
+            .map(|(t, _)| t.clone())
+            .expect("two types or more");
+        gpus.retain(|g| type_of(g) == keep);
+        d.gpus = gpus.len() as u32;
+    }
+
     /// Auto-scaling (§4.2.2): binary search on the node count for utility
     /// within [low, high], assuming utility falls as nodes are added; the count
     /// whose utility is closest to the middle of the band wins.
@@ -400,7 +494,7 @@ impl PolluxSched {
                 })
                 .collect();
             let bare_refs: Vec<&Job> = bare.iter().collect();
-            let p = self.problem(round, &bare_refs, jobs, &hypo, &nodes);
+            let p = self.problem(round, &bare_refs, jobs, &nodes);
             let front = ga::solve(&p, vec![p.current.clone()], settings, &mut self.rng);
             let u = ga::pick(&front).map_or(0.0, |i| i.obj.1);
             if (u - target).abs() < best.0 {
@@ -432,16 +526,13 @@ impl SchedulingPolicy for PolluxSched {
                 .then(a.arrival_s().total_cmp(&b.arrival_s()))
                 .then(a.id().cmp(&b.id()))
         });
-        let nodes: Vec<&Node> = cluster
-            .nodes()
-            .iter()
-            .filter(|n| n.online && !n.gpus.is_empty())
-            .collect();
+        let owned = self.search_nodes(cluster);
+        let nodes: Vec<&Node> = owned.iter().collect();
         if order.is_empty() || nodes.is_empty() {
             return Schedule::default();
         }
         self.goodput_cache.retain(|id, _| jobs.get(*id).is_some());
-        let p = self.problem(round, &order, jobs, cluster, &nodes);
+        let p = self.problem(round, &order, jobs, &nodes);
         let initial = self.initial(&order, &nodes, &p);
         let mut rng = ChaCha8Rng::seed_from_u64(self.rng.next_u64());
         let front = ga::solve(&p, initial, self.settings(), &mut rng);
@@ -461,16 +552,33 @@ impl SchedulingPolicy for PolluxSched {
         if let Some(a) = self.params.autoscale.clone() {
             self.last.desired_nodes = Some(self.autoscale(&a, round, &order, jobs, cluster));
         }
+        let mut entries = Self::assign(&order, &nodes, &p, &best.genes, cluster);
+        if self.params.mixed_types == MixedTypes::DropMinority {
+            for d in entries.iter_mut() {
+                self.drop_minority(d, cluster);
+            }
+            entries.retain(|d| d.gpus > 0);
+        }
         Schedule {
             min_run_s: None,
-            entries: Self::assign(&order, &nodes, &p, &best.genes, cluster),
+            entries,
             desired_nodes: self.last.desired_nodes,
             terminate: Vec::new(),
         }
     }
 
-    /// Pollux resizes jobs and tunes their batch sizes, on any GPU type.
+    /// Pollux resizes jobs and tunes their batch sizes, on any GPU type; a
+    /// rigid one-GPU job (ncf, pinned by its agent: `pollux.replica_cap` and
+    /// `pollux.fixed_batch`, `pollux-data.md` §6.1) it runs as it is.
     fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        let e = &job.elasticity;
+        let pinned = e.adaptivity == Adaptivity::Rigid
+            && job.requested_gpus == 1
+            && e.gpu_types.is_empty()
+            && e.replica_gpus.values().all(|u| *u <= 1);
+        if pinned {
+            return Ok(());
+        }
         accepts_resizable(job, "pollux", true)
     }
 }
@@ -511,7 +619,41 @@ mod tests {
             batch_search: BatchSearch::Grid50,
             seed: 3,
             autoscale: None,
+            virtual_node_gpus: None,
+            mixed_types: MixedTypes::Keep,
+            type_priority: Vec::new(),
+            max_replicas: None,
         }
+    }
+
+    /// The Sia artifact's fix for Pollux on several GPU types: a job keeps
+    /// the GPUs of its most-used type, ties to the type listed first.
+    #[test]
+    fn a_job_spread_over_types_keeps_its_most_used_type() {
+        let mut c = ClusterState::new();
+        for t in ["aws", "dgx-ext"] {
+            let mut n = NodeSpec::with_gpus(4);
+            n.gpu_type = t.into();
+            c.add_node(n);
+        }
+        let p = PolluxSched::new(PolluxParams {
+            mixed_types: MixedTypes::DropMinority,
+            type_priority: vec!["dgx-ext".into(), "aws".into()],
+            virtual_node_gpus: Some(2),
+            ..params()
+        });
+        let ids = |v: &[u32]| v.iter().map(|g| GpuId(*g)).collect::<Vec<_>>();
+        let mut d = Demand::new(JobId(1), 3).on_gpus(ids(&[0, 1, 4]));
+        p.drop_minority(&mut d, &c);
+        assert_eq!(d.gpu_ids, Some(ids(&[0, 1])));
+        let mut tie = Demand::new(JobId(1), 2).on_gpus(ids(&[0, 4]));
+        p.drop_minority(&mut tie, &c);
+        assert_eq!(tie.gpu_ids, Some(ids(&[4])));
+        assert_eq!(tie.gpus, 1);
+        // Virtual nodes: two of 2 GPUs per 4-GPU node.
+        let v = p.search_nodes(&c);
+        assert_eq!(v.len(), 4);
+        assert!(v.iter().all(|n| n.gpus.len() == 2));
     }
 
     /// A job whose agent has measured it on `r` replicas.

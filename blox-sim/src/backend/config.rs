@@ -53,6 +53,11 @@ pub struct SimConfig {
     #[serde(default)]
     pub model_type_speed:
         std::collections::BTreeMap<String, std::collections::BTreeMap<String, f64>>,
+    /// Per-GPU-type profiles: each job's agent fits one throughput model over
+    /// every GPU type it ran on, as the Sia artifact's heterogeneity-unaware
+    /// jobs do, instead of one model per type.
+    #[serde(default)]
+    pub merge_type_fits: bool,
 }
 
 impl SimConfig {
@@ -148,6 +153,7 @@ impl Default for SimConfig {
             type_speed: Default::default(),
             model_startup_s: Default::default(),
             model_type_speed: Default::default(),
+            merge_type_fits: false,
         }
     }
 }

@@ -481,6 +481,7 @@ impl JobSource for SimBackend {
                         WorkModel::Profile { app, agent, types } => Some(ProfileRun {
                             app: app.clone(),
                             types: types.clone(),
+                            merge_fits: self.cfg.merge_type_fits,
                             tuner: match *agent {
                                 BatchAgent::Fixed { batch } => Tuner::Fixed(batch),
                                 BatchAgent::Pollux {

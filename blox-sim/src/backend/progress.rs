@@ -32,6 +32,8 @@ pub(super) struct ProfileRun {
     /// Its model's profile on every type, when the workload's profiles are
     /// per type: the job then follows the Sia artifact's rules (below).
     pub(super) types: Option<Arc<TypedProfiles>>,
+    /// One throughput fit over all types (`[sim] merge_type_fits`).
+    pub(super) merge_fits: bool,
     pub(super) tuner: Tuner,
     /// Completed epochs.
     pub(super) epoch: usize,
@@ -82,7 +84,11 @@ impl ProfileRun {
         })?
         .clone();
         if let Tuner::Pollux(a) = &mut self.tuner {
-            a.set_gpu_type(p.gpu_type.as_deref().unwrap_or(""), p.limits);
+            if self.merge_fits {
+                a.limits = p.limits;
+            } else {
+                a.set_gpu_type(p.gpu_type.as_deref().unwrap_or(""), p.limits);
+            }
         }
         self.app = p;
         Ok(())

@@ -19,11 +19,15 @@
 //! - `doubling`: the ring doubling heuristic (precompute variant, Pollux
 //!   profiles) on 1,024 GPUs (256 × 4) with 400 jobs of the five Pollux
 //!   applications, 8 rounds.
+//! - `sia`: Sia's decision time at 64, 512 and 2,048 GPUs (the artifact's
+//!   heterogeneous cluster scaled 1×, 8×, 32× with its `workloads/scale`
+//!   jobs), the first 30 decisions with jobs of each (`--repeat` multiplies).
 //! - `scale` ([`scale`]): `examples/configs/scale-1m.toml` — up to 1,000,000
 //!   Philly-digest jobs on up to 10,000 GPUs under FIFO, LAS, SRTF and
 //!   Tiresias, one process per cell (`blox bench scale`).
 
 pub mod scale;
+mod sia;
 
 use crate::{load_config, SimError, Simulation};
 use blox_core::*;
@@ -412,6 +416,7 @@ pub const NAMES: &[&str] = &[
     "gavel",
     "doubling",
     "synth",
+    "sia",
 ];
 
 /// Runs benchmark `which` (one of [`NAMES`], or `all` for the two reference
@@ -432,6 +437,7 @@ pub fn run(which: &str, repeat: usize, configs_dir: &Path, out: Out) -> Result<(
         "gavel" => return gavel(out),
         "doubling" => return doubling(dir, out),
         "synth" => return synth(dir, out),
+        "sia" => return sia::sia(dir, repeat.max(1) * 30, out),
         other => {
             return Err(BenchError::Setup(format!(
                 "unknown simulation benchmark `{other}`; choose {} or all",
