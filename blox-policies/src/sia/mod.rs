@@ -75,7 +75,7 @@ pub struct SiaParams {
     /// `allowablePercentageGap` of 0.01 % in the artifact) …
     #[serde(default = "d_gap")]
     pub solver_gap: f64,
-    /// … or after this long, keeping the best schedule found.
+    /// … or after this long (every job then keeps its allocation).
     #[serde(default = "d_time")]
     pub solver_time_limit_s: f64,
 }
@@ -246,6 +246,8 @@ pub struct SiaDecision {
 pub struct Sia {
     pub params: SiaParams,
     pub last: SiaDecision,
+    /// (model, type) pairs already reported as estimated from another type.
+    projected: std::collections::HashSet<(String, String)>,
 }
 
 /// Python's `round(x, 2)` on the value (half to even).
@@ -265,6 +267,7 @@ impl Sia {
         Sia {
             params,
             last: SiaDecision::default(),
+            projected: Default::default(),
         }
     }
 
@@ -295,6 +298,37 @@ impl Sia {
             t = Some(i);
         }
         t.map(|t| (t, job.allocation.len() as u32))
+    }
+
+    /// Logs once per (model, GPU type) that the type is estimated from
+    /// another (Sia §3.2's bootstrapping), and with what.
+    fn report_projections(&mut self, job: &Job, on: &[matrix::OnType], types: &[String]) {
+        if !self.params.project_throughputs {
+            return;
+        }
+        let Some(src) = on.iter().position(|o| o.model.is_some()) else {
+            return;
+        };
+        let model = job
+            .spec
+            .model
+            .clone()
+            .unwrap_or_else(|| job.spec.name.clone());
+        for (t, o) in on.iter().enumerate() {
+            if o.model.is_some() || !o.allowed {
+                continue;
+            }
+            if self.projected.insert((model.clone(), types[t].clone())) {
+                tracing::info!(
+                    "sia: `{model}` has not run on `{}` yet: its goodput there is estimated from `{}` times {:.3} (their one-replica throughputs, {:.1} and {:.1} samples/s)",
+                    types[t],
+                    types[src],
+                    o.xput1 / on[src].xput1,
+                    o.xput1,
+                    on[src].xput1
+                );
+            }
+        }
     }
 
     /// Keeps every running job where it is (a round whose program failed).
@@ -349,17 +383,18 @@ impl SchedulingPolicy for Sia {
             ..solve::Program::default()
         };
         let mut rigid_config: HashMap<(usize, u32), u32> = HashMap::new();
-        let p = self.params.p;
+        let (p, lambda_n, clip) = (self.params.p, self.params.lambda_n, self.params.clip);
         let value = |g: f64| {
-            let a = round2(g.powf(p).min(self.params.clip));
+            let a = round2(g.powf(p).min(clip));
             if p < 0.0 {
-                self.params.lambda_n - a
+                lambda_n - a
             } else {
-                a - self.params.lambda_n
+                a - lambda_n
             }
         };
         for (i, job) in order.iter().enumerate() {
             let on = matrix::job_on_types(job, jobs, &type_list);
+            self.report_projections(job, &on, &configs.types);
             let row = matrix::row(job, jobs, &on, &configs, rules);
             let holding = Self::holding(job, cluster, &configs);
             let s = self.penalty(job);
@@ -438,13 +473,14 @@ impl SchedulingPolicy for Sia {
         };
         if !solved.proven {
             tracing::warn!(
-                "sia: round {}: the solver stopped at its time limit ({} s) after {} nodes; using the best schedule found (objective {:.3}, bound {:.3})",
+                "sia: round {}: the solver stopped at its time limit ({} s) after {} nodes without proving its best schedule (objective {:.3}, bound {:.3}); every job keeps its allocation",
                 round.round,
                 self.params.solver_time_limit_s,
                 solved.nodes,
                 solved.objective,
                 solved.bound
             );
+            return Self::keep_all(jobs);
         }
         self.last = SiaDecision {
             jobs: order.len(),
@@ -709,6 +745,7 @@ mod tests {
             hold_restoring: false,
             ..params()
         });
+
         let s = moving.schedule(&info(3600.0), &state, &c);
         assert_ne!(s.entries[0].gpu_ids.as_deref(), Some(&[GpuId(0)][..]));
     }

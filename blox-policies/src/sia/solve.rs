@@ -389,6 +389,23 @@ mod tests {
         }
         assert!(used[0] <= 7 && used[1] <= 9);
         assert!(s.objective > 0.0);
+        // A fractional relaxation (two 2-GPU jobs, 3 GPUs) is not proven by
+        // the deadline: Sia then keeps every allocation.
+        let p = Program {
+            jobs: 2,
+            configs: vec![(0, 2)],
+            capacity: vec![3],
+            candidates: vec![(0, 0, 1.0), (1, 0, 1.0)],
+            forced: vec![],
+        };
+        let hurried = Limits {
+            deadline: Instant::now(),
+            ..limits()
+        };
+        let s = solve(&p, hurried).unwrap();
+        assert!(!s.proven);
+        assert_eq!(s.chosen.iter().flatten().count(), 1);
+        assert!(solve(&p, limits()).unwrap().proven);
     }
 
     proptest::proptest! {
