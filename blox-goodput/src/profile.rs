@@ -469,7 +469,7 @@ impl AppProfile {
     ///
     /// A pipeline-parallel profile ([`Pipeline`]) answers only for measured
     /// placements, with `b` the samples of one replica's step (see
-    /// [`Self::pipeline_step_time`]).
+    /// `pipeline_step_time`).
     pub fn step_time(&self, per_node: &[u32], b: f64) -> Option<(f64, f64)> {
         if per_node.is_empty() {
             return None;
