@@ -64,13 +64,17 @@ pub fn job_on_types(job: &Job, jobs: &JobState, types: &[(String, u32)]) -> Vec<
         .or(report.map(|r| r.limits.mmax))
         .unwrap_or(0);
     let e = &job.spec.elasticity;
+    // An agent that tells types apart reports `pollux.<type>.*` for every
+    // type it ran on; one that does not (a homogeneous cluster) has one fit,
+    // which then stands for every type.
+    let typed_agent = types
+        .iter()
+        .any(|(t, _)| get(&format!("pollux.{t}.max_profiled_replicas")).is_some());
     types
         .iter()
         .map(|(t, _)| {
             let (mut params, mut max_profiled) = typed_fit(get, t);
-            // An agent that does not tell types apart (a homogeneous
-            // cluster): its one fit stands for every type.
-            if params.is_none() && max_profiled == 0 {
+            if !typed_agent {
                 if let Some(r) = report {
                     params = r.params;
                     max_profiled = r.max_profiled_replicas;

@@ -396,6 +396,7 @@ impl SchedulingPolicy for Sia {
             let on = matrix::job_on_types(job, jobs, &type_list);
             self.report_projections(job, &on, &configs.types);
             let row = matrix::row(job, jobs, &on, &configs, rules);
+            let on_xput: Vec<f64> = on.iter().map(|o| o.xput1).collect();
             let holding = Self::holding(job, cluster, &configs);
             let s = self.penalty(job);
             let age = round.now_s - job.arrival_s();
@@ -441,6 +442,7 @@ impl SchedulingPolicy for Sia {
                     (e, current)
                 }
             };
+            tracing::trace!(job = %job.id(), ?entries, ?current, factor, xput1 = ?on_xput, "sia row");
             for (c, g) in entries {
                 let g = if Some(c) == current { g } else { g * factor };
                 let v = value(g);
