@@ -586,9 +586,11 @@ mod tests {
     /// A job measured on `fits` (type → compute time per sample), with the
     /// one-replica throughputs `xput1` it was submitted with.
     fn measured(state: &JobState, id: u64, fits: &[(&str, f64)], xput1: &[(&str, f64)]) {
+        // As a typed agent reports: the legacy keys hold the fit of the type
+        // it runs on (here the first), beside `pollux.<type>.*`.
         let report = AgentReport {
             limits: limits(),
-            params: None,
+            params: fits.first().map(|(_, beta)| fit(*beta)),
             grad: Some(GradStats {
                 sqr: 1.0,
                 var: 50.0,
@@ -602,15 +604,7 @@ mod tests {
             m.set(JobId(id), k, v);
         }
         for (t, beta) in fits {
-            let p = ThroughputParams {
-                alpha_c: 0.01,
-                beta_c: *beta,
-                alpha_n: 0.05,
-                beta_n: 0.01,
-                alpha_r: 0.02,
-                beta_r: 0.005,
-                gamma: 1.5,
-            };
+            let p = fit(*beta);
             let names = [
                 "alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma",
             ];
@@ -621,6 +615,18 @@ mod tests {
         }
         for (t, x) in xput1 {
             m.set(JobId(id), &format!("type.{t}.xput1"), *x);
+        }
+    }
+
+    fn fit(beta_c: f64) -> ThroughputParams {
+        ThroughputParams {
+            alpha_c: 0.01,
+            beta_c,
+            alpha_n: 0.05,
+            beta_n: 0.01,
+            alpha_r: 0.02,
+            beta_r: 0.005,
+            gamma: 1.5,
         }
     }
 
