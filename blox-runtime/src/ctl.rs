@@ -148,7 +148,9 @@ async fn signal() {
 }
 
 /// Runs a worker manager until SIGINT or SIGTERM, then revokes its jobs
-/// (they checkpoint and exit; up to 30 s, or until a second signal);
+/// (they checkpoint and exit; up to 30 s, or until a second signal); if the
+/// scheduler refuses the worker for good (wrong token, rejected arguments)
+/// it does the same and returns [`WorkerError::Refused`];
 /// `ready` gets the address it serves on once it listens.
 pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), WorkerError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -160,7 +162,10 @@ pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), Wor
     rt.block_on(async move {
         let mut w = crate::worker::start(cfg).await?;
         ready(&w.address);
-        signal().await;
+        let refused = tokio::select! {
+            _ = signal() => None,
+            why = w.refused() => Some(why),
+        };
         tracing::warn!(
             "stopping: revoking the jobs here (they checkpoint; a second signal kills them)"
         );
@@ -169,7 +174,10 @@ pub fn run_worker(cfg: WorkerConfig, ready: impl FnOnce(&str)) -> Result<(), Wor
             _ = signal() => tracing::warn!("killing the jobs here"),
         }
         w.shutdown();
-        Ok(())
+        match refused {
+            Some(why) => Err(WorkerError::Refused(why)),
+            None => Ok(()),
+        }
     })
 }
 

@@ -10,6 +10,7 @@ use blox_runtime::ctl::Ctl;
 use blox_runtime::net::{Security, TlsFiles};
 use blox_runtime::proto::*;
 use blox_runtime::scheduler::RuntimeConfig;
+use blox_runtime::worker::WorkerConfig;
 use common::*;
 use prost::Message;
 use std::path::Path;
@@ -116,6 +117,73 @@ fn c_cfg_same_token(token_file: &std::path::Path, dir: &std::path::Path) -> Runt
 fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
     let e = r.unwrap_err();
     (e.code().unwrap(), e.to_string())
+}
+
+/// A worker the scheduler refuses for good (the users' token, a wrong one,
+/// none) stops trying and says why; an unreachable scheduler is retried.
+#[test]
+fn a_refused_worker_stops_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(token_file);
+    cfg.worker_token_file = Some(worker_token_file);
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let users = c.security.clone();
+    let wrong = Security {
+        token: Some(Arc::from("wrong")),
+        tls: None,
+    };
+    let none = Security {
+        token: None,
+        tls: None,
+    };
+    for (i, sec) in [users, wrong, none].into_iter().enumerate() {
+        let w =
+            c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
+                scheduler: c.addr(),
+                listen: "127.0.0.1:0".parse().unwrap(),
+                advertise: None,
+                name: format!("refused-{i}"),
+                logical_gpus: Some(1),
+                workdir: dir.path().join(format!("refused-{i}")),
+                security: sec,
+            }))
+            .unwrap();
+        let why = c
+            .rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), w.refused()).await })
+            .expect("refused within 10 s");
+        assert!(why.contains("Unauthenticated"), "{why}");
+        assert!(why.contains("workers' token"), "{why}");
+        assert!(w.worker_id().is_none());
+    }
+    // The scheduler still has its one worker.
+    let s = c.ctl().status(&[]).unwrap();
+    assert_eq!(s.workers.iter().filter(|w| w.alive).count(), 1);
+    // Nothing listens here: the worker keeps trying and is not refused.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w =
+        c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
+            scheduler: format!("127.0.0.1:{port}"),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: "patient".into(),
+            logical_gpus: Some(1),
+            workdir: dir.path().join("patient"),
+            security: c.worker_security.clone(),
+        }))
+        .unwrap();
+    let waited =
+        c.rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), w.refused()).await });
+    assert!(waited.is_err(), "a network error is retried, not refused");
 }
 
 #[test]

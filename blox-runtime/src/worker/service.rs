@@ -1,0 +1,176 @@
+//! The worker's service: what the scheduler asks of it (launch, revoke,
+//! status of its launches).
+
+use super::*;
+
+fn reply(e: &crate::process::Exit, finished: bool) -> RevokeReply {
+    RevokeReply {
+        was_running: true,
+        code: e.code,
+        finished,
+        exited_s_ago: e.at.elapsed().as_secs_f64(),
+    }
+}
+
+pub(super) struct Service(pub(super) Arc<Shared>);
+
+#[tonic::async_trait]
+impl Worker for Service {
+    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Ack>, Status> {
+        let r = req.into_inner();
+        let l = crate::validate::launch(&r)?;
+        let sh = &self.0;
+        let mut st = sh.lock();
+        if !r.worker_id.is_empty() && st.worker_id.as_deref() != Some(r.worker_id.as_str()) {
+            return Err(Status::aborted(format!(
+                "this launch is for worker `{}`; this is {}",
+                r.worker_id,
+                st.worker_id
+                    .as_deref()
+                    .map_or("a worker not registered yet".into(), |w| format!("`{w}`"))
+            )));
+        }
+        if st.fenced() {
+            return Err(Status::unavailable(
+                "this worker's lease ran out (its heartbeats do not reach the scheduler): it runs no job until they do",
+            ));
+        }
+        if let Some(g) = r.gpus.iter().find(|g| **g as usize >= sh.gpus.len()) {
+            return Err(Status::invalid_argument(format!(
+                "gpus: this worker has {} GPUs; there is no GPU {g}",
+                sh.gpus.len()
+            )));
+        }
+        if let Some(old) = st.launches.get(&l.job_id) {
+            return Err(Status::already_exists(format!(
+                "job {} already runs here (launch {})",
+                l.job_id, old.launch
+            )));
+        }
+        for (job, other) in &st.launches {
+            if let Some(g) = r.gpus.iter().find(|g| other.gpus.contains(g)) {
+                return Err(Status::failed_precondition(format!(
+                    "GPU {g} is held by job {job}"
+                )));
+            }
+        }
+        let dir = sh.cfg.workdir.join("jobs").join(l.job_id.to_string());
+        let checkpoint = if r.checkpoint_dir.is_empty() {
+            dir.join("checkpoint")
+        } else {
+            PathBuf::from(&r.checkpoint_dir)
+        };
+        let spec = LaunchSpec {
+            job: l.job_id,
+            argv: r.command.clone(),
+            devices: r
+                .gpus
+                .iter()
+                .map(|g| sh.gpus[*g as usize].index.to_string())
+                .collect(),
+            control: dir.join(format!("launch-{}", l.launch)),
+            checkpoint,
+            coord: (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir)),
+            resume: r.resume,
+            batch_size: r.batch_size,
+            master_addr: r.master_addr.clone(),
+            worker_addr: sh.address.clone(),
+            process_per_gpu: r.process_per_gpu,
+            first_rank: r.first_rank,
+            world_size: (r.world_size > 0).then_some(r.world_size),
+            generation: r.generation,
+        };
+        let ranks = if r.process_per_gpu {
+            r.gpus.len() as u32
+        } else {
+            1
+        };
+        match Running::spawn(&spec) {
+            Ok(run) => {
+                tracing::info!(job = l.job_id, launch = l.launch, gpus = ?r.gpus, "launched");
+                st.launches.insert(
+                    l.job_id,
+                    Launch {
+                        launch: l.launch,
+                        gpus: r.gpus,
+                        run,
+                        first_rank: r.first_rank,
+                        ranks,
+                        world_size: if r.world_size > 0 {
+                            r.world_size
+                        } else {
+                            ranks
+                        },
+                        generation: r.generation,
+                        batch_size: r.batch_size,
+                        spawned: Instant::now(),
+                        startup_s: None,
+                    },
+                );
+                Ok(Response::new(Ack {}))
+            }
+            Err(e) => {
+                tracing::warn!(job = l.job_id, "{e}");
+                Err(Status::failed_precondition(e.to_string()))
+            }
+        }
+    }
+
+    async fn revoke(&self, req: Request<RevokeRequest>) -> Result<Response<RevokeReply>, Status> {
+        let r = req.into_inner();
+        let l = crate::validate::revoke(&r)?;
+        let taken = {
+            let mut st = self.0.lock();
+            match st.launches.get(&l.job_id) {
+                Some(x) if x.launch == l.launch => st.launches.remove(&l.job_id),
+                _ => None,
+            }
+        };
+        let Some(launch) = taken else {
+            // Already exited; its exit is (or was) reported.
+            return Ok(Response::new(RevokeReply::default()));
+        };
+        let grace = Duration::from_secs_f64(if r.kill { 0.0 } else { r.grace_s });
+        let job = l.job_id;
+        let out = tokio::task::spawn_blocking(move || {
+            if grace.is_zero() {
+                launch.run.kill();
+            }
+            let e = launch.run.revoke_and_wait(grace, job);
+            let finished = launch.run.finished(&e);
+            (e, finished, launch)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?;
+        let (e, finished, mut launch) = out;
+        // Metrics written up to the exit (the last progress) still count.
+        let mut samples = Vec::new();
+        launch.run.read_metrics(job, |k, v| {
+            samples.push(MetricSample {
+                launch: Some(l),
+                key: k.to_string(),
+                value: v,
+            })
+        });
+        self.0.lock().metrics.extend(samples);
+        tracing::info!(job, launch = l.launch, code = ?e.code, finished, "revoked");
+        Ok(Response::new(reply(&e, finished)))
+    }
+
+    async fn reconfigure(&self, req: Request<ReconfigureRequest>) -> Result<Response<Ack>, Status> {
+        let r = req.into_inner();
+        let l = crate::validate::reconfigure(&r)?;
+        let st = self.0.lock();
+        match st.launches.get(&l.job_id) {
+            Some(x) if x.launch == l.launch => x
+                .run
+                .set_batch_size(r.batch_size)
+                .map(|_| Response::new(Ack {}))
+                .map_err(|e| Status::internal(format!("job {}: {e}", l.job_id))),
+            _ => Err(Status::not_found(format!(
+                "job {} launch {} does not run here",
+                l.job_id, l.launch
+            ))),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! The worker's side of the scheduler connection: registering, beating,
+//! fencing its jobs when the lease runs out, and reporting exits and metrics.
+
+use super::*;
+
+/// Registers, then beats every `heartbeat_s`; registers again whenever the
+/// scheduler does not know this worker (after revoking every job here).
+/// When no heartbeat got through for the lease the scheduler gave, every job
+/// here is fenced ([`fence`]).
+pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
+    let mut period = Duration::from_secs(1);
+    let mut lease: Option<(Duration, Duration)> = None;
+    let mut probe_path: Option<PathBuf> = None;
+    let mut warned = false;
+    loop {
+        let id = sh.lock().worker_id.clone();
+        // A call never waits longer than a beat (or half the lease): a cut
+        // network must not hold the loop past the lease.
+        let call_timeout = lease.map_or(Duration::from_secs(5), |(l, _)| (l / 2).max(period));
+        match id {
+            None => {
+                let req = RegisterRequest {
+                    name: sh.cfg.name.clone(),
+                    address: sh.address.clone(),
+                    gpus: sh.gpus.clone(),
+                    cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+                    host_mem_gb: host_mem_gb(),
+                    running: sh.lock().reports(),
+                };
+                let sent = Instant::now();
+                let r = tokio::time::timeout(call_timeout, client.register(req))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                match r {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        tracing::info!(worker = %r.worker_id, "registered with the scheduler");
+                        if let Ok(p) = Duration::try_from_secs_f64(r.heartbeat_s) {
+                            if !p.is_zero() {
+                                period = p.min(Duration::from_secs(3600));
+                            }
+                        }
+                        lease = match (
+                            Duration::try_from_secs_f64(r.lease_s),
+                            Duration::try_from_secs_f64(r.fence_grace_s),
+                        ) {
+                            (Ok(l), Ok(g)) if !l.is_zero() && l < Duration::from_secs(86_400) => {
+                                Some((l, g.min(Duration::from_secs(86_400))))
+                            }
+                            _ => None,
+                        };
+                        probe_path = (!r.checkpoint_probe_path.is_empty())
+                            .then(|| PathBuf::from(&r.checkpoint_probe_path));
+                        let mut st = sh.lock();
+                        st.worker_id = Some(r.worker_id);
+                        st.lease_until = lease.map(|(l, _)| sent + l);
+                        warned = false;
+                        // Beat at once: the first heartbeat carries the
+                        // checkpoint probe that lets this worker in.
+                        continue;
+                    }
+                    Err(e) if unfixable(e.code()) => {
+                        refuse(&sh, "registering", &e);
+                        return;
+                    }
+                    Err(e) => {
+                        if !warned {
+                            tracing::warn!(
+                                "cannot register with {}: {}",
+                                sh.cfg.scheduler,
+                                e.message()
+                            );
+                            warned = true;
+                        }
+                        // Jobs kept from an earlier registration are
+                        // fenced when the lease it gave runs out.
+                        if let Some((l, grace)) = lease {
+                            if sh.lock().fenced() {
+                                fence(&sh, l, grace).await;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                }
+            }
+            Some(id) => {
+                let running = sh.lock().running();
+                // Read on every beat until accepted: an operator may mount
+                // the storage meanwhile.
+                let checkpoint_probe = probe_path
+                    .as_deref()
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .unwrap_or_default();
+                let sent = Instant::now();
+                let r = tokio::time::timeout(
+                    call_timeout,
+                    client.heartbeat(HeartbeatRequest {
+                        worker_id: id.clone(),
+                        running,
+                        checkpoint_probe,
+                    }),
+                )
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                match r {
+                    Ok(r) => {
+                        if let Some((l, _)) = lease {
+                            sh.lock().lease_until = Some(sent + l);
+                        }
+                        // The scheduler checks the probe until it once
+                        // matches; a new registration names it again.
+                        probe_path = None;
+                        for l in r.into_inner().stop {
+                            stop_launch(&sh, l).await;
+                        }
+                        warned = false;
+                    }
+                    Err(e) if e.code() == Code::NotFound => {
+                        let mut st = sh.lock();
+                        tracing::warn!(worker = %id, jobs = st.launches.len(), "the scheduler does not know this worker any more ({}); registering again with the jobs running here (it adopts them or revokes them)", e.message());
+                        // The jobs run on under the lease the last
+                        // acknowledged heartbeat renewed: if registering
+                        // takes longer, they are fenced.
+                        st.worker_id = None;
+                        // Exits of launches before this point: the new
+                        // registration reports what still runs instead.
+                        st.exits.clear();
+                        continue;
+                    }
+                    Err(e)
+                        if matches!(e.code(), Code::Unauthenticated | Code::PermissionDenied) =>
+                    {
+                        // The token changed under a registered worker.
+                        refuse(&sh, "a heartbeat", &e);
+                        return;
+                    }
+                    Err(e) if e.code() == Code::FailedPrecondition => {
+                        // Not taken into the cluster; beating still renews
+                        // nothing, so it runs no job meanwhile.
+                        if !warned {
+                            tracing::error!("{}", e.message());
+                            warned = true;
+                        }
+                    }
+                    Err(e) => {
+                        if !warned {
+                            tracing::warn!(
+                                "heartbeat to {} failed: {}",
+                                sh.cfg.scheduler,
+                                e.message()
+                            );
+                            warned = true;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((l, grace)) = lease {
+            if sh.lock().fenced() {
+                fence(&sh, l, grace).await;
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
+/// Errors of registering that no retry fixes: a wrong or missing token (or
+/// the users' instead of the workers'), and arguments the scheduler rejects.
+/// Network errors, timeouts and an unavailable scheduler are retried.
+fn unfixable(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unauthenticated | Code::PermissionDenied | Code::InvalidArgument
+    )
+}
+
+/// Gives up on the scheduler: logs why and tells the handle.
+fn refuse(sh: &Shared, call: &str, e: &Status) {
+    let why = format!(
+        "the scheduler at {} refused {call} ({:?}): {}",
+        sh.cfg.scheduler,
+        e.code(),
+        e.message()
+    );
+    tracing::error!("{why}");
+    sh.refused.send_replace(Some(why));
+}
+
+/// The lease ran out: every job here is revoked, gets `grace` to checkpoint
+/// and is killed after it; each is reported as fenced (queued again without
+/// blame) once the scheduler can be reached. The scheduler declares this
+/// worker gone only after the lease and the grace are over, so no job runs
+/// here and on its next worker at once.
+async fn fence(sh: &Arc<Shared>, lease: Duration, grace: Duration) {
+    let taken: Vec<(u64, Launch)> = sh.lock().launches.drain().collect();
+    if taken.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        jobs = taken.len(),
+        "no heartbeat reached the scheduler for {:.1} s (the lease): stopping every job here",
+        lease.as_secs_f64()
+    );
+    let waits: Vec<_> = taken
+        .into_iter()
+        .map(|(job, l)| {
+            tokio::task::spawn_blocking(move || {
+                let e = l.run.revoke_and_wait(grace, job);
+                let finished = l.run.finished(&e);
+                (job, l.launch, e, finished)
+            })
+        })
+        .collect();
+    for w in waits {
+        let Ok((job, launch, e, finished)) = w.await else {
+            continue;
+        };
+        tracing::info!(job, launch, finished, "fenced");
+        sh.lock().exits.push((
+            ExitReport {
+                worker_id: String::new(),
+                launch: Some(LaunchRef {
+                    job_id: job,
+                    launch,
+                }),
+                code: e.code,
+                finished,
+                reason: if finished {
+                    String::new()
+                } else {
+                    format!(
+                        "fenced: its worker could not reach the scheduler for {:.1} s",
+                        lease.as_secs_f64()
+                    )
+                },
+                exited_s_ago: 0.0,
+                fenced: !finished,
+            },
+            e.at,
+        ));
+    }
+}
+
+/// Revokes a launch the scheduler no longer expects, or every launch when
+/// the scheduler forgot this worker (grace: 5 s).
+async fn stop_launch(sh: &Arc<Shared>, l: LaunchRef) {
+    stop_launch_within(sh, l, Duration::from_secs(5)).await
+}
+
+/// Revokes a launch and waits up to `grace` for it to exit (then kills it).
+pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Duration) {
+    let taken = {
+        let mut st = sh.lock();
+        match st.launches.get(&l.job_id) {
+            Some(x) if x.launch == l.launch => st.launches.remove(&l.job_id),
+            _ => None,
+        }
+    };
+    if let Some(launch) = taken {
+        tracing::info!(job = l.job_id, launch = l.launch, "revoking");
+        let _ = tokio::task::spawn_blocking(move || {
+            launch.run.revoke_and_wait(grace, l.job_id);
+        })
+        .await;
+    }
+}
+
+/// Every 20 ms: reads the jobs' metric logs, notices exits, and delivers
+/// both to the scheduler (undelivered ones are retried).
+pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (id, exits, metrics) = {
+            let mut st = sh.lock();
+            let st = &mut *st;
+            let mut ended = Vec::new();
+            for (job, l) in st.launches.iter_mut() {
+                let lref = LaunchRef {
+                    job_id: *job,
+                    launch: l.launch,
+                };
+                let startup = &mut l.startup_s;
+                l.run.read_metrics(*job, |k, v| {
+                    if k == blox_client::STARTUP_METRIC && startup.is_none() && v.is_finite() {
+                        *startup = Some(v.max(0.0));
+                    }
+                    st.metrics.push(MetricSample {
+                        launch: Some(lref),
+                        key: k.to_string(),
+                        value: v,
+                    })
+                });
+                if let Some(e) = l.run.exit() {
+                    ended.push((*job, e, l.run.finished(&e)));
+                }
+            }
+            for (job, e, finished) in ended {
+                let l = st.launches.remove(&job).expect("listed above");
+                tracing::info!(job, launch = l.launch, code = ?e.code, finished, "exited");
+                st.exits.push((
+                    ExitReport {
+                        worker_id: String::new(),
+                        launch: Some(LaunchRef {
+                            job_id: job,
+                            launch: l.launch,
+                        }),
+                        code: e.code,
+                        finished,
+                        reason: String::new(),
+                        exited_s_ago: 0.0,
+                        fenced: false,
+                    },
+                    e.at,
+                ));
+            }
+            st.bound_metrics();
+            let Some(id) = st.worker_id.clone() else {
+                continue;
+            };
+            (
+                id,
+                std::mem::take(&mut st.exits),
+                std::mem::take(&mut st.metrics),
+            )
+        };
+        if !metrics.is_empty() {
+            let batch = MetricBatch {
+                worker_id: id.clone(),
+                samples: metrics,
+            };
+            if let Err(e) = client.push_metrics(batch.clone()).await {
+                tracing::debug!("metric push failed: {}", e.message());
+                let mut st = sh.lock();
+                // Keep them for the next try, newest last.
+                let newer = std::mem::take(&mut st.metrics);
+                st.metrics = batch.samples;
+                st.metrics.extend(newer);
+                st.bound_metrics();
+            }
+        }
+        let mut failed = Vec::new();
+        for (mut r, at) in exits {
+            r.worker_id = id.clone();
+            r.exited_s_ago = at.elapsed().as_secs_f64();
+            match client.report_exit(r.clone()).await {
+                Ok(_) => {}
+                // Refused as it is: sending it again cannot help.
+                Err(e) if e.code() == Code::InvalidArgument => {
+                    tracing::warn!("exit report refused: {}", e.message());
+                }
+                Err(e) => {
+                    tracing::debug!("exit report failed: {}", e.message());
+                    failed.push((r, at));
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let mut st = sh.lock();
+            failed.extend(std::mem::take(&mut st.exits));
+            st.exits = failed;
+        }
+    }
+}
