@@ -14,6 +14,7 @@ pub mod job_state;
 pub mod module;
 pub mod registry;
 pub mod round;
+pub mod stats;
 pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};

@@ -351,15 +351,6 @@ async fn wait_status(
     }
 }
 
-/// The `p` quantile (0–1) of `v`, nearest rank (sorts `v`); NaN if empty.
-pub(crate) fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 /// `jobs` running jobs spread over `nodes` mock workers of `gpus_per_node`
 /// GPUs (each job as many GPUs as divide evenly), each job pushing one
 /// metric per round; times `rounds` steady-state rounds of FIFO with
@@ -462,7 +453,11 @@ pub fn round_overhead(
     }
     let _ = stop.send(true);
     let stats = sched.round_stats();
-    let busy = &stats.busy_s[before..before + rounds];
+    let busy: Vec<f64> = stats
+        .busy_s
+        .range(before..before + rounds)
+        .copied()
+        .collect();
     let s_log = sched_log.lock().unwrap()[sched_before..].to_vec();
     let p_log = place_log.lock().unwrap()[place_before..].to_vec();
     let mut policy: Vec<f64> = (0..rounds)
@@ -473,15 +468,15 @@ pub fn round_overhead(
         .zip(&policy)
         .map(|(b, p)| (b - p).max(0.0))
         .collect();
-    let mut publish = stats.publish_s[stats.publish_s.len().saturating_sub(rounds)..].to_vec();
+    let mut publish: Vec<f64> = (stats.publish_s.iter().rev().take(rounds).copied()).collect();
     let r = RoundResult {
         jobs: ids.len(),
         gpus: total,
         rounds,
-        overhead_p50_s: pct(&mut overhead, 0.5),
-        overhead_p99_s: pct(&mut overhead, 0.99),
-        policy_p50_s: pct(&mut policy, 0.5),
-        publish_p50_s: pct(&mut publish, 0.5),
+        overhead_p50_s: blox_core::stats::quantile(&mut overhead, 0.5),
+        overhead_p99_s: blox_core::stats::quantile(&mut overhead, 0.99),
+        policy_p50_s: blox_core::stats::quantile(&mut policy, 0.5),
+        publish_p50_s: blox_core::stats::quantile(&mut publish, 0.5),
     };
     let _ = sched.shutdown();
     drop(rt);

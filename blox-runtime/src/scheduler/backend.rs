@@ -47,8 +47,8 @@ impl Live {
 /// `publish_s`, updating the status view and the job table after it.
 #[derive(Clone, Debug, Default)]
 pub struct RoundStats {
-    pub busy_s: Vec<f64>,
-    pub publish_s: Vec<f64>,
+    pub busy_s: VecDeque<f64>,
+    pub publish_s: VecDeque<f64>,
     /// Median and 99th percentile of `busy_s + publish_s` (`Status`),
     /// refreshed after each round.
     pub round_p50_s: f64,
@@ -56,6 +56,9 @@ pub struct RoundStats {
 }
 
 impl RoundStats {
+    /// Rounds kept.
+    pub const KEPT: usize = 10_000;
+
     /// Recomputes the round quantiles from the rounds kept.
     pub(super) fn refresh(&mut self) {
         let mut v: Vec<f64> = self
@@ -67,15 +70,16 @@ impl RoundStats {
         if v.is_empty() {
             return;
         }
-        self.round_p50_s = crate::bench::pct(&mut v, 0.5);
-        self.round_p99_s = crate::bench::pct(&mut v, 0.99);
+        self.round_p50_s = blox_core::stats::quantile(&mut v, 0.5);
+        self.round_p99_s = blox_core::stats::quantile(&mut v, 0.99);
     }
 
-    pub(super) fn push(v: &mut Vec<f64>, x: f64) {
-        if v.len() >= 10_000 {
-            v.remove(0);
+    /// Appends `x`, dropping the oldest beyond [`RoundStats::KEPT`].
+    pub(super) fn push(v: &mut VecDeque<f64>, x: f64) {
+        if v.len() >= Self::KEPT {
+            v.pop_front();
         }
-        v.push(x);
+        v.push_back(x);
     }
 }
 

@@ -424,7 +424,7 @@ pub fn start_with_selector(
                     RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
                     s.refresh();
                     metrics.rounds.inc();
-                    if let (Some(b), Some(p)) = (s.busy_s.last(), s.publish_s.last()) {
+                    if let (Some(b), Some(p)) = (s.busy_s.back(), s.publish_s.back()) {
                         metrics.round_seconds.observe(b + p);
                     }
                 }

@@ -419,8 +419,8 @@ worker_timeout_s = 4
         }
     }
     if !latencies.is_empty() {
-        report.submit_p50_s = crate::bench::pct(&mut latencies, 0.5);
-        report.submit_p99_s = crate::bench::pct(&mut latencies, 0.99);
+        report.submit_p50_s = blox_core::stats::quantile(&mut latencies, 0.5);
+        report.submit_p99_s = blox_core::stats::quantile(&mut latencies, 0.99);
     }
     for (job, a, b) in seen.overlaps.iter().take(5) {
         progress(format!(

@@ -81,10 +81,10 @@ impl SchedulingPolicy for Timed {
     }
 }
 
+/// Median and 95th percentile of `times` (seconds), in milliseconds.
 fn percentiles(times: &mut [f64]) -> (f64, f64) {
-    times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize] * 1000.0;
-    (at(0.5), at(0.95))
+    let p50 = blox_core::stats::quantile(times, 0.5) * 1000.0;
+    (p50, blox_core::stats::quantile_sorted(times, 0.95) * 1000.0)
 }
 
 fn pollux(dir: &Path, out: Out) -> Result<()> {

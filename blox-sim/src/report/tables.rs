@@ -1,5 +1,6 @@
 //! Result tables (`jobs.csv`, `rounds.csv`, also as Parquet) and the summary.
 
+use blox_core::stats::{mean, quantile_sorted};
 use blox_core::{Job, JobId, JobStatus, RoundLoop};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -166,22 +167,6 @@ pub struct Summary {
     pub stopped_by: Option<String>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (p / 100.0 * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        f64::NAN
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    }
-}
-
 impl Summary {
     pub fn compute(
         tracked: &[&JobRow],
@@ -197,8 +182,17 @@ impl Summary {
         let resp: Vec<f64> = tracked.iter().filter_map(|j| j.responsiveness_s).collect();
         let makespan_s = all.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
         let gpu_s: f64 = all.iter().map(|j| j.gpu_seconds).sum();
-        // Utilisation over [0, makespan]: attained GPU-seconds / (GPUs × makespan).
-        let horizon = makespan_s;
+        // Utilisation over [0, makespan]: attained GPU-seconds / (GPUs × makespan);
+        // over [0, now] when a job that held GPUs has not ended (a run stopped
+        // early), whose GPU-seconds run past the makespan.
+        let cut_short = all
+            .iter()
+            .any(|j| j.finish_s.is_none() && j.gpu_seconds > 0.0);
+        let horizon = if cut_short {
+            makespan_s.max(now_s)
+        } else {
+            makespan_s
+        };
         Summary {
             policies,
             jobs_total: tracked.len(),
@@ -208,8 +202,8 @@ impl Summary {
                 .filter(|j| j.status == JobStatus::Rejected)
                 .count(),
             avg_jct_s: mean(&jcts),
-            p50_jct_s: percentile(&jcts, 50.0),
-            p99_jct_s: percentile(&jcts, 99.0),
+            p50_jct_s: quantile_sorted(&jcts, 0.5),
+            p99_jct_s: quantile_sorted(&jcts, 0.99),
             avg_responsiveness_s: mean(&resp),
             makespan_s,
             gpu_utilisation: if horizon > 0.0 && gpus > 0 {
