@@ -202,6 +202,56 @@ fn workload_flag_replaces_the_trace_and_keeps_other_settings() {
 }
 
 #[test]
+fn workload_flag_swaps_a_generator_for_a_trace_and_drops_the_generators_keys() {
+    let dir = tempdir("swap");
+    let trace = write(
+        &dir,
+        "trace.csv",
+        "job_id,arrival_s,num_gpus,duration_s\n0,0,4,600\n1,0,1,60\n2,30,2,300\n",
+    );
+    let trace = trace.to_str().unwrap();
+    let cfg = "examples/configs/blox-recipe-fifo.toml";
+    // The recipe measures jobs 3000-4000, which a 3-job trace does not have.
+    let o = blox(&["sim", cfg, "--workload", trace]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("selects none of the workload's 3 jobs") && t.contains("--set run.track_jobs="),
+        "{t}"
+    );
+    let o = blox(&[
+        "sim",
+        "--log",
+        "info",
+        cfg,
+        "--workload",
+        trace,
+        "--set",
+        "run.track_jobs=",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("3 finished of 3"), "{t}");
+    assert!(t.contains("dropping `workload.jobs_per_hour`"), "{t}");
+    // A key of the old kind set on the same command line is still an error.
+    let o = blox(&[
+        "sim",
+        "--quiet",
+        cfg,
+        "--workload",
+        trace,
+        "--set",
+        "workload.jobs_per_hour=4",
+    ]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("`jobs_per_hour` does not apply to a `csv` workload"),
+        "{t}"
+    );
+}
+
+#[test]
 fn policies_lists_every_registered_module() {
     let t = text(&blox(&["policies"]));
     for name in [

@@ -167,6 +167,50 @@ fn a_workload_key_of_another_kind_is_an_error_not_ignored() {
 }
 
 #[test]
+fn infinite_or_runaway_numbers_are_refused_where_they_are_typed() {
+    let bursty = "examples/configs/synth-bursty.toml";
+    for (set, says) in [
+        (
+            "workload.burst_max_duration_s=inf",
+            "numbers in a config must be finite",
+        ),
+        (
+            "workload.burst_jobs_per_hour=inf",
+            "numbers in a config must be finite",
+        ),
+        (
+            "workload.burst_length_s=nan",
+            "numbers in a config must be finite",
+        ),
+        ("run.round_s=-inf", "numbers in a config must be finite"),
+    ] {
+        let e = error_line(&blox(&["sim", "--quiet", bursty, "--set", set]));
+        assert!(e.contains(&format!("--set {set}")), "{set}: {e}");
+        assert!(e.contains(says), "{set}: {e}");
+    }
+    // Finite but runaway: a window every 10 ms over the whole trace.
+    let e = error_line(&blox(&[
+        "sim",
+        "--quiet",
+        bursty,
+        "--set",
+        "workload.burst_every_s=0.01",
+        "--set",
+        "workload.burst_length_s=0.01",
+    ]));
+    assert!(e.contains("more than 2000000 in all"), "{e}");
+    // In the file: its line.
+    let (d, c) = setup();
+    let cfg = std::fs::read_to_string(&c)
+        .unwrap()
+        .replace("round_s = 60", "round_s = 60\nmax_startup_s = inf");
+    let c2 = write(d.path(), "c2.toml", &cfg);
+    let e = error_line(&blox(&["sim", "--quiet", c2.to_str().unwrap()]));
+    assert!(e.contains("c2.toml:7: [run]"), "{e}");
+    assert!(e.contains("`max_startup_s` = inf"), "{e}");
+}
+
+#[test]
 fn a_zero_speed_would_never_finish_and_is_refused() {
     let (_d, c) = setup();
     let o = blox(&[

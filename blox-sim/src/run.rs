@@ -119,6 +119,15 @@ impl Simulation {
                 .count(),
             None => jobs.len(),
         };
+        if let (Some([a, b]), 0, false) = (run.track_jobs, tracked_total, jobs.is_empty()) {
+            return Err(SimError::Workload(WorkloadError::Invalid(format!(
+                "run.track_jobs = [{a}, {b}] selects none of the workload's {} jobs (ids {} to {}): \
+                 measure them all with `--set run.track_jobs=`, or name ids the workload has",
+                jobs.len(),
+                jobs.iter().map(|j| j.spec.id.0).min().unwrap_or(0),
+                jobs.iter().map(|j| j.spec.id.0).max().unwrap_or(0),
+            ))));
+        }
         let backend = SimBackend::new(sim.clone(), run.round_s, jobs, &cluster);
         let mut round_loop = RoundLoop::new(policies, cluster, run.round_s);
         round_loop.startup = StartupRules::from_run(&run);
@@ -362,19 +371,30 @@ impl ConfigRequest {
             let abs = std::path::absolute(w).unwrap_or_else(|_| w.clone());
             let kind = workload::detect_format(&abs)?;
             let mut cfg_kind = kind.to_string();
+            let mut probe = ConfigInput::new(&text, &file, &base);
+            probe.sections = self.sections.clone();
+            let probe = Config::from_input(probe)?;
+            let old = probe.section("workload");
             // A Philly-format file keeps a config's `blox-recipe` kind.
             if kind == "philly" {
-                let mut probe = ConfigInput::new(&text, &file, &base);
-                probe.sections = self.sections.clone();
-                let probe = Config::from_input(probe)?;
-                if let Some(toml::Value::String(k)) = probe.section("workload").table().get("kind")
-                {
+                if let Some(toml::Value::String(k)) = old.table().get("kind") {
                     if k == "blox-recipe" {
                         cfg_kind = k.clone();
                     }
                 }
             }
             let origin = format!("{origin} {}", w.display());
+            // The keys of the old kind go with it (a generator's `jobs_per_hour` means
+            // nothing to a trace file); keys the user sets below still reach the check.
+            for key in workload::keys_of_other_kinds(old.table(), &cfg_kind) {
+                tracing::info!(
+                    "{origin}: dropping `workload.{key}` ({}): it does not apply to a `{cfg_kind}` workload",
+                    old.location(key)
+                );
+                input
+                    .overrides
+                    .push(Override::unset(&format!("workload.{key}")).with_origin(origin.clone()));
+            }
             input.overrides.push(
                 Override::set("workload.path", &toml_string(&abs.display().to_string()))
                     .with_origin(origin.clone()),

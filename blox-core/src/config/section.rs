@@ -131,7 +131,17 @@ impl Section {
     /// Deserialises the section into a typed struct (use
     /// `#[serde(deny_unknown_fields)]` so a mistyped key is an error). The
     /// error names the key and where it was written.
+    ///
+    /// No number in a config may be infinite or NaN (TOML allows `inf` and
+    /// `nan`): every seconds, rate and count key means a finite amount, and
+    /// one that is not would hang or crash whatever reads it.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        if let Some((key, v)) = non_finite(&self.table, "") {
+            return Err(self.error_at(
+                &key,
+                format!("`{key}` = {v}: numbers in a config must be finite"),
+            ));
+        }
         serde_path_to_error::deserialize(toml::Value::Table(self.table.clone())).map_err(|e| {
             let path: Vec<String> = e
                 .path()
@@ -262,4 +272,28 @@ impl Section {
             ..self.clone()
         }
     }
+}
+
+/// The first infinite or NaN number in `table` (depth first), with its dotted
+/// path (array elements by index).
+fn non_finite(table: &toml::Table, prefix: &str) -> Option<(String, f64)> {
+    fn walk(v: &toml::Value, path: String) -> Option<(String, f64)> {
+        match v {
+            toml::Value::Float(f) if !f.is_finite() => Some((path, *f)),
+            toml::Value::Table(t) => non_finite(t, &path),
+            toml::Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| walk(v, format!("{path}.{i}"))),
+            _ => None,
+        }
+    }
+    table.iter().find_map(|(k, v)| {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        walk(v, path)
+    })
 }

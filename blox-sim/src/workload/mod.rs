@@ -309,6 +309,26 @@ pub struct RecipeKeys {
     pub jobs_per_hour: f64,
 }
 
+/// The keys of a `[workload]` table that belong to another kind than `kind`
+/// (known keys only: a misspelt key stays, to be reported where it is read).
+/// `--workload` drops them when the file it names is of another kind.
+pub fn keys_of_other_kinds<'a>(table: &'a toml::Table, kind: &str) -> Vec<&'a str> {
+    let own: &[&str] = KIND_KEYS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, keys)| *keys)
+        .unwrap_or(&[]);
+    table
+        .keys()
+        .map(String::as_str)
+        .filter(|k| {
+            !COMMON_KEYS.contains(k)
+                && !own.contains(k)
+                && KIND_KEYS.iter().any(|(_, keys)| keys.contains(k))
+        })
+        .collect()
+}
+
 /// Kinds and the keys only they accept.
 const KIND_KEYS: &[(&str, &[&str])] = &[
     ("csv", &[]),
@@ -687,6 +707,21 @@ pub fn load_for(
                 )
                 .into());
         }
+        // Bounded before generating: a window every few microseconds or a
+        // rate of millions an hour would fill the memory.
+        let last = jobs.iter().map(|j| j.spec.arrival_s).fold(0.0, f64::max);
+        let windows = (last / every).floor() + 1.0;
+        let expected = windows * (rate / 3600.0 * length).min(length.ceil());
+        if windows + expected > MAX_BURST_JOBS as f64 {
+            return Err(section
+                .error_at(
+                    "burst_every_s",
+                    format!(
+                        "these bursts would take {windows:.3e} windows of {length} s and add about {expected:.3e} jobs at {rate} jobs/hour, more than {MAX_BURST_JOBS} in all: lengthen `burst_every_s` or lower `burst_jobs_per_hour`"
+                    ),
+                )
+                .into());
+        }
         add_bursts(&mut jobs, every, length, rate, (lo, hi), seed);
     } else if let Some(k) = [
         ("burst_length_s", c.burst_length_s),
@@ -718,6 +753,10 @@ pub fn load_for(
     Ok(jobs)
 }
 
+/// The most burst windows plus jobs a workload may take (the jobs: about
+/// 1 GB of records).
+const MAX_BURST_JOBS: usize = 2_000_000;
+
 /// Adds the burst jobs to `jobs` (windows `[k·every, k·every + length)` up to
 /// the last arrival) and renumbers all in arrival order.
 fn add_bursts(
@@ -737,7 +776,8 @@ fn add_bursts(
         let mut t = start;
         loop {
             let u: f64 = rng.random();
-            t += (-(1.0 - u).ln() / rate * 3600.0).ceil();
+            // Whole seconds, at least one: the window always ends.
+            t += (-(1.0 - u).ln() / rate * 3600.0).ceil().max(1.0);
             if t >= start + length {
                 break;
             }

@@ -327,3 +327,47 @@ fn the_submitted_batch_rule_keeps_the_global_batch_at_any_gpu_count() {
     // The fixed-batch baselines' rule: the same placement, the global batch.
     assert_eq!(run(Some(BatchRule::Submitted)), (1, Some(512)));
 }
+
+/// Forty jobs end in one round with more log points than the predictor keeps:
+/// the reservoir draws from the RNG per point, so the order they are offered
+/// in decides the sample. Two schedulers fed the same rounds (their job tables
+/// hash in different orders) keep the same sample.
+#[test]
+fn jobs_ending_in_one_round_train_the_predictor_in_a_fixed_order() {
+    let cluster = ClusterState::homogeneous(16, 4);
+    let mut state = JobState::new();
+    let mut c = cluster.clone();
+    for id in 1..=40 {
+        add(&mut state, &mut c, with_batch(id, 0.0, 1, 32), &[]);
+    }
+    let p = OnesParams {
+        history: 16,
+        ..params()
+    };
+    let mut a = Ones::new(p.clone()).unwrap();
+    let mut b = Ones::new(p).unwrap();
+    for r in 1..=5 {
+        for id in 1..=40 {
+            report(
+                &state,
+                id,
+                r as f64 * (1.0 + id as f64 / 40.0),
+                10.0 + id as f64,
+            );
+        }
+        let now = info(60.0 * r as f64);
+        let s = a.schedule(&now, &state, &cluster);
+        assert_eq!(s, b.schedule(&now, &state, &cluster));
+    }
+    for id in 1..=40 {
+        state.get_mut(JobId(id)).unwrap().status = JobStatus::Finished;
+    }
+    state.prune_finished();
+    let now = info(360.0);
+    assert_eq!(
+        a.schedule(&now, &state, &cluster),
+        b.schedule(&now, &state, &cluster)
+    );
+    assert_eq!(a.predictor.len(), 16, "the reservoir overflowed");
+    assert_eq!(format!("{:?}", a.predictor), format!("{:?}", b.predictor));
+}
