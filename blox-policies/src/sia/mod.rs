@@ -75,9 +75,16 @@ pub struct SiaParams {
     /// `allowablePercentageGap` of 0.01 % in the artifact) …
     #[serde(default = "d_gap")]
     pub solver_gap: f64,
-    /// … or after this long (every job then keeps its allocation).
+    /// … or after this long (the artifact sets no limit: CBC runs to the
+    /// gap). Stopped there, its best schedule is used if it is proven within
+    /// `solver_accept_gap` of the optimum; otherwise every job keeps its
+    /// allocation and the log says why.
     #[serde(default = "d_time")]
     pub solver_time_limit_s: f64,
+    /// The largest relative gap (bound − best) / bound at which a schedule
+    /// found before the time limit is still used.
+    #[serde(default = "d_accept_gap")]
+    pub solver_accept_gap: f64,
 }
 
 fn d_p() -> f64 {
@@ -114,7 +121,10 @@ fn d_gap() -> f64 {
     1e-4
 }
 fn d_time() -> f64 {
-    10.0
+    1.0
+}
+fn d_accept_gap() -> f64 {
+    0.01
 }
 
 impl SiaParams {
@@ -154,6 +164,12 @@ impl SiaParams {
         }
         if !(self.solver_gap >= 0.0 && self.solver_gap < 1.0) {
             return Err(("solver_gap", "`solver_gap` must be in [0, 1)".into()));
+        }
+        if !(self.solver_accept_gap >= 0.0 && self.solver_accept_gap < 1.0) {
+            return Err((
+                "solver_accept_gap",
+                "`solver_accept_gap` must be in [0, 1)".into(),
+            ));
         }
         if !(self.solver_time_limit_s > 0.0 && self.solver_time_limit_s <= 3600.0) {
             return Err((
@@ -238,6 +254,9 @@ pub struct SiaDecision {
     pub objective: f64,
     pub solver_nodes: usize,
     pub proven_optimal: bool,
+    /// Relative gap of the schedule used to the solver's bound (0 when
+    /// proven within `solver_gap`).
+    pub gap: f64,
     /// Seconds to build the matrix, and to solve.
     pub build_s: f64,
     pub solve_s: f64,
@@ -473,16 +492,32 @@ impl SchedulingPolicy for Sia {
                 return Self::keep_all(jobs);
             }
         };
-        if !solved.proven {
+        let gap = if solved.proven {
+            0.0
+        } else {
+            (solved.bound - solved.objective).max(0.0) / solved.bound.abs().max(1e-9)
+        };
+        if !solved.proven && gap > self.params.solver_accept_gap {
             tracing::warn!(
-                "sia: round {}: the solver stopped at its time limit ({} s) after {} nodes without proving its best schedule (objective {:.3}, bound {:.3}); every job keeps its allocation",
+                "sia: round {}: the solver stopped at its time limit ({} s) after {} nodes with its best schedule {:.3} % below the bound (objective {:.3}, bound {:.3}; solver_accept_gap {} %); every job keeps its allocation",
                 round.round,
                 self.params.solver_time_limit_s,
                 solved.nodes,
+                gap * 100.0,
                 solved.objective,
-                solved.bound
+                solved.bound,
+                self.params.solver_accept_gap * 100.0
             );
             return Self::keep_all(jobs);
+        }
+        if !solved.proven {
+            tracing::debug!(
+                "sia: round {}: the solver stopped at its time limit ({} s) after {} nodes; its best schedule, within {:.3} % of the optimum, is used",
+                round.round,
+                self.params.solver_time_limit_s,
+                solved.nodes,
+                gap * 100.0
+            );
         }
         self.last = SiaDecision {
             jobs: order.len(),
@@ -491,6 +526,7 @@ impl SchedulingPolicy for Sia {
             objective: solved.objective,
             solver_nodes: solved.nodes,
             proven_optimal: solved.proven,
+            gap,
             build_s: built,
             solve_s: t1.elapsed().as_secs_f64(),
         };
@@ -541,6 +577,14 @@ impl SchedulingPolicy for Sia {
     fn accepts(&self, _job: &JobSpec) -> Result<(), String> {
         Ok(())
     }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        vec![metric::POLLUX_AGENT]
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        Some("explicit")
+    }
 }
 
 blox_core::register_scheduling!(
@@ -554,222 +598,4 @@ blox_core::register_scheduling!(
 );
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_util::*;
-    use blox_goodput::{AgentReport, AppLimits, GradStats, ThroughputParams};
-
-    /// 1 node of 4 "slow" GPUs and 1 node of 4 "fast" ones.
-    fn cluster() -> ClusterState {
-        let mut c = ClusterState::new();
-        for t in ["slow", "fast"] {
-            let mut n = NodeSpec::with_gpus(4);
-            n.gpu_type = t.into();
-            c.add_node(n);
-        }
-        c
-    }
-
-    fn params() -> SiaParams {
-        Section::empty("scheduling").parse().unwrap()
-    }
-
-    fn limits() -> AppLimits {
-        AppLimits {
-            m0: 128,
-            mmax: 4096,
-            bmin: 32,
-            bmax: 512,
-        }
-    }
-
-    /// A job measured on `fits` (type → compute time per sample), with the
-    /// one-replica throughputs `xput1` it was submitted with.
-    fn measured(state: &JobState, id: u64, fits: &[(&str, f64)], xput1: &[(&str, f64)]) {
-        // As a typed agent reports: the legacy keys hold the fit of the type
-        // it runs on (here the first), beside `pollux.<type>.*`.
-        let report = AgentReport {
-            limits: limits(),
-            params: fits.first().map(|(_, beta)| fit(*beta)),
-            grad: Some(GradStats {
-                sqr: 1.0,
-                var: 50.0,
-            }),
-            max_profiled_replicas: 1,
-            replica_cap: None,
-            fixed_batch: None,
-        };
-        let m = state.metrics();
-        for (k, v) in report.to_metrics() {
-            m.set(JobId(id), k, v);
-        }
-        for (t, beta) in fits {
-            let p = fit(*beta);
-            let names = [
-                "alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma",
-            ];
-            for (k, v) in names.iter().zip(p.to_array()) {
-                m.set(JobId(id), &format!("pollux.{t}.{k}"), v);
-            }
-            m.set(JobId(id), &format!("pollux.{t}.max_profiled_replicas"), 1.0);
-        }
-        for (t, x) in xput1 {
-            m.set(JobId(id), &format!("type.{t}.xput1"), *x);
-        }
-    }
-
-    fn fit(beta_c: f64) -> ThroughputParams {
-        ThroughputParams {
-            alpha_c: 0.01,
-            beta_c,
-            alpha_n: 0.05,
-            beta_n: 0.01,
-            alpha_r: 0.02,
-            beta_r: 0.005,
-            gamma: 1.5,
-        }
-    }
-
-    fn rules() -> RowRules {
-        RowRules {
-            project: true,
-            share_max_replicas: true,
-            max_gpus: 64,
-        }
-    }
-
-    fn values(row: Row) -> Vec<f64> {
-        match row {
-            Row::Adaptive(v) => v,
-            Row::Rigid { .. } => panic!("adaptive row expected"),
-        }
-    }
-
-    /// Sia §3.2: a job that has run only on the slow type is estimated on the
-    /// fast one from its slow model, scaled by the two types' one-replica
-    /// throughputs; the row's minimum is 1.
-    #[test]
-    fn an_unseen_type_is_bootstrapped_from_a_seen_one() {
-        let c = cluster();
-        let mut state = JobState::new();
-        let mut cc = c.clone();
-        add(&mut state, &mut cc, job(1, 0.0, 1), &[]);
-        measured(
-            &state,
-            1,
-            &[("slow", 0.002)],
-            &[("slow", 100.0), ("fast", 300.0)],
-        );
-        let configs = Configs::of(&c, 64, &BTreeMap::new());
-        let types: Vec<(String, u32)> = vec![("slow".into(), 4), ("fast".into(), 4)];
-        let j = state.get(JobId(1)).unwrap();
-        let on = matrix::job_on_types(j, &state, &types);
-        assert!(on[0].model.is_some() && on[1].model.is_none());
-        let v = values(matrix::row(j, &state, &on, &configs, rules()));
-        let slow1 = configs.of_type[0][0];
-        let fast1 = configs.of_type[1][0];
-        assert!((v[slow1] - 1.0).abs() < 1e-9, "{v:?}");
-        assert!(
-            (v[fast1] - 3.0).abs() < 1e-9,
-            "three times the one-GPU throughput: {v:?}"
-        );
-        // Up to twice the replicas profiled (1): 1 and 2 GPUs, not 4.
-        let four = configs.of_type[1][2];
-        assert_eq!(configs.list[four].2, 4);
-        assert!(v[four] <= matrix::ZERO_ALLOC_GAIN);
-    }
-
-    /// A job never measured anywhere is worth one GPU, anywhere, and nothing
-    /// more.
-    #[test]
-    fn a_new_job_is_worth_one_gpu_of_any_type() {
-        let c = cluster();
-        let mut state = JobState::new();
-        let mut cc = c.clone();
-        add(&mut state, &mut cc, job(1, 0.0, 4), &[]);
-        let configs = Configs::of(&c, 64, &BTreeMap::new());
-        let types: Vec<(String, u32)> = vec![("slow".into(), 4), ("fast".into(), 4)];
-        let j = state.get(JobId(1)).unwrap();
-        let on = matrix::job_on_types(j, &state, &types);
-        let v = values(matrix::row(j, &state, &on, &configs, rules()));
-        for (c, &(_, _, g)) in configs.list.iter().enumerate() {
-            let want = if g == 1 { 1.0 } else { matrix::ZERO_ALLOC_GAIN };
-            assert!((v[c] - want).abs() < 1e-12, "config {c}: {v:?}");
-        }
-    }
-
-    /// Two jobs, one fast type with room for one of them: the job that gains
-    /// more from the fast type gets it (Sia matches jobs to GPU types), and
-    /// the other runs on the slow type.
-    #[test]
-    fn the_job_that_gains_most_from_a_type_gets_it() {
-        let mut c = ClusterState::new();
-        for t in ["slow", "fast"] {
-            let mut n = NodeSpec::with_gpus(1);
-            n.gpu_type = t.into();
-            c.add_node(n);
-        }
-        let mut state = JobState::new();
-        let mut cc = c.clone();
-        for id in [1, 2] {
-            add(&mut state, &mut cc, job(id, 0.0, 1), &[]);
-        }
-        // Job 1 runs 4x faster on the fast type, job 2 only 1.2x.
-        measured(&state, 1, &[("slow", 0.004), ("fast", 0.001)], &[]);
-        measured(&state, 2, &[("slow", 0.0012), ("fast", 0.001)], &[]);
-        let mut sia = Sia::new(params());
-        let s = sia.schedule(&info(3600.0), &state, &c);
-        let type_of = |id: u64| {
-            let d = s.entries.iter().find(|d| d.job == JobId(id)).unwrap();
-            let g = d.gpu_ids.as_ref().unwrap()[0];
-            c.node(c.gpu(g).unwrap().node)
-                .unwrap()
-                .spec
-                .gpu_type
-                .clone()
-        };
-        assert_eq!(type_of(1), "fast");
-        assert_eq!(type_of(2), "slow");
-        assert!(sia.last.proven_optimal);
-    }
-
-    /// A job restoring its checkpoint keeps its configuration even when
-    /// another would be better (`preserve_ckpt_allocs`).
-    #[test]
-    fn a_job_restoring_its_checkpoint_is_not_moved() {
-        let c = cluster();
-        let mut state = JobState::new();
-        let mut cc = c.clone();
-        let mut j = job(1, 0.0, 1);
-        j.launches = 1;
-        j.last_launch_s = Some(3590.0);
-        // On the slow node's first GPU, still starting (no first iteration).
-        add(&mut state, &mut cc, j, &[0]);
-        measured(&state, 1, &[("slow", 0.004), ("fast", 0.001)], &[]);
-        let mut sia = Sia::new(params());
-        let s = sia.schedule(&info(3600.0), &state, &c);
-        assert_eq!(s.entries[0].gpu_ids.as_deref(), Some(&[GpuId(0)][..]));
-        let mut moving = Sia::new(SiaParams {
-            hold_restoring: false,
-            ..params()
-        });
-
-        let s = moving.schedule(&info(3600.0), &state, &c);
-        assert_ne!(s.entries[0].gpu_ids.as_deref(), Some(&[GpuId(0)][..]));
-    }
-
-    #[test]
-    fn configurations_follow_the_paper() {
-        let mut c = ClusterState::new();
-        for _ in 0..3 {
-            let mut n = NodeSpec::with_gpus(8);
-            n.gpu_type = "rtx".into();
-            c.add_node(n);
-        }
-        let configs = Configs::of(&c, 64, &BTreeMap::new());
-        let gpus: Vec<(u32, u32)> = configs.list.iter().map(|&(_, n, g)| (n, g)).collect();
-        assert_eq!(gpus, vec![(1, 1), (1, 2), (1, 4), (1, 8), (2, 16), (3, 24)]);
-        let capped = Configs::of(&c, 64, &BTreeMap::from([("rtx".to_string(), 2)]));
-        assert_eq!(capped.list.len(), 5);
-    }
-}
+mod tests;
