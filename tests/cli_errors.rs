@@ -150,6 +150,24 @@ fn an_unknown_policy_suggests_a_near_name_and_how_to_link_one() {
     assert!(e.contains("use my_policy as _;"), "{e}");
 }
 
+/// A joint policy names concrete GPUs; a placement other than `explicit`
+/// would drop them, so the pair is refused before anything runs, naming both.
+#[test]
+fn a_joint_policy_with_a_placement_that_drops_its_gpus_is_refused() {
+    let o = blox(&[
+        "sim",
+        "--quiet",
+        "examples/configs/pollux-artifact/pollux.toml",
+        "--set",
+        "placement.policy=consolidated",
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("--set placement.policy=consolidated"), "{e}");
+    assert!(e.contains("scheduling policy `pollux`"), "{e}");
+    assert!(e.contains("placement.policy = \"explicit\""), "{e}");
+}
+
 #[test]
 fn a_workload_key_of_another_kind_is_an_error_not_ignored() {
     let (d, c) = setup();

@@ -497,6 +497,7 @@ mod tests {
                 reason: Some("done".into()),
             },
             What::Failed { reason: "f".into() },
+            What::Cancelled,
             What::PolicySwitched {
                 from: "a/b/c".into(),
                 to: "a/d/c".into(),

@@ -19,6 +19,8 @@ pub enum JobStatus {
     Failed,
     /// Never admitted: impossible request or rejected by admission.
     Rejected,
+    /// Ended by its user (a `Cancel` on a cluster), whatever it was doing.
+    Cancelled,
 }
 
 impl JobStatus {
@@ -26,7 +28,7 @@ impl JobStatus {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            JobStatus::Finished | JobStatus::Failed | JobStatus::Rejected
+            JobStatus::Finished | JobStatus::Failed | JobStatus::Rejected | JobStatus::Cancelled
         )
     }
 
@@ -39,6 +41,7 @@ impl JobStatus {
             JobStatus::Finished => "finished",
             JobStatus::Failed => "failed",
             JobStatus::Rejected => "rejected",
+            JobStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -52,7 +55,7 @@ impl std::fmt::Display for JobStatus {
 /// A status name that is none of [`JobStatus`]'s.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "unknown job status `{0}`; expected submitted, queued, running, finished, failed or rejected"
+    "unknown job status `{0}`; expected submitted, queued, running, finished, failed, rejected or cancelled"
 )]
 pub struct UnknownStatus(pub String);
 
@@ -68,6 +71,7 @@ impl std::str::FromStr for JobStatus {
             "finished" => JobStatus::Finished,
             "failed" => JobStatus::Failed,
             "rejected" => JobStatus::Rejected,
+            "cancelled" => JobStatus::Cancelled,
             other => return Err(UnknownStatus(other.to_string())),
         })
     }

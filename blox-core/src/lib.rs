@@ -11,6 +11,7 @@ pub mod event_log;
 pub mod ids;
 pub mod job;
 pub mod job_state;
+pub mod metric;
 pub mod module;
 pub mod registry;
 pub mod round;

@@ -197,6 +197,23 @@ pub trait SchedulingPolicy: Send {
             ))
         }
     }
+
+    /// The job metrics the policy reads ([`crate::metric`] names; a name
+    /// ending in `.*` is a family). The simulator sets them all; on a real
+    /// cluster jobs push them (`docs/RUNTIME.md` lists what each policy
+    /// needs), and the scheduler says at start which ones its policy reads.
+    /// A policy that reads none leaves the default.
+    fn metrics_read(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    /// The placement policy this policy's schedules need, by its registered
+    /// name: a joint policy that names concrete GPUs (Pollux, ONES, Gavel,
+    /// Sia) needs `explicit`, which honours them; any other placement would
+    /// drop its choice of GPUs. Checked when the policies are built.
+    fn requires_placement(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A job's constraints in words (for errors).

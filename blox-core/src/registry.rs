@@ -144,10 +144,26 @@ pub fn build_policies(
     scheduling: &ModuleConfig,
     placement: &ModuleConfig,
 ) -> Result<Policies, ConfigError> {
+    let admission_b = build_admission(admission)?;
+    let scheduling_b = build_scheduling(scheduling)?;
+    let placement_b = build_placement(placement)?;
+    if let Some(need) = scheduling_b.requires_placement() {
+        if need != placement.policy {
+            return Err(ConfigError::Incompatible {
+                at: placement.location(),
+                message: format!(
+                    "[placement] policy `{}` would drop the GPUs scheduling policy `{}` ({}) chooses for each job: it needs `placement.policy = \"{need}\"`",
+                    placement.policy,
+                    scheduling.policy,
+                    scheduling.location()
+                ),
+            });
+        }
+    }
     Ok(Policies {
-        admission: build_admission(admission)?,
-        scheduling: build_scheduling(scheduling)?,
-        placement: build_placement(placement)?,
+        admission: admission_b,
+        scheduling: scheduling_b,
+        placement: placement_b,
         names: (
             admission.policy.clone(),
             scheduling.policy.clone(),

@@ -7,7 +7,8 @@
 
 pub mod backend;
 pub mod bench;
-pub mod host_profile;
+/// `[workload] host_profiles` files (Synergy), read with the workload.
+pub use workload::host_profile;
 pub mod report;
 pub mod run;
 pub mod sweep;

@@ -66,6 +66,14 @@ pub enum ConfigError {
         /// The registered name closest to `name`, if one is close.
         suggestion: Option<String>,
     },
+    /// Modules that each build but do not work together (a joint
+    /// scheduling policy with a placement that drops its GPUs).
+    #[error("{at}: {message}")]
+    Incompatible {
+        /// `file:line` of the module named last, or the `--set`.
+        at: String,
+        message: String,
+    },
     /// A `--set`/`--unset` override that cannot apply, or a value it set
     /// that is wrong.
     #[error("{expr}: {message}")]
@@ -549,7 +557,8 @@ mod tests {
 
     #[test]
     fn cluster_without_gpus_is_rejected() {
-        assert!(parse("[cluster]\nnodes = 2\n").is_err());
+        let e = parse("[cluster]\nnodes = 2\n").unwrap_err().to_string();
+        assert!(e.contains("[cluster]") && e.contains("gpus"), "{e}");
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub enum What {
     },
     /// The job ended without reaching its end.
     Failed { reason: String },
+    /// Its user cancelled the job.
+    Cancelled,
     /// Policy synthesis swapped the policies (`admission/scheduling/placement`).
     PolicySwitched { from: String, to: String },
     /// A node joined with this many GPUs; `worker` names it, where
@@ -114,6 +116,7 @@ impl What {
             What::Requeued { .. } => "requeued",
             What::Finished { .. } => "finished",
             What::Failed { .. } => "failed",
+            What::Cancelled => "cancelled",
             What::PolicySwitched { .. } => "policy_switched",
             What::NodeJoined { .. } => "node_joined",
             What::NodeLeft { .. } => "node_left",
@@ -162,6 +165,7 @@ impl std::fmt::Display for Event {
                 }
                 Ok(())
             }
+            What::Cancelled => write!(f, "cancelled"),
             What::PolicySwitched { from, to } => write!(f, "policies switched: {from} -> {to}"),
             What::NodeJoined { node, gpus, worker } => {
                 write!(f, "node {node} joined with {gpus} GPUs")?;
@@ -243,6 +247,7 @@ impl Recorder {
                     jct_s: job.jct_s(),
                     reason,
                 },
+                crate::JobStatus::Cancelled => What::Cancelled,
                 _ => What::Failed {
                     reason: reason.unwrap_or_else(|| "ended".into()),
                 },

@@ -79,6 +79,10 @@ mod tests {
         t.insert("k".into(), blox_core::toml::Value::Float(-1.0));
         let section = Section::from_table("admission", t);
         let entry = blox_core::registry::find_admission("load-based").unwrap();
-        assert!((entry.build)(&section).is_err());
+        let e = (entry.build)(&section)
+            .err()
+            .expect("k = -1 refused")
+            .to_string();
+        assert!(e.contains("k"), "{e}");
     }
 }

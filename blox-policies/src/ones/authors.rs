@@ -196,11 +196,11 @@ impl Ones {
                 per_gpu_throughput: None,
                 log: Vec::new(),
             });
-            t.epochs = m("epochs_done")
-                .or_else(|| Some(m("samples_processed")? / m("epoch_size")?))
+            t.epochs = m(metric::EPOCHS_DONE)
+                .or_else(|| Some(m(metric::SAMPLES_PROCESSED)? / m(metric::EPOCH_SIZE)?))
                 .unwrap_or(0.0)
                 .max(0.0);
-            if let Some(l) = m("loss") {
+            if let Some(l) = m(metric::LOSS) {
                 t.loss_initial.get_or_insert(l);
             }
             let x = features(t, &m);
@@ -218,14 +218,14 @@ impl Ones {
             if running {
                 t.started = true;
                 t.resume_size = None;
-                if let Some(x) = m("throughput").filter(|x| *x > 0.0) {
+                if let Some(x) = m(metric::THROUGHPUT).filter(|x| *x > 0.0) {
                     t.per_gpu_throughput = Some(x / alloc as f64);
                 }
             } else if t.started && t.resume_size.is_none() {
                 t.resume_size = Some(t.max_size);
             }
             let executed = t.started && (t.epochs >= warm_epochs || job.run_time_s >= warm_s);
-            let by_batch = m("max_batch_size")
+            let by_batch = m(metric::MAX_BATCH_SIZE)
                 .map_or(u32::MAX, |b| (b.max(1.0) as u32 / t.local_batch).max(1));
             let limit = gpus.min(by_batch).max(1);
             let mut size = if running {
@@ -245,7 +245,7 @@ impl Ones {
             let remaining = executed.then(|| {
                 let beta = self.predictor.beta(&x);
                 let rho = sample_beta(t.epochs.max(1.0), beta, &mut self.rng).clamp(1e-6, 1.0);
-                m("samples_processed").unwrap_or(0.0) * (1.0 / rho - 1.0)
+                m(metric::SAMPLES_PROCESSED).unwrap_or(0.0) * (1.0 / rho - 1.0)
             });
             let throughput = Throughput::from_metrics(m, t.per_gpu_throughput);
             views.push(View {
@@ -310,61 +310,66 @@ impl Ones {
 /// Predictor features `{log ‖D‖, L_initial, epochs, 1 − L/L_initial, metric}`
 /// (the authors' inputs); absent ones are 0 and carry no weight.
 fn features(t: &Track, m: &impl Fn(&str) -> Option<f64>) -> [f64; FEATURES] {
-    let ratio = match (t.loss_initial, m("loss")) {
+    let ratio = match (t.loss_initial, m(metric::LOSS)) {
         (Some(l0), Some(l)) if l0 > 0.0 => 1.0 - l / l0,
         _ => 0.0,
     };
     [
-        m("epoch_size").filter(|s| *s > 0.0).map_or(0.0, f64::ln),
+        m(metric::EPOCH_SIZE)
+            .filter(|s| *s > 0.0)
+            .map_or(0.0, f64::ln),
         t.loss_initial.unwrap_or(0.0),
         t.epochs,
         ratio,
-        m("val_metric").unwrap_or(0.0),
+        m(metric::VAL_METRIC).unwrap_or(0.0),
     ]
 }
 
 /// Reads a job history: `job,epoch,epoch_size,total_epochs` and optional
 /// `initial_loss,loss,val_metric`, one row per finished epoch.
 pub fn read_history(path: &Path) -> Result<Vec<(Vec<LogPoint>, f64)>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut lines = text.lines().enumerate();
-    let header: Vec<&str> = match lines.next() {
-        Some((_, h)) => h.split(',').map(str::trim).collect(),
-        None => return Err(format!("{}: empty file", path.display())),
-    };
-    let col = |name: &str| header.iter().position(|h| *h == name);
+    let at = |line: u64, what: String| format!("{}:{line}: {what}", path.display());
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_path(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let header: Vec<String> = reader
+        .headers()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .iter()
+        .map(str::to_string)
+        .collect();
+    if header.iter().all(|h| h.is_empty()) {
+        return Err(format!("{}: empty file", path.display()));
+    }
+    let col = |name: &str| header.iter().position(|h| h == name);
     let need = ["job", "epoch", "epoch_size", "total_epochs"];
     let idx: Vec<usize> = need
         .iter()
-        .map(|n| col(n).ok_or_else(|| format!("{}:1: missing column `{n}`", path.display())))
+        .map(|n| col(n).ok_or_else(|| at(1, format!("missing column `{n}`"))))
         .collect::<Result<_, _>>()?;
     let opt = [col("initial_loss"), col("loss"), col("val_metric")];
     let mut jobs: BTreeMap<String, (Vec<LogPoint>, f64)> = BTreeMap::new();
-    for (k, line) in lines {
-        if line.trim().is_empty() {
+    for row in reader.records() {
+        let f = row.map_err(|e| format!("{}: {e}", path.display()))?;
+        let line = f.position().map_or(0, |p| p.line());
+        if f.iter().all(str::is_empty) {
             continue;
         }
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
         let num = |i: usize, name: &str| -> Result<f64, String> {
             f.get(i)
                 .and_then(|s| s.parse::<f64>().ok())
                 .filter(|v| v.is_finite())
-                .ok_or_else(|| {
-                    format!(
-                        "{}:{}: column `{name}`: not a finite number",
-                        path.display(),
-                        k + 1
-                    )
-                })
+                .ok_or_else(|| at(line, format!("column `{name}`: not a finite number")))
         };
         let epoch = num(idx[1], "epoch")?;
         let size = num(idx[2], "epoch_size")?;
         let total = num(idx[3], "total_epochs")?;
         if epoch < 0.0 || size <= 0.0 || total < epoch {
-            return Err(format!(
-                "{}:{}: need 0 <= epoch <= total_epochs and epoch_size > 0",
-                path.display(),
-                k + 1
+            return Err(at(
+                line,
+                "need 0 <= epoch <= total_epochs and epoch_size > 0".into(),
             ));
         }
         let o = |j: usize| {
@@ -387,7 +392,7 @@ pub fn read_history(path: &Path) -> Result<Vec<(Vec<LogPoint>, f64)>, String> {
         let job = f
             .get(idx[0])
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| format!("{}:{}: column `job`: missing", path.display(), k + 1))?;
+            .ok_or_else(|| at(line, "column `job`: missing".into()))?;
         let e = jobs.entry(job.to_string()).or_insert((Vec::new(), total));
         e.0.push(LogPoint { x, epochs: epoch });
         e.1 = e.1.max(total);
@@ -494,6 +499,23 @@ impl SchedulingPolicy for Ones {
     /// ONES resizes jobs and their batch sizes, on any GPU type.
     fn accepts(&self, job: &JobSpec) -> Result<(), String> {
         accepts_resizable(job, "ones", true)
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        vec![
+            metric::EPOCHS_DONE,
+            metric::SAMPLES_PROCESSED,
+            metric::EPOCH_SIZE,
+            metric::LOSS,
+            metric::THROUGHPUT,
+            metric::MAX_BATCH_SIZE,
+            metric::MAX_LOCAL_BATCH_SIZE,
+            metric::VAL_METRIC,
+        ]
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        Some("explicit")
     }
 }
 

@@ -244,40 +244,13 @@ fn cholesky_solve<const M: usize>(l: &[[f64; M]; M], b: &[f64; M]) -> [f64; M] {
     x
 }
 
-/// A draw from `Gamma(shape, 1)` (Marsaglia and Tsang, 2000; shape < 1 by
-/// boosting).
-pub fn sample_gamma(shape: f64, rng: &mut impl Rng) -> f64 {
-    if shape < 1.0 {
-        let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-        return sample_gamma(shape + 1.0, rng) * u.powf(1.0 / shape);
-    }
-    let d = shape - 1.0 / 3.0;
-    let c = 1.0 / (9.0 * d).sqrt();
-    loop {
-        let x = standard_normal(rng);
-        let v = (1.0 + c * x).powi(3);
-        if v <= 0.0 {
-            continue;
-        }
-        let u: f64 = rng.random();
-        if u < 1.0 - 0.0331 * x.powi(4) || u.ln() < 0.5 * x * x + d * (1.0 - v + v.ln()) {
-            return d * v;
-        }
-    }
-}
-
-fn standard_normal(rng: &mut impl Rng) -> f64 {
-    // Box–Muller.
-    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-    let u2: f64 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-}
-
-/// A draw from `Be(α, β)`, kept inside (0, 1).
+/// A draw from `Be(α, β)` (`rand_distr`), kept inside (0, 1). Parameters
+/// that are not finite and positive give the mean of a flat prior, 0.5.
 pub fn sample_beta(alpha: f64, beta: f64, rng: &mut impl Rng) -> f64 {
-    let x = sample_gamma(alpha, rng);
-    let y = sample_gamma(beta, rng);
-    (x / (x + y)).clamp(1e-6, 1.0 - 1e-6)
+    match rand_distr::Beta::new(alpha, beta) {
+        Ok(d) => rng.sample(d).clamp(1e-6, 1.0 - 1e-6),
+        Err(_) => 0.5,
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! are scored by Eq. 8 ([`score`]) with progress samples drawn once per round
 //! (Algorithm 1).
 
+use blox_core::metric;
 use blox_goodput::{AppLimits, ThroughputParams};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -75,7 +76,7 @@ pub fn submitted_batch(job: &blox_core::Job) -> u32 {
 /// GPUs it asked for, capped at what fits one GPU (`max_local_batch_size`).
 pub fn per_gpu_batch(job: &blox_core::Job, m: impl Fn(&str) -> Option<f64>) -> u32 {
     let want = submitted_batch(job).div_ceil(job.requested_gpus().max(1));
-    let fits = m("max_local_batch_size").map_or(u32::MAX, |b| b.max(1.0) as u32);
+    let fits = m(metric::MAX_LOCAL_BATCH_SIZE).map_or(u32::MAX, |b| b.max(1.0) as u32);
     want.min(fits).max(1)
 }
 

@@ -48,8 +48,8 @@ impl LossTermination {
 
     /// True once `job`'s loss is within the threshold of its target.
     fn converged(&self, jobs: &JobState, job: &Job) -> Option<String> {
-        let loss = jobs.metrics().get(job.id(), "loss")?;
-        let target = jobs.metrics().get(job.id(), "loss_target")?;
+        let loss = jobs.metrics().get(job.id(), metric::LOSS)?;
+        let target = jobs.metrics().get(job.id(), metric::LOSS_TARGET)?;
         (loss <= target * (1.0 + self.threshold)).then(|| {
             format!(
                 "converged: loss {loss:.4} within {:.2} % of its target {target:.4}",
@@ -74,6 +74,16 @@ impl SchedulingPolicy for LossTermination {
 
     fn accepts(&self, job: &JobSpec) -> Result<(), String> {
         self.inner.accepts(job)
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        let mut m = self.inner.metrics_read();
+        m.extend([metric::LOSS, metric::LOSS_TARGET]);
+        m
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        self.inner.requires_placement()
     }
 }
 
@@ -125,10 +135,10 @@ mod tests {
         add(&mut state, &mut c, job(2, 1.0, 2), &[]);
         add(&mut state, &mut c, job(3, 2.0, 2), &[]);
         let m = state.metrics();
-        m.set(JobId(1), "loss", 1.001);
-        m.set(JobId(1), "loss_target", 1.0);
-        m.set(JobId(2), "loss", 1.5);
-        m.set(JobId(2), "loss_target", 1.0);
+        m.set(JobId(1), metric::LOSS, 1.001);
+        m.set(JobId(1), metric::LOSS_TARGET, 1.0);
+        m.set(JobId(2), metric::LOSS, 1.5);
+        m.set(JobId(2), metric::LOSS_TARGET, 1.0);
         let mut p = LossTermination::new(Box::new(Fifo::default()), 0.002);
         let s = p.schedule(&info(0.0), &state, &cluster);
         assert_eq!(s.job_order(), vec![JobId(2), JobId(3)]);

@@ -179,14 +179,17 @@ impl Optimus {
 impl Optimus {
     /// Remaining iterations at batch `m` from the job's loss curve.
     fn fitted_remaining(&self, j: &Job, jobs: &JobState, m: u32) -> Option<f64> {
-        let now = jobs.metrics().get(j.id(), "epochs_done").unwrap_or(0.0);
+        let now = jobs
+            .metrics()
+            .get(j.id(), metric::EPOCHS_DONE)
+            .unwrap_or(0.0);
         let q = super::doubling::remaining_epochs(
             self.losses.get(&j.id())?,
             self.params.min_loss_points,
             self.params.tolerance,
             now,
         )?;
-        let per_epoch = jobs.metrics().get(j.id(), "epoch_size")? / m.max(1) as f64;
+        let per_epoch = jobs.metrics().get(j.id(), metric::EPOCH_SIZE)? / m.max(1) as f64;
         Some((q * per_epoch).max(1.0))
     }
 }
@@ -209,7 +212,7 @@ impl SchedulingPolicy for Optimus {
             self.measured
                 .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
             for j in order.iter().filter(|j| j.is_running()) {
-                if let Some(x) = jobs.metrics().get(j.id(), "throughput") {
+                if let Some(x) = jobs.metrics().get(j.id(), metric::THROUGHPUT) {
                     let k = j.allocation.len() as u32;
                     self.measured.entry(j.id()).or_default().insert(k, x);
                 }
@@ -227,7 +230,7 @@ impl SchedulingPolicy for Optimus {
                 } else {
                     (m / p.limits.bmin).max(1)
                 };
-                let epoch = jobs.metrics().get(j.id(), "epoch").unwrap_or(0.0) as usize;
+                let epoch = jobs.metrics().get(j.id(), metric::EPOCH).unwrap_or(0.0) as usize;
                 let last = p.max_epochs - 1;
                 let remaining = if epoch >= last {
                     1.0
@@ -332,6 +335,15 @@ impl SchedulingPolicy for Optimus {
     fn accepts(&self, job: &JobSpec) -> Result<(), String> {
         accepts_resizable(job, "optimus", false)
     }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        vec![
+            metric::EPOCHS_DONE,
+            metric::EPOCH,
+            metric::EPOCH_SIZE,
+            metric::THROUGHPUT,
+        ]
+    }
 }
 
 blox_core::register_scheduling!(
@@ -379,7 +391,7 @@ mod tests {
             j.spec.model = Some("cifar10".into());
             j.spec.batch_size = Some(128);
             state.insert(j);
-            state.metrics().set(JobId(id), "epoch", epoch);
+            state.metrics().set(JobId(id), metric::EPOCH, epoch);
         }
         state
     }
@@ -405,13 +417,13 @@ mod tests {
         // it is nearly converged, so it goes first despite the oracle.
         let state = two_jobs();
         let mut o = optimus(Order::ExpectedCompletion, Remaining::Convergence);
-        state.metrics().set(JobId(1), "epoch_size", 50_000.0);
+        state.metrics().set(JobId(1), metric::EPOCH_SIZE, 50_000.0);
         for e in 0..8 {
             let e = e as f64 * 5.0;
-            state.metrics().set(JobId(1), "epochs_done", e);
+            state.metrics().set(JobId(1), metric::EPOCHS_DONE, e);
             state
                 .metrics()
-                .set(JobId(1), "loss", 1.0 / (2.0 * e + 0.5) + 0.1);
+                .set(JobId(1), metric::LOSS, 1.0 / (2.0 * e + 0.5) + 0.1);
             first_gpu(&mut o, &state, 60.0 + e);
         }
         assert_eq!(first_gpu(&mut o, &state, 1000.0), JobId(1));

@@ -57,8 +57,8 @@ pub struct Synergy {
 pub fn best_share(jobs: &JobState, job: JobId) -> Option<HostShare> {
     let m = jobs.metrics();
     Some(HostShare {
-        cpus_per_gpu: m.get(job, "best_cpus_per_gpu")?,
-        mem_gb_per_gpu: m.get(job, "best_mem_gb_per_gpu")?,
+        cpus_per_gpu: m.get(job, metric::BEST_CPUS_PER_GPU)?,
+        mem_gb_per_gpu: m.get(job, metric::BEST_MEM_GB_PER_GPU)?,
     })
 }
 
@@ -77,6 +77,10 @@ impl SchedulingPolicy for Synergy {
             }
         }
         s
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        vec![metric::BEST_CPUS_PER_GPU, metric::BEST_MEM_GB_PER_GPU]
     }
 }
 
@@ -97,8 +101,12 @@ mod tests {
         let mut state = JobState::new();
         add(&mut state, &mut cluster, job(1, 0.0, 1), &[]);
         add(&mut state, &mut cluster, job(2, 1.0, 1), &[]);
-        state.metrics().set(JobId(1), "best_cpus_per_gpu", 12.0);
-        state.metrics().set(JobId(1), "best_mem_gb_per_gpu", 125.0);
+        state
+            .metrics()
+            .set(JobId(1), metric::BEST_CPUS_PER_GPU, 12.0);
+        state
+            .metrics()
+            .set(JobId(1), metric::BEST_MEM_GB_PER_GPU, 125.0);
         let tune = Synergy::default().schedule(&info(0.0), &state, &cluster);
         assert_eq!(tune.job_order(), vec![JobId(1), JobId(2)]);
         assert_eq!(

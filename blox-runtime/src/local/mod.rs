@@ -137,7 +137,7 @@ impl LocalBackend {
         let clock = &mut p.clock;
         p.run.read_metrics(id.0, |k, v| {
             clock.on_metric(k, v, now_s);
-            if k == "progress" {
+            if k == metric::PROGRESS {
                 if let Some(j) = jobs.get_mut(id) {
                     j.progress = v.clamp(0.0, 1.0);
                 }

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::Status;
 
+mod launch;
+
 /// One worker's part of a launch.
 pub(super) struct Part {
     pub(super) worker: String,
@@ -428,7 +430,7 @@ impl MetricCollector for ClusterBackend {
                 live.clock.on_metric(&s.key, s.value, now);
             }
             if let Some(j) = jobs.get_mut(id) {
-                if s.key == "progress" {
+                if s.key == metric::PROGRESS {
                     j.progress = s.value.clamp(0.0, 1.0);
                 }
                 // Distinct keys per job are bounded as in a submission.
@@ -486,7 +488,7 @@ impl MetricCollector for ClusterBackend {
             }
             if let Some(j) = jobs.get_mut(id) {
                 if !j.status.is_terminal() {
-                    j.status = JobStatus::Failed;
+                    j.status = JobStatus::Cancelled;
                     j.finish_s = Some(now);
                     j.end_reason = Some(reason);
                 }
@@ -500,277 +502,6 @@ impl MetricCollector for ClusterBackend {
         let ended = std::mem::take(&mut self.ended);
         let live = self.running.iter().map(|(id, l)| (*id, &l.clock));
         settle(ended, &mut self.records, live, jobs, self.cfg.max_retries);
-        Ok(())
-    }
-}
-
-impl PreemptionMechanism for ClusterBackend {
-    fn preempt(&mut self, round: &RoundInfo, job: &Job) -> Result<(), BackendError> {
-        self.preempt_all(round, &[job])
-    }
-
-    /// Revokes every job of the round at once: the round waits for the
-    /// slowest to checkpoint (at most `grace_s`), not for the sum of them.
-    fn preempt_all(&mut self, _round: &RoundInfo, jobs: &[&Job]) -> Result<(), BackendError> {
-        let mut pending = Vec::new();
-        for job in jobs {
-            let id = job.id();
-            // A job that already exited is folded in next round.
-            if let Some(live) = self.running.remove(&id) {
-                let calls = self.spawn_revokes(id, &live, false);
-                pending.push((id, live, calls));
-                self.metrics.preemptions.inc();
-            }
-        }
-        for (id, live, calls) in pending {
-            let replies = self.rt.block_on(async { futures_join(calls).await });
-            self.forget_expected(id, &live);
-            self.settle_revoked(id, live, replies);
-        }
-        Ok(())
-    }
-}
-
-impl ClusterBackend {
-    /// Accounts a revoked launch from its parts' replies.
-    fn settle_revoked(&mut self, id: JobId, mut live: Live, replies: Vec<Option<RevokeReply>>) {
-        let now = self.now();
-        let mut last = live.clock.accounted_s;
-        let mut finished = !replies.is_empty();
-        for r in &replies {
-            match r {
-                Some(r) if r.was_running => {
-                    last = last.max(now - r.exited_s_ago);
-                    finished &= r.finished;
-                }
-                _ => {
-                    last = last.max(now);
-                    finished = false;
-                }
-            }
-        }
-        live.clock.advance(last);
-        if finished {
-            live.clock.finished();
-        }
-        self.records.entry(id).or_default().fold(&live.clock);
-        if finished {
-            self.ended.push(Ended::finished(id, last));
-        }
-    }
-}
-
-impl LaunchMechanism for ClusterBackend {
-    fn launch(
-        &mut self,
-        _round: &RoundInfo,
-        job: &Job,
-        gpus: &[GpuId],
-        batch_size: Option<u32>,
-    ) -> Result<(), BackendError> {
-        let id = job.id();
-        if self.ended.iter().any(|e| e.job == id && e.finished) {
-            return Ok(()); // finished as it was being moved
-        }
-        // Its previous launch may still run on a worker that did not answer
-        // the revocation: never two at once. It waits, without blame.
-        if let Some(parts) = lock(&self.hub).in_doubt.get(&id.0) {
-            let workers: Vec<&str> = parts.iter().map(|(w, _)| w.as_str()).collect();
-            let mut e = Ended::crashed(
-                id,
-                self.now(),
-                None,
-                Some(format!(
-                    "waiting for its previous launch on {} to stop (the worker did not answer)",
-                    workers.join(", ")
-                )),
-            );
-            e.blame = false;
-            self.ended.push(e);
-            return Ok(());
-        }
-        let rec = self.records.entry(id).or_default();
-        rec.launches += 1;
-        let launch = rec.launches;
-        // Group the GPUs by node, in order.
-        let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
-        for g in gpus {
-            let (node, idx) = *self
-                .gpu_map
-                .get(g.index())
-                .ok_or_else(|| BackendError(format!("{g} is not a GPU of any worker")))?;
-            match groups.iter_mut().find(|(n, _)| *n == node) {
-                Some((_, v)) => v.push(idx),
-                None => groups.push((node, vec![idx])),
-            }
-        }
-        // The parts, and rank 0's host (for the job's collective library).
-        let (parts, master) = {
-            let mut h = lock(&self.hub);
-            let mut parts = Vec::new();
-            let mut master = None;
-            for (node, idx) in groups {
-                let wid = self.nodes[node].clone();
-                let w = h
-                    .workers
-                    .get(&wid)
-                    .ok_or_else(|| BackendError(format!("worker {wid} is gone")))?;
-                let addr = w.address.split("://").last().unwrap_or("");
-                master.get_or_insert_with(|| {
-                    addr.rsplit_once(':')
-                        .map_or(addr, |(host, _)| host)
-                        .to_string()
-                });
-                parts.push(Part {
-                    worker: wid.clone(),
-                    client: w.client.clone(),
-                    gpus: idx,
-                });
-                h.expected.entry(wid).or_default().insert((id.0, launch));
-            }
-            (parts, master.unwrap_or_default())
-        };
-        let world: u32 = if self.cfg.process_per_gpu {
-            gpus.len() as u32
-        } else {
-            parts.len() as u32
-        };
-        let ckpt = self
-            .cfg
-            .checkpoint_dir
-            .as_ref()
-            .map(|d| d.join(id.0.to_string()).display().to_string())
-            .unwrap_or_default();
-        // Ranks on several nodes agree on where to stop through shared storage.
-        let coord = match (&self.cfg.checkpoint_dir, parts.len() > 1) {
-            (Some(d), true) => d
-                .join(id.0.to_string())
-                .join(format!(".launch-{launch}"))
-                .display()
-                .to_string(),
-            (None, true) => {
-                tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
-                String::new()
-            }
-            _ => String::new(),
-        };
-        let mut first_rank = 0;
-        let mut calls = Vec::new();
-        for p in &parts {
-            let req = LaunchRequest {
-                launch: Some(LaunchRef {
-                    job_id: id.0,
-                    launch,
-                }),
-                command: job.spec.command.clone(),
-                gpus: p.gpus.clone(),
-                batch_size: batch_size.or(job.current_batch_size),
-                resume: launch > 1 || self.restored.contains(&id),
-                checkpoint_dir: ckpt.clone(),
-                master_addr: master.clone(),
-                process_per_gpu: self.cfg.process_per_gpu,
-                first_rank,
-                world_size: world,
-                coord_dir: coord.clone(),
-                generation: self.generation_base + u64::from(launch).min(GENERATIONS_PER_RUN - 1),
-                worker_id: p.worker.clone(),
-            };
-            first_rank += if self.cfg.process_per_gpu {
-                p.gpus.len() as u32
-            } else {
-                1
-            };
-            let mut c = p.client.clone();
-            calls.push(self.rt.spawn(async move {
-                tokio::time::timeout(RPC_SLACK * 2, c.launch(req))
-                    .await
-                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
-                    .map(|_| ())
-            }));
-        }
-        let results: Vec<Result<(), Status>> = self.rt.block_on(async {
-            let mut out = Vec::new();
-            for c in calls {
-                out.push(
-                    c.await
-                        .unwrap_or_else(|e| Err(Status::internal(e.to_string()))),
-                );
-            }
-            out
-        });
-        let live = Live {
-            launch,
-            parts_left: parts.len(),
-            parts,
-            clock: LaunchClock::new(self.now(), gpus.len() as u32),
-        };
-        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-            // Every failed launch counts against the job's retries unless its
-            // worker is gone (declared dead soon; its jobs go back without
-            // blame): a launch that fails the same way every time must end,
-            // whatever the transport made of the worker's reply.
-            let workers_alive = {
-                let fresh = Duration::from_secs_f64(self.cfg.heartbeat_s * 2.0);
-                let h = lock(&self.hub);
-                live.parts.iter().all(|p| {
-                    h.workers
-                        .get(&p.worker)
-                        .is_some_and(|w| w.alive && w.last_seen.elapsed() < fresh)
-                })
-            };
-            let blame = match e.code() {
-                // The job's own: its program, its GPUs, its arguments.
-                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => true,
-                // The worker's: fenced, or restarted as another worker.
-                tonic::Code::Unavailable | tonic::Code::Aborted => false,
-                _ => workers_alive,
-            };
-            // Bounded: the worker's message may carry a huge argv.
-            let reason = bounded(e.message(), 300);
-            tracing::warn!(job = %id, "launch failed: {reason}");
-            self.metrics.launch_failures.inc();
-            self.revoke_parts(id, &live, true);
-            let at_s = self.now();
-            let mut e = Ended::crashed(id, at_s, None, Some(reason));
-            e.blame = blame;
-            self.ended.push(e);
-            return Ok(());
-        }
-        tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
-        self.metrics.launches.inc();
-        self.running.insert(id, live);
-        Ok(())
-    }
-
-    fn reconfigure(
-        &mut self,
-        _round: &RoundInfo,
-        job: &Job,
-        batch_size: u32,
-    ) -> Result<(), BackendError> {
-        let id = job.id();
-        let live = self
-            .running
-            .get(&id)
-            .ok_or_else(|| BackendError(format!("{id} is not running")))?;
-        for p in &live.parts {
-            let mut c = p.client.clone();
-            let req = ReconfigureRequest {
-                launch: Some(LaunchRef {
-                    job_id: id.0,
-                    launch: live.launch,
-                }),
-                batch_size,
-            };
-            let r = self.rt.block_on(async {
-                tokio::time::timeout(RPC_SLACK, c.reconfigure(req))
-                    .await
-                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
-            });
-            if let Err(e) = r {
-                tracing::warn!(job = %id, worker = %p.worker, "reconfiguration failed: {}", e.message());
-            }
-        }
         Ok(())
     }
 }

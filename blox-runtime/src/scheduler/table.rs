@@ -18,6 +18,16 @@ pub(super) fn info_of(r: &JobRecord) -> &JobInfo {
 /// The reason a cancelled job ends with.
 pub(super) const CANCELLED: &str = "cancelled";
 
+/// `JobInfo.status`, the word `blox.proto` documents: a cancelled job is
+/// "failed" there (with reason "cancelled"), so that clients that wait for
+/// finished, failed or rejected end; `phase` tells it apart.
+pub(super) fn wire_status(s: &JobStatus) -> &'static str {
+    match s {
+        JobStatus::Cancelled => JobStatus::Failed.as_str(),
+        other => other.as_str(),
+    }
+}
+
 /// The API's state of a job of the loop.
 pub(super) fn state_of(j: &Job) -> JobPhase {
     match j.status {
@@ -25,9 +35,9 @@ pub(super) fn state_of(j: &Job) -> JobPhase {
         JobStatus::Queued => JobPhase::Queued,
         JobStatus::Running => JobPhase::Running,
         JobStatus::Finished => JobPhase::Finished,
-        JobStatus::Failed if j.end_reason.as_deref() == Some(CANCELLED) => JobPhase::Cancelled,
         JobStatus::Failed => JobPhase::Failed,
         JobStatus::Rejected => JobPhase::Rejected,
+        JobStatus::Cancelled => JobPhase::Cancelled,
     }
 }
 
@@ -53,7 +63,7 @@ impl ClusterBackend {
             .chain(fresh.iter());
         for j in jobs {
             let id = j.id().0;
-            let Some(rec) = h.jobs.get_mut(&id) else {
+            let Some(mut rec) = h.jobs.get_mut(&id) else {
                 continue;
             };
             let run_time_s = self
@@ -61,7 +71,7 @@ impl ClusterBackend {
                 .get(&j.id())
                 .map_or(j.run_time_s, |r| r.run_time_s);
             let info = rec.info.as_mut().expect("records carry info");
-            let status = j.status.as_str();
+            let status = wire_status(&j.status);
             let gpus: Vec<String> = j
                 .allocation
                 .iter()
@@ -160,6 +170,10 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
             if i.phase() == JobPhase::Unspecified {
                 let mut j = Job::new(JobSpec::new(i.id, 0.0, 1));
                 j.status = st.clone();
+                // Older tables wrote a cancelled job as failed, "cancelled".
+                if j.status == JobStatus::Failed && i.reason == CANCELLED {
+                    j.status = JobStatus::Cancelled;
+                }
                 j.end_reason = Some(i.reason.clone());
                 i.set_phase(state_of(&j));
             }

@@ -18,12 +18,13 @@
 
 mod config;
 mod progress;
+mod source;
 
 pub use config::SimConfig;
 pub use progress::synthetic_loss;
 use progress::{ProfileRun, Segment, SimJobState, Tuner};
 
-use crate::host_profile::HostProfiles;
+use crate::workload::host_profile::HostProfiles;
 use crate::workload::{BatchAgent, SimJob, WorkModel};
 use blox_core::*;
 use blox_goodput::{BatchConfig, PolluxAgent};
@@ -363,24 +364,24 @@ impl MetricCollector for SimBackend {
             if let Some(p) = &s.profile {
                 job.progress = (p.progress / p.app.target_progress()).min(1.0);
                 let m = &store;
-                m.set(id, "epoch", p.epoch as f64);
-                m.set(id, "epochs_done", p.epochs_done());
-                m.set(id, "progress_units", p.progress);
-                m.set(id, "samples_processed", p.samples);
+                m.set(id, metric::EPOCH, p.epoch as f64);
+                m.set(id, metric::EPOCHS_DONE, p.epochs_done());
+                m.set(id, metric::PROGRESS_UNITS, p.progress);
+                m.set(id, metric::SAMPLES_PROCESSED, p.samples);
                 if p.epoch > 0 {
                     let mb = p.batch.global(p.replicas().max(1)) as f64;
                     if let Some(v) = p.app.val_metric(mb, p.epoch - 1) {
-                        m.set(id, "val_metric", v);
+                        m.set(id, metric::VAL_METRIC, v);
                     }
                 }
                 match p.samples_per_s() {
-                    Some(x) => m.set(id, "throughput", x),
-                    None => m.remove(id, "throughput"),
+                    Some(x) => m.set(id, metric::THROUGHPUT, x),
+                    None => m.remove(id, metric::THROUGHPUT),
                 }
                 if let (Some(b0), false) = (p.initial_batch, p.per_node.is_empty()) {
                     // Linear learning-rate scaling (ONES §3.3.2): lr ∝ batch.
                     let b = p.batch.global(p.replicas()) as f64;
-                    m.set(id, "lr_scale", b / b0 as f64);
+                    m.set(id, metric::LR_SCALE, b / b0 as f64);
                 }
                 if let Tuner::Pollux(a) = &p.tuner {
                     for (k, v) in a.report().to_metrics() {
@@ -392,8 +393,8 @@ impl MetricCollector for SimBackend {
                 }
                 if !p.per_node.is_empty() {
                     let r = p.replicas();
-                    m.set(id, "atomic_bsz", p.batch.atomic as f64);
-                    m.set(id, "accum_steps", p.batch.accum as f64);
+                    m.set(id, metric::ATOMIC_BSZ, p.batch.atomic as f64);
+                    m.set(id, metric::ACCUM_STEPS, p.batch.accum as f64);
                     job.current_batch_size = Some(p.batch.global(r));
                 }
             } else {
@@ -407,15 +408,20 @@ impl MetricCollector for SimBackend {
                 // One lookup for all of a job's metrics: this runs for every
                 // running job every round.
                 store.update(id, |m| {
-                    m.set_static("samples_processed", s.done_s * k);
-                    m.set_static("epochs_done", s.done_s / epoch_s);
+                    m.set_static(metric::SAMPLES_PROCESSED, s.done_s * k);
+                    m.set_static(metric::EPOCHS_DONE, s.done_s / epoch_s);
                     match &s.segment {
-                        Some(seg) => m.set_static("throughput", seg.gpus as f64 * s.type_speed),
-                        None => m.remove("throughput"),
+                        Some(seg) => {
+                            m.set_static(metric::THROUGHPUT, seg.gpus as f64 * s.type_speed)
+                        }
+                        None => m.remove(metric::THROUGHPUT),
                     }
                     if let Some(c) = s.converge_at {
-                        m.set_static("loss", synthetic_loss(s.done_s / s.duration_s.max(1e-9), c));
-                        m.set_static("loss_target", 1.0);
+                        m.set_static(
+                            metric::LOSS,
+                            synthetic_loss(s.done_s / s.duration_s.max(1e-9), c),
+                        );
+                        m.set_static(metric::LOSS_TARGET, 1.0);
                     }
                 });
             }
@@ -443,119 +449,6 @@ impl MetricCollector for SimBackend {
         dirty.clear();
         self.dirty = dirty;
         Ok(())
-    }
-}
-
-impl JobSource for SimBackend {
-    fn poll_submissions(&mut self, round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError> {
-        let mut out = Vec::new();
-        while self.next < self.trace.len()
-            && self.trace[self.next].spec.arrival_s <= round.now_s + 1e-9
-        {
-            let j = &self.trace[self.next];
-            self.jobs.insert(
-                j.spec.id,
-                SimJobState {
-                    duration_s: j.duration_s(),
-                    requested_gpus: j.spec.requested_gpus,
-                    done_s: 0.0,
-                    attained_gpu_s: 0.0,
-                    startup_gpu_s: 0.0,
-                    startup_s: 0.0,
-                    run_time_s: 0.0,
-                    own_startup_s: j.startup_s.or_else(|| {
-                        j.spec
-                            .model
-                            .as_ref()
-                            .and_then(|m| self.cfg.model_startup_s.get(m))
-                            .copied()
-                    }),
-                    segment: None,
-                    finished_at: None,
-                    started: false,
-                    converge_at: j.converge_at,
-                    type_speed: 1.0,
-                    stopped_at: None,
-                    profile: match &j.work {
-                        WorkModel::Duration { .. } => None,
-                        WorkModel::Profile { app, agent, types } => Some(ProfileRun {
-                            app: app.clone(),
-                            types: types.clone(),
-                            merge_fits: self.cfg.merge_type_fits,
-                            tuner: match *agent {
-                                BatchAgent::Fixed { batch } => Tuner::Fixed(batch),
-                                BatchAgent::Pollux {
-                                    fixed_batch,
-                                    replica_cap,
-                                    search,
-                                } => {
-                                    let mut a = PolluxAgent::new(app.limits);
-                                    a.search = search;
-                                    a.fixed_batch = fixed_batch;
-                                    a.replica_cap = replica_cap;
-                                    Tuner::Pollux(Box::new(a))
-                                }
-                            },
-                            epoch: 0,
-                            progress: 0.0,
-                            batch: BatchConfig {
-                                atomic: app.limits.m0,
-                                accum: 0,
-                            },
-                            per_node: Vec::new(),
-                            slowdown: 1.0,
-                            samples: 0.0,
-                            type_speed: 1.0,
-                            initial_batch: None,
-                        }),
-                    },
-                },
-            );
-            self.dirty.push(j.spec.id);
-            let id = j.spec.id;
-            for t in self.cfg.speed_types() {
-                let v = self.cfg.speed(j.spec.model.as_deref(), t);
-                self.static_metrics.push((id, format!("speed.{t}"), v));
-            }
-            match &j.work {
-                WorkModel::Profile { app, .. } => {
-                    let l = app.limits;
-                    // One epoch's samples at the initial batch M0.
-                    let size = app.epoch_boundary(1) * l.m0 as f64;
-                    self.static_metrics.push((id, "epoch_size".into(), size));
-                    self.static_metrics
-                        .push((id, "max_batch_size".into(), l.mmax as f64));
-                    self.static_metrics
-                        .push((id, "max_local_batch_size".into(), l.bmax as f64));
-                }
-                WorkModel::Duration { .. } => {
-                    let k = j.spec.requested_gpus.max(1) as f64;
-                    self.static_metrics
-                        .push((id, "epoch_size".into(), self.cfg.epoch_s * k));
-                }
-            }
-            let mut spec = j.spec.clone();
-            // Synergy profiles a job before it is scheduled (optimistic
-            // profiling, §4.1): its best share comes with the submission.
-            if let Some(h) = spec
-                .model
-                .as_deref()
-                .and_then(|m| self.host_profiles.get(m))
-            {
-                spec.metrics.extend([
-                    ("best_cpus_per_gpu".to_string(), h.best.cpus_per_gpu),
-                    ("best_mem_gb_per_gpu".to_string(), h.best.mem_gb_per_gpu),
-                    ("best_host_speedup".to_string(), h.best_speedup),
-                ]);
-            }
-            out.push(spec);
-            self.next += 1;
-        }
-        Ok(out)
-    }
-
-    fn exhausted(&self) -> bool {
-        self.next >= self.trace.len()
     }
 }
 

@@ -79,6 +79,18 @@ impl SchedulingPolicy for Timed {
             .push(t.elapsed().as_secs_f64());
         s
     }
+
+    fn accepts(&self, job: &JobSpec) -> std::result::Result<(), String> {
+        self.inner.accepts(job)
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        self.inner.metrics_read()
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        self.inner.requires_placement()
+    }
 }
 
 /// Median and 95th percentile of `times` (seconds), in milliseconds.
@@ -179,10 +191,10 @@ fn synthetic_jobs(n: u64) -> JobState {
         add_measured_job(&mut state, spec);
         let m = state.metrics();
         let epochs = (id % 13) as f64 * 1.7;
-        m.set(JobId(id), "epochs_done", epochs);
-        m.set(JobId(id), "samples_processed", epochs * 50_000.0);
-        m.set(JobId(id), "epoch_size", 50_000.0);
-        m.set(JobId(id), "max_batch_size", 4096.0);
+        m.set(JobId(id), metric::EPOCHS_DONE, epochs);
+        m.set(JobId(id), metric::SAMPLES_PROCESSED, epochs * 50_000.0);
+        m.set(JobId(id), metric::EPOCH_SIZE, 50_000.0);
+        m.set(JobId(id), metric::MAX_BATCH_SIZE, 4096.0);
     }
     state
 }
@@ -210,9 +222,9 @@ fn apply(state: &mut JobState, cluster: &mut ClusterState, s: &Schedule) {
     }
     for j in state.runnable().map(|j| j.id()).collect::<Vec<_>>() {
         let m = state.metrics();
-        let e = m.get(j, "epochs_done").unwrap_or(0.0) + 1.0;
-        m.set(j, "epochs_done", e);
-        m.set(j, "samples_processed", e * 50_000.0);
+        let e = m.get(j, metric::EPOCHS_DONE).unwrap_or(0.0) + 1.0;
+        m.set(j, metric::EPOCHS_DONE, e);
+        m.set(j, metric::SAMPLES_PROCESSED, e * 50_000.0);
     }
 }
 
@@ -302,7 +314,9 @@ fn doubling(dir: &Path, out: Out) -> Result<()> {
         job.spec.batch_size = Some(batch);
         job.status = JobStatus::Queued;
         state.insert(job);
-        state.metrics().set(JobId(id), "epoch", (id % 7) as f64);
+        state
+            .metrics()
+            .set(JobId(id), metric::EPOCH, (id % 7) as f64);
     }
     let mut table = toml::Table::new();
     table.insert(

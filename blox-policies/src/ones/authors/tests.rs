@@ -22,11 +22,11 @@ fn report(state: &JobState, id: u64, epochs: f64, per_gpu: f64) {
     let gpus = state
         .get(JobId(id))
         .map_or(1, |j| j.allocation.len().max(1)) as f64;
-    m.set(JobId(id), "epochs_done", epochs);
-    m.set(JobId(id), "epoch_size", 1000.0);
-    m.set(JobId(id), "samples_processed", 1000.0 * epochs);
-    m.set(JobId(id), "throughput", per_gpu * gpus);
-    m.set(JobId(id), "max_batch_size", 1.0e6);
+    m.set(JobId(id), metric::EPOCHS_DONE, epochs);
+    m.set(JobId(id), metric::EPOCH_SIZE, 1000.0);
+    m.set(JobId(id), metric::SAMPLES_PROCESSED, 1000.0 * epochs);
+    m.set(JobId(id), metric::THROUGHPUT, per_gpu * gpus);
+    m.set(JobId(id), metric::MAX_BATCH_SIZE, 1.0e6);
 }
 
 /// Job `id`'s entry in `s`, if it has one.
@@ -245,20 +245,39 @@ fn same_seed_same_decisions() {
     let cluster = ClusterState::homogeneous(4, 4);
     let mut state = JobState::new();
     let mut c = cluster.clone();
-    for id in 1..=9 {
+    for id in 1..=24 {
         let mut j = with_batch(id, id as f64, 1 + (id % 4) as u32, 32);
-        j.launches = u32::from(id % 2 == 0);
-        add(&mut state, &mut c, j, &[]);
+        j.launches = u32::from(id <= 16);
+        // Jobs 1-16 run (their remaining work is sampled from the
+        // predictor), 17-24 wait.
+        let on: Vec<u32> = if id <= 16 {
+            vec![id as u32 - 1]
+        } else {
+            vec![]
+        };
+        add(&mut state, &mut c, j, &on);
         report(&state, id, id as f64 * 0.8, 5.0 + id as f64);
         state.get_mut(JobId(id)).unwrap().run_time_s = 700.0 * id as f64;
     }
-    let run = || {
-        let mut o = Ones::new(params()).unwrap();
-        (0..3)
-            .map(|r| o.schedule(&info(60.0 * (r + 1) as f64), &state, &cluster))
-            .collect::<Vec<_>>()
+    // The decisions and the population the search evolved.
+    let run = |seed: u64| {
+        let mut o = Ones::new(OnesParams {
+            seed: Some(seed),
+            ..params()
+        })
+        .unwrap();
+        let s: Vec<_> = (0..3)
+            .map(|r| o.schedule(&info(60.0 * (r + 1) as f64), &state, &c))
+            .collect();
+        (s, o.population)
     };
-    assert_eq!(run(), run());
+    assert_eq!(run(7), run(7));
+    // The seed is used: another seed evolves another population (the
+    // decisions themselves often agree: the search converges).
+    assert!(
+        (0..8).any(|s| run(s).1 != run(7).1),
+        "every seed evolved alike"
+    );
 }
 
 #[test]
@@ -287,11 +306,25 @@ fn a_history_file_warm_starts_the_predictor_and_bad_rows_are_named() {
     let bad = dir.join("bad.csv");
     std::fs::write(&bad, "job,epoch,epoch_size,total_epochs\n1,1,x,3\n").unwrap();
     let e = read_history(&bad).unwrap_err();
-    assert!(e.contains("bad.csv:2") && e.contains("epoch_size"), "{e}");
+    assert!(
+        e.contains("bad.csv:2") && e.contains(metric::EPOCH_SIZE),
+        "{e}"
+    );
     // A short row whose job id is the last column is an error, not a panic.
     std::fs::write(&bad, "epoch,epoch_size,total_epochs,job\n1,100,3\n").unwrap();
     let e = read_history(&bad).unwrap_err();
     assert!(e.contains("bad.csv:2") && e.contains("`job`"), "{e}");
+    // A quoted job name may hold a comma (CSV, not split on every comma).
+    std::fs::write(
+        &bad,
+        "job,epoch,epoch_size,total_epochs\n\"resnet, run 2\",1,100,3\n\"resnet, run 2\",2,100,3\n",
+    )
+    .unwrap();
+    let jobs = read_history(&bad).unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].0.len(), 2);
+    std::fs::write(&bad, "").unwrap();
+    assert!(read_history(&bad).unwrap_err().contains("empty file"));
     std::fs::write(&bad, "job,epoch,total_epochs\n").unwrap();
     assert!(read_history(&bad)
         .unwrap_err()

@@ -14,8 +14,8 @@
 //! the 1-GPU row of each model is used for every GPU count, per GPU, as the
 //! Synergy simulator does.
 
-use crate::workload::table::CsvTable;
-use crate::workload::WorkloadError;
+use super::table::CsvTable;
+use super::WorkloadError;
 use blox_core::HostShare;
 use std::collections::BTreeMap;
 use std::path::Path;
