@@ -643,7 +643,8 @@ mod tests {
         let job = Job::attach(env_in(d.path(), false)).unwrap();
         job.push_metric("loss", 0.5).unwrap();
         job.push_metric("progress", 0.25).unwrap();
-        assert!(job.push_metric("bad key", 1.0).is_err());
+        let e = job.push_metric("bad key", 1.0).unwrap_err().to_string();
+        assert!(e.contains("bad key"), "{e}");
         let log = std::fs::read_to_string(d.path().join("metrics")).unwrap();
         assert_eq!(log, "loss 0.5\nprogress 0.25\n");
         job.save_checkpoint("state", b"42").unwrap();

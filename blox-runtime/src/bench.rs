@@ -214,39 +214,41 @@ pub struct PushResult {
     pub samples_per_s: f64,
 }
 
-/// `clients` concurrent workers push batches of `batch` samples to one
-/// scheduler for `seconds`, over loopback.
+/// `clients` concurrent workers, each running one one-GPU job, push
+/// batches of `batch` samples of that job's launch to one scheduler for
+/// `seconds`, over loopback. Every sample is for a running launch on the
+/// pushing worker, so it is kept (the benchmark fails if any was dropped).
 pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushResult, BenchError> {
     let cfg = bench_config("push", 1.0);
     let state = cfg.state.clone();
     let sched =
-        scheduler::start(cfg, policies("fifo", "first-free")?, 1.0).map_err(|e| e.to_string())?;
+        scheduler::start(cfg, policies("fifo", "first-free")?, 0.2).map_err(|e| e.to_string())?;
     let addr = sched.address.to_string();
     let rt = rt()?;
     let result = rt.block_on(async move {
         let mock = serve_mock_worker().await?;
         let sec = Security::default();
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
-        let ids = register(&mut c, &mock, clients, 1).await?;
+        register(&mut c, &mock, clients, 1).await?;
+        wait_status(&mut c, |s| s.rounds >= 2).await?;
+        submit(&mut c, clients, 1).await?;
+        let launches = all_running(&mut c).await?;
         let deadline = Instant::now() + Duration::from_secs_f64(seconds);
         let mut tasks = Vec::new();
-        for (k, id) in ids.into_iter().enumerate() {
+        for (job_id, launch, worker) in launches {
             let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
             tasks.push(tokio::spawn(async move {
                 let samples: Vec<MetricSample> = (0..batch)
                     .map(|i| MetricSample {
-                        launch: Some(LaunchRef {
-                            job_id: (k * batch + i) as u64,
-                            launch: 1,
-                        }),
-                        key: "loss".into(),
+                        launch: Some(LaunchRef { job_id, launch }),
+                        key: metric::LOSS.into(),
                         value: i as f64,
                     })
                     .collect();
                 let mut n = 0u64;
                 while Instant::now() < deadline {
                     let req = MetricBatch {
-                        worker_id: id.clone(),
+                        worker_id: worker.clone(),
                         samples: samples.clone(),
                     };
                     if c.push_metrics(req).await.is_err() {
@@ -263,6 +265,13 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
             rpcs += task.await.unwrap_or(0);
         }
         let el = t.elapsed().as_secs_f64();
+        let after = wait_status(&mut c, |_| true).await?;
+        if after.metrics_dropped != 0 {
+            return Err(BenchError(format!(
+                "the scheduler dropped {} of the pushed samples: the benchmark must push for running launches only",
+                after.metrics_dropped
+            )));
+        }
         Ok::<_, BenchError>(PushResult {
             clients,
             batch,
@@ -304,6 +313,18 @@ impl SchedulingPolicy for Timed<Box<dyn SchedulingPolicy>> {
         self.log.lock().unwrap().push(t.elapsed().as_secs_f64());
         s
     }
+
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        self.inner.accepts(job)
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        self.inner.metrics_read()
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        self.inner.requires_placement()
+    }
 }
 
 impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
@@ -321,11 +342,11 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
     }
 }
 
-/// Polls the scheduler's status until `done` holds.
+/// Polls the scheduler's status until `done` holds; that status.
 async fn wait_status(
     c: &mut crate::net::SchedulerClient,
     done: impl Fn(&StatusReply) -> bool,
-) -> Result<(), String> {
+) -> Result<StatusReply, String> {
     loop {
         // Every page of jobs.
         let mut req = StatusRequest::default();
@@ -345,10 +366,60 @@ async fn wait_status(
             s.next_after_id = next.next_after_id;
         }
         if done(&s) {
-            return Ok(());
+            return Ok(s);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Every running launch in `s`: (job id, launch number, the worker it runs
+/// on), the worker read from its first GPU (`worker:local-index`).
+fn running_launches(s: &StatusReply) -> Vec<(u64, u32, String)> {
+    s.jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Running.as_str())
+        .filter_map(|j| {
+            let (worker, _) = j.gpus.first()?.rsplit_once(':')?;
+            Some((j.id, j.launches, worker.to_string()))
+        })
+        .collect()
+}
+
+/// Submits `n` mock jobs of `gpus` GPUs each; their ids.
+async fn submit(
+    c: &mut crate::net::SchedulerClient,
+    n: usize,
+    gpus: u32,
+) -> Result<Vec<u64>, String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let r = c
+            .submit(SubmitRequest {
+                job: Some(JobSubmission {
+                    name: format!("bench-{i}"),
+                    command: vec!["mock".into()],
+                    gpus,
+                    ..Default::default()
+                }),
+            })
+            .await
+            .map_err(|e| e.message().to_string())?;
+        ids.push(r.into_inner().job_id);
+    }
+    Ok(ids)
+}
+
+/// Waits until every job runs; their launches (see [`running_launches`]).
+async fn all_running(
+    c: &mut crate::net::SchedulerClient,
+) -> Result<Vec<(u64, u32, String)>, String> {
+    let s = wait_status(c, |s| {
+        s.jobs
+            .iter()
+            .all(|j| j.status == JobStatus::Running.as_str() && !j.gpus.is_empty())
+    })
+    .await?;
+    Ok(running_launches(&s))
 }
 
 /// `jobs` running jobs spread over `nodes` mock workers of `gpus_per_node`
@@ -384,55 +455,39 @@ pub fn round_overhead(
     let (ids, stop) = rt.block_on(async {
         let mock = serve_mock_worker().await?;
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
-        let workers = register(&mut c, &mock, nodes, gpus_per_node).await?;
+        register(&mut c, &mock, nodes, gpus_per_node).await?;
         // Submissions wait in the scheduler until the nodes joined.
         wait_status(&mut c, |s| s.rounds >= 2).await?;
-        let mut ids = Vec::new();
-        for i in 0..jobs {
-            let r = c
-                .submit(SubmitRequest {
-                    job: Some(JobSubmission {
-                        name: format!("bench-{i}"),
-                        command: vec!["mock".into()],
-                        gpus: per_job,
-                        ..Default::default()
-                    }),
-                })
-                .await
-                .map_err(|e| e.message().to_string())?;
-            ids.push(r.into_inner().job_id);
-        }
-        wait_status(&mut c, |s| {
-            s.jobs
-                .iter()
-                .all(|j| j.status == JobStatus::Running.as_str())
-        })
-        .await?;
+        let ids = submit(&mut c, jobs, per_job).await?;
+        let launches = all_running(&mut c).await?;
         // Every job reports progress once per round, from its worker.
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-        let pusher_ids = ids.clone();
+        // One batch per worker, of the launches it runs.
+        let mut by_worker: std::collections::BTreeMap<String, Vec<(u64, u32)>> = Default::default();
+        for (job_id, launch, worker) in launches {
+            by_worker.entry(worker).or_default().push((job_id, launch));
+        }
         let mut pc = c.clone();
         tokio::spawn(async move {
             let mut v = 0.0;
             loop {
                 v += 1e-4;
-                let samples = pusher_ids
-                    .iter()
-                    .map(|id| MetricSample {
-                        launch: Some(LaunchRef {
-                            job_id: *id,
-                            launch: 1,
-                        }),
-                        key: "progress".into(),
-                        value: v,
-                    })
-                    .collect();
-                let _ = pc
-                    .push_metrics(MetricBatch {
-                        worker_id: workers[0].clone(),
-                        samples,
-                    })
-                    .await;
+                for (worker, launches) in &by_worker {
+                    let samples = launches
+                        .iter()
+                        .map(|&(job_id, launch)| MetricSample {
+                            launch: Some(LaunchRef { job_id, launch }),
+                            key: metric::PROGRESS.into(),
+                            value: v,
+                        })
+                        .collect();
+                    let _ = pc
+                        .push_metrics(MetricBatch {
+                            worker_id: worker.clone(),
+                            samples,
+                        })
+                        .await;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs_f64(round_s)) => {}
                     _ = stop_rx.changed() => return,
@@ -478,8 +533,19 @@ pub fn round_overhead(
         policy_p50_s: blox_core::stats::quantile(&mut policy, 0.5),
         publish_p50_s: blox_core::stats::quantile(&mut publish, 0.5),
     };
+    let dropped = rt.block_on(async {
+        let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
+        wait_status(&mut c, |_| true)
+            .await
+            .map(|s| s.metrics_dropped)
+    })?;
     let _ = sched.shutdown();
     drop(rt);
+    if dropped != 0 {
+        return Err(BenchError(format!(
+            "the scheduler dropped {dropped} of the pushed samples: every push must be for a running launch"
+        )));
+    }
     let _ = std::fs::remove_file(state);
     Ok(r)
 }

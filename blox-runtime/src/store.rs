@@ -92,8 +92,40 @@ impl Store {
         let mut out = Vec::new();
         for row in jobs.iter().map_err(|e| self.err(e))? {
             let (k, v) = row.map_err(|e| self.err(e))?;
-            let r = JobRecord::decode(v.value())
+            let mut r = JobRecord::decode(v.value())
                 .map_err(|e| self.err(format!("record of job {}: {e}", k.value())))?;
+            let id = k.value();
+            match (&mut r.info, &r.job) {
+                (Some(info), _) if info.id != id => {
+                    tracing::warn!(
+                        "the job table's record {id} says it is job {}: kept as job {id}",
+                        info.id
+                    );
+                    info.id = id;
+                }
+                (Some(_), _) => {}
+                // Without its info the job is known only by what was
+                // submitted: it is queued again under its id.
+                (None, Some(_)) => {
+                    tracing::warn!(
+                        job = id,
+                        "the job table's record has no status; the job is queued again"
+                    );
+                    r.info = Some(crate::proto::JobInfo {
+                        id,
+                        status: "submitted".into(),
+                        phase: crate::proto::JobPhase::Submitted as i32,
+                        ..Default::default()
+                    });
+                }
+                (None, None) => {
+                    tracing::warn!(
+                        job = id,
+                        "the job table's record holds neither status nor submission; it is dropped"
+                    );
+                    continue;
+                }
+            }
             out.push(r);
         }
         let meta = tx.open_table(META).map_err(|e| self.err(e))?;
@@ -146,7 +178,30 @@ mod tests {
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[1].info.as_ref().unwrap().status, "finished");
         assert_eq!(recs[0].job.as_ref().unwrap().command[1], "--id=0");
-        s.remove(&[0, 7]).unwrap();
+        // Records written without their info (a damaged table) are repaired
+        // on load: nothing later finds a record without one.
+        {
+            let tx = s.db.begin_write().unwrap();
+            {
+                let mut t = tx.open_table(JOBS).unwrap();
+                let bare = JobRecord {
+                    info: None,
+                    ..rec(5, "queued")
+                };
+                t.insert(5, bare.encode_to_vec().as_slice()).unwrap();
+                t.insert(6, JobRecord::default().encode_to_vec().as_slice())
+                    .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let (recs, next) = s.load().unwrap();
+        assert_eq!(recs.len(), 3, "the empty record 6 is dropped");
+        let five = recs.iter().find(|r| r.info.as_ref().unwrap().id == 5);
+        let five = five.expect("record 5 repaired");
+        assert_eq!(five.info.as_ref().unwrap().status, "submitted");
+        assert_eq!(five.job.as_ref().unwrap().command[1], "--id=5");
+        assert_eq!(next, 6);
+        s.remove(&[0, 5, 7]).unwrap();
         let (recs, next) = s.load().unwrap();
         assert_eq!(recs.len(), 1);
         assert_eq!(next, 2, "removing records never reuses ids");

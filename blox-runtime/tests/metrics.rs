@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The value of the sample `name` (with its labels, as exposed).
 fn value(body: &str, name: &str) -> f64 {
@@ -117,4 +117,35 @@ fn with_a_users_token_a_scrape_needs_it() {
     let (status, body) = http_get(addr, "/metrics", Some("metrics-token"));
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(value(&body, "blox_workers{state=\"alive\"}"), 1.0);
+}
+
+/// A client that never finishes its request head is cut off after 5 s; the
+/// endpoint goes on answering others meanwhile.
+#[test]
+fn a_request_head_never_finished_is_cut_off() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.metrics_listen = Some("127.0.0.1:0".into());
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let addr = c.sched.as_ref().unwrap().metrics_address.unwrap();
+    let mut slow = std::net::TcpStream::connect(addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: bl")
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(http_get(addr, "/metrics", None).0, "HTTP/1.1 200 OK");
+    let mut rest = Vec::new();
+    let _ = slow.read_to_end(&mut rest);
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(15),
+        "cut off after {waited:?}"
+    );
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 408"),
+        "{text}"
+    );
 }

@@ -1,54 +1,65 @@
-//! The scheduler's small HTTP/1.1 endpoints (`/metrics`, the dashboard):
-//! GET only, one request per connection, request heads up to 8 KiB read
-//! within 5 s, an optional bearer token.
+//! The scheduler's small HTTP endpoints (`/metrics`, the dashboard), served
+//! by hyper's HTTP/1.1 server: request heads of at most 8 KiB read within
+//! 5 s (longer ones are refused by hyper with 431 and the connection
+//! closed), at most 256 connections at once, bodies never read, one handler per endpoint that sees the
+//! method, path, query and headers, and an optional bearer token.
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderMap, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// The most bytes of a request head the endpoint reads.
+/// The most bytes of a request head the endpoint reads (hyper's buffer;
+/// 8 KiB is its smallest).
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// How long a client may take to send its request.
+/// How long a client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most connections served at once; later ones wait to be accepted.
+const MAX_CONNECTIONS: usize = 256;
 
-/// A request's first line and headers.
-pub(super) struct Request<'a> {
-    pub method: &'a str,
+/// What a handler sees of a request.
+pub(super) struct Request {
+    pub method: String,
     /// The path without the query.
-    pub path: &'a str,
-    pub query: &'a str,
-    headers: &'a str,
+    pub path: String,
+    pub query: String,
+    headers: HeaderMap,
 }
 
-impl<'a> Request<'a> {
-    pub fn parse(head: &'a str) -> Request<'a> {
-        let (first, headers) = head.split_once("\r\n").unwrap_or((head, ""));
-        let mut parts = first.split(' ');
-        let method = parts.next().unwrap_or("");
-        let target = parts.next().unwrap_or("");
+impl Request {
+    /// A request from its parts (tests, and the server below).
+    pub fn new(method: &str, target: &str, headers: HeaderMap) -> Request {
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         Request {
-            method,
-            path,
-            query,
+            method: method.to_string(),
+            path: path.to_string(),
+            query: query.to_string(),
             headers,
         }
     }
 
+    /// A GET of `target` with `headers` (name, value) (tests).
+    #[cfg(test)]
+    pub fn get(target: &str, headers: &[(&'static str, &str)]) -> Request {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, HeaderValue::from_str(v).expect("a header value"));
+        }
+        Request::new("GET", target, h)
+    }
+
     /// The value of header `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&'a str> {
-        self.headers.split("\r\n").find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-        })
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
     /// Query parameter `key`, percent-decoded (`+` is a space).
     pub fn param(&self, key: &str) -> Option<String> {
-        self.query.split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k == key).then(|| percent_decode(v))
-        })
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.into_owned())
     }
 
     /// True when no token is needed or the request carries it
@@ -63,30 +74,6 @@ impl<'a> Request<'a> {
             .map(str::trim);
         got.is_some_and(|t| crate::net::constant_time_eq(t.as_bytes(), want.as_bytes()))
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An answer: status, content type, body.
@@ -121,29 +108,18 @@ impl Response {
         )
     }
 
-    /// The bytes on the wire.
-    pub fn bytes(&self) -> Vec<u8> {
-        let reason = match self.code {
-            200 => "OK",
-            400 => "Bad Request",
-            401 => "Unauthorized",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            _ => "Error",
-        };
-        let mut out = format!(
-            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n",
-            self.code,
-            self.content_type,
-            self.body.len()
-        );
+    /// The response hyper sends.
+    fn into_hyper(self) -> hyper::Response<Full<Bytes>> {
+        let mut r = hyper::Response::new(Full::new(Bytes::from(self.body)));
+        *r.status_mut() = hyper::StatusCode::from_u16(self.code)
+            .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+        let h = r.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(self.content_type));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if self.code == 401 {
-            out.push_str("WWW-Authenticate: Bearer\r\n");
+            h.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        out.push_str("\r\n");
-        let mut out = out.into_bytes();
-        out.extend_from_slice(&self.body);
-        out
+        r
     }
 }
 
@@ -169,41 +145,41 @@ pub(super) fn listen(
     Ok(bound)
 }
 
-/// Serves `listener` until the runtime stops, answering each request with
-/// `handler`.
+/// Serves `listener` until the runtime stops: each connection by hyper's
+/// HTTP/1.1 server, each request answered by `handler`.
 async fn serve(listener: tokio::net::TcpListener, handler: Handler) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Ok((conn, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let handler = handler.clone();
         tokio::spawn(async move {
-            let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut conn)).await;
-            let reply = match head {
-                Ok(Some(head)) => handler(&Request::parse(&head)),
-                Ok(None) => Response::text(400, "a request head of at most 8 KiB\n"),
-                Err(_) => return,
-            };
-            let _ = conn.write_all(&reply.bytes()).await;
-            let _ = conn.shutdown().await;
+            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                let target = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .to_string();
+                let (parts, _body) = req.into_parts();
+                let r = Request::new(parts.method.as_str(), &target, parts.headers);
+                let reply = handler(&r).into_hyper();
+                async move { Ok::<_, std::convert::Infallible>(reply) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(REQUEST_TIMEOUT)
+                .max_buf_size(MAX_REQUEST_BYTES)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(conn), service)
+                .await;
+            drop(slot);
         });
     }
-}
-
-/// Reads a request head (up to the blank line); `None` if it is too long or
-/// the connection closes first.
-async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = conn.read(&mut chunk).await.ok()?;
-        if n == 0 || buf.len() + n > MAX_REQUEST_BYTES {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    String::from_utf8(buf).ok()
 }
 
 #[cfg(test)]
@@ -211,20 +187,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_parse_into_path_query_headers_and_token() {
-        let r = Request::parse(
-            "GET /api/status?phase=running%2Cqueued&q=res+net&x HTTP/1.1\r\nHost: h\r\nauthorization: Bearer s3cret\r\n\r\n",
+    fn requests_give_their_path_query_headers_and_token() {
+        let r = Request::get(
+            "/api/status?phase=running%2Cqueued&q=res+net&x",
+            &[("host", "h"), ("authorization", "Bearer s3cret")],
         );
-        assert_eq!((r.method, r.path), ("GET", "/api/status"));
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/api/status"));
         assert_eq!(r.param("phase").as_deref(), Some("running,queued"));
         assert_eq!(r.param("q").as_deref(), Some("res net"));
         assert_eq!(r.param("x").as_deref(), Some(""));
         assert_eq!(r.param("y"), None);
+        assert_eq!(r.header("Authorization"), Some("Bearer s3cret"));
         assert!(r.authorized(Some("s3cret")) && r.authorized(None));
         assert!(!r.authorized(Some("other")));
-        assert!(!Request::parse("GET / HTTP/1.1\r\n\r\n").authorized(Some("t")));
-        // Broken escapes are kept as they are.
-        assert_eq!(percent_decode("a%2"), "a%2");
-        assert_eq!(percent_decode("%zz%41"), "%zzA");
+        assert!(!Request::get("/", &[]).authorized(Some("t")));
     }
 }

@@ -190,29 +190,27 @@ impl Metrics {
             JobPhase::Rejected,
             JobPhase::Cancelled,
         ] {
-            by_state.insert(state_label(phase), 0);
+            by_state.insert(state_label(phase), h.jobs.count(phase) as i64);
         }
-        // GPUs in use: the job records' "worker:index" GPUs.
+        // GPUs in use: the running jobs' "worker:index" GPUs (through the
+        // job table's phase index, not a walk of every job ever submitted).
         let mut busy: BTreeMap<String, i64> = BTreeMap::new();
         let mut busy_on: BTreeMap<&str, i64> = BTreeMap::new();
-        for r in h.jobs.values() {
+        for (_, r) in h.jobs.walk_from(0, &[JobPhase::Running as i32]) {
             let info = info_of(r);
-            *by_state.entry(state_label(info.phase())).or_default() += 1;
-            if info.phase() == JobPhase::Running {
-                for g in &info.gpus {
-                    if let Some((w, _)) = g.rsplit_once(':') {
-                        *busy_on.entry(w).or_default() += 1;
-                    }
-                    let t = g
-                        .rsplit_once(':')
-                        .and_then(|(w, i)| {
-                            let i: u32 = i.parse().ok()?;
-                            let w = h.workers.get(w)?;
-                            w.gpus.iter().find(|d| d.index == i).map(|d| d.name.clone())
-                        })
-                        .unwrap_or_else(|| "unknown".into());
-                    *busy.entry(t).or_default() += 1;
+            for g in &info.gpus {
+                if let Some((w, _)) = g.rsplit_once(':') {
+                    *busy_on.entry(w).or_default() += 1;
                 }
+                let t = g
+                    .rsplit_once(':')
+                    .and_then(|(w, i)| {
+                        let i: u32 = i.parse().ok()?;
+                        let w = h.workers.get(w)?;
+                        w.gpus.iter().find(|d| d.index == i).map(|d| d.name.clone())
+                    })
+                    .unwrap_or_else(|| "unknown".into());
+                *busy.entry(t).or_default() += 1;
             }
         }
         for (state, n) in &by_state {
@@ -304,52 +302,24 @@ fn answer(req: &Request, token: Option<&str>, render: &dyn Fn() -> String) -> Re
     }
 }
 
-/// The answer to one request head, as sent.
-#[cfg(test)]
-fn respond(head: &str, token: Option<&str>, render: &dyn Fn() -> String) -> Vec<u8> {
-    answer(&Request::parse(head), token, render).bytes()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn status(r: &[u8]) -> String {
-        String::from_utf8_lossy(r)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .to_string()
-    }
-
     #[test]
     fn requests_are_answered_by_path_method_and_token() {
         let render = || "blox_rounds_total 3\n".to_string();
-        let get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert_eq!(status(&respond(get, None, &render)), "HTTP/1.1 200 OK");
-        assert!(String::from_utf8_lossy(&respond(get, None, &render))
-            .ends_with("blox_rounds_total 3\n"));
-        assert_eq!(
-            status(&respond(get, Some("s3cret"), &render)),
-            "HTTP/1.1 401 Unauthorized"
-        );
-        let with = "GET /metrics HTTP/1.1\r\nauthorization: Bearer s3cret\r\n\r\n";
-        assert_eq!(
-            status(&respond(with, Some("s3cret"), &render)),
-            "HTTP/1.1 200 OK"
-        );
-        let wrong = "GET /metrics HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n";
-        assert_eq!(
-            status(&respond(wrong, Some("s3cret"), &render)),
-            "HTTP/1.1 401 Unauthorized"
-        );
-        assert_eq!(
-            status(&respond("GET / HTTP/1.1\r\n\r\n", None, &render)),
-            "HTTP/1.1 404 Not Found"
-        );
-        assert_eq!(
-            status(&respond("POST /metrics HTTP/1.1\r\n\r\n", None, &render)),
-            "HTTP/1.1 405 Method Not Allowed"
-        );
+        let code = |r: &Request, token: Option<&str>| answer(r, token, &render).code;
+        let get = Request::get("/metrics", &[("host", "x")]);
+        assert_eq!(code(&get, None), 200);
+        assert_eq!(answer(&get, None, &render).body, b"blox_rounds_total 3\n");
+        assert_eq!(code(&get, Some("s3cret")), 401);
+        let with = Request::get("/metrics", &[("authorization", "Bearer s3cret")]);
+        assert_eq!(code(&with, Some("s3cret")), 200);
+        let wrong = Request::get("/metrics", &[("authorization", "Bearer nope")]);
+        assert_eq!(code(&wrong, Some("s3cret")), 401);
+        assert_eq!(code(&Request::get("/", &[]), None), 404);
+        let post = Request::new("POST", "/metrics", Default::default());
+        assert_eq!(code(&post, None), 405);
     }
 }

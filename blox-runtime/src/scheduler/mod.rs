@@ -30,6 +30,7 @@ mod config;
 mod dashboard;
 mod events;
 mod http;
+mod jobs;
 pub mod metrics;
 mod service;
 mod status;
@@ -116,7 +117,7 @@ struct Hub {
     held: VecDeque<JobSpec>,
     hold_until: Instant,
     /// Every job's record, as persisted (status, placement, counters).
-    jobs: BTreeMap<u64, JobRecord>,
+    jobs: jobs::JobTable,
     /// Ended jobs in the order they ended, with when (Unix seconds): the
     /// oldest are forgotten first ([`RuntimeConfig::retention_s`]).
     ended: VecDeque<(u64, f64)>,
@@ -286,7 +287,7 @@ pub fn start_with_selector(
         in_doubt: HashMap::new(),
         held: VecDeque::new(),
         hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
-        jobs: BTreeMap::new(),
+        jobs: jobs::JobTable::default(),
         ended: VecDeque::new(),
         compacted: 0,
         // Job ids start at 1: 0 is "not set" in the API.
@@ -303,6 +304,14 @@ pub fn start_with_selector(
         tracing::info!(
             jobs = n_restored,
             "restored unfinished jobs from the job table: held for a worker timeout; those the workers still run are adopted, the others queued again"
+        );
+    }
+    let reads = policies.scheduling.metrics_read();
+    if !reads.is_empty() {
+        tracing::info!(
+            "scheduling policy `{}` reads these job metrics, which jobs push through blox_client (docs/RUNTIME.md, \"Metrics each policy reads\"): {}",
+            policies.names.1,
+            reads.join(", ")
         );
     }
     let hub = Arc::new(Mutex::new(hub));

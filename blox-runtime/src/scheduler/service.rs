@@ -247,7 +247,7 @@ impl Scheduler for Service {
             // the lock (an fsync must not stall heartbeats), and the status
             // view changes only once the write succeeded.
             let info = rec.info.as_mut().expect("records carry info");
-            info.status = JobStatus::Failed.as_str().into();
+            info.status = super::table::wire_status(&JobStatus::Cancelled).into();
             info.set_phase(JobPhase::Cancelled);
             info.reason = CANCELLED.into();
             let now = unix_now();

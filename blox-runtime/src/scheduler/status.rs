@@ -34,21 +34,18 @@ pub(super) fn reply_matching(
             0 => MAX_PAGE_JOBS,
             n => n.min(MAX_PAGE_JOBS),
         };
-        let phases: Vec<i32> = req.phases.clone();
         let mut out = Vec::new();
         let mut bytes = 0;
         let from = req.after_id.saturating_add(1);
-        for (id, r) in h.jobs.range(from..) {
+        // Through the phase index: only the jobs in the phases asked for.
+        for (id, r) in h.jobs.walk_from(from, &req.phases) {
             let info = info_of(r);
-            if !phases.is_empty() && !phases.contains(&info.phase) {
-                continue;
-            }
             if name.is_some_and(|n| !info.name.to_lowercase().contains(n)) {
                 continue;
             }
             let len = info.encoded_len();
             if out.len() >= limit || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
-                next_after_id = out.last().map_or(*id - 1, |j: &JobInfo| j.id);
+                next_after_id = out.last().map_or(id - 1, |j: &JobInfo| j.id);
                 break;
             }
             bytes += len;

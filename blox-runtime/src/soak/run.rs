@@ -215,22 +215,7 @@ worker_timeout_s = 4
     let max_time_s = cfg.max_time_s.unwrap_or(3.0 * expect_s + 120.0);
     // Submissions are spread over the first 60 % of it; faults over 10-70 %.
     let window_s = 0.6 * expect_s;
-    let mut faults: Vec<Fault> = Vec::new();
-    for _ in 0..cfg.worker_kills {
-        faults.push(Fault::KillWorker(
-            (rng.next() * cfg.workers as f64) as usize,
-        ));
-    }
-    for _ in 0..cfg.scheduler_restarts {
-        faults.push(Fault::RestartScheduler);
-    }
-    for _ in 0..cfg.cuts {
-        faults.push(Fault::Cut((rng.next() * cfg.workers as f64) as usize));
-    }
-    for i in (1..faults.len()).rev() {
-        let j = (rng.next() * (i + 1) as f64) as usize;
-        faults.swap(i, j);
-    }
+    let faults = plan_faults(cfg, &mut rng);
     progress(format!(
         "soak: {} jobs from {} clients (≈ {:.0} s of work on {} GPUs), {} faults, at most {:.0} s",
         cfg.jobs,
@@ -242,43 +227,8 @@ worker_timeout_s = 4
     ));
     let journal_file = dir.join("journal");
     let deadline = start + Duration::from_secs_f64(max_time_s);
-    let toy = cfg.toy.display().to_string();
     let journal_arg = journal_file.display().to_string();
-    let per_client: Vec<Vec<(usize, JobSubmission)>> = (0..cfg.clients)
-        .map(|c| {
-            jobs.iter()
-                .enumerate()
-                .filter(|(k, _)| k % cfg.clients == c)
-                .map(|(k, (gpus, dur, crash))| {
-                    let mut command = vec![
-                        toy.clone(),
-                        "--duration-s".into(),
-                        format!("{dur:.2}"),
-                        "--iteration-s".into(),
-                        "0.05".into(),
-                        "--checkpoint-every".into(),
-                        "5".into(),
-                        "--journal".into(),
-                        journal_arg.clone(),
-                    ];
-                    if *crash {
-                        command.extend(["--fail-at".into(), "0.5".into()]);
-                    }
-                    let name = format!("soak-{k}");
-                    (
-                        k,
-                        JobSubmission {
-                            name: name.clone(),
-                            command,
-                            gpus: *gpus,
-                            idempotency_key: name,
-                            ..Default::default()
-                        },
-                    )
-                })
-                .collect()
-        })
-        .collect();
+    let per_client = submissions(cfg, &jobs, &journal_arg);
     let pauses: Vec<Vec<f64>> = per_client
         .iter()
         .map(|js| {
@@ -379,17 +329,108 @@ worker_timeout_s = 4
         }
         c.scheduler.kill();
     }
-    let (accepted, mut latencies, refused, faults, all, round) = outcome?;
+    let (accepted, latencies, refused, faults, all, round) = outcome?;
     let seen = journal::check(&journal_file).map_err(err)?;
+    let mut report = tally(accepted, latencies, refused, all, &seen);
+    report.round_p50_s = round.0;
+    report.round_p99_s = round.1;
+    report.faults = faults;
+    report.wall_s = start.elapsed().as_secs_f64();
+    for (job, a, b) in seen.overlaps.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {a} still ran when {b} started"
+        ));
+    }
+    for (job, g, at, before) in seen.regressions.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {g} resumed at iteration {at}, but {before} was checkpointed before"
+        ));
+    }
+    Ok(report)
+}
+
+/// The faults to inject, in a random order: worker kills, scheduler
+/// restarts and network cuts, as many as `cfg` asks for.
+fn plan_faults(cfg: &SoakConfig, rng: &mut Rng) -> Vec<Fault> {
+    let mut faults: Vec<Fault> = Vec::new();
+    for _ in 0..cfg.worker_kills {
+        faults.push(Fault::KillWorker(
+            (rng.next() * cfg.workers as f64) as usize,
+        ));
+    }
+    for _ in 0..cfg.scheduler_restarts {
+        faults.push(Fault::RestartScheduler);
+    }
+    for _ in 0..cfg.cuts {
+        faults.push(Fault::Cut((rng.next() * cfg.workers as f64) as usize));
+    }
+    for i in (1..faults.len()).rev() {
+        let j = (rng.next() * (i + 1) as f64) as usize;
+        faults.swap(i, j);
+    }
+    faults
+}
+
+/// Each client's share of the jobs (`(index, submission)`), round robin:
+/// toy jobs of the mix's duration that journal their runs, some crashing
+/// half-way.
+fn submissions(
+    cfg: &SoakConfig,
+    jobs: &[(u32, f64, bool)],
+    journal_arg: &str,
+) -> Vec<Vec<(usize, JobSubmission)>> {
+    let toy = cfg.toy.display().to_string();
+    (0..cfg.clients)
+        .map(|c| {
+            jobs.iter()
+                .enumerate()
+                .filter(|(k, _)| k % cfg.clients == c)
+                .map(|(k, (gpus, dur, crash))| {
+                    let mut command = vec![
+                        toy.clone(),
+                        "--duration-s".into(),
+                        format!("{dur:.2}"),
+                        "--iteration-s".into(),
+                        "0.05".into(),
+                        "--checkpoint-every".into(),
+                        "5".into(),
+                        "--journal".into(),
+                        journal_arg.to_string(),
+                    ];
+                    if *crash {
+                        command.extend(["--fail-at".into(), "0.5".into()]);
+                    }
+                    let name = format!("soak-{k}");
+                    (
+                        k,
+                        JobSubmission {
+                            name: name.clone(),
+                            command,
+                            gpus: *gpus,
+                            idempotency_key: name,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The report from what the scheduler holds at the end against what the
+/// clients were told and what the journal saw.
+fn tally(
+    accepted: HashMap<usize, u64>,
+    mut latencies: Vec<f64>,
+    refused: Vec<String>,
+    all: Vec<JobInfo>,
+    seen: &journal::JournalReport,
+) -> SoakReport {
     let mut report = SoakReport {
         accepted: accepted.len(),
         overlapping_runs: seen.overlaps.len(),
         checkpoint_regressions: seen.regressions.len(),
         launches: seen.launches,
-        round_p50_s: round.0,
-        round_p99_s: round.1,
-        faults,
-        wall_s: start.elapsed().as_secs_f64(),
         ..Default::default()
     };
     for r in refused {
@@ -422,17 +463,7 @@ worker_timeout_s = 4
         report.submit_p50_s = blox_core::stats::quantile(&mut latencies, 0.5);
         report.submit_p99_s = blox_core::stats::quantile(&mut latencies, 0.99);
     }
-    for (job, a, b) in seen.overlaps.iter().take(5) {
-        progress(format!(
-            "soak: job {job}: generation {a} still ran when {b} started"
-        ));
-    }
-    for (job, g, at, before) in seen.regressions.iter().take(5) {
-        progress(format!(
-            "soak: job {job}: generation {g} resumed at iteration {at}, but {before} was checkpointed before"
-        ));
-    }
-    Ok(report)
+    report
 }
 
 /// Submits `job` until it is accepted (retrying what a restart or a cut

@@ -133,7 +133,7 @@ pub(in crate::scheduler) fn handler(
         if !req.authorized(token.as_deref()) {
             return Response::unauthorized();
         }
-        match req.path {
+        match req.path.as_str() {
             "/api/status" => api_status(req, &hub, &stats),
             "/api/cluster" => {
                 let v = view.lock().unwrap_or_else(|e| e.into_inner());
