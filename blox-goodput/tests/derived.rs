@@ -83,5 +83,6 @@ fn bad_derived_names_are_named_errors() {
         Some(("imagenet", 1.0, Some(4)))
     );
     let mut cache = ProfileCache::new(&traces());
-    assert!(cache.get("nosuchapp(scale=0.5)").is_err());
+    let e = cache.get("nosuchapp(scale=0.5)").unwrap_err().to_string();
+    assert!(e.contains("nosuchapp"), "{e}");
 }

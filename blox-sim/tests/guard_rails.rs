@@ -171,7 +171,16 @@ fn nothing_of_an_invalid_decision_runs() {
         vec![job(0, 0.0, 1, 600.0)],
     )
     .unwrap();
-    assert!(s.step().is_err());
+    let err = s.step().unwrap_err();
+    // The round, then the reason (the error's source).
+    let e = format!(
+        "{err}: {}",
+        std::error::Error::source(&err).map_or(String::new(), |s| s.to_string())
+    );
+    assert!(
+        e.contains("at round 0") && e.contains("scheduling policy `broken`") && e.contains("99"),
+        "{e}"
+    );
     assert_eq!(s.round_loop.cluster.num_busy(), 0, "job 0 was not launched");
 }
 
