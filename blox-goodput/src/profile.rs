@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod delaunay;
 mod derived;
 pub use derived::{parse_derived, profiles_beside, Derived, ProfileCache};
 
@@ -125,6 +126,9 @@ pub struct AppProfile {
     by_shape: BTreeMap<(u32, u32), StepCurve>,
     /// Measured replica counts per node count (the keys of `by_shape`).
     shapes: BTreeMap<u32, Vec<u32>>,
+    /// The artifact's tetrahedralisation of the `by_shape` points, where the
+    /// profile ships it (see `delaunay.rs`); else the grid interpolation.
+    tetrahedra: Option<Arc<delaunay::Tetrahedra>>,
     /// Largest atomic batch of each (nodes, replicas) pair of scalability.csv.
     scalability_bmax: BTreeMap<(u32, u32), u32>,
     /// Largest atomic batch of placements.csv by replica count (digit sum).
@@ -261,6 +265,15 @@ impl AppProfile {
             e.2 += 1;
         }
         let mut by_shape: BTreeMap<(u32, u32), StepCurve> = BTreeMap::new();
+        // The artifact's interpolation points, in its order: placements
+        // averaged per (nodes, replicas, batch), sorted, then scalability rows.
+        let mut points: Vec<delaunay::Point> = Vec::new();
+        for (&(n, r, b), &(step, sync, k)) in &sums {
+            points.push((
+                [n as f64, r as f64, f64::from_bits(b)],
+                (step / k as f64, sync / k as f64),
+            ));
+        }
         for ((n, r, b), (step, sync, k)) in sums {
             by_shape.entry((n, r)).or_default().push((
                 f64::from_bits(b),
@@ -287,12 +300,17 @@ impl AppProfile {
             let b = t.f64(r, "local_bsz")?;
             let m = scalability_bmax.entry(shape).or_default();
             *m = (*m).max(b as u32);
-            by_shape.entry(shape).or_default().push((
-                b,
-                t.f64(r, "step_time")?,
-                t.f64(r, "sync_time")?,
-            ));
+            let (step, sync) = (t.f64(r, "step_time")?, t.f64(r, "sync_time")?);
+            by_shape.entry(shape).or_default().push((b, step, sync));
+            points.push(([shape.0 as f64, shape.1 as f64, b], (step, sync)));
         }
+        // Shipped for the artifact's own file names only (Sia's typed
+        // profiles interpolate on the grid).
+        let tetrahedra = if placements_file == "placements.csv" {
+            delaunay::Tetrahedra::load(&dir, &points)?.map(Arc::new)
+        } else {
+            None
+        };
         let mut placement_bmax_by_replicas: BTreeMap<u32, u32> = BTreeMap::new();
         for (code, c) in &placements {
             let m = placement_bmax_by_replicas
@@ -358,6 +376,7 @@ impl AppProfile {
         Ok(AppProfile {
             app: app.to_string(),
             shapes,
+            tetrahedra,
             scalability_bmax,
             placement_bmax_by_replicas,
             limits: AppLimits {
@@ -462,13 +481,15 @@ impl AppProfile {
     /// placement of up to 4 nodes in the Pollux artifact) is the artifact's
     /// lookup: that placement's rows, linear in `b`. Other placements (≥ 5
     /// nodes there; 3 nodes of `rtx` in Sia's) the artifact interpolates over
-    /// a 3-D Delaunay tetrahedralisation of (nodes, replicas, b); we
-    /// interpolate on the same points as a grid instead: linear in `b` within
+    /// a 3-D Delaunay tetrahedralisation of (nodes, replicas, b): where the
+    /// profile ships Qhull's tetrahedralisation of its points
+    /// (`delaunay-*.csv`, the Pollux artifact's), on it, exactly as the
+    /// artifact; otherwise on the same points as a grid: linear in `b` within
     /// a measured (nodes, replicas) pair, linear in replicas between the pairs
     /// of one node count that bracket it, and linear in nodes between the
     /// measured node counts that bracket `min(n, 16)`, querying each at the
-    /// same replicas per node. Results agree with the artifact's to a few per
-    /// cent (tested); exact agreement would need Qhull's tie-breaking.
+    /// same replicas per node. The grid agrees with the artifact's to a few
+    /// per cent (tested); exact agreement needs Qhull's tetrahedra.
     ///
     /// A pipeline-parallel profile ([`Pipeline`]) answers only for measured
     /// placements, with `b` the samples of one replica's step (see
@@ -485,6 +506,9 @@ impl AppProfile {
         }
         let r: u32 = per_node.iter().sum();
         let n = (per_node.len() as u32).min(16);
+        if let Some(t) = &self.tetrahedra {
+            return t.interpolate([n as f64, r as f64, b]);
+        }
         let hi = *self.shapes.range(n..).next()?.0;
         let lo = *self.shapes.range(..=n).next_back()?.0;
         let density = r as f64 / per_node.len() as f64;

@@ -89,12 +89,14 @@ fn step_time_lookup_matches_the_artifact_up_to_four_nodes() {
     assert!(checked >= 240, "only {checked} rows checked");
 }
 
-/// ≥ 5 nodes: our grid interpolation against the artifact's Delaunay one. The
-/// two differ inside cells; the mean error stays small and no row is far off.
+/// ≥ 5 nodes: the artifact interpolates over Qhull's tetrahedralisation of
+/// the profile's points; with the shipped `delaunay-*.csv` ours is the same,
+/// value for value (the grid it replaced was off by 1.8 % on average, 38 % at
+/// worst, on these rows).
 #[test]
-fn step_time_beyond_four_nodes_is_close_to_the_artifacts_interpolation() {
+fn step_time_beyond_four_nodes_is_the_artifacts_interpolation() {
     let p = profiles();
-    let (mut n, mut sum, mut worst) = (0, 0.0, 0.0f64);
+    let mut n = 0;
     for r in rows("throughput_lookup.csv") {
         if r["step_time"] == "ERROR" || r["num_nodes"].parse::<u32>().unwrap() <= 4 {
             continue;
@@ -106,21 +108,18 @@ fn step_time_beyond_four_nodes_is_close_to_the_artifacts_interpolation() {
             *x += 1;
         }
         let b: f64 = r["local_bsz"].parse().unwrap();
-        let want: f64 = r["step_time"].parse().unwrap();
-        let (step, _) = p[&r["app"]].step_time_or_nearest(&layout, b).unwrap();
-        let err = ((step - want) / want).abs();
-        if err > 0.1 {
-            eprintln!("{} {layout:?} b={b}: {step} vs {want}", r["app"]);
+        let (step, sync) = p[&r["app"]].step_time(&layout, b).unwrap();
+        for (got, col) in [(step, "step_time"), (sync, "sync_time")] {
+            let want: f64 = r[col].parse().unwrap();
+            assert!(
+                close(got, want, 1e-9),
+                "{} {layout:?} b={b}: {col} {got} vs {want}",
+                r["app"]
+            );
         }
-        sum += err;
-        worst = worst.max(err);
         n += 1;
     }
     assert!(n > 100, "{n}");
-    let mean = sum / n as f64;
-    eprintln!("≥5-node step time: {n} rows, mean rel. error {mean:.4}, worst {worst:.4}");
-    assert!(mean < 0.03, "mean relative error {mean}");
-    assert!(worst < 0.45, "worst relative error {worst}");
 }
 
 #[test]
