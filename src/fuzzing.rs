@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 /// A config file and `--set` overrides: the text before a line `#--set`
 /// is the config; each later `key=value` line is an override. The config
 /// is parsed and every section a command reads is checked (policies by
-/// name, cluster, runtime, workload settings), without running anything.
+/// name, cluster, runtime, workload settings), and a small workload is
+/// loaded (its jobs generated), without running anything.
 pub fn config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (source, sets) = text.split_once("\n#--set\n").unwrap_or((&text, ""));
@@ -24,7 +25,17 @@ pub fn config(data: &[u8]) {
     let _ = cfg.cluster_state();
     let _ = blox_runtime::scheduler::RuntimeConfig::from_config(&cfg);
     let _ = blox_sim::SimConfig::from_section(&cfg.section("sim"));
-    let _ = blox_sim::workload::WorkloadConfig::from_section(&cfg.section("workload"));
+    let section = cfg.section("workload");
+    let Ok(w) = blox_sim::workload::WorkloadConfig::from_section(&section) else {
+        return;
+    };
+    // The workload too, as `blox sim` loads it (bursts, re-timing, sampling),
+    // where one input stays cheap: a regular file of at most 1 MiB and at
+    // most 500 jobs asked for.
+    let small = std::fs::metadata(&w.path).is_ok_and(|m| m.is_file() && m.len() <= 1 << 20);
+    if small && w.common.num_jobs.is_some_and(|n| n <= 500) {
+        let _ = blox_sim::workload::load(&section, cfg.run.seed);
+    }
 }
 
 /// A file for this process's fuzzing, rewritten on every input.

@@ -94,7 +94,7 @@ fn a_bad_value_given_by_set_names_the_set() {
     ]);
     let e = error_line(&o);
     assert!(
-        e.contains("--set run.round_s=-5: [run] round_s must be a positive"),
+        e.contains("--set run.round_s=-5: [run] `round_s`: -5 is not a finite number above 0"),
         "{e}"
     );
 }
@@ -228,6 +228,60 @@ fn infinite_or_runaway_numbers_are_refused_where_they_are_typed() {
     assert!(e.contains("`max_startup_s` = inf"), "{e}");
 }
 
+/// Seconds, rates and sizes have one type each (positive, or non-negative):
+/// a value out of range is refused as it is parsed, naming the key, and
+/// its line in the file or the `--set` that gave it.
+#[test]
+fn amounts_out_of_range_are_refused_as_they_are_parsed() {
+    let bursty = "examples/configs/synth-bursty.toml";
+    for (set, says) in [
+        (
+            "workload.burst_max_duration_s=-5",
+            "`burst_max_duration_s`: -5 is not a finite number above 0",
+        ),
+        (
+            "workload.burst_every_s=0",
+            "`burst_every_s`: 0 is not a finite number above 0",
+        ),
+        (
+            "workload.jobs_per_hour=-1",
+            "`jobs_per_hour`: -1 is not a finite number above 0",
+        ),
+        (
+            "run.min_run_s=-2",
+            "`min_run_s`: -2 is not a finite number of 0 or more",
+        ),
+        (
+            "run.max_time_s=0",
+            "`max_time_s`: 0 is not a finite number above 0",
+        ),
+        (
+            "cluster.gpu_mem_gb=0",
+            "`gpu_mem_gb`: 0 is not a finite number above 0",
+        ),
+    ] {
+        let e = error_line(&blox(&["sim", "--quiet", bursty, "--set", set]));
+        assert!(
+            e.contains(&format!("--set {set}: ")) && e.contains(says),
+            "{set}: {e}"
+        );
+    }
+    let (d, c) = setup();
+    let cfg = std::fs::read_to_string(&c).unwrap().replace(
+        "round_s = 60",
+        "round_s = 60
+min_run_startup_factor = -1",
+    );
+    let c2 = write(d.path(), "c2.toml", &cfg);
+    let e = error_line(&blox(&["sim", "--quiet", c2.to_str().unwrap()]));
+    assert!(
+        e.contains(
+            "c2.toml:7: [run] `min_run_startup_factor`: -1 is not a finite number of 0 or more"
+        ),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_zero_speed_would_never_finish_and_is_refused() {
     let (_d, c) = setup();
@@ -315,7 +369,7 @@ fn a_grid_cell_error_names_the_users_config_not_a_temporary_file() {
         d.path().join("o").to_str().unwrap(),
     ]));
     assert!(
-        e.contains("grid.toml:4") && e.contains("round_s must be a positive"),
+        e.contains("grid.toml:4") && e.contains("`round_s`: 0 is not a finite number above 0"),
         "{e}"
     );
 }

@@ -19,7 +19,9 @@ pub mod stats;
 pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
-pub use config::{Config, ConfigError, ModuleConfig, Override, RunConfig, Section};
+pub use config::{
+    Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig, Section,
+};
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{Adaptivity, Elasticity, Job, JobSpec, JobStatus};
 pub use job_state::{JobMetrics, JobState, MetricStore};

@@ -128,8 +128,8 @@ impl Simulation {
                 jobs.iter().map(|j| j.spec.id.0).max().unwrap_or(0),
             ))));
         }
-        let backend = SimBackend::new(sim.clone(), run.round_s, jobs, &cluster);
-        let mut round_loop = RoundLoop::new(policies, cluster, run.round_s);
+        let backend = SimBackend::new(sim.clone(), run.round_s.get(), jobs, &cluster);
+        let mut round_loop = RoundLoop::new(policies, cluster, run.round_s.get());
         round_loop.startup = StartupRules::from_run(&run);
         Ok(Simulation {
             round_loop,
@@ -174,7 +174,7 @@ impl Simulation {
                 return Some(StopReason::Limit(format!("run.max_rounds = {m}")));
             }
         }
-        if let Some(t) = self.run.max_time_s {
+        if let Some(t) = self.run.max_time_s.map(|t| t.get()) {
             if self.backend.now_s() >= t {
                 return Some(StopReason::Limit(format!("run.max_time_s = {t}")));
             }

@@ -49,7 +49,7 @@ fn simulate(p: Policies, jobs: Vec<SimJob>, run: RunConfig) -> Result<Simulation
 
 fn run_config() -> RunConfig {
     RunConfig {
-        round_s: 60.0,
+        round_s: Positive::of(60.0),
         ..RunConfig::default()
     }
 }
@@ -261,7 +261,7 @@ fn an_admission_policy_that_defers_forever_is_a_stall() {
 #[test]
 fn a_run_stopped_by_max_rounds_says_so_in_its_summary() {
     let run = RunConfig {
-        round_s: 60.0,
+        round_s: Positive::of(60.0),
         max_rounds: Some(3),
         ..RunConfig::default()
     };

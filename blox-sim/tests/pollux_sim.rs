@@ -64,7 +64,7 @@ fn run(
 ) -> blox_sim::report::SimResult {
     let policies = policies(scheduling, placement);
     let run = RunConfig {
-        round_s: 60.0,
+        round_s: Positive::of(60.0),
         ..RunConfig::default()
     };
     Simulation::new(policies, ClusterState::homogeneous(16, 4), run, sim, jobs)
@@ -161,7 +161,7 @@ fn pollux_agent_reports_its_model_and_adapts_the_batch() {
         policies,
         ClusterState::homogeneous(1, 4),
         RunConfig {
-            round_s: 60.0,
+            round_s: Positive::of(60.0),
             ..RunConfig::default()
         },
         artifact_sim(),
@@ -204,7 +204,7 @@ fn ones_runs_jobs_at_the_batch_it_chooses_with_linear_lr_scaling() {
         policies("ones", "explicit"),
         ClusterState::homogeneous(1, 4),
         RunConfig {
-            round_s: 60.0,
+            round_s: Positive::of(60.0),
             ..RunConfig::default()
         },
         SimConfig {

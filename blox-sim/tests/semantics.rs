@@ -45,7 +45,7 @@ fn run(
     pol: (&str, &str, &str),
 ) -> blox_sim::SimResult {
     let run = RunConfig {
-        round_s,
+        round_s: Positive::new(round_s).unwrap(),
         ..RunConfig::default()
     };
     Simulation::new(

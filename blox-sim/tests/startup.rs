@@ -69,8 +69,8 @@ fn run(p: Policies, run: RunConfig, jobs: Vec<SimJob>) -> Simulation {
 
 fn rounds_of_2s(limit_s: f64) -> RunConfig {
     RunConfig {
-        round_s: 2.0,
-        max_time_s: Some(limit_s),
+        round_s: Positive::of(2.0),
+        max_time_s: Some(Positive::new(limit_s).unwrap()),
         allow_unfinished: true,
         ..RunConfig::default()
     }
@@ -92,9 +92,9 @@ fn all_jobs(s: &Simulation) -> Vec<Job> {
 #[test]
 fn without_the_rule_jobs_preempted_while_starting_never_progress_and_are_reported() {
     let off = RunConfig {
-        min_run_s: Some(0.0),
-        min_run_startup_factor: Some(0.0),
-        max_startup_s: Some(0.0),
+        min_run_s: Some(NonNegative::of(0.0)),
+        min_run_startup_factor: Some(NonNegative::of(0.0)),
+        max_startup_s: Some(NonNegative::of(0.0)),
         ..rounds_of_2s(600.0)
     };
     let s = run(rotate(None), off, three_jobs());
@@ -162,7 +162,7 @@ fn a_launch_that_never_reaches_its_first_iteration_loses_its_protection() {
     // per launch; the rotation moves on, the others finish, and the hung
     // job is reported.
     let run_cfg = RunConfig {
-        max_startup_s: Some(60.0),
+        max_startup_s: Some(NonNegative::of(60.0)),
         ..rounds_of_2s(3600.0)
     };
     let jobs = vec![job(0, Some(3600.0)), job(1, Some(1.0)), job(2, Some(1.0))];
@@ -189,7 +189,7 @@ fn the_start_up_of_a_model_and_of_a_trace_row() {
         let mut j = job(0, startup);
         j.spec.model = model.map(str::to_string);
         let run = RunConfig {
-            round_s: 2.0,
+            round_s: Positive::of(2.0),
             ..RunConfig::default()
         };
         let r = Simulation::new(

@@ -69,7 +69,7 @@ fn synergy(mode: &str) -> Policies {
 /// JCT by job id.
 fn run(mode: &str, jobs: Vec<SimJob>, cluster: ClusterState) -> BTreeMap<u64, f64> {
     let run = RunConfig {
-        round_s: 60.0,
+        round_s: Positive::of(60.0),
         ..RunConfig::default()
     };
     let mut s = Simulation::new(synergy(mode), cluster, run, SimConfig::default(), jobs).unwrap();
@@ -200,7 +200,7 @@ fn the_loop_refuses_a_placement_that_oversubscribes_a_servers_cpus() {
     p.placement = Box::new(Greedy);
     p.names.2 = "greedy".into();
     let run = RunConfig {
-        round_s: 60.0,
+        round_s: Positive::of(60.0),
         ..RunConfig::default()
     };
     let mut s = Simulation::new(

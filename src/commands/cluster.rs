@@ -55,7 +55,7 @@ pub fn start_scheduler(
     Ok(blox_runtime::scheduler::start_with_selector(
         rt,
         policies,
-        cfg.run.round_s,
+        cfg.run.round_s.get(),
         selector,
     )?)
 }
@@ -101,7 +101,7 @@ pub fn scheduler(
         } else {
             ""
         },
-        cfg.run.round_s,
+        cfg.run.round_s.get(),
         table.display()
     )?;
     if let Some(a) = handle.dashboard_address {

@@ -48,7 +48,7 @@ pub fn run(
         ..LocalConfig::new(workdir)
     };
     let mut backend = LocalBackend::new(local, &cluster, specs)?;
-    let round_s = cfg.run.round_s;
+    let round_s = cfg.run.round_s.get();
     let mut lp = RoundLoop::new(policies, cluster, round_s);
     lp.selector = selector;
     lp.startup = startup;

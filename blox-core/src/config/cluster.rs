@@ -1,6 +1,6 @@
 //! `[cluster]`: the nodes a config describes.
 
-use super::{Config, ConfigError, Section};
+use super::{Config, ConfigError, NonNegative, Positive, Section};
 use crate::cluster::{ClusterState, NodeSpec};
 use serde::Deserialize;
 
@@ -15,11 +15,11 @@ pub struct ClusterConfig {
     pub max_nodes: Option<u32>,
     pub gpus_per_node: Option<u32>,
     pub gpu_type: Option<String>,
-    pub gpu_mem_gb: Option<f64>,
+    pub gpu_mem_gb: Option<Positive>,
     pub cpus: Option<u32>,
-    pub host_mem_gb: Option<f64>,
-    pub inter_node_bw_gbps: Option<f64>,
-    pub intra_node_bw_gbps: Option<f64>,
+    pub host_mem_gb: Option<NonNegative>,
+    pub inter_node_bw_gbps: Option<Positive>,
+    pub intra_node_bw_gbps: Option<Positive>,
     /// Per-pair GPU bandwidth inside a node (see `NodeSpec::gpu_bandwidth_gbps`).
     #[serde(default)]
     pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
@@ -80,19 +80,19 @@ impl Config {
                     spec.gpu_type = t.clone();
                 }
                 if let Some(v) = c.gpu_mem_gb {
-                    spec.gpu_mem_gb = v;
+                    spec.gpu_mem_gb = v.get();
                 }
                 if let Some(v) = c.cpus {
                     spec.cpus = v;
                 }
                 if let Some(v) = c.host_mem_gb {
-                    spec.host_mem_gb = v;
+                    spec.host_mem_gb = v.get();
                 }
                 if let Some(v) = c.inter_node_bw_gbps {
-                    spec.inter_node_bw_gbps = v;
+                    spec.inter_node_bw_gbps = v.get();
                 }
                 if let Some(v) = c.intra_node_bw_gbps {
-                    spec.intra_node_bw_gbps = v;
+                    spec.intra_node_bw_gbps = v.get();
                 }
                 spec.gpu_bandwidth_gbps = c.gpu_bandwidth_gbps.clone();
                 spec.validate()

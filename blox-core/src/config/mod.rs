@@ -27,10 +27,12 @@
 //! owners with the same error positions.
 
 mod cluster;
+mod number;
 mod section;
 mod source;
 
 pub use cluster::{ClusterConfig, NodeGroup, MAX_NODES};
+pub use number::{NonNegative, Positive};
 pub use section::Section;
 pub use source::{KeyLines, Override, SectionSource};
 
@@ -86,12 +88,12 @@ pub enum ConfigError {
 pub struct RunConfig {
     /// Round length, seconds (Blox uses 300 s; Pollux 60 s).
     #[serde(default = "default_round_s")]
-    pub round_s: f64,
+    pub round_s: Positive,
     /// Seed of every random draw (workload generation, randomised policies).
     #[serde(default = "default_seed")]
     pub seed: u64,
     /// Stop after this much (simulated or wall) time, seconds.
-    pub max_time_s: Option<f64>,
+    pub max_time_s: Option<Positive>,
     /// Stop after this many rounds.
     pub max_rounds: Option<u64>,
     /// `[first, last]` job ids (inclusive) over which metrics are computed; the run
@@ -104,19 +106,19 @@ pub struct RunConfig {
     /// Start-up-aware preemption: a running job is not preempted or moved
     /// before it has run this long past its first iteration, seconds
     /// (default: half a round); jobs still starting are never preempted.
-    pub min_run_s: Option<f64>,
+    pub min_run_s: Option<NonNegative>,
     /// ... and at least this many times its own last start-up (default 1).
-    pub min_run_startup_factor: Option<f64>,
+    pub min_run_startup_factor: Option<NonNegative>,
     /// Warn about a job stopped before its first iteration this many
     /// launches in a row (default 3; 0: never).
     pub startup_warn_after: Option<u32>,
     /// A launch still starting after this many seconds may be preempted
     /// like any other (default: 10 rounds, at least 600 s).
-    pub max_startup_s: Option<f64>,
+    pub max_startup_s: Option<NonNegative>,
 }
 
-fn default_round_s() -> f64 {
-    300.0
+fn default_round_s() -> Positive {
+    Positive::of(300.0)
 }
 fn default_seed() -> u64 {
     1
@@ -140,29 +142,9 @@ impl Default for RunConfig {
 }
 
 impl RunConfig {
+    /// Checks across keys (each number's own range is checked as it is
+    /// parsed: [`Positive`], [`NonNegative`]).
     fn validate(&self, s: &Section) -> Result<(), ConfigError> {
-        if !(self.round_s > 0.0 && self.round_s.is_finite()) {
-            return Err(s.error_at("round_s", "round_s must be a positive number of seconds"));
-        }
-        if let Some(t) = self.max_time_s {
-            if t.is_nan() || t <= 0.0 {
-                return Err(s.error_at(
-                    "max_time_s",
-                    "max_time_s must be a positive number of seconds",
-                ));
-            }
-        }
-        for (key, v) in [
-            ("min_run_s", self.min_run_s),
-            ("min_run_startup_factor", self.min_run_startup_factor),
-            ("max_startup_s", self.max_startup_s),
-        ] {
-            if let Some(v) = v {
-                if !(v >= 0.0 && v.is_finite()) {
-                    return Err(s.error_at(key, format!("{key} must be a non-negative number")));
-                }
-            }
-        }
         if let Some([a, b]) = self.track_jobs {
             if a > b {
                 return Err(s.error_at(
@@ -540,7 +522,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.scheduling.policy, "las");
-        assert_eq!(cfg.run.round_s, 60.0);
+        assert_eq!(cfg.run.round_s.get(), 60.0);
     }
 
     #[test]
@@ -616,6 +598,6 @@ mod tests {
             &[("run.round_s".into(), "".into())],
         )
         .unwrap();
-        assert_eq!(cfg.run.round_s, 300.0);
+        assert_eq!(cfg.run.round_s.get(), 300.0);
     }
 }

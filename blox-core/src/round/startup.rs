@@ -49,14 +49,14 @@ impl StartupRules {
 
     /// The rules a `[run]` section sets, defaults for the rest.
     pub fn from_run(run: &RunConfig) -> Self {
-        let d = Self::for_round(run.round_s);
+        let d = Self::for_round(run.round_s.get());
         StartupRules {
-            min_run_s: run.min_run_s.unwrap_or(d.min_run_s),
+            min_run_s: run.min_run_s.map_or(d.min_run_s, |v| v.get()),
             min_run_startup_factor: run
                 .min_run_startup_factor
-                .unwrap_or(d.min_run_startup_factor),
+                .map_or(d.min_run_startup_factor, |v| v.get()),
             warn_after: run.startup_warn_after.unwrap_or(d.warn_after),
-            max_startup_s: run.max_startup_s.unwrap_or(d.max_startup_s),
+            max_startup_s: run.max_startup_s.map_or(d.max_startup_s, |v| v.get()),
         }
     }
 

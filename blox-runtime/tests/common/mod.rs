@@ -277,7 +277,7 @@ fn simulation(
         })
         .collect();
     let run = RunConfig {
-        round_s: 1.0,
+        round_s: blox_core::config::Positive::of(1.0),
         ..RunConfig::default()
     };
     Simulation::new(

@@ -45,11 +45,11 @@ pub struct CommonKeys {
     /// `jobs_per_hour`, doubling the arrival rate) lasting
     /// U(`burst_min_duration_s`, `burst_max_duration_s`) (default 10–60 min).
     /// Job ids are renumbered in arrival order.
-    pub burst_every_s: Option<f64>,
-    pub burst_length_s: Option<f64>,
-    pub burst_jobs_per_hour: Option<f64>,
-    pub burst_min_duration_s: Option<f64>,
-    pub burst_max_duration_s: Option<f64>,
+    pub burst_every_s: Option<Positive>,
+    pub burst_length_s: Option<Positive>,
+    pub burst_jobs_per_hour: Option<Positive>,
+    pub burst_min_duration_s: Option<Positive>,
+    pub burst_max_duration_s: Option<Positive>,
 }
 
 /// Keys every kind accepts (besides `kind` and `path`).
@@ -96,7 +96,7 @@ pub struct HeliosKeys {
     pub states: Vec<String>,
     /// Re-time arrivals as a Poisson process at this rate, jobs/hour;
     /// default: the trace's own submit times.
-    pub jobs_per_hour: Option<f64>,
+    pub jobs_per_hour: Option<Positive>,
 }
 
 /// `kind = "pai"`; `path` is the job table.
@@ -112,7 +112,7 @@ pub struct PaiKeys {
     pub states: Vec<String>,
     /// Re-time arrivals as a Poisson process at this rate, jobs/hour;
     /// default: the trace's own submit times.
-    pub jobs_per_hour: Option<f64>,
+    pub jobs_per_hour: Option<Positive>,
 }
 
 /// A kind without keys of its own.
@@ -147,11 +147,11 @@ pub struct PolluxKeys {
 #[serde(deny_unknown_fields)]
 pub struct PhillyKeys {
     /// Poisson arrival rate, jobs per hour.
-    pub jobs_per_hour: f64,
+    pub jobs_per_hour: Positive,
     /// Skip jobs shorter than this, seconds.
-    pub min_duration_s: Option<f64>,
+    pub min_duration_s: Option<NonNegative>,
     /// Skip jobs longer than this, seconds.
-    pub max_duration_s: Option<f64>,
+    pub max_duration_s: Option<Positive>,
     /// `in-order` (default): the rows in submission order, each at most once;
     /// `joint`: each job's GPU count and duration drawn from the rows'
     /// joint distribution (any `num_jobs`).
@@ -173,7 +173,7 @@ pub enum Sample {
 #[serde(deny_unknown_fields)]
 pub struct RecipeKeys {
     /// Poisson arrival rate, jobs per hour.
-    pub jobs_per_hour: f64,
+    pub jobs_per_hour: Positive,
 }
 
 /// The keys of a `[workload]` table that belong to another kind than `kind`
@@ -244,10 +244,10 @@ impl WorkloadKind {
     /// The arrival rate it was asked for, if it re-times arrivals.
     pub fn jobs_per_hour(&self) -> Option<f64> {
         match self {
-            WorkloadKind::Philly(k) => Some(k.jobs_per_hour),
-            WorkloadKind::BloxRecipe(k) => Some(k.jobs_per_hour),
-            WorkloadKind::Helios(k) => k.jobs_per_hour,
-            WorkloadKind::Pai(k) => k.jobs_per_hour,
+            WorkloadKind::Philly(k) => Some(k.jobs_per_hour.get()),
+            WorkloadKind::BloxRecipe(k) => Some(k.jobs_per_hour.get()),
+            WorkloadKind::Helios(k) => k.jobs_per_hour.map(Positive::get),
+            WorkloadKind::Pai(k) => k.jobs_per_hour.map(Positive::get),
             _ => None,
         }
     }
@@ -316,15 +316,22 @@ impl WorkloadConfig {
             }
         }
         let common: CommonKeys = section.with_table(common).parse()?;
-        specific.insert("kind".into(), toml::Value::String(kind.clone()));
-        let kind: WorkloadKind = section.with_table(specific).parse()?;
-        if let Some(rate) = kind.jobs_per_hour() {
-            if !(rate > 0.0 && rate.is_finite()) {
+        // Each kind's keys as their own struct, so that an error names the key.
+        let keys = section.with_table(specific);
+        let kind = match kind.as_str() {
+            "csv" => WorkloadKind::Csv(keys.parse()?),
+            "blox-csv" => WorkloadKind::BloxCsv(keys.parse()?),
+            "pollux" => WorkloadKind::Pollux(keys.parse()?),
+            "philly" => WorkloadKind::Philly(keys.parse()?),
+            "blox-recipe" => WorkloadKind::BloxRecipe(keys.parse()?),
+            "helios" => WorkloadKind::Helios(keys.parse()?),
+            "pai" => WorkloadKind::Pai(keys.parse()?),
+            other => {
                 return Err(section
-                    .error_at("jobs_per_hour", "jobs_per_hour must be a positive number")
-                    .into());
+                    .error_at("kind", format!("workload kind `{other}` has no reader"))
+                    .into())
             }
-        }
+        };
         if let WorkloadKind::Pollux(p) = &kind {
             if p.batch_search.is_some() && p.batch_agent != AgentKind::Pollux {
                 return Err(section
@@ -350,7 +357,7 @@ impl WorkloadConfig {
         }
         if let WorkloadKind::Philly(p) = &kind {
             if let (Some(lo), Some(hi)) = (p.min_duration_s, p.max_duration_s) {
-                if lo > hi {
+                if lo.get() > hi.get() {
                     return Err(section
                         .error_at("min_duration_s", "min_duration_s is above max_duration_s")
                         .into());

@@ -29,7 +29,7 @@ pub mod trace;
 
 pub use config::*;
 
-use blox_core::{JobSpec, Section};
+use blox_core::{JobSpec, NonNegative, Positive, Section};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use table::CsvTable;
@@ -239,14 +239,17 @@ pub fn load_for(
             }
         }
         WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
-        WorkloadKind::BloxRecipe(r) => {
-            philly::blox_recipe(&CsvTable::read(path)?, r.jobs_per_hour, c.num_jobs, seed)?
-        }
+        WorkloadKind::BloxRecipe(r) => philly::blox_recipe(
+            &CsvTable::read(path)?,
+            r.jobs_per_hour.get(),
+            c.num_jobs,
+            seed,
+        )?,
         WorkloadKind::Helios(h) => {
             let (mut jobs, tally) = helios::read(path, h)?;
             tally.log(path);
             if let Some(rate) = h.jobs_per_hour {
-                philly::retime(&mut jobs, rate, seed);
+                philly::retime(&mut jobs, rate.get(), seed);
             }
             jobs
         }
@@ -259,7 +262,7 @@ pub fn load_for(
             let (mut jobs, tally) = pai::read(path, p, &tasks, instances.as_deref())?;
             tally.log(path);
             if let Some(rate) = p.jobs_per_hour {
-                philly::retime(&mut jobs, rate, seed);
+                philly::retime(&mut jobs, rate.get(), seed);
             }
             jobs
         }
@@ -304,19 +307,21 @@ pub fn load_for(
             j.spec.requested_gpus = g;
         }
     }
-    if let Some(every) = c.burst_every_s {
+    if let Some(every) = c.burst_every_s.map(Positive::get) {
         let length = c
             .burst_length_s
+            .map(Positive::get)
             .ok_or_else(|| section.error_at("burst_every_s", "bursts need `burst_length_s` too"))?;
         let rate = c
             .burst_jobs_per_hour
+            .map(Positive::get)
             .or(cfg.kind.jobs_per_hour())
             .ok_or_else(|| {
                 section.error_at("burst_every_s", "bursts need `burst_jobs_per_hour`")
             })?;
         let (lo, hi) = (
-            c.burst_min_duration_s.unwrap_or(600.0),
-            c.burst_max_duration_s.unwrap_or(3600.0),
+            c.burst_min_duration_s.map_or(600.0, Positive::get),
+            c.burst_max_duration_s.map_or(3600.0, Positive::get),
         );
         if !(every > 0.0 && length > 0.0 && length <= every && rate > 0.0 && 0.0 < lo && lo <= hi) {
             return Err(section

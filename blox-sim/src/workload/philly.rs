@@ -10,7 +10,7 @@
 
 use super::table::CsvTable;
 use super::{PhillyKeys, Sample, SimJob, WorkModel, WorkloadError};
-use blox_core::JobSpec;
+use blox_core::{JobSpec, NonNegative, Positive};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -53,9 +53,9 @@ pub fn retimed(
     num_jobs: Option<usize>,
     seed: u64,
 ) -> Result<Vec<SimJob>, WorkloadError> {
-    let jobs_per_hour = keys.jobs_per_hour;
-    let min = keys.min_duration_s.unwrap_or(0.0);
-    let max = keys.max_duration_s.unwrap_or(f64::INFINITY);
+    let jobs_per_hour = keys.jobs_per_hour.get();
+    let min = keys.min_duration_s.map_or(0.0, NonNegative::get);
+    let max = keys.max_duration_s.map_or(f64::INFINITY, Positive::get);
     let kept: Vec<PhillyRow> = read_rows(t)?
         .into_iter()
         .filter(|r| r.duration_s > 0.0 && r.duration_s >= min && r.duration_s <= max && r.gpus > 0)
@@ -180,7 +180,7 @@ mod tests {
 
     fn keys(sample: Sample) -> PhillyKeys {
         PhillyKeys {
-            jobs_per_hour: 60.0,
+            jobs_per_hour: Positive::of(60.0),
             min_duration_s: None,
             max_duration_s: None,
             sample,
