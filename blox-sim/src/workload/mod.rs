@@ -239,12 +239,9 @@ pub fn load_for(
             }
         }
         WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
-        WorkloadKind::BloxRecipe(r) => philly::blox_recipe(
-            &CsvTable::read(path)?,
-            r.jobs_per_hour.get(),
-            c.num_jobs,
-            seed,
-        )?,
+        WorkloadKind::BloxRecipe(r) => {
+            philly::blox_recipe(path, r.jobs_per_hour.get(), c.num_jobs, seed)?
+        }
         WorkloadKind::Helios(h) => {
             let (mut jobs, tally) = helios::read(path, h)?;
             tally.log(path);

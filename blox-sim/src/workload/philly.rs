@@ -13,6 +13,7 @@ use super::{PhillyKeys, Sample, SimJob, WorkModel, WorkloadError};
 use blox_core::{JobSpec, NonNegative, Positive};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::path::Path;
 
 /// Next Poisson inter-arrival, whole seconds.
 fn inter_arrival_s(rng: &mut ChaCha8Rng, jobs_per_hour: f64) -> f64 {
@@ -127,15 +128,23 @@ pub const BLOX_MAX_DURATION_S: f64 = 600_000.0; // 60 · 10^4
 /// Gavel-style (80 %: 60·10^U(1.5, 3) s, 20 %: 60·10^U(3, 4) s), every job asks for
 /// one GPU, arrivals are Poisson at λ jobs/hour.
 pub fn blox_recipe(
-    t: &CsvTable,
+    path: &Path,
     jobs_per_hour: f64,
     num_jobs: Option<usize>,
     seed: u64,
 ) -> Result<Vec<SimJob>, WorkloadError> {
-    let kept = read_rows(t)?
-        .iter()
-        .filter(|r| r.duration_s > BLOX_MIN_DURATION_S && r.duration_s < BLOX_MAX_DURATION_S)
-        .count();
+    // Only how many rows pass the duration filter matters here: every row
+    // is checked as it is read, none is kept.
+    let mut kept = 0;
+    CsvTable::scan(path, &["timestamp", "duration", "num_gpus"], |t| {
+        t.str(0, "timestamp")?;
+        t.u32(0, "num_gpus")?;
+        let d = t.f64(0, "duration")?;
+        if d > BLOX_MIN_DURATION_S && d < BLOX_MAX_DURATION_S {
+            kept += 1;
+        }
+        Ok(())
+    })?;
     let n = num_jobs.map_or(kept, |n| n.min(kept));
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut now = 0.0;
