@@ -15,7 +15,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::Path;
 
-/// Next Poisson inter-arrival, whole seconds.
+/// Next Poisson inter-arrival, whole seconds: one uniform draw through the
+/// inverse CDF, as Python's `random.expovariate` in the Blox simulator
+/// does (kept rather than `rand_distr::Exp`, whose ziggurat draws a
+/// different number of uniforms and would move every generated workload).
 fn inter_arrival_s(rng: &mut ChaCha8Rng, jobs_per_hour: f64) -> f64 {
     let u: f64 = rng.random();
     (-(1.0 - u).ln() / jobs_per_hour * 3600.0).ceil()
