@@ -4,7 +4,10 @@
 //! `[runtime]` config. (The same trace in simulation and on the cluster:
 //! `same_loop.rs`.)
 
+#[path = "../common/mod.rs"]
 mod common;
+mod requests;
+mod security;
 
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::{Security, TlsFiles};
@@ -108,305 +111,6 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     assert!(long.reason.len() < 1000, "{} bytes", long.reason.len());
 }
 
-/// A runtime config whose workers' token file holds the users' token.
-fn c_cfg_same_token(token_file: &std::path::Path, dir: &std::path::Path) -> RuntimeConfig {
-    let mut cfg = runtime_config(dir);
-    cfg.token_file = Some(token_file.to_path_buf());
-    cfg.worker_token_file = Some(token_file.to_path_buf());
-    cfg
-}
-
-fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
-    let e = r.unwrap_err();
-    (e.code().unwrap(), e.to_string())
-}
-
-/// A worker the scheduler refuses for good (the users' token, a wrong one,
-/// none) stops trying and says why; an unreachable scheduler is retried.
-#[test]
-fn a_refused_worker_stops_with_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret-token\n").unwrap();
-    let worker_token_file = dir.path().join("worker-token");
-    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
-    let mut cfg = runtime_config(dir.path());
-    cfg.token_file = Some(token_file);
-    cfg.worker_token_file = Some(worker_token_file);
-    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
-    let users = c.security.clone();
-    let wrong = Security {
-        token: Some(Arc::from("wrong")),
-        tls: None,
-    };
-    let none = Security {
-        token: None,
-        tls: None,
-    };
-    for (i, sec) in [users, wrong, none].into_iter().enumerate() {
-        let w =
-            c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
-                scheduler: c.addr(),
-                listen: "127.0.0.1:0".parse().unwrap(),
-                advertise: None,
-                name: format!("refused-{i}"),
-                logical_gpus: Some(1),
-                workdir: dir.path().join(format!("refused-{i}")),
-                security: sec,
-            }))
-            .unwrap();
-        let why = c
-            .rt
-            .block_on(async { tokio::time::timeout(Duration::from_secs(10), w.refused()).await })
-            .expect("refused within 10 s");
-        assert!(why.contains("Unauthenticated"), "{why}");
-        assert!(why.contains("workers' token"), "{why}");
-        assert!(w.worker_id().is_none());
-    }
-    // The scheduler still has its one worker.
-    let s = c.ctl().status(&[]).unwrap();
-    assert_eq!(s.workers.iter().filter(|w| w.alive).count(), 1);
-    // Nothing listens here: the worker keeps trying and is not refused.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let w =
-        c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
-            scheduler: format!("127.0.0.1:{port}"),
-            listen: "127.0.0.1:0".parse().unwrap(),
-            advertise: None,
-            name: "patient".into(),
-            logical_gpus: Some(1),
-            workdir: dir.path().join("patient"),
-            security: c.worker_security.clone(),
-        }))
-        .unwrap();
-    let waited =
-        c.rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), w.refused()).await });
-    assert!(waited.is_err(), "a network error is retried, not refused");
-}
-
-#[test]
-fn bad_requests_get_a_clear_status_and_change_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret-token\n").unwrap();
-    let worker_token_file = dir.path().join("worker-token");
-    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
-    let mut cfg = runtime_config(dir.path());
-    cfg.token_file = Some(token_file.clone());
-    cfg.worker_token_file = Some(worker_token_file.clone());
-    // Before any worker registers, nothing can be placed.
-    let security = cfg.security().unwrap();
-    let sched = blox_runtime::scheduler::start(cfg.clone(), policies("fifo"), 1.0).unwrap();
-    let mut ctl = Ctl::connect(&sched.address.to_string(), &security).unwrap();
-    let (c, m) = code(ctl.submit(job("early", 1, toy(1.0, &[]), None)));
-    assert_eq!(c, Code::FailedPrecondition, "{m}");
-    assert!(m.contains("no worker has registered"), "{m}");
-    drop(sched);
-
-    let c = Cluster::start(dir.path(), cfg, "fifo", 2);
-    let mut ctl = c.ctl();
-    let ok = ctl.submit(job("ok", 1, toy(0.5, &[]), None)).unwrap();
-    let cases: Vec<(JobSubmission, Code, &str)> = vec![
-        (
-            job("zero", 0, toy(1.0, &[]), None),
-            Code::InvalidArgument,
-            "gpus: must be at least 1",
-        ),
-        (
-            job("huge", 5, toy(1.0, &[]), None),
-            Code::InvalidArgument,
-            "cluster has 4 GPUs",
-        ),
-        (
-            job("no-argv", 1, vec![], None),
-            Code::InvalidArgument,
-            "command:",
-        ),
-        (
-            job("nul", 1, vec![TOY.into(), "a\0b".into()], None),
-            Code::InvalidArgument,
-            "command[1]: contains a NUL byte",
-        ),
-        (
-            job("dur", 1, toy(1.0, &[]), Some(-3.0)),
-            Code::InvalidArgument,
-            "duration_s",
-        ),
-        (
-            job(&"n".repeat(300), 1, toy(1.0, &[]), None),
-            Code::InvalidArgument,
-            "name: 300 bytes, at most 256",
-        ),
-        (
-            job(
-                "argv",
-                1,
-                std::iter::once(TOY.to_string())
-                    .chain(std::iter::repeat_n("x".to_string(), 4999))
-                    .collect(),
-                None,
-            ),
-            Code::InvalidArgument,
-            "command: 5000 arguments, at most 4096",
-        ),
-        (
-            job(
-                "argv-bytes",
-                1,
-                vec![TOY.to_string(), "x".repeat(200_000)],
-                None,
-            ),
-            Code::InvalidArgument,
-            "command: ",
-        ),
-        (
-            JobSubmission {
-                metrics: (0..300).map(|i| (format!("m{i}"), 1.0)).collect(),
-                ..job("metrics", 1, toy(1.0, &[]), None)
-            },
-            Code::InvalidArgument,
-            "metrics: 300 entries, at most 256",
-        ),
-    ];
-    for (j, want, text) in cases {
-        let (got, m) = code(ctl.submit(j));
-        assert_eq!(got, want, "{m}");
-        assert!(m.contains(text), "{m} should say {text}");
-    }
-    let (got, m) = code(ctl.status(&[ok, 999]));
-    assert_eq!(got, Code::NotFound, "{m}");
-    assert!(m.contains("job 999"), "{m}");
-    let (got, m) = code(ctl.cancel(999));
-    assert_eq!(got, Code::NotFound, "{m}");
-    // Job ids start at 1: 0, the unset value, names no job.
-    assert!(ok >= 1);
-    let (got, m) = code(ctl.cancel(0));
-    assert_eq!(got, Code::InvalidArgument, "{m}");
-    assert!(m.contains("job_id: required"), "{m}");
-    let (got, m) = code(ctl.status(&[0]));
-    assert_eq!(got, Code::InvalidArgument, "{m}");
-    // An idempotency key over 128 bytes.
-    let mut long_key = job("key", 1, toy(1.0, &[]), None);
-    long_key.idempotency_key = "k".repeat(129);
-    let (got, m) = code(ctl.submit(long_key));
-    assert_eq!(got, Code::InvalidArgument, "{m}");
-    assert!(m.contains("idempotency_key"), "{m}");
-    // A user cannot act as a worker, nor a worker as a user.
-    {
-        let (rt, client) = ctl.parts();
-        let e = rt
-            .block_on(client.register(RegisterRequest {
-                name: "rogue".into(),
-                address: "127.0.0.1:1".into(),
-                gpus: vec![GpuDevice::default()],
-                ..Default::default()
-            }))
-            .unwrap_err();
-        assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
-        assert!(e.message().contains("workers' token"), "{}", e.message());
-        let mut as_worker = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
-        let (got, m) = code(as_worker.submit(job("w", 1, toy(1.0, &[]), None)));
-        assert_eq!(got, Code::Unauthenticated, "{m}");
-        let (got, _) = code(as_worker.status(&[]));
-        assert_eq!(got, Code::Unauthenticated);
-    }
-    // A worker's token equal to the users' is refused at start.
-    let mut same = c_cfg_same_token(&token_file, dir.path());
-    let e = same.worker_security().unwrap_err().to_string();
-    assert!(e.contains("token of their own"), "{e}");
-    same.worker_token_file = None;
-    assert_eq!(
-        same.worker_security().unwrap().token,
-        same.security().unwrap().token
-    );
-    // A missing job in the request.
-    let (rt, client) = ctl.parts();
-    let e = rt
-        .block_on(client.submit(SubmitRequest { job: None }))
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument);
-    // Workers (with the workers' token): no GPUs, unknown worker id.
-    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
-    let (rt, client) = wctl.parts();
-    let e = rt
-        .block_on(client.register(RegisterRequest {
-            name: "empty".into(),
-            address: "127.0.0.1:1".into(),
-            ..Default::default()
-        }))
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
-    let e = rt
-        .block_on(client.heartbeat(HeartbeatRequest {
-            worker_id: "nobody".into(),
-            ..Default::default()
-        }))
-        .unwrap_err();
-    assert_eq!(e.code(), Code::NotFound, "{}", e.message());
-    // Without the token, or with the wrong one: refused.
-    for token in [None, Some(Arc::from("wrong"))] {
-        let sec = Security { token, tls: None };
-        let mut other = Ctl::connect(&c.addr(), &sec).unwrap();
-        let (got, m) = code(other.submit(job("sneaky", 1, toy(1.0, &[]), None)));
-        assert_eq!(got, Code::Unauthenticated, "{m}");
-    }
-    // Nothing else changed: one job, which finishes; two workers.
-    let r = c.wait_all(&[ok], Duration::from_secs(30));
-    assert_eq!(r[&ok].status, "finished");
-    let s = ctl.status(&[]).unwrap();
-    assert_eq!(s.jobs.len(), 1, "{:?}", s.jobs);
-    assert_eq!(s.workers.iter().filter(|w| w.alive).count(), 2);
-    // A finished job cannot be cancelled.
-    let (got, m) = code(ctl.cancel(ok));
-    assert_eq!(got, Code::FailedPrecondition, "{m}");
-    // Worker calls with values no duration can hold, or that are no
-    // numbers, are refused or clamped; nothing panics.
-    let (rt, client) = wctl.parts();
-    let e = rt
-        .block_on(client.push_metrics(MetricBatch {
-            worker_id: "nobody".into(),
-            samples: vec![MetricSample {
-                launch: Some(LaunchRef {
-                    job_id: ok,
-                    launch: 1,
-                }),
-                key: "loss".into(),
-                value: f64::NAN,
-            }],
-        }))
-        .unwrap_err();
-    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
-    assert!(e.message().contains("samples[0].value"), "{}", e.message());
-    let fake = rt
-        .block_on(client.register(RegisterRequest {
-            name: "fake".into(),
-            address: "127.0.0.1:1".into(),
-            gpus: vec![GpuDevice {
-                index: 0,
-                name: "fake".into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }))
-        .unwrap()
-        .into_inner();
-    rt.block_on(client.report_exit(ExitReport {
-        worker_id: fake.worker_id,
-        launch: Some(LaunchRef {
-            job_id: 999,
-            launch: 1,
-        }),
-        exited_s_ago: 1e300,
-        ..Default::default()
-    }))
-    .unwrap();
-    assert!(ctl.status(&[]).is_ok());
-}
-
 #[test]
 fn a_worker_refuses_launches_it_cannot_honour() {
     let dir = tempfile::tempdir().unwrap();
@@ -503,66 +207,6 @@ fn a_retried_submission_with_an_idempotency_key_creates_one_job() {
     assert_eq!(ctl.status(&[]).unwrap().jobs.len(), 3);
     // A retry after the job ended still names it.
     assert_eq!(ctl.submit(j).unwrap(), first);
-}
-
-/// A test CA and a certificate for 127.0.0.1/localhost it signed, made in
-/// process with rcgen (test-only keys), as PEM files in `dir`.
-fn tls_files(dir: &Path) -> (TlsFiles, TlsFiles) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "blox test CA");
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut node =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    node.distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let node = node.signed_by(&key, &ca).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("node.pem"), node.pem()).unwrap();
-    std::fs::write(dir.join("node.key"), key.serialize_pem()).unwrap();
-    let server = TlsFiles {
-        cert: Some(dir.join("node.pem")),
-        key: Some(dir.join("node.key")),
-        ca: Some(dir.join("ca.pem")),
-        domain: Some("localhost".into()),
-    };
-    let client = TlsFiles {
-        cert: None,
-        key: None,
-        ca: Some(dir.join("ca.pem")),
-        domain: Some("localhost".into()),
-    };
-    (server, client)
-}
-
-#[test]
-fn tls_by_config_runs_jobs_and_refuses_plain_text() {
-    let dir = tempfile::tempdir().unwrap();
-    let (server, client) = tls_files(dir.path());
-    let mut cfg = runtime_config(dir.path());
-    cfg.tls_cert = server.cert.clone();
-    cfg.tls_key = server.key.clone();
-    cfg.tls_ca = server.ca.clone();
-    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
-    // Workers serve TLS too and trust the same CA.
-    c.worker_security = Security {
-        token: None,
-        tls: Some(server),
-    };
-    c.add_worker(dir.path(), "w0");
-    c.wait_for_gpus(2);
-    c.security.tls = Some(client);
-    let mut ctl = c.ctl();
-    let id = ctl.submit(job("secure", 1, toy(0.5, &[]), None)).unwrap();
-    let r = c.wait_all(&[id], Duration::from_secs(20));
-    assert_eq!(r[&id].status, "finished", "{}", r[&id].reason);
-    // Plain text to a TLS endpoint fails.
-    let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
-    let e = plain.status(&[]).unwrap_err().to_string();
-    assert!(!e.is_empty() && !e.contains("Unauthenticated"), "{e}");
 }
 
 #[test]
@@ -954,4 +598,17 @@ fn a_round_revokes_its_preemptions_together() {
     for id in old {
         ctl.cancel(id).unwrap();
     }
+}
+
+/// A runtime config whose workers' token file holds the users' token.
+fn c_cfg_same_token(token_file: &std::path::Path, dir: &std::path::Path) -> RuntimeConfig {
+    let mut cfg = runtime_config(dir);
+    cfg.token_file = Some(token_file.to_path_buf());
+    cfg.worker_token_file = Some(token_file.to_path_buf());
+    cfg
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code, String) {
+    let e = r.unwrap_err();
+    (e.code().unwrap(), e.to_string())
 }
