@@ -263,9 +263,7 @@ mod tests {
 
     #[test]
     fn read_and_scan_give_the_same_rows_lines_and_errors() {
-        let (_d, p) = file(
-            b"\xef\xbb\xbfid , name,gpus\n1, a ,2\n\n , ,\n2,\"b, c\",x\n3,\"d\"\n",
-        );
+        let (_d, p) = file(b"\xef\xbb\xbfid , name,gpus\n1, a ,2\n\n , ,\n2,\"b, c\",x\n3,\"d\"\n");
         let t = CsvTable::read(&p).unwrap();
         assert_eq!(t.headers, ["id", "name", "gpus"]);
         assert_eq!(t.rows.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 5, 6]);
@@ -273,7 +271,10 @@ mod tests {
         assert_eq!(t.str(1, "name").unwrap(), "b, c");
         assert_eq!(t.u32(0, "gpus").unwrap(), 2);
         let e = t.u32(1, "gpus").unwrap_err().to_string();
-        assert!(e.contains("t.csv:5") && e.contains("gpus") && e.contains("`x`"), "{e}");
+        assert!(
+            e.contains("t.csv:5") && e.contains("gpus") && e.contains("`x`"),
+            "{e}"
+        );
         // A short row: the missing field is missing, not another row's.
         assert_eq!(t.opt_str(2, "gpus"), None);
         let mut seen = Vec::new();
