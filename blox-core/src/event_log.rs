@@ -314,7 +314,15 @@ fn keyed(events: &[Event]) -> Vec<(Key, &Event)> {
                 // Node joins and departures are the cluster, not decisions.
                 _ => return None,
             };
-            let kind = e.what.kind();
+            // A wait reason is matched by its kind (`waiting-for-gpus`, …).
+            let kind = match &e.what {
+                What::Waiting { wait_kind, .. } => crate::wait::WaitReason::KINDS
+                    .iter()
+                    .copied()
+                    .find(|k| k == wait_kind)
+                    .unwrap_or("waiting"),
+                w => w.kind(),
+            };
             let n = seen.entry((who.clone(), kind)).or_default();
             *n += 1;
             Some(((who, kind, *n), e))
@@ -498,6 +506,10 @@ mod tests {
             },
             What::Failed { reason: "f".into() },
             What::Cancelled,
+            What::Waiting {
+                wait_kind: "waiting-for-gpus".into(),
+                reason: "waiting for 4 GPUs (0 free); las: 2nd of 3".into(),
+            },
             What::PolicySwitched {
                 from: "a/b/c".into(),
                 to: "a/d/c".into(),

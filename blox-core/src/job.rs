@@ -312,6 +312,17 @@ pub struct Job {
     /// before it starts), shown by `blox status`.
     #[serde(default)]
     pub warning: Option<String>,
+    /// Why it is not running, at the end of the last round (`None` while it
+    /// runs, and once it ended).
+    #[serde(default)]
+    pub wait: Option<crate::wait::WaitReason>,
+    /// Seconds it spent under each kind of wait reason, in the order of
+    /// [`crate::wait::WaitReason::KINDS`], counted round by round.
+    #[serde(default)]
+    pub wait_s: [f64; 5],
+    /// When its current wait reason was last counted.
+    #[serde(default)]
+    pub wait_counted_s: Option<f64>,
 }
 
 impl Job {
@@ -340,6 +351,9 @@ impl Job {
             startup_gpu_s: 0.0,
             launches_without_progress: 0,
             warning: None,
+            wait: None,
+            wait_s: [0.0; 5],
+            wait_counted_s: None,
         }
     }
 

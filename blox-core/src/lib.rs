@@ -16,6 +16,7 @@ pub mod module;
 pub mod registry;
 pub mod round;
 pub mod stats;
+pub mod wait;
 pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
@@ -36,6 +37,7 @@ pub use round::{
     RoundTimings, SelectorError, StartupRules,
 };
 
+pub use wait::WaitReason;
 pub use walk::{priority_walk, FreeGpus, WalkParams};
 
 /// `docs/WRITING-POLICIES.md`: the contract of every extension point, with

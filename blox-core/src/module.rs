@@ -54,6 +54,15 @@ pub trait AdmissionPolicy: Send {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> AdmissionDecision;
+
+    /// Why `job`, still waiting after this round's decision, was not
+    /// admitted, in the policy's words (e.g. "quota of user ana: 8 of 8 GPUs
+    /// in use"); shown as the job's wait reason. `None`: the loop says which
+    /// module holds it.
+    fn why_waiting(&self, job: &Job, jobs: &JobState, cluster: &ClusterState) -> Option<String> {
+        let _ = (job, jobs, cluster);
+        None
+    }
 }
 
 /// One entry of a schedule: a job and what it should get.
@@ -212,6 +221,14 @@ pub trait SchedulingPolicy: Send {
     /// Sia) needs `explicit`, which honours them; any other placement would
     /// drop its choice of GPUs. Checked when the policies are built.
     fn requires_placement(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What the policy orders jobs by, for `job`, in words (e.g. "attained
+    /// 3.2 GPU-h" for LAS); shown with the job's place in the order when it
+    /// waits for GPUs. `None`: only the place is shown.
+    fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
+        let _ = (job, jobs);
         None
     }
 }

@@ -349,6 +349,10 @@ impl SchedulingPolicy for Timed<Box<dyn SchedulingPolicy>> {
     fn requires_placement(&self) -> Option<&'static str> {
         self.inner.requires_placement()
     }
+
+    fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
+        self.inner.sort_key(job, jobs)
+    }
 }
 
 impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {

@@ -275,6 +275,8 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
         );
         let mut place = if !j.gpus.is_empty() {
             j.gpus.join(",")
+        } else if let Some(w) = j.wait.as_ref().filter(|_| j.reason.is_empty()) {
+            w.reason.clone()
         } else {
             j.reason.clone()
         };

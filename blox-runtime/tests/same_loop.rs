@@ -5,6 +5,7 @@
 
 mod common;
 
+use blox_core::round::events::What;
 use blox_core::*;
 use common::*;
 use std::time::{Duration, Instant};
@@ -65,6 +66,15 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
     assert_eq!(kinds("finished"), trace.len());
     assert!(kinds("preempted") > 0 && kinds("launched") > trace.len());
     assert_eq!(kinds("node_joined"), 2);
+    // Wait reasons come from the loop: matched above kind by kind (a
+    // `waiting-for-gpus` of a job in one log is one in the other, within a
+    // round), and jobs did wait for GPUs.
+    let waited = |k: &str| {
+        live.iter()
+            .filter(|e| matches!(&e.what, What::Waiting { wait_kind, .. } if wait_kind == k))
+            .count()
+    };
+    assert!(waited("waiting-for-gpus") > 0 && waited("preempted") > 0);
     // Someone was preempted and resumed from its checkpoint.
     assert!(
         real.values().any(|j| j.launches > 1 && j.preemptions > 0),

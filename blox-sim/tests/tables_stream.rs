@@ -32,6 +32,7 @@ fn row(i: u64) -> JobRow {
         startup_s: 0.0,
         productive_gpu_seconds: 2.0,
         launches_without_progress: 0,
+        wait_s: [i as f64, 0.0, 0.5, 0.0, 1.0],
     }
 }
 

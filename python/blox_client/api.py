@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import grpc
 
-__all__ = ["Client", "pb", "PROTO", "load_stubs", "phase_name"]
+__all__ = ["Client", "pb", "PROTO", "load_stubs", "phase_name", "wait_reason"]
 
 #: The protocol this client speaks (a copy of blox-runtime/proto/blox.proto).
 PROTO = Path(__file__).with_name("proto") / "blox.proto"
@@ -199,3 +199,9 @@ class Client:
 def phase_name(info: "pb.JobInfo") -> str:
     """``finished``, ``cancelled``, ... for a ``JobInfo``."""
     return pb.JobPhase.Name(info.phase).removeprefix("JOB_PHASE_").lower()
+
+
+def wait_reason(info: "pb.JobInfo") -> Optional[str]:
+    """Why the job waits, in words (``info.wait`` has it typed: ``kind``,
+    ``asked``, ``position``), or ``None`` while it runs or once it ended."""
+    return info.wait.reason if info.HasField("wait") else None

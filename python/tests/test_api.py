@@ -56,6 +56,26 @@ def test_submit_list_cancel_and_wait(cluster):
     assert len(page.jobs) == 1 and page.next_after_id == page.jobs[0].id and page.total_jobs == 2
 
 
+def test_a_waiting_job_says_why(cluster):
+    c, _ = cluster
+    long = c.submit(toy(60), gpus=2, name="long")
+    queued = c.submit(toy(0.2), gpus=1, name="queued")
+    t = time.monotonic()
+    while True:
+        infos = {j.id: j for j in c.jobs([long, queued])}
+        if infos[long].phase == api.pb.JOB_PHASE_RUNNING and api.wait_reason(infos[queued]):
+            break
+        assert time.monotonic() - t < 20, infos
+        time.sleep(0.1)
+    w = infos[queued].wait
+    assert (w.kind, w.asked, w.position, w.ordered) == ("waiting-for-gpus", 1, 2, 2)
+    assert api.wait_reason(infos[queued]).startswith("waiting for 1 GPU (0 free); `fifo`: 2nd of 2")
+    assert api.wait_reason(infos[long]) is None
+    c.cancel(long)
+    c.cancel(queued)
+    c.wait([long, queued], timeout_s=20)
+
+
 def test_a_retried_submission_with_a_key_is_one_job(cluster):
     c, _ = cluster
     first = c.submit(toy(0.2), idempotency_key="exp-42")

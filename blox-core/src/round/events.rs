@@ -65,6 +65,9 @@ pub enum What {
     Failed { reason: String },
     /// Its user cancelled the job.
     Cancelled,
+    /// The reason it waits changed kind (`wait_kind` as `WaitReason::kind`;
+    /// `reason` in words); not repeated while the kind stays the same.
+    Waiting { wait_kind: String, reason: String },
     /// Policy synthesis swapped the policies (`admission/scheduling/placement`).
     PolicySwitched { from: String, to: String },
     /// A node joined with this many GPUs; `worker` names it, where
@@ -117,6 +120,7 @@ impl What {
             What::Finished { .. } => "finished",
             What::Failed { .. } => "failed",
             What::Cancelled => "cancelled",
+            What::Waiting { .. } => "waiting",
             What::PolicySwitched { .. } => "policy_switched",
             What::NodeJoined { .. } => "node_joined",
             What::NodeLeft { .. } => "node_left",
@@ -166,6 +170,7 @@ impl std::fmt::Display for Event {
                 Ok(())
             }
             What::Cancelled => write!(f, "cancelled"),
+            What::Waiting { reason, .. } => write!(f, "waiting: {reason}"),
             What::PolicySwitched { from, to } => write!(f, "policies switched: {from} -> {to}"),
             What::NodeJoined { node, gpus, worker } => {
                 write!(f, "node {node} joined with {gpus} GPUs")?;

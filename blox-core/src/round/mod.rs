@@ -8,6 +8,7 @@ mod cluster_events;
 pub mod events;
 mod startup;
 mod timings;
+mod wait;
 
 use events::{GpuPlace, Recorder, What};
 pub use startup::StartupRules;
@@ -169,6 +170,8 @@ pub struct RoundLoop {
     /// The last invalid decision dropped (logged once, not every round).
     last_invalid: Option<String>,
     events: Recorder,
+    /// What this round decided, for the wait reasons.
+    decided: wait::Decided,
     round: u64,
     round_s: f64,
 }
@@ -186,6 +189,7 @@ impl RoundLoop {
             waiting: Vec::new(),
             last_invalid: None,
             events: Recorder::default(),
+            decided: wait::Decided::default(),
             round: 0,
             round_s,
         }
@@ -355,6 +359,7 @@ impl RoundLoop {
                         );
                     }
                     self.last_invalid = Some(text.clone());
+                    self.decided.dropped = true;
                     (Vec::new(), Vec::new(), Some(text))
                 }
                 Err(e) => return Err(e),
@@ -362,6 +367,8 @@ impl RoundLoop {
         if self.check_invariants {
             self.cluster.check_invariants(&self.jobs)?;
         }
+        self.decided.preempted.extend(preempted.iter().copied());
+        self.set_wait_reasons(info.now_s);
 
         let running_jobs = self.jobs.running().count();
         let report = RoundReport {
@@ -412,6 +419,10 @@ impl RoundLoop {
             .scheduling
             .schedule(info, &self.jobs, &self.cluster);
         self.validate_schedule(&schedule)?;
+        self.decided.order.clear();
+        self.decided
+            .order
+            .extend(schedule.entries.iter().map(|d| (d.job, d.gpus)));
         for (id, reason) in &schedule.terminate {
             let job = self.jobs.get(*id).expect("validated");
             if job.status.is_terminal() {
@@ -440,6 +451,9 @@ impl RoundLoop {
             .placement
             .place(info, &schedule, &self.jobs, &self.cluster);
         self.validate(&placement)?;
+        self.decided
+            .placed
+            .extend(placement.launch.iter().map(|a| a.job));
         let placement = self.protect_starting_jobs(info.now_s, placement, schedule.min_run_s);
         timings.placement_s = lap(&mut clock);
         // 8. Preemption, then launch.

@@ -22,6 +22,10 @@ impl SchedulingPolicy for Fifo {
         order.sort_by(|a, b| by_arrival(a, b));
         Schedule::in_priority_order(order)
     }
+
+    fn sort_key(&self, job: &Job, _jobs: &JobState) -> Option<String> {
+        Some(format!("arrived at {:.0} s", job.arrival_s()))
+    }
 }
 
 blox_core::register_scheduling!(

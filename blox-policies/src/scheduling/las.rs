@@ -16,6 +16,13 @@ impl SchedulingPolicy for Las {
         order.sort_by(|a, b| by_attained_service(a, b));
         Schedule::in_priority_order(order)
     }
+
+    fn sort_key(&self, job: &Job, _jobs: &JobState) -> Option<String> {
+        Some(format!(
+            "attained {:.2} GPU-h",
+            job.attained_service_gpu_s / 3600.0
+        ))
+    }
 }
 
 /// Least attained (productive) service first, then earliest arrival, then

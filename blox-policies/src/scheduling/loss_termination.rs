@@ -85,6 +85,10 @@ impl SchedulingPolicy for LossTermination {
     fn requires_placement(&self) -> Option<&'static str> {
         self.inner.requires_placement()
     }
+
+    fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
+        self.inner.sort_key(job, jobs)
+    }
 }
 
 blox_core::register_scheduling!(

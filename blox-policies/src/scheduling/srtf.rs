@@ -17,6 +17,13 @@ impl SchedulingPolicy for Srtf {
         order.sort_by(|a, b| by_remaining_time(a, b));
         Schedule::in_priority_order(order)
     }
+
+    fn sort_key(&self, job: &Job, _jobs: &JobState) -> Option<String> {
+        Some(match job.expected_remaining_s() {
+            Some(r) => format!("{:.2} h remaining", r / 3600.0),
+            None => "remaining time unknown (goes last)".into(),
+        })
+    }
 }
 
 /// Least expected remaining run time first; unknown last; ties by arrival.

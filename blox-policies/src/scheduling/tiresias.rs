@@ -150,6 +150,17 @@ impl SchedulingPolicy for Tiresias {
         }
         Schedule::in_priority_order(run)
     }
+
+    fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
+        let e = self.jobs.get(&job.id())?;
+        let gpus = jobs.get(job.id()).map_or(1, |j| j.requested_gpus()) as f64;
+        Some(format!(
+            "queue {} of {}, executed {:.2} GPU-h",
+            e.queue + 1,
+            self.queues.len(),
+            e.executed_s * gpus / 3600.0
+        ))
+    }
 }
 
 blox_core::register_scheduling!(

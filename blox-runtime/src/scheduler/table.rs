@@ -41,6 +41,34 @@ pub(super) fn state_of(j: &Job) -> JobPhase {
     }
 }
 
+/// `job`'s wait reason as the Status RPC gives it, while it waits
+/// (`positions`: the last round's order, `RoundLoop::wait_positions`).
+fn wait_info(
+    lp: &RoundLoop,
+    positions: &std::collections::HashMap<blox_core::JobId, (u32, u32)>,
+    job: &blox_core::Job,
+) -> Option<crate::proto::WaitInfo> {
+    use blox_core::WaitReason;
+    let r = job
+        .wait
+        .filter(|_| !job.status.is_terminal() && !job.is_running())?;
+    let (asked, position, ordered) = match r {
+        WaitReason::WaitingForGpus { asked } => {
+            let p = positions.get(&job.id()).map(|p| p.0);
+            (asked, p, positions.len() as u32)
+        }
+        WaitReason::BlockedByPlacement { asked } => (asked, None, 0),
+        _ => (0, None, 0),
+    };
+    Some(crate::proto::WaitInfo {
+        kind: r.kind().into(),
+        reason: lp.explain_wait(job).unwrap_or_default(),
+        asked,
+        position,
+        ordered,
+    })
+}
+
 impl ClusterBackend {
     /// Publishes the loop's view of every job (for `Status`) and persists the
     /// changes: state changes at once, progress and service every 5 s.
@@ -56,6 +84,7 @@ impl ClusterBackend {
         let finished = lp.jobs.finished();
         let fresh = &finished[self.finished_seen.min(finished.len())..];
         self.finished_seen = finished.len();
+        let positions = lp.wait_positions();
         let jobs = lp
             .jobs
             .active()
@@ -84,6 +113,7 @@ impl ClusterBackend {
             let reason = j.end_reason.clone().unwrap_or_default();
             let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
             let warning = j.warning.clone().unwrap_or_default();
+            let wait = wait_info(lp, &positions, j);
             let state = state_of(j);
             let changed_state = info.phase() != state
                 || info.status != status
@@ -92,6 +122,7 @@ impl ClusterBackend {
                 || info.reason != reason
                 || info.warning != warning;
             let changed = changed_state
+                || info.wait != wait
                 || info.progress != j.progress
                 || info.attained_gpu_s != j.attained_service_gpu_s
                 || info.startup_gpu_s != j.startup_gpu_s;
@@ -109,6 +140,7 @@ impl ClusterBackend {
             info.startup_s = j.startup_s;
             info.startup_gpu_s = j.startup_gpu_s;
             info.warning = warning;
+            info.wait = wait;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 let at = now_unix - (now_s - f).max(0.0);
                 if info.finished_unix_s.is_none() {

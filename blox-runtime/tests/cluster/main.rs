@@ -612,3 +612,44 @@ fn code<T: std::fmt::Debug>(r: Result<T, blox_runtime::ctl::CtlError>) -> (Code,
     let e = r.unwrap_err();
     (e.code().unwrap(), e.to_string())
 }
+
+/// A job behind a full cluster carries the loop's wait reason, typed, in
+/// Status and in words in `blox status`, as it would in simulation.
+#[test]
+fn a_waiting_job_says_why_in_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    c.wait_for_gpus(2);
+    let mut ctl = c.ctl();
+    let long = ctl.submit(job("long", 2, toy(30.0, &[]), None)).unwrap();
+    let next = ctl.submit(job("next", 1, toy(0.5, &[]), None)).unwrap();
+    let t = Instant::now();
+    let (w, s) = loop {
+        let s = ctl.status(&[long, next]).unwrap();
+        let running = s.jobs.iter().any(|j| j.id == long && j.status == "running");
+        let waiting = s
+            .jobs
+            .iter()
+            .find(|j| j.id == next)
+            .and_then(|j| j.wait.clone());
+        if let (true, Some(w)) = (running, waiting) {
+            break (w, s);
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", s.jobs);
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(w.kind, "waiting-for-gpus");
+    assert_eq!((w.asked, w.position, w.ordered), (1, Some(2), 2));
+    assert!(
+        w.reason
+            .starts_with("waiting for 1 GPU (0 free); `fifo`: 2nd of 2, arrived at "),
+        "{}",
+        w.reason
+    );
+    assert!(s.jobs.iter().find(|j| j.id == long).unwrap().wait.is_none());
+    let text = blox_runtime::ctl::render_status("here", &s);
+    assert!(text.contains(&w.reason), "{text}");
+    ctl.cancel(long).unwrap();
+    let r = c.wait_all(&[long, next], Duration::from_secs(20));
+    assert!(r[&next].wait.is_none(), "an ended job has no wait reason");
+}

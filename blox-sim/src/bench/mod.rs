@@ -91,6 +91,10 @@ impl SchedulingPolicy for Timed {
     fn requires_placement(&self) -> Option<&'static str> {
         self.inner.requires_placement()
     }
+
+    fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
+        self.inner.sort_key(job, jobs)
+    }
 }
 
 /// Median and 95th percentile of `times` (seconds), in milliseconds.

@@ -78,6 +78,9 @@ pub struct JobRow {
     pub productive_gpu_seconds: f64,
     /// Launches in a row that ended before their first iteration, at the end.
     pub launches_without_progress: u32,
+    /// Seconds spent waiting under each kind of reason
+    /// (`blox_core::WaitReason::KINDS`), counted at round ends.
+    pub wait_s: [f64; 5],
 }
 
 impl JobRow {
@@ -108,6 +111,7 @@ impl JobRow {
             startup_s: j.startup_s,
             productive_gpu_seconds: j.attained_service_gpu_s,
             launches_without_progress: j.launches_without_progress,
+            wait_s: j.wait_s,
         }
     }
 
@@ -304,6 +308,21 @@ pub const JOB_COLUMNS: &[&str] = &[
     "startup_s",
     "productive_gpu_seconds",
     "launches_without_progress",
+    "wait_not_admitted_s",
+    "wait_for_gpus_s",
+    "wait_placement_s",
+    "wait_held_s",
+    "wait_preempted_s",
+];
+
+/// The `jobs.csv` column of each kind of wait reason, in the order of
+/// `WaitReason::KINDS`.
+pub const WAIT_COLUMNS: [&str; 5] = [
+    "wait_not_admitted_s",
+    "wait_for_gpus_s",
+    "wait_placement_s",
+    "wait_held_s",
+    "wait_preempted_s",
 ];
 
 pub const ROUND_COLUMNS: &[&str] = &[
@@ -377,7 +396,7 @@ mod writer {
     use polars::prelude::*;
 
     fn jobs_frame(j: &[JobRow]) -> PolarsResult<DataFrame> {
-        DataFrame::new_infer_height(vec![
+        let mut columns = vec![
             Column::new(
                 "job_id".into(),
                 j.iter().map(|x| x.job_id).collect::<Vec<_>>(),
@@ -458,7 +477,14 @@ mod writer {
                     .map(|x| x.launches_without_progress)
                     .collect::<Vec<_>>(),
             ),
-        ])
+        ];
+        for (k, name) in WAIT_COLUMNS.iter().enumerate() {
+            columns.push(Column::new(
+                (*name).into(),
+                j.iter().map(|x| x.wait_s[k]).collect::<Vec<_>>(),
+            ));
+        }
+        DataFrame::new_infer_height(columns)
     }
 
     fn rounds_frame(x: &[RoundRow]) -> PolarsResult<DataFrame> {
@@ -557,7 +583,7 @@ mod writer {
         w.write_record(JOB_COLUMNS)
             .map_err(ReportError::table(&jobs))?;
         for j in &r.jobs {
-            w.write_record([
+            let fixed = [
                 j.job_id.to_string(),
                 j.arrival_s.to_string(),
                 opt(j.first_start_s),
@@ -577,8 +603,10 @@ mod writer {
                 j.startup_s.to_string(),
                 j.productive_gpu_seconds.to_string(),
                 j.launches_without_progress.to_string(),
-            ])
-            .map_err(ReportError::table(&jobs))?;
+            ];
+            let waits = j.wait_s.iter().map(|s| s.to_string());
+            w.write_record(fixed.into_iter().chain(waits))
+                .map_err(ReportError::table(&jobs))?;
         }
         w.flush().map_err(ReportError::io(&jobs))?;
         let rounds = dir.join("rounds.csv");

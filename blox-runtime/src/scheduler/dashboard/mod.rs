@@ -266,6 +266,8 @@ fn job_json(j: &JobInfo) -> Value {
         "preemptions": j.preemptions,
         "reason": j.reason,
         "warning": j.warning,
+        "wait_kind": j.wait.as_ref().map(|w| w.kind.as_str()),
+        "wait": j.wait.as_ref().map(|w| w.reason.as_str()),
         "submitted_unix_s": j.submitted_unix_s,
         "finished_unix_s": j.finished_unix_s,
         "jct_s": j.jct_s,

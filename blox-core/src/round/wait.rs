@@ -1,0 +1,197 @@
+//! The end of a round: why each job that is not running waits
+//! ([`WaitReason`]), from what the round's modules decided, and the time
+//! each job spends under each kind of reason.
+
+use super::events::What;
+use super::RoundLoop;
+use crate::ids::JobId;
+use crate::job::Job;
+use crate::wait::{ordinal, HoldCause, WaitReason};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
+
+/// What a round decided, as far as the wait reasons need it (kept between
+/// rounds to reuse its buffers).
+#[derive(Default)]
+pub(super) struct Decided {
+    /// The scheduling policy's order: (job, GPUs it asked for).
+    pub order: Vec<(JobId, u32)>,
+    /// Jobs the placement placed (before start-up protection held some).
+    pub placed: FxHashSet<JobId>,
+    /// Jobs this round's decision preempted.
+    pub preempted: FxHashSet<JobId>,
+    /// The decision was invalid and dropped: nothing of it ran.
+    pub dropped: bool,
+}
+
+impl RoundLoop {
+    /// Sets every waiting job's reason at `now_s`, counting the time since
+    /// the last round under the reason it had, and records a `waiting`
+    /// event for each job whose kind of reason changed.
+    pub(super) fn set_wait_reasons(&mut self, now_s: f64) {
+        let mut d = std::mem::take(&mut self.decided);
+        let free = self.cluster.num_free();
+        let mut changed: Vec<JobId> = Vec::new();
+        for job in self.jobs.active_mut() {
+            let reason = if job.is_running() || job.status.is_terminal() {
+                None
+            } else if d.dropped {
+                Some(WaitReason::Held {
+                    cause: HoldCause::DecisionDropped,
+                })
+            } else if !d.preempted.is_empty() && d.preempted.contains(&job.id()) {
+                Some(WaitReason::Preempted)
+            } else if !d.placed.is_empty() && d.placed.contains(&job.id()) {
+                Some(WaitReason::Held {
+                    cause: HoldCause::StartupProtection,
+                })
+            } else {
+                let asked = job.requested_gpus();
+                if free >= asked {
+                    Some(WaitReason::BlockedByPlacement { asked })
+                } else {
+                    Some(WaitReason::WaitingForGpus { asked })
+                }
+            };
+            if update(job, reason, now_s) {
+                changed.push(job.id());
+            }
+        }
+        let mut new_waiting: Vec<usize> = Vec::new();
+        for (i, job) in self.waiting.iter_mut().enumerate() {
+            if update(job, Some(WaitReason::NotAdmitted), now_s) {
+                new_waiting.push(i);
+            }
+        }
+        if self.events.on() {
+            let mut events = Vec::new();
+            let all = changed
+                .iter()
+                .filter_map(|id| self.jobs.get(*id))
+                .chain(new_waiting.iter().map(|&i| &self.waiting[i]));
+            for job in all {
+                if let Some(r) = job.wait {
+                    let what = What::Waiting {
+                        wait_kind: r.kind().into(),
+                        reason: self.explain_wait(job).unwrap_or_default(),
+                    };
+                    events.push((job.clone(), what));
+                }
+            }
+            for (job, what) in events {
+                self.events.job(&job, what);
+            }
+        }
+        // The order stays until the next decision: positions are read from it.
+        d.placed.clear();
+        d.preempted.clear();
+        d.dropped = false;
+        self.decided = d;
+    }
+
+    /// `job`'s place in the scheduling policy's order of the last round
+    /// (1-based) and how many jobs it ordered; `None` if it did not order it.
+    pub fn wait_position(&self, job: JobId) -> Option<(u32, u32)> {
+        let order = &self.decided.order;
+        let i = order.iter().position(|(id, _)| *id == job)?;
+        Some((i as u32 + 1, order.len() as u32))
+    }
+
+    /// Every ordered job's place, as [`RoundLoop::wait_position`] gives it
+    /// (for callers that want many).
+    pub fn wait_positions(&self) -> std::collections::HashMap<JobId, (u32, u32)> {
+        let of = self.decided.order.len() as u32;
+        self.decided
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (*id, (i as u32 + 1, of)))
+            .collect()
+    }
+
+    /// `job`'s wait reason in words, with the modules' names, the free GPUs
+    /// and what the policies say of it; `None` if it does not wait.
+    pub fn explain_wait(&self, job: &Job) -> Option<String> {
+        let (admission, scheduling, placement) = &self.policies.names;
+        let free = self.cluster.num_free();
+        Some(match job.wait? {
+            WaitReason::NotAdmitted => {
+                let why = self
+                    .policies
+                    .admission
+                    .why_waiting(job, &self.jobs, &self.cluster)
+                    .unwrap_or_else(|| "not admitted yet".into());
+                format!("not admitted by `{admission}`: {why}")
+            }
+            WaitReason::WaitingForGpus { asked } => {
+                let mut s = format!("waiting for {} ({free} free", gpus(asked));
+                let by_type = self.free_by_type();
+                if by_type.len() > 1 {
+                    let t: Vec<String> = by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
+                    s += &format!(": {}", t.join(", "));
+                }
+                s += &format!("); `{scheduling}`: ");
+                match self.wait_position(job.id()) {
+                    Some((p, of)) => s += &format!("{} of {of}", ordinal(p)),
+                    None => s += &format!("not among the {} it ordered", self.decided.order.len()),
+                }
+                if let Some(k) = self.policies.scheduling.sort_key(job, &self.jobs) {
+                    s += &format!(", {k}");
+                }
+                s
+            }
+            WaitReason::BlockedByPlacement { asked } => format!(
+                "blocked by placement `{placement}`: {} free in all, but it did not place the {} asked",
+                gpus(free),
+                gpus(asked)
+            ),
+            WaitReason::Held {
+                cause: HoldCause::StartupProtection,
+            } => "held: the GPUs it was placed on belong to jobs still starting or not past min_run_s".into(),
+            WaitReason::Held {
+                cause: HoldCause::DecisionDropped,
+            } => format!(
+                "held: this round's decision was dropped ({})",
+                self.last_invalid.as_deref().unwrap_or("invalid")
+            ),
+            WaitReason::Preempted => {
+                format!("preempted this round by `{scheduling}` and `{placement}`")
+            }
+        })
+    }
+
+    /// Free GPUs by type (online nodes), types in name order.
+    fn free_by_type(&self) -> Vec<(String, u32)> {
+        let mut by: BTreeMap<&str, u32> = BTreeMap::new();
+        for n in self.cluster.nodes().iter().filter(|n| n.online) {
+            by.entry(n.spec.gpu_type.as_str()).or_default();
+        }
+        for g in self.cluster.free_gpus() {
+            if let Some(t) = self.cluster.gpu_type(g) {
+                *by.entry(t).or_default() += 1;
+            }
+        }
+        by.into_iter().map(|(t, n)| (t.to_string(), n)).collect()
+    }
+}
+
+/// `1 GPU`, `4 GPUs`.
+fn gpus(n: u32) -> String {
+    if n == 1 {
+        "1 GPU".into()
+    } else {
+        format!("{n} GPUs")
+    }
+}
+
+/// Counts the time since `job`'s reason was last counted under that reason
+/// and sets `reason`; whether the kind changed to a new reason.
+fn update(job: &mut Job, reason: Option<WaitReason>, now_s: f64) -> bool {
+    if let (Some(r), Some(t)) = (job.wait, job.wait_counted_s) {
+        job.wait_s[r.index()] += (now_s - t).max(0.0);
+    }
+    let changed = reason.is_some() && job.wait.map(|r| r.index()) != reason.map(|r| r.index());
+    job.wait = reason;
+    job.wait_counted_s = reason.map(|_| now_s);
+    changed
+}

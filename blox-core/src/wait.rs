@@ -1,0 +1,110 @@
+//! Why a job that is not running waits: set by the round loop at the end of
+//! every round, from what each module decided, in simulation and on a
+//! cluster alike.
+//!
+//! A job carries the compact, typed [`WaitReason`] (no strings: it is set
+//! for every waiting job every round); [`crate::RoundLoop::explain_wait`]
+//! renders it in words with the modules' names, the cluster's free GPUs and
+//! what the policies say of the job.
+
+use serde::{Deserialize, Serialize};
+
+/// The reason a job is not running at the end of a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum WaitReason {
+    /// The admission policy has not admitted it.
+    NotAdmitted,
+    /// Not enough free GPUs for it in the scheduling policy's order (its
+    /// place in that order: [`crate::RoundLoop::wait_position`]).
+    WaitingForGpus {
+        /// GPUs it asks for.
+        asked: u32,
+    },
+    /// Enough GPUs were free in all, but the placement placed it nowhere.
+    BlockedByPlacement { asked: u32 },
+    /// The placement placed it and the loop held it back.
+    Held { cause: HoldCause },
+    /// It ran, and this round's decision preempted it.
+    Preempted,
+}
+
+/// What held back a job the placement had placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HoldCause {
+    /// GPUs it needs are held by jobs still starting or not yet past
+    /// `min_run_s` (start-up-aware preemption).
+    StartupProtection,
+    /// The round's decision was invalid and dropped.
+    DecisionDropped,
+}
+
+impl WaitReason {
+    /// Every kind, as [`WaitReason::kind`] names them, in the order of
+    /// [`WaitReason::index`].
+    pub const KINDS: [&'static str; 5] = [
+        "not-admitted",
+        "waiting-for-gpus",
+        "blocked-by-placement",
+        "held",
+        "preempted",
+    ];
+
+    /// The kind, a stable word (`waiting-for-gpus`, …).
+    pub fn kind(&self) -> &'static str {
+        Self::KINDS[self.index()]
+    }
+
+    /// The kind's position in [`WaitReason::KINDS`].
+    pub fn index(&self) -> usize {
+        match self {
+            WaitReason::NotAdmitted => 0,
+            WaitReason::WaitingForGpus { .. } => 1,
+            WaitReason::BlockedByPlacement { .. } => 2,
+            WaitReason::Held { .. } => 3,
+            WaitReason::Preempted => 4,
+        }
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, … `11th`, `21st`.
+pub fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_stable_words_and_reasons_round_trip() {
+        let r = WaitReason::WaitingForGpus { asked: 4 };
+        assert_eq!(r.kind(), "waiting-for-gpus");
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"kind\":\"waiting-for-gpus\""), "{json}");
+        assert_eq!(serde_json::from_str::<WaitReason>(&json).unwrap(), r);
+        let h = WaitReason::Held {
+            cause: HoldCause::StartupProtection,
+        };
+        assert_eq!(
+            serde_json::from_str::<WaitReason>(&serde_json::to_string(&h).unwrap()).unwrap(),
+            h
+        );
+        for (i, k) in WaitReason::KINDS.iter().enumerate() {
+            assert!(!k.contains(' '));
+            assert_eq!(WaitReason::KINDS.iter().position(|x| x == k), Some(i));
+        }
+        assert_eq!(
+            [1, 2, 3, 4, 11, 12, 13, 21, 22, 101].map(ordinal),
+            ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
+        );
+    }
+}
