@@ -121,8 +121,14 @@ impl ClusterBackend {
                 || info.launches != launches
                 || info.reason != reason
                 || info.warning != warning;
+            // The words of a wait (free GPUs, the place in the order) change
+            // most rounds: Status always shows the current ones, the job table
+            // stores them with the job's other changes or when the kind changes.
+            let wait_kind_changed = info.wait.as_ref().map(|w| w.kind.as_str())
+                != wait.as_ref().map(|w| w.kind.as_str());
+            info.wait = wait;
             let changed = changed_state
-                || info.wait != wait
+                || wait_kind_changed
                 || info.progress != j.progress
                 || info.attained_gpu_s != j.attained_service_gpu_s
                 || info.startup_gpu_s != j.startup_gpu_s;
@@ -140,7 +146,6 @@ impl ClusterBackend {
             info.startup_s = j.startup_s;
             info.startup_gpu_s = j.startup_gpu_s;
             info.warning = warning;
-            info.wait = wait;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 let at = now_unix - (now_s - f).max(0.0);
                 if info.finished_unix_s.is_none() {
