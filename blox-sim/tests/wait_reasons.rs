@@ -72,7 +72,9 @@ fn a_job_behind_a_full_cluster_waits_for_gpus_in_the_policys_order() {
         .collect();
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     assert!(
-        waiting[0].contains("\"job\":1") && waiting[0].contains("waiting-for-gpus"),
+        waiting[0].contains("\"job\":1")
+            && waiting[0].contains("waiting-for-gpus")
+            && waiting[0].contains("`fifo`: 2nd of 2, arrived at 0 s"),
         "{}",
         waiting[0]
     );

@@ -63,30 +63,40 @@ impl RoundLoop {
                 new_waiting.push(i);
             }
         }
-        if self.events.on() {
-            let mut events = Vec::new();
-            let all = changed
-                .iter()
-                .filter_map(|id| self.jobs.get(*id))
-                .chain(new_waiting.iter().map(|&i| &self.waiting[i]));
-            for job in all {
-                if let Some(r) = job.wait {
-                    let what = What::Waiting {
-                        wait_kind: r.kind().into(),
-                        reason: self.explain_wait(job).unwrap_or_default(),
-                    };
-                    events.push((job.clone(), what));
-                }
-            }
-            for (job, what) in events {
-                self.events.job(&job, what);
-            }
-        }
-        // The order stays until the next decision: positions are read from it.
+        // The order stays until the next decision: positions are read from
+        // it, by the words below too.
         d.placed.clear();
         d.preempted.clear();
         d.dropped = false;
         self.decided = d;
+        if self.events.on() {
+            let waiting_event = |job: &Job| {
+                job.wait.map(|r| What::Waiting {
+                    wait_kind: r.kind().into(),
+                    reason: self.explain_wait(job).unwrap_or_default(),
+                })
+            };
+            let mut events: Vec<(Result<JobId, usize>, What)> = Vec::new();
+            for &id in &changed {
+                if let Some(what) = self.jobs.get(id).and_then(waiting_event) {
+                    events.push((Ok(id), what));
+                }
+            }
+            for &i in &new_waiting {
+                if let Some(what) = waiting_event(&self.waiting[i]) {
+                    events.push((Err(i), what));
+                }
+            }
+            for (who, what) in events {
+                let job = match who {
+                    Ok(id) => self.jobs.get(id),
+                    Err(i) => self.waiting.get(i),
+                };
+                if let Some(job) = job {
+                    self.events.job(job, what);
+                }
+            }
+        }
     }
 
     /// `job`'s place in the scheduling policy's order of the last round
