@@ -117,7 +117,7 @@ pub enum Command {
     Policies,
     /// Time the reference simulations and the runtime (build with --release).
     Bench {
-        /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `gavel`, `doubling`, `synth`,
+        /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `gavel`, `doubling`, `synth`, `forecast`,
         /// `scale`, `lease`, `metric-push`, `runtime-round`, `soak`, or `all` (the two
         /// replays).
         #[arg(default_value = "all")]

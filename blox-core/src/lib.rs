@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod config;
 pub mod event_log;
+pub mod forecast;
 pub mod ids;
 pub mod job;
 pub mod job_state;
@@ -37,6 +38,7 @@ pub use round::{
     RoundTimings, SelectorError, StartupRules,
 };
 
+pub use forecast::{DurationFrom, Forecast, ForecastError, Forecaster, Prediction, Snapshot};
 pub use wait::WaitReason;
 pub use walk::{priority_walk, FreeGpus, WalkParams};
 

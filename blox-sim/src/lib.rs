@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod forecast;
 /// `[workload] host_profiles` files (Synergy), read with the workload.
 pub use workload::host_profile;
 pub mod report;

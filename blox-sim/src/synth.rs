@@ -261,36 +261,16 @@ impl Synthesizer {
     /// Forks the live state into a simulation under `c`, runs it ahead and
     /// returns its score (seconds; lower is better).
     pub fn evaluate(&self, c: &Candidate, live: &LiveView) -> Result<f64, SelectorError> {
-        let round_s = live.round.round_s;
         let now = live.round.now_s;
         let policies = c.build()?;
-        // Waiting jobs are submitted again in the fork's first round.
-        let trace: Vec<SimJob> = live
-            .waiting
-            .iter()
-            .map(|j| SimJob {
-                startup_s: None,
-                spec: j.spec.clone(),
-                work: WorkModel::Duration {
-                    duration_s: self.estimate(j),
-                },
-                converge_at: None,
-            })
-            .collect();
-        let mut backend = SimBackend::new(self.sim.clone(), round_s, trace, live.cluster);
-        backend.start_at(now);
-        let mut jobs = JobState::new();
-        for j in live.jobs.active() {
-            backend.adopt(j, self.estimate(j), now);
-            for (k, v) in live.jobs.metrics().of_job(j.id()) {
-                jobs.metrics().set(j.id(), &k, v);
-            }
-            jobs.insert(j.clone());
-        }
-        let mut fork = RoundLoop::new(policies, live.cluster.clone(), round_s);
-        fork.jobs = jobs;
-        fork.startup = self.startup;
-        fork.check_invariants = false;
+        let (mut fork, mut backend) = fork_live(
+            &self.sim,
+            self.startup,
+            policies,
+            live,
+            now,
+            |j: &Job| self.estimate(j),
+        );
         let end = self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h);
         let mut rounds = 0;
         while !(fork.is_idle() && backend.exhausted())
@@ -331,6 +311,59 @@ impl Synthesizer {
             Objective::Mix => self.cfg.jct_weight * jct + (1.0 - self.cfg.jct_weight) * resp,
         })
     }
+}
+
+/// Forks what a live scheduler knows into a simulation under `policies`:
+/// its admitted jobs carry on from their progress (running ones on their
+/// GPUs, without a restart), jobs waiting for admission are submitted again
+/// in the fork's first round, and every job runs as a duration job of
+/// `duration(job)` seconds at its requested GPUs. No future arrivals.
+/// `measured_at_s`: when the jobs' progress was measured (at most the live
+/// clock); running jobs are credited the progress since.
+/// Shared by the synthesizer and the forecaster (`crate::forecast`).
+pub fn fork_live(
+    sim: &SimConfig,
+    startup: StartupRules,
+    policies: Policies,
+    live: &LiveView,
+    measured_at_s: f64,
+    duration: impl Fn(&Job) -> f64,
+) -> (RoundLoop, SimBackend) {
+    let round_s = live.round.round_s;
+    let now = live.round.now_s;
+    let trace: Vec<SimJob> = live
+        .waiting
+        .iter()
+        .map(|j| SimJob {
+            startup_s: None,
+            spec: j.spec.clone(),
+            work: WorkModel::Duration {
+                duration_s: duration(j),
+            },
+            converge_at: None,
+        })
+        .collect();
+    let sim = SimConfig {
+        start_after_first_round: false,
+        ..sim.clone()
+    };
+    let mut backend = SimBackend::new(sim, round_s, trace, live.cluster);
+    backend.start_at(now);
+    let mut jobs = JobState::new();
+    for j in live.jobs.active() {
+        backend.adopt(j, duration(j), now);
+        for (k, v) in live.jobs.metrics().of_job(j.id()) {
+            jobs.metrics().set(j.id(), &k, v);
+        }
+        jobs.insert(j.clone());
+    }
+    // Running jobs made progress since it was measured.
+    backend.catch_up(measured_at_s);
+    let mut fork = RoundLoop::new(policies, live.cluster.clone(), round_s);
+    fork.jobs = jobs;
+    fork.startup = startup;
+    fork.check_invariants = false;
+    (fork, backend)
 }
 
 impl PolicySelector for Synthesizer {

@@ -210,6 +210,7 @@ pub const SECTIONS: &[&str] = &[
     "sim",
     "sweep",
     "synthesizer",
+    "forecast",
     "runtime",
 ];
 

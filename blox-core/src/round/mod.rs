@@ -174,6 +174,8 @@ pub struct RoundLoop {
     decided: wait::Decided,
     round: u64,
     round_s: f64,
+    /// When the last round started (its metrics are the jobs' latest).
+    last_start_s: Option<f64>,
 }
 
 impl RoundLoop {
@@ -192,6 +194,7 @@ impl RoundLoop {
             decided: wait::Decided::default(),
             round: 0,
             round_s,
+            last_start_s: None,
         }
     }
 
@@ -208,6 +211,11 @@ impl RoundLoop {
     /// Rounds run so far.
     pub fn rounds(&self) -> u64 {
         self.round
+    }
+
+    /// When the last round started: the time of the jobs' latest metrics.
+    pub fn last_round_start_s(&self) -> Option<f64> {
+        self.last_start_s
     }
 
     /// Submitted jobs waiting for admission.
@@ -228,6 +236,7 @@ impl RoundLoop {
             round_s: self.round_s,
         };
         self.events.start_round(info.round, info.now_s);
+        self.last_start_s = Some(info.now_s);
         let span = debug_span!("round", n = info.round, t = info.now_s);
         let _enter = span.enter();
         let mut timings = RoundTimings::default();

@@ -617,8 +617,14 @@ impl SimBackend {
             let first = match job.first_iteration_s {
                 Some(f) => f.min(now_s),
                 None => {
+                    // Its start-up as this simulator would model it.
                     let since = job.last_launch_s.unwrap_or(now_s);
-                    (since + job.last_startup_s.unwrap_or(0.0)).max(now_s)
+                    let overhead = job.last_startup_s.unwrap_or(if job.launches > 1 {
+                        self.cfg.restart_overhead_s
+                    } else {
+                        self.cfg.launch_overhead_s
+                    });
+                    since + overhead
                 }
             };
             st.segment = Some(Segment {
@@ -631,6 +637,24 @@ impl SimBackend {
             self.alloc.insert(id, job.allocation.clone());
         }
         self.jobs.insert(id, st);
+    }
+
+    /// Credits the adopted running jobs with the progress they made from
+    /// `since_s` (when the live scheduler measured it) to the fork's start,
+    /// as if they had run here; one that would have finished meanwhile
+    /// finishes at the fork's first round.
+    pub fn catch_up(&mut self, since_s: f64) {
+        let now = self.now();
+        if since_s >= now {
+            return;
+        }
+        for id in &self.running {
+            if let Some(seg) = self.jobs.get_mut(id).and_then(|s| s.segment.as_mut()) {
+                seg.held_since_s = seg.held_since_s.min(since_s);
+                seg.progress_from_s = seg.first_iteration_s.max(since_s);
+            }
+        }
+        self.advance(since_s, now);
     }
 
     /// Starts the clock at `t` (a fork of a live scheduler).

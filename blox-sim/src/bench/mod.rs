@@ -22,10 +22,14 @@
 //! - `sia`: Sia's decision time at 64, 512 and 2,048 GPUs (the artifact's
 //!   heterogeneous cluster scaled 1×, 8×, 32× with its `workloads/scale`
 //!   jobs), the first 30 decisions with jobs of each (`--repeat` multiplies).
+//! - `forecast`: one `blox status --start` forecast of 10,000 queued jobs on
+//!   1,024 GPUs under FIFO, LAS, SRTF and Tiresias, within the default reach
+//!   and to the end.
 //! - `scale` ([`scale`]): `examples/configs/scale-1m.toml` — up to 1,000,000
 //!   Philly-digest jobs on up to 10,000 GPUs under FIFO, LAS, SRTF and
 //!   Tiresias, one process per cell (`blox bench scale`).
 
+mod forecast;
 pub mod scale;
 mod sia;
 
@@ -435,6 +439,7 @@ pub const NAMES: &[&str] = &[
     "doubling",
     "synth",
     "sia",
+    "forecast",
 ];
 
 /// Runs benchmark `which` (one of [`NAMES`], or `all` for the two reference
@@ -456,6 +461,7 @@ pub fn run(which: &str, repeat: usize, configs_dir: &Path, out: Out) -> Result<(
         "doubling" => return doubling(dir, out),
         "synth" => return synth(dir, out),
         "sia" => return sia::sia(dir, repeat.max(1) * 30, out),
+        "forecast" => return forecast::forecast(repeat, out),
         other => {
             return Err(BenchError::Setup(format!(
                 "unknown simulation benchmark `{other}`; choose {} or all",

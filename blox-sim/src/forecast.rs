@@ -1,0 +1,212 @@
+//! The simulator as a [`Forecaster`]: when will each job start and finish?
+//! A [`Snapshot`] of the loop is forked into a simulation under the
+//! scheduler's own policies and start-up rules ([`crate::synth::fork_live`],
+//! the fork policy synthesis uses) and run until every job it knows has
+//! finished, or its reach ends. What `blox status --start` shows.
+//!
+//! A job's run time at its requested GPUs is its `duration_s` where given,
+//! else its measured rate (productive GPU-seconds per unit of progress, once
+//! it reported `min_progress`), else unknown: it runs on in the fork, its
+//! finish is unknown, and a job behind it may not start within reach.
+//!
+//! ```toml
+//! [forecast]
+//! enabled = true        # false: no predictions (blox status --start says so)
+//! horizon_s = 604800    # simulate at most a week ahead
+//! max_rounds = 20000    # and at most this many rounds
+//! max_wall_s = 1.0      # and for at most this long (wall clock)
+//! min_progress = 0.01   # progress before a job's rate is trusted
+//! ```
+
+use crate::backend::SimConfig;
+use crate::synth::{fork_live, LiveView};
+use blox_core::*;
+use rustc_hash::FxHashMap as HashMap;
+use serde::Deserialize;
+use std::time::Instant;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForecastConfig {
+    #[serde(default = "d_enabled")]
+    enabled: bool,
+    #[serde(default = "d_horizon")]
+    horizon_s: Positive,
+    #[serde(default = "d_rounds")]
+    max_rounds: u64,
+    #[serde(default = "d_wall")]
+    max_wall_s: Positive,
+    #[serde(default = "d_progress")]
+    min_progress: Positive,
+}
+
+fn d_enabled() -> bool {
+    true
+}
+fn d_horizon() -> Positive {
+    Positive::of(7.0 * 86400.0)
+}
+fn d_rounds() -> u64 {
+    20_000
+}
+fn d_wall() -> Positive {
+    Positive::of(1.0)
+}
+fn d_progress() -> Positive {
+    Positive::of(0.01)
+}
+
+/// Run time given to a job whose run time is unknown: it never finishes
+/// within any reach.
+const UNKNOWN_DURATION_S: f64 = 1e15;
+
+/// The simulator's forecaster (module docs).
+pub struct SimForecaster {
+    admission: ModuleConfig,
+    scheduling: ModuleConfig,
+    placement: ModuleConfig,
+    sim: SimConfig,
+    cfg: ForecastConfig,
+}
+
+impl SimForecaster {
+    /// From a config: its policies, its `[sim]` (start-up and restart
+    /// overheads) and its `[forecast]`. `None` when `[forecast] enabled =
+    /// false`. The policies are built once here, so a bad one fails now.
+    pub fn from_config(cfg: &Config, sim: &SimConfig) -> Result<Option<Self>, ConfigError> {
+        let section = cfg.section("forecast");
+        let fc: ForecastConfig = section.parse()?;
+        if !fc.enabled {
+            return Ok(None);
+        }
+        if fc.max_rounds == 0 {
+            return Err(section.error_at("max_rounds", "max_rounds must be at least 1"));
+        }
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+        Ok(Some(SimForecaster {
+            admission: cfg.admission.clone(),
+            scheduling: cfg.scheduling.clone(),
+            placement: cfg.placement.clone(),
+            sim: sim.clone(),
+            cfg: fc,
+        }))
+    }
+
+    /// The simulated time a forecast looks ahead at most.
+    pub fn horizon_s(&self) -> f64 {
+        self.cfg.horizon_s.get()
+    }
+
+    fn duration(&self, j: &Job) -> (f64, DurationFrom) {
+        match DurationFrom::of(j, self.cfg.min_progress.get()) {
+            (Some(d), from) => (d, from),
+            (None, from) => (UNKNOWN_DURATION_S, from),
+        }
+    }
+}
+
+impl Forecaster for SimForecaster {
+    fn forecast(&self, snap: &Snapshot) -> Result<Forecast, ForecastError> {
+        let started = Instant::now();
+        let policies =
+            registry::build_policies(&self.admission, &self.scheduling, &self.placement)
+                .map_err(|e| ForecastError(e.to_string()))?;
+        let round = RoundInfo {
+            round: snap.round,
+            now_s: snap.now_s,
+            round_s: snap.round_s,
+        };
+        let live = LiveView {
+            round: &round,
+            jobs: &snap.jobs,
+            cluster: &snap.cluster,
+            waiting: &snap.waiting,
+        };
+        let (mut fork, mut backend) =
+            fork_live(&self.sim, snap.startup, policies, &live, snap.measured_at_s, |j| {
+                self.duration(j).0
+            });
+        fork.on_invalid = OnInvalidDecision::SkipRound;
+        // Every job, with where its run time came from.
+        let mut from: HashMap<JobId, DurationFrom> = HashMap::default();
+        let mut unstarted = 0usize;
+        let mut known_left = 0usize;
+        for j in snap.jobs.active().chain(&snap.waiting) {
+            let f = self.duration(j).1;
+            from.insert(j.id(), f);
+            unstarted += usize::from(!j.is_running());
+            known_left += usize::from(f != DurationFrom::Unknown);
+        }
+        // When each job not running now first gets GPUs in the fork.
+        let mut starts: HashMap<JobId, f64> = HashMap::default();
+        let end = snap.now_s + self.cfg.horizon_s.get();
+        let max_wall = self.cfg.max_wall_s.get();
+        let mut rounds = 0u64;
+        let stopped = loop {
+            // Done once every job started and every one that can finish has.
+            if unstarted == 0 && known_left == 0 {
+                break "every job started, and every one with a known run time finished";
+            }
+            if backend.now_s() >= end {
+                break "horizon_s reached";
+            }
+            if rounds >= self.cfg.max_rounds {
+                break "max_rounds reached";
+            }
+            if started.elapsed().as_secs_f64() >= max_wall {
+                break "max_wall_s reached";
+            }
+            let report = fork
+                .run_round(&mut backend)
+                .map_err(|e| ForecastError(error_chain(&e)))?;
+            rounds += 1;
+            for id in &report.launched {
+                let first = !starts.contains_key(id)
+                    && snap.jobs.get(*id).is_none_or(|j| !j.is_running());
+                if first {
+                    starts.insert(*id, report.time_s);
+                    unstarted -= 1;
+                }
+            }
+            for id in &report.ended {
+                if from.get(id).is_some_and(|f| *f != DurationFrom::Unknown) {
+                    known_left -= 1;
+                }
+                // Ended without starting (rejected): it never will.
+                if !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running())
+                {
+                    unstarted -= 1;
+                    starts.insert(*id, f64::NAN);
+                }
+            }
+        };
+        let finishes: HashMap<JobId, f64> = fork
+            .jobs
+            .finished()
+            .iter()
+            .filter(|j| j.status == JobStatus::Finished)
+            .filter_map(|j| Some((j.id(), j.finish_s?)))
+            .collect();
+        let mut predictions: Vec<Prediction> = from
+            .iter()
+            .map(|(id, f)| Prediction {
+                job: *id,
+                start_s: starts.get(id).copied().filter(|t| !t.is_nan()),
+                finish_s: finishes
+                    .get(id)
+                    .copied()
+                    .filter(|_| *f != DurationFrom::Unknown),
+                duration_from: *f,
+            })
+            .collect();
+        predictions.sort_by_key(|p| p.job);
+        Ok(Forecast {
+            round: snap.round,
+            made_at_s: snap.now_s,
+            reached_s: backend.now_s(),
+            rounds,
+            stopped: stopped.to_string(),
+            predictions,
+        })
+    }
+}

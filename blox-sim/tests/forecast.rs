@@ -1,0 +1,203 @@
+//! When will a job start: the forecaster forks the loop's state into the
+//! simulator under the same policies. With every job known (no arrivals
+//! after the snapshot, run times given or measured), the forecast is what
+//! then happens, to the microsecond.
+
+use blox_core::*;
+use blox_sim::forecast::SimForecaster;
+use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use proptest::prelude::*;
+
+use blox_policies as _;
+
+fn job(id: u64, gpus: u32, duration: f64, known: bool) -> SimJob {
+    let spec = JobSpec::new(id, 0.0, gpus);
+    SimJob {
+        startup_s: None,
+        converge_at: None,
+        spec: if known {
+            spec.with_duration(duration)
+        } else {
+            spec
+        },
+        work: WorkModel::Duration {
+            duration_s: duration,
+        },
+    }
+}
+
+fn config(scheduling: &str, extra: &str) -> Config {
+    let text = format!(
+        "[run]\nround_s = 60\n[cluster]\nnodes = 2\ngpus_per_node = 4\n\
+         [admission]\npolicy = \"accept-all\"\n[scheduling]\npolicy = \"{scheduling}\"\n\
+         [placement]\npolicy = \"first-free\"\n{extra}"
+    );
+    Config::parse(&text, "test.toml", std::path::Path::new("."), &[]).unwrap()
+}
+
+/// Runs `rounds` rounds, forecasts, runs to the end; returns (job, predicted
+/// start, actual start, predicted finish, actual finish) for the jobs that
+/// had not started at the snapshot, and the forecast.
+#[allow(clippy::type_complexity)]
+fn predicted_and_actual(
+    scheduling: &str,
+    jobs: Vec<SimJob>,
+    rounds: usize,
+) -> (Vec<(u64, Option<f64>, f64, Option<f64>, f64)>, Forecast) {
+    let cfg = config(scheduling, "");
+    let sim = SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let fc = SimForecaster::from_config(&cfg, &sim).unwrap().unwrap();
+    let policies =
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
+    let mut s = Simulation::new(
+        policies,
+        cfg.cluster_state().unwrap(),
+        cfg.run.clone(),
+        sim,
+        jobs,
+    )
+    .unwrap();
+    for _ in 0..rounds {
+        s.step().unwrap();
+    }
+    let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let unstarted: Vec<JobId> = snap
+        .jobs
+        .active()
+        .chain(&snap.waiting)
+        .filter(|j| !j.is_running())
+        .map(|j| j.id())
+        .collect();
+    let f = fc.forecast(&snap).unwrap();
+    let started = run_out(&mut s, &unstarted);
+    let result = s.finish();
+    let out = unstarted
+        .iter()
+        .map(|id| {
+            let row = result.jobs.iter().find(|r| r.job_id == id.0).unwrap();
+            let p = f.get(*id).unwrap();
+            (
+                id.0,
+                p.start_s,
+                started[id],
+                p.finish_s,
+                row.finish_s.unwrap(),
+            )
+        })
+        .collect();
+    (out, f)
+}
+
+/// Runs `s` to its end; when each of `ids` next got GPUs.
+fn run_out(s: &mut Simulation, ids: &[JobId]) -> std::collections::HashMap<JobId, f64> {
+    let mut out = std::collections::HashMap::new();
+    while !s.is_done() {
+        s.step().unwrap();
+        let lp = &s.round_loop;
+        for id in ids {
+            if out.contains_key(id) {
+                continue;
+            }
+            let j = lp.jobs.get(*id).or_else(|| lp.jobs.finished_job(*id));
+            if let Some(j) = j.filter(|j| j.is_running() || j.status.is_terminal()) {
+                out.insert(*id, j.last_launch_s.unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn with_every_job_known_the_forecast_is_what_happens() {
+    for policy in ["fifo", "srtf", "las", "tiresias"] {
+        let jobs: Vec<SimJob> = (0..24)
+            .map(|i| job(i, [1, 2, 4, 1, 8][i as usize % 5], 300.0 + 170.0 * i as f64, true))
+            .collect();
+        let (rows, f) = predicted_and_actual(policy, jobs, 2);
+        assert!(rows.len() > 10, "{policy}: most jobs still wait");
+        assert!(f.stopped.starts_with("every job"), "{policy}: {}", f.stopped);
+        for (id, ps, s, pf, fin) in rows {
+            let ps = ps.unwrap_or_else(|| panic!("{policy}: job {id} has a start"));
+            let pf = pf.unwrap_or_else(|| panic!("{policy}: job {id} has a finish"));
+            assert!((ps - s).abs() < 1e-6, "{policy}: job {id} start {ps} vs {s}");
+            assert!((pf - fin).abs() < 1e-6, "{policy}: job {id} finish {pf} vs {fin}");
+        }
+    }
+}
+
+#[test]
+fn a_job_of_unknown_run_time_has_no_finish_and_blocks_what_waits_behind_it() {
+    // FIFO: job 0 takes the whole cluster and says nothing of its run time.
+    let jobs = vec![job(0, 8, 3600.0, false), job(1, 2, 600.0, true)];
+    let (rows, f) = predicted_and_actual("fifo", jobs, 1);
+    assert_eq!(rows.len(), 1);
+    let (_, start, _, finish, _) = rows[0];
+    assert_eq!((start, finish), (None, None), "behind an unknown job: unknown");
+    let p0 = f.get(JobId(0)).unwrap();
+    assert_eq!(p0.duration_from, DurationFrom::Unknown);
+    assert_eq!(p0.finish_s, None);
+    assert_eq!(f.get(JobId(1)).unwrap().duration_from, DurationFrom::Submitted);
+}
+
+#[test]
+fn a_running_jobs_rate_stands_in_for_its_run_time() {
+    // Job 0 reports progress; 20 minutes of a 60-minute job are 1/3 of it.
+    let jobs = vec![job(0, 8, 3600.0, false), job(1, 2, 600.0, true)];
+    let cfg = config("fifo", "");
+    let sim = SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let fc = SimForecaster::from_config(&cfg, &sim).unwrap().unwrap();
+    let policies =
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
+    let mut s =
+        Simulation::new(policies, cfg.cluster_state().unwrap(), cfg.run.clone(), sim, jobs)
+            .unwrap();
+    for _ in 0..20 {
+        s.step().unwrap();
+    }
+    let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let f = fc.forecast(&snap).unwrap();
+    let p0 = f.get(JobId(0)).unwrap();
+    assert_eq!(p0.duration_from, DurationFrom::ProgressRate);
+    let p1 = f.get(JobId(1)).unwrap().clone();
+    let started = run_out(&mut s, &[JobId(1)]);
+    let result = s.finish();
+    let row = |id: u64| result.jobs.iter().find(|r| r.job_id == id).unwrap().clone();
+    assert!((p0.finish_s.unwrap() - row(0).finish_s.unwrap()).abs() < 1e-6);
+    assert!((p1.start_s.unwrap() - started[&JobId(1)]).abs() < 1e-6);
+}
+
+#[test]
+fn forecast_config_errors_name_the_key() {
+    let cfg = config("fifo", "[forecast]\nmax_wall_s = -1\n");
+    let sim = SimConfig::default();
+    let e = SimForecaster::from_config(&cfg, &sim).err().unwrap().to_string();
+    assert!(e.contains("max_wall_s"), "{e}");
+    let cfg = config("fifo", "[forecast]\nhorizon = 5\n");
+    let e = SimForecaster::from_config(&cfg, &sim).err().unwrap().to_string();
+    assert!(e.contains("horizon"), "{e}");
+    let off = config("fifo", "[forecast]\nenabled = false\n");
+    assert!(SimForecaster::from_config(&off, &sim).unwrap().is_none());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Any mix of known jobs under FIFO: every predicted start and finish is
+    /// what then happens.
+    #[test]
+    fn fifo_forecasts_hold_for_any_mix(
+        spec in proptest::collection::vec((1u32..=8, 60.0f64..5000.0), 1..30),
+        rounds in 0usize..4,
+    ) {
+        let jobs: Vec<SimJob> = spec
+            .iter()
+            .enumerate()
+            .map(|(i, (g, d))| job(i as u64, *g, *d, true))
+            .collect();
+        let (rows, _) = predicted_and_actual("fifo", jobs, rounds);
+        for (id, ps, s, pf, fin) in rows {
+            prop_assert!(ps.is_some_and(|p| (p - s).abs() < 1e-6), "job {id}: {ps:?} vs {s}");
+            prop_assert!(pf.is_some_and(|p| (p - fin).abs() < 1e-6), "job {id}: {pf:?} vs {fin}");
+        }
+    }
+}
+
