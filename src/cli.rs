@@ -96,11 +96,17 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Submit a job to a scheduler: `blox submit --gpus 2 -- train --epochs 3`.
     Submit(SubmitArgs),
-    /// Show a scheduler's jobs (all, or the ones named) and workers.
+    /// Show a scheduler's jobs (all, or the ones named) and workers, with
+    /// why each waiting job waits.
     Status {
         #[command(flatten)]
         connect: Connect,
         jobs: Vec<u64>,
+        /// Only the jobs that have not ended, with their predicted start and
+        /// finish (as `squeue --start`): the scheduler's state run forward in
+        /// the simulator under its own policies.
+        #[arg(long)]
+        start: bool,
     },
     /// Cancel a job (killed if it runs).
     Cancel {

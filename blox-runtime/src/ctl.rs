@@ -97,6 +97,29 @@ impl Ctl {
         Ok(reply)
     }
 
+    /// [`Ctl::status`] of the jobs that have not ended (submitted, queued,
+    /// running): what `blox status --start` shows.
+    pub fn status_unended(&mut self, job_ids: &[u64]) -> Result<StatusReply, CtlError> {
+        let phases = [JobPhase::Submitted, JobPhase::Queued, JobPhase::Running];
+        if !job_ids.is_empty() {
+            let mut r = self.status(job_ids)?;
+            r.jobs.retain(|j| phases.contains(&j.phase()));
+            return Ok(r);
+        }
+        let mut req = StatusRequest {
+            phases: phases.iter().map(|p| *p as i32).collect(),
+            ..Default::default()
+        };
+        let mut reply = self.status_page(&req)?;
+        while reply.next_after_id != 0 {
+            req.after_id = reply.next_after_id;
+            let next = self.status_page(&req)?;
+            reply.jobs.extend(next.jobs);
+            reply.next_after_id = next.next_after_id;
+        }
+        Ok(reply)
+    }
+
     /// One `Status` call: a page of jobs (see `StatusRequest`).
     pub fn status_page(&mut self, req: &StatusRequest) -> Result<StatusReply, CtlError> {
         let r = self
@@ -320,6 +343,111 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
                 "gone"
             },
             w.last_heartbeat_s_ago
+        );
+    }
+    out
+}
+
+/// Seconds since 1970 (UTC), now.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// `2026-11-25 14:02:11Z` (UTC) for Unix seconds `t`.
+pub fn utc(t: f64) -> String {
+    let secs = t.max(0.0).round() as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `12 s`, `4m05s`, `3h20m`, `2d04h`: a span of seconds, for people.
+pub fn span(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// `blox status --start`: every job that has not ended with its predicted
+/// start and finish (relative to `now` and in UTC), where its run time came
+/// from, and why it waits.
+pub fn render_start(scheduler: &str, r: &StatusReply, now: f64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "scheduler {scheduler} · {} · {} rounds",
+        r.policy, r.rounds
+    );
+    match &r.forecast {
+        None => {
+            let _ = writeln!(
+                out,
+                "no forecast yet (the first is made after a round; [forecast] enabled = false turns them off)"
+            );
+        }
+        Some(f) => {
+            let _ = writeln!(
+                out,
+                "forecast made {} ago in {:.2} s, {} rounds to {} ahead: {}",
+                span(now - f.made_unix_s),
+                f.took_s,
+                f.rounds,
+                span(f.reached_unix_s - f.made_unix_s),
+                f.stopped
+            );
+            if !f.error.is_empty() {
+                let _ = writeln!(out, "the last forecast failed: {}", f.error);
+            }
+        }
+    }
+    let when = |t: Option<f64>| match t {
+        Some(t) if t <= now => format!("now ({})", utc(t)),
+        Some(t) => format!("in {} ({})", span(t - now), utc(t)),
+        None => "unknown".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "{:<6} {:<16} {:<9} {:>4}  {:<32} {:<32} {:<13} why it waits",
+        "job", "name", "status", "gpus", "start", "finish", "run time from"
+    );
+    for j in &r.jobs {
+        let (start, finish, from) = match &j.prediction {
+            None => ("not forecast yet".to_string(), String::new(), String::new()),
+            Some(p) => (
+                if j.phase() == JobPhase::Running {
+                    "running".to_string()
+                } else {
+                    when(p.start_unix_s)
+                },
+                when(p.finish_unix_s),
+                p.duration_from.clone(),
+            ),
+        };
+        let why = j.wait.as_ref().map_or("", |w| w.reason.as_str());
+        let _ = writeln!(
+            out,
+            "{:<6} {:<16} {:<9} {:>4}  {:<32} {:<32} {:<13} {}",
+            j.id, j.name, j.status, j.requested_gpus, start, finish, from, why
         );
     }
     out

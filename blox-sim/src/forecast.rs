@@ -4,6 +4,10 @@
 //! the fork policy synthesis uses) and run until every job it knows has
 //! finished, or its reach ends. What `blox status --start` shows.
 //!
+//! A job's start-up is its own last one where it reported one, else the
+//! median of the last start-ups the admitted jobs reported (this cluster's),
+//! else `[sim]`'s `launch_overhead_s` / `restart_overhead_s`.
+//!
 //! A job's run time at its requested GPUs is its `duration_s` where given,
 //! else its measured rate (productive GPU-seconds per unit of progress, once
 //! it reported `min_progress`), else unknown: it runs on in the fork, its
@@ -108,9 +112,8 @@ impl SimForecaster {
 impl Forecaster for SimForecaster {
     fn forecast(&self, snap: &Snapshot) -> Result<Forecast, ForecastError> {
         let started = Instant::now();
-        let policies =
-            registry::build_policies(&self.admission, &self.scheduling, &self.placement)
-                .map_err(|e| ForecastError(e.to_string()))?;
+        let policies = registry::build_policies(&self.admission, &self.scheduling, &self.placement)
+            .map_err(|e| ForecastError(e.to_string()))?;
         let round = RoundInfo {
             round: snap.round,
             now_s: snap.now_s,
@@ -122,10 +125,28 @@ impl Forecaster for SimForecaster {
             cluster: &snap.cluster,
             waiting: &snap.waiting,
         };
-        let (mut fork, mut backend) =
-            fork_live(&self.sim, snap.startup, policies, &live, snap.measured_at_s, |j| {
-                self.duration(j).0
-            });
+        // Start-up as this cluster shows it: the median of the jobs' last
+        // measured start-ups, where any job reported one.
+        let mut sim = self.sim.clone();
+        let mut measured: Vec<f64> = snap
+            .jobs
+            .active()
+            .filter_map(|j| j.last_startup_s)
+            .filter(|s| s.is_finite())
+            .collect();
+        if !measured.is_empty() {
+            let m = blox_core::stats::quantile(&mut measured, 0.5);
+            sim.launch_overhead_s = m;
+            sim.restart_overhead_s = m;
+        }
+        let (mut fork, mut backend) = fork_live(
+            &sim,
+            snap.startup,
+            policies,
+            &live,
+            snap.measured_at_s,
+            |j| self.duration(j).0,
+        );
         fork.on_invalid = OnInvalidDecision::SkipRound;
         // Every job, with where its run time came from.
         let mut from: HashMap<JobId, DurationFrom> = HashMap::default();
@@ -161,8 +182,8 @@ impl Forecaster for SimForecaster {
                 .map_err(|e| ForecastError(error_chain(&e)))?;
             rounds += 1;
             for id in &report.launched {
-                let first = !starts.contains_key(id)
-                    && snap.jobs.get(*id).is_none_or(|j| !j.is_running());
+                let first =
+                    !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running());
                 if first {
                     starts.insert(*id, report.time_s);
                     unstarted -= 1;
@@ -173,8 +194,7 @@ impl Forecaster for SimForecaster {
                     known_left -= 1;
                 }
                 // Ended without starting (rejected): it never will.
-                if !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running())
-                {
+                if !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running()) {
                     unstarted -= 1;
                     starts.insert(*id, f64::NAN);
                 }

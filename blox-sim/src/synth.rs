@@ -263,14 +263,10 @@ impl Synthesizer {
     pub fn evaluate(&self, c: &Candidate, live: &LiveView) -> Result<f64, SelectorError> {
         let now = live.round.now_s;
         let policies = c.build()?;
-        let (mut fork, mut backend) = fork_live(
-            &self.sim,
-            self.startup,
-            policies,
-            live,
-            now,
-            |j: &Job| self.estimate(j),
-        );
+        let (mut fork, mut backend) =
+            fork_live(&self.sim, self.startup, policies, live, now, |j: &Job| {
+                self.estimate(j)
+            });
         let end = self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h);
         let mut rounds = 0;
         while !(fork.is_idle() && backend.exhausted())

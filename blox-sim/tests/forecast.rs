@@ -111,16 +111,33 @@ fn run_out(s: &mut Simulation, ids: &[JobId]) -> std::collections::HashMap<JobId
 fn with_every_job_known_the_forecast_is_what_happens() {
     for policy in ["fifo", "srtf", "las", "tiresias"] {
         let jobs: Vec<SimJob> = (0..24)
-            .map(|i| job(i, [1, 2, 4, 1, 8][i as usize % 5], 300.0 + 170.0 * i as f64, true))
+            .map(|i| {
+                job(
+                    i,
+                    [1, 2, 4, 1, 8][i as usize % 5],
+                    300.0 + 170.0 * i as f64,
+                    true,
+                )
+            })
             .collect();
         let (rows, f) = predicted_and_actual(policy, jobs, 2);
         assert!(rows.len() > 10, "{policy}: most jobs still wait");
-        assert!(f.stopped.starts_with("every job"), "{policy}: {}", f.stopped);
+        assert!(
+            f.stopped.starts_with("every job"),
+            "{policy}: {}",
+            f.stopped
+        );
         for (id, ps, s, pf, fin) in rows {
             let ps = ps.unwrap_or_else(|| panic!("{policy}: job {id} has a start"));
             let pf = pf.unwrap_or_else(|| panic!("{policy}: job {id} has a finish"));
-            assert!((ps - s).abs() < 1e-6, "{policy}: job {id} start {ps} vs {s}");
-            assert!((pf - fin).abs() < 1e-6, "{policy}: job {id} finish {pf} vs {fin}");
+            assert!(
+                (ps - s).abs() < 1e-6,
+                "{policy}: job {id} start {ps} vs {s}"
+            );
+            assert!(
+                (pf - fin).abs() < 1e-6,
+                "{policy}: job {id} finish {pf} vs {fin}"
+            );
         }
     }
 }
@@ -132,11 +149,18 @@ fn a_job_of_unknown_run_time_has_no_finish_and_blocks_what_waits_behind_it() {
     let (rows, f) = predicted_and_actual("fifo", jobs, 1);
     assert_eq!(rows.len(), 1);
     let (_, start, _, finish, _) = rows[0];
-    assert_eq!((start, finish), (None, None), "behind an unknown job: unknown");
+    assert_eq!(
+        (start, finish),
+        (None, None),
+        "behind an unknown job: unknown"
+    );
     let p0 = f.get(JobId(0)).unwrap();
     assert_eq!(p0.duration_from, DurationFrom::Unknown);
     assert_eq!(p0.finish_s, None);
-    assert_eq!(f.get(JobId(1)).unwrap().duration_from, DurationFrom::Submitted);
+    assert_eq!(
+        f.get(JobId(1)).unwrap().duration_from,
+        DurationFrom::Submitted
+    );
 }
 
 #[test]
@@ -148,9 +172,14 @@ fn a_running_jobs_rate_stands_in_for_its_run_time() {
     let fc = SimForecaster::from_config(&cfg, &sim).unwrap().unwrap();
     let policies =
         registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
-    let mut s =
-        Simulation::new(policies, cfg.cluster_state().unwrap(), cfg.run.clone(), sim, jobs)
-            .unwrap();
+    let mut s = Simulation::new(
+        policies,
+        cfg.cluster_state().unwrap(),
+        cfg.run.clone(),
+        sim,
+        jobs,
+    )
+    .unwrap();
     for _ in 0..20 {
         s.step().unwrap();
     }
@@ -170,10 +199,16 @@ fn a_running_jobs_rate_stands_in_for_its_run_time() {
 fn forecast_config_errors_name_the_key() {
     let cfg = config("fifo", "[forecast]\nmax_wall_s = -1\n");
     let sim = SimConfig::default();
-    let e = SimForecaster::from_config(&cfg, &sim).err().unwrap().to_string();
+    let e = SimForecaster::from_config(&cfg, &sim)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("max_wall_s"), "{e}");
     let cfg = config("fifo", "[forecast]\nhorizon = 5\n");
-    let e = SimForecaster::from_config(&cfg, &sim).err().unwrap().to_string();
+    let e = SimForecaster::from_config(&cfg, &sim)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("horizon"), "{e}");
     let off = config("fifo", "[forecast]\nenabled = false\n");
     assert!(SimForecaster::from_config(&off, &sim).unwrap().is_none());
@@ -200,4 +235,3 @@ proptest! {
         }
     }
 }
-

@@ -31,7 +31,16 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import grpc
 
-__all__ = ["Client", "pb", "PROTO", "load_stubs", "phase_name", "wait_reason"]
+__all__ = [
+    "Client",
+    "pb",
+    "PROTO",
+    "load_stubs",
+    "phase_name",
+    "wait_reason",
+    "predicted_start",
+    "predicted_finish",
+]
 
 #: The protocol this client speaks (a copy of blox-runtime/proto/blox.proto).
 PROTO = Path(__file__).with_name("proto") / "blox.proto"
@@ -205,3 +214,20 @@ def wait_reason(info: "pb.JobInfo") -> Optional[str]:
     """Why the job waits, in words (``info.wait`` has it typed: ``kind``,
     ``asked``, ``position``), or ``None`` while it runs or once it ended."""
     return info.wait.reason if info.HasField("wait") else None
+
+
+def predicted_start(info: "pb.JobInfo") -> Optional[float]:
+    """When the scheduler's latest forecast says the job gets GPUs (Unix
+    seconds), or ``None``: it runs now, ended, was not forecast yet, or does
+    not start within the forecast's reach (``blox status --start``)."""
+    if not info.HasField("prediction") or not info.prediction.HasField("start_unix_s"):
+        return None
+    return info.prediction.start_unix_s
+
+
+def predicted_finish(info: "pb.JobInfo") -> Optional[float]:
+    """When the latest forecast says the job finishes (Unix seconds), or
+    ``None`` (not within reach, or its run time is unknown)."""
+    if not info.HasField("prediction") or not info.prediction.HasField("finish_unix_s"):
+        return None
+    return info.prediction.finish_unix_s

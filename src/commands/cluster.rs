@@ -52,11 +52,17 @@ pub fn start_scheduler(
     if let Some(s) = state {
         rt.state = s;
     }
-    Ok(blox_runtime::scheduler::start_with_selector(
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
+    let forecaster = blox_sim::forecast::SimForecaster::from_config(cfg, &sim)?
+        .map(|f| std::sync::Arc::new(f) as std::sync::Arc<dyn blox_core::Forecaster>);
+    Ok(blox_runtime::scheduler::start_with(
         rt,
         policies,
         cfg.run.round_s.get(),
-        selector,
+        blox_runtime::scheduler::Extras {
+            selector,
+            forecaster,
+        },
     )?)
 }
 
@@ -211,9 +217,15 @@ fn rpc(what: &'static str) -> impl Fn(CtlError) -> anyhow::Error {
     move |e| anyhow::anyhow!("{what}: {e}")
 }
 
-pub fn status(connect: &Connect, jobs: &[u64]) -> Result<ExitCode> {
-    let r = ctl(connect)?.status(jobs).map_err(rpc("status"))?;
-    let text = blox_runtime::ctl::render_status(&connect.scheduler, &r);
+pub fn status(connect: &Connect, jobs: &[u64], start: bool) -> Result<ExitCode> {
+    let mut c = ctl(connect)?;
+    let text = if start {
+        let r = c.status_unended(jobs).map_err(rpc("status"))?;
+        blox_runtime::ctl::render_start(&connect.scheduler, &r, blox_runtime::ctl::unix_now())
+    } else {
+        let r = c.status(jobs).map_err(rpc("status"))?;
+        blox_runtime::ctl::render_status(&connect.scheduler, &r)
+    };
     say!("{}", text.trim_end())?;
     Ok(ExitCode::SUCCESS)
 }

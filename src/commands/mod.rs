@@ -129,7 +129,11 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
         } => cluster::scheduler(&config, listen, state, &overrides(&o)?),
         Command::Worker(a) => cluster::worker(a),
         Command::Submit(a) => cluster::submit(a),
-        Command::Status { connect, jobs } => cluster::status(&connect, &jobs),
+        Command::Status {
+            connect,
+            jobs,
+            start,
+        } => cluster::status(&connect, &jobs, start),
         Command::Cancel { connect, job } => cluster::cancel(&connect, job),
         Command::Events(a) => events::events(a),
         Command::Policies => policies(),

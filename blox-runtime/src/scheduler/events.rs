@@ -2,7 +2,7 @@
 //! `[runtime] events` (by default `events.jsonl` beside the job table),
 //! rotated by size; `blox events` prints it.
 
-use super::{unix_now, RuntimeConfig, SchedulerError};
+use super::{RuntimeConfig, SchedulerError};
 use blox_core::event_log::EventLog;
 use blox_core::round::events::{Event, What};
 
@@ -26,16 +26,16 @@ impl EventSink {
         })
     }
 
-    /// Appends a round's events, with the wall-clock time and the workers'
+    /// Appends a round's events, with the wall-clock time of their round
+    /// (`unix0`: the wall-clock time of the loop's time 0) and the workers'
     /// names of joining nodes. A failed write is logged, never fatal: the
     /// cluster keeps running.
-    pub(super) fn write(&mut self, events: &mut [Event], nodes: &[String]) {
+    pub(super) fn write(&mut self, events: &mut [Event], nodes: &[String], unix0: f64) {
         if events.is_empty() {
             return;
         }
-        let now = unix_now();
         for e in events.iter_mut() {
-            e.unix_s = Some(now);
+            e.unix_s = Some(unix0 + e.time_s);
             if let What::NodeJoined { node, worker, .. } = &mut e.what {
                 *worker = nodes.get(*node as usize).cloned();
             }

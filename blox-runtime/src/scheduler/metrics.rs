@@ -37,6 +37,10 @@ pub struct Metrics {
     /// A round's parts (`RoundTimings::parts`), by `part`.
     pub round_part_seconds: HistogramVec,
     pub table_write_seconds: Histogram,
+    /// |actual − first predicted| start and finish, by `what`.
+    pub prediction_error: HistogramVec,
+    /// Wall time of one forecast (off the round thread).
+    pub forecast_seconds: Histogram,
     metrics_dropped: IntCounter,
     jobs: IntGaugeVec,
     queue: IntGauge,
@@ -107,7 +111,28 @@ impl Metrics {
         .expect("a valid metric name");
         r.register(Box::new(round_part_seconds.clone()))
             .expect("registered once");
+        let prediction_error = HistogramVec::new(
+            HistogramOpts::new(
+                "blox_prediction_error_seconds",
+                "How far a job's actual start (what=start) or finish (what=finish) was from the first forecast that predicted it, seconds",
+            )
+            .buckets(vec![
+                1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0,
+                86400.0,
+            ]),
+            &["what"],
+        )
+        .expect("a valid metric name");
+        r.register(Box::new(prediction_error.clone()))
+            .expect("registered once");
         Metrics {
+            prediction_error,
+            forecast_seconds: histogram(
+                &r,
+                "blox_forecast_duration_seconds",
+                "Wall time of one forecast of starts and finishes (on its own thread)",
+                vec![0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+            ),
             submissions: counter(&r, "blox_submissions_total", "Jobs accepted by Submit"),
             launches: counter(&r, "blox_launches_total", "Launches that started on their workers"),
             launch_failures: counter(

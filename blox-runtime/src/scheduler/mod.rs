@@ -29,6 +29,7 @@ mod backend;
 mod config;
 mod dashboard;
 mod events;
+mod forecast;
 mod http;
 mod jobs;
 pub mod metrics;
@@ -131,6 +132,8 @@ struct Hub {
     policy: String,
     /// The last invalid decision a policy made (dropped), for `Status`.
     last_error: String,
+    /// The latest forecast of starts and finishes, and its drift.
+    forecasts: forecast::Forecasts,
 }
 
 type SharedHub = Arc<Mutex<Hub>>;
@@ -241,6 +244,39 @@ pub fn start_with_selector(
     round_s: f64,
     selector: Option<Box<dyn PolicySelector>>,
 ) -> Result<SchedulerHandle, SchedulerError> {
+    start_with(
+        cfg,
+        policies,
+        round_s,
+        Extras {
+            selector,
+            ..Extras::default()
+        },
+    )
+}
+
+/// What a scheduler may run beside its policies.
+#[derive(Default)]
+pub struct Extras {
+    /// Swaps the policies between rounds (policy synthesis, Blox §5.2).
+    pub selector: Option<Box<dyn PolicySelector>>,
+    /// Predicts every job's start and finish after each round, on a thread
+    /// of its own (`blox status --start`; the simulator's
+    /// `blox_sim::forecast::SimForecaster`).
+    pub forecaster: Option<Arc<dyn Forecaster>>,
+}
+
+/// [`start`], with [`Extras`].
+pub fn start_with(
+    cfg: RuntimeConfig,
+    policies: Policies,
+    round_s: f64,
+    extras: Extras,
+) -> Result<SchedulerHandle, SchedulerError> {
+    let Extras {
+        selector,
+        forecaster,
+    } = extras;
     let security = cfg.security()?;
     let worker_security = cfg.worker_security()?;
     if security.token.is_some() && cfg.worker_token_file.is_none() {
@@ -297,6 +333,7 @@ pub fn start_with_selector(
         rounds: 0,
         policy: policies.label(),
         last_error: String::new(),
+        forecasts: forecast::Forecasts::default(),
     };
     let (seeded, n_restored) = table::restore(&mut hub, records);
     let restored = seeded.keys().copied().collect();
@@ -396,6 +433,16 @@ pub fn start_with_selector(
         hold_over: false,
         metrics: metrics.clone(),
     };
+    // The wall-clock time of the loop's time 0.
+    let unix0 = unix_now() - start.elapsed().as_secs_f64();
+    let forecasts = match forecaster {
+        Some(f) => Some(
+            forecast::spawn(f, backend.hub.clone(), metrics.clone(), unix0).map_err(|e| {
+                SchedulerError::Runtime(format!("starting the forecast thread: {e}"))
+            })?,
+        ),
+        None => None,
+    };
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())
@@ -412,11 +459,14 @@ pub fn start_with_selector(
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     let mut report = lp.run_round(&mut backend)?;
+                    if let Some(f) = &forecasts {
+                        f.after_round(&lp, &report, backend.now_s(), &backend.hub, &metrics);
+                    }
                     if dashboard_address.is_some() {
                         let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
                         v.update(&report, &lp, &backend.nodes, unix_now());
                     }
-                    events.write(&mut report.events, &backend.nodes);
+                    events.write(&mut report.events, &backend.nodes, unix0);
                     for (part, secs) in report.timings.parts() {
                         metrics
                             .round_part_seconds

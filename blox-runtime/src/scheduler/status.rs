@@ -49,7 +49,9 @@ pub(super) fn reply_matching(
                 break;
             }
             bytes += len;
-            out.push(info.clone());
+            let mut info = info.clone();
+            info.prediction = h.forecasts.of(id);
+            out.push(info);
         }
         out
     } else {
@@ -59,7 +61,11 @@ pub(super) fn reply_matching(
             .map(|id| {
                 h.jobs
                     .get(id)
-                    .map(|r| info_of(r).clone())
+                    .map(|r| {
+                        let mut info = info_of(r).clone();
+                        info.prediction = h.forecasts.of(*id);
+                        info
+                    })
                     .ok_or_else(|| Status::not_found(format!("job {id} is not known")))
             })
             .collect::<Result<_, _>>()?
@@ -95,5 +101,6 @@ pub(super) fn reply_matching(
         round_p50_s: 0.0,
         round_p99_s: 0.0,
         compacted_jobs: h.compacted,
+        forecast: h.forecasts.info.clone(),
     })
 }

@@ -6,6 +6,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod forecast;
 mod requests;
 mod security;
 

@@ -62,9 +62,21 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: &Path, cfg: RuntimeConfig, scheduling: &str, workers: usize) -> Cluster {
+        Self::start_with(dir, cfg, scheduling, workers, Default::default())
+    }
+
+    /// [`Cluster::start`] with a policy selector or forecaster.
+    pub fn start_with(
+        dir: &Path,
+        cfg: RuntimeConfig,
+        scheduling: &str,
+        workers: usize,
+        extras: blox_runtime::scheduler::Extras,
+    ) -> Cluster {
         let security = cfg.security().unwrap();
         let worker_security = cfg.worker_security().unwrap();
-        let sched = blox_runtime::scheduler::start(cfg, policies(scheduling), 1.0).unwrap();
+        let sched =
+            blox_runtime::scheduler::start_with(cfg, policies(scheduling), 1.0, extras).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

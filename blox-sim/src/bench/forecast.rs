@@ -34,7 +34,10 @@ pub(super) fn forecast(repeat: usize, out: Out) -> Result<()> {
     for policy in ["fifo", "las", "srtf", "tiresias"] {
         for (reach, extra) in [
             ("default reach", ""),
-            ("to the end", "max_wall_s = 600\nmax_rounds = 1000000\nhorizon_s = 1e9\n"),
+            (
+                "to the end",
+                "max_wall_s = 600\nmax_rounds = 1000000\nhorizon_s = 1e9\n",
+            ),
         ] {
             let text = format!(
                 "[run]\nround_s = 60\n[cluster]\nnodes = 128\ngpus_per_node = 8\n\
@@ -47,13 +50,8 @@ pub(super) fn forecast(repeat: usize, out: Out) -> Result<()> {
                 .ok_or_else(|| super::BenchError::Setup("forecast disabled".into()))?;
             let policies =
                 registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
-            let mut s = Simulation::new(
-                policies,
-                cfg.cluster_state()?,
-                cfg.run.clone(),
-                sim,
-                jobs(),
-            )?;
+            let mut s =
+                Simulation::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs())?;
             s.step()?;
             let t = Instant::now();
             let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
@@ -70,7 +68,11 @@ pub(super) fn forecast(repeat: usize, out: Out) -> Result<()> {
             }
             let f = last.expect("ran once");
             let started = f.predictions.iter().filter(|p| p.start_s.is_some()).count();
-            let finished = f.predictions.iter().filter(|p| p.finish_s.is_some()).count();
+            let finished = f
+                .predictions
+                .iter()
+                .filter(|p| p.finish_s.is_some())
+                .count();
             let waiting = snap
                 .jobs
                 .active()

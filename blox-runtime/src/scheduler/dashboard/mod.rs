@@ -214,9 +214,12 @@ fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Resp
         let s = stats.lock().unwrap_or_else(|e| e.into_inner());
         (s.round_p50_s, s.round_p99_s)
     };
-    let reply = {
+    let (reply, errors) = {
         let h = lock(hub);
-        status::reply_matching(&h, &r, (!q.is_empty()).then_some(q.as_str()))
+        (
+            status::reply_matching(&h, &r, (!q.is_empty()).then_some(q.as_str())),
+            h.forecasts.mean_errors(),
+        )
     };
     let reply = match reply {
         Ok(r) => r,
@@ -250,6 +253,18 @@ fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Resp
         "next_after_id": reply.next_after_id,
         "jobs": reply.jobs.iter().map(job_json).collect::<Vec<_>>(),
         "workers": workers,
+        "forecast": reply.forecast.as_ref().map(|f| json!({
+            "made_unix_s": f.made_unix_s,
+            "reached_unix_s": f.reached_unix_s,
+            "rounds": f.rounds,
+            "stopped": f.stopped,
+            "took_s": f.took_s,
+            "error": f.error,
+        })),
+        "prediction_error": {
+            "start": {"count": errors[0].0, "mean_abs_s": errors[0].1},
+            "finish": {"count": errors[1].0, "mean_abs_s": errors[1].1},
+        },
     }))
 }
 
@@ -273,5 +288,8 @@ fn job_json(j: &JobInfo) -> Value {
         "jct_s": j.jct_s,
         "startup_s": j.startup_s,
         "command": j.command,
+        "predicted_start_unix_s": j.prediction.as_ref().and_then(|p| p.start_unix_s),
+        "predicted_finish_unix_s": j.prediction.as_ref().and_then(|p| p.finish_unix_s),
+        "duration_from": j.prediction.as_ref().map(|p| p.duration_from.as_str()),
     })
 }
