@@ -119,6 +119,10 @@ pub enum Command {
     /// (`blox sim --out DIR` writes DIR/events.jsonl); `--diff` compares
     /// two decision by decision.
     Events(EventsArgs),
+    /// What if other policies had run? Replays the state of a live scheduler
+    /// (`--scheduler ADDR`) or of an event log (`--events FILE`, from `--at`)
+    /// under each `--config` in the simulator, beside what happened.
+    Whatif(WhatifArgs),
     /// List every registered module (built-in and linked into this binary).
     Policies,
     /// Time the reference simulations and the runtime (build with --release).
@@ -136,6 +140,50 @@ pub enum Command {
         #[command(flatten)]
         scale: ScaleArgs,
     },
+}
+
+/// Options of `blox whatif`.
+#[derive(Args, Debug)]
+pub struct WhatifArgs {
+    /// Replay an event log: a scheduler's (its rotated files are read too)
+    /// or a simulation's (`blox sim --out DIR` writes DIR/events.jsonl).
+    #[arg(
+        long,
+        conflicts_with = "scheduler",
+        required_unless_present = "scheduler"
+    )]
+    pub events: Option<PathBuf>,
+    /// Start the replay at this time of the log, seconds on its clock
+    /// (default: its first round).
+    #[arg(long, requires = "events")]
+    pub at: Option<f64>,
+    /// Replay the state of the scheduler at this address, now.
+    #[arg(long)]
+    pub scheduler: Option<String>,
+    /// File holding the cluster's shared token (with --scheduler).
+    #[arg(long, env = "BLOX_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Use TLS, trusting this certificate authority (PEM).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// Name to expect in the scheduler's certificate.
+    #[arg(long)]
+    pub tls_domain: Option<String>,
+    /// A config to replay under (repeat to compare several).
+    #[arg(long = "config", required = true)]
+    pub configs: Vec<PathBuf>,
+    /// Another replay under the first config with these changes:
+    /// `--variant scheduling.policy=las` (comma-separated KEY=VALUE; repeat).
+    #[arg(long = "variant", value_name = "KEY=VALUE[,…]")]
+    pub variants: Vec<String>,
+    /// Changes to every config.
+    #[command(flatten)]
+    pub overrides: Overrides,
+    /// Write DIR/whatif.csv, DIR/predictions.csv (every job's start and
+    /// finish under each config) and each replay's tables, plots and events
+    /// under DIR/<config>/ (`blox report DIR/<config>`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Options of `blox bench scale` (default: FIFO, LAS, SRTF and Tiresias at

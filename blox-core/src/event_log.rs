@@ -177,6 +177,44 @@ pub fn read(path: &Path, with_rotated: bool) -> Result<Vec<Event>, EventLogError
     Ok(out)
 }
 
+/// [`read`], tolerating a log cut short: an unreadable last line of the
+/// newest file (a write torn by a crash or a full disk) is left out and
+/// said in the returned note. Any other bad line is an error.
+pub fn read_cut(
+    path: &Path,
+    with_rotated: bool,
+) -> Result<(Vec<Event>, Option<String>), EventLogError> {
+    let mut files = if with_rotated {
+        rotated_files(path)
+    } else {
+        Vec::new()
+    };
+    files.push(path.to_path_buf());
+    let mut out = Vec::new();
+    let mut note = None;
+    let last_file = files.len() - 1;
+    for (k, f) in files.iter().enumerate() {
+        let r = BufReader::new(File::open(f).map_err(io(f))?);
+        let lines: Vec<String> = r.lines().collect::<Result<_, _>>().map_err(io(f))?;
+        let n = lines.len();
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match parse(f, i + 1, line) {
+                Ok(e) => out.push(e),
+                Err(e) if k == last_file && i + 1 == n => {
+                    note = Some(format!(
+                        "{e}; the log is cut short there, its last line is left out"
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok((out, note))
+}
+
 /// Reads the events appended to a log since the last call, across
 /// rotations (`blox events --follow`). Only whole lines are returned.
 pub struct Follow {
@@ -314,6 +352,10 @@ fn keyed(events: &[Event]) -> Vec<(Key, &Event)> {
                 // Node joins and departures are the cluster, not decisions.
                 _ => return None,
             };
+            // Submissions are inputs, not decisions.
+            if matches!(e.what, What::Submitted { .. }) {
+                return None;
+            }
             // A wait reason is matched by its kind (`waiting-for-gpus`, …).
             let kind = match &e.what {
                 What::Waiting { wait_kind, .. } => crate::wait::WaitReason::KINDS
@@ -503,6 +545,10 @@ mod tests {
             What::Finished {
                 jct_s: Some(1.5),
                 reason: Some("done".into()),
+                attained_gpu_s: Some(3.0),
+            },
+            What::Submitted {
+                spec: Box::new(crate::JobSpec::new(4, 2.0, 8).with_duration(60.0)),
             },
             What::Failed { reason: "f".into() },
             What::Cancelled,

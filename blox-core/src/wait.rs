@@ -51,6 +51,23 @@ impl WaitReason {
         "preempted",
     ];
 
+    /// A reason of kind `kind` (a word of [`WaitReason::KINDS`]) for a job
+    /// asking for `asked` GPUs, with the details a log's `waiting` event
+    /// does not carry set to their first value (a replay's jobs continue
+    /// from the kinds a log shows).
+    pub fn of_kind(kind: &str, asked: u32) -> Option<WaitReason> {
+        Some(match kind {
+            "not-admitted" => WaitReason::NotAdmitted,
+            "waiting-for-gpus" => WaitReason::WaitingForGpus { asked },
+            "blocked-by-placement" => WaitReason::BlockedByPlacement { asked },
+            "held" => WaitReason::Held {
+                cause: HoldCause::StartupProtection,
+            },
+            "preempted" => WaitReason::Preempted,
+            _ => return None,
+        })
+    }
+
     /// The kind, a stable word (`waiting-for-gpus`, …).
     pub fn kind(&self) -> &'static str {
         Self::KINDS[self.index()]

@@ -103,6 +103,10 @@ impl Store {
                     );
                     info.id = id;
                 }
+                // Records written before JobInfo carried duration_s.
+                (Some(info), Some(job)) if info.duration_s.is_none() => {
+                    info.duration_s = job.duration_s;
+                }
                 (Some(_), _) => {}
                 // Without its info the job is known only by what was
                 // submitted: it is queued again under its id.

@@ -14,6 +14,7 @@ pub mod report;
 pub mod run;
 pub mod sweep;
 pub mod synth;
+pub mod whatif;
 pub mod workload;
 
 pub use backend::{SimBackend, SimConfig};

@@ -60,6 +60,8 @@ pub struct Simulation {
     stalled_rounds: u64,
     /// Where the loop's decisions go, when [`Simulation::log_events`] was called.
     events: Option<blox_core::event_log::EventLog>,
+    /// The decisions kept in memory, when [`Simulation::keep_events`] was called.
+    kept: Option<Vec<blox_core::round::events::Event>>,
     /// The synthesizer's decisions, when one is configured.
     pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
@@ -142,6 +144,7 @@ impl Simulation {
             seen_ended: 0,
             stalled_rounds: 0,
             events: None,
+            kept: None,
             synth_decisions: None,
         })
     }
@@ -152,6 +155,18 @@ impl Simulation {
         self.events = Some(blox_core::event_log::EventLog::create(path)?);
         self.round_loop.record_events(true);
         Ok(())
+    }
+
+    /// Keeps every decision of the run from now on in memory (beside any
+    /// log file), for [`Simulation::take_events`].
+    pub fn keep_events(&mut self) {
+        self.kept = Some(Vec::new());
+        self.round_loop.record_events(true);
+    }
+
+    /// The decisions kept so far (see [`Simulation::keep_events`]).
+    pub fn take_events(&mut self) -> Vec<blox_core::round::events::Event> {
+        self.kept.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn is_tracked(&self, id: JobId) -> bool {
@@ -213,6 +228,9 @@ impl Simulation {
         self.stalled_rounds = if stuck { self.stalled_rounds + 1 } else { 0 };
         if self.stalled_rounds >= STALL_ROUNDS {
             return Err(self.stalled(&r));
+        }
+        if let Some(k) = &mut self.kept {
+            k.extend(r.events.iter().cloned());
         }
         if let Some(log) = &mut self.events {
             log.write(&r.events)?;

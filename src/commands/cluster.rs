@@ -31,6 +31,11 @@ fn security(c: &Connect, cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<
     Ok(Security { token, tls })
 }
 
+/// A client's token and TLS settings.
+pub fn security_of(c: &Connect) -> Result<Security> {
+    security(c, None, None)
+}
+
 fn ctl(c: &Connect) -> Result<Ctl> {
     Ctl::connect(&c.scheduler, &security(c, None, None)?)
         .with_context(|| format!("connecting to {}", c.scheduler))

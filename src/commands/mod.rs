@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod events;
 pub mod local;
 pub mod study;
+pub mod whatif;
 
 use crate::cli::{Command, Overrides, SimArgs};
 use crate::say;
@@ -136,6 +137,7 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
         } => cluster::status(&connect, &jobs, start),
         Command::Cancel { connect, job } => cluster::cancel(&connect, job),
         Command::Events(a) => events::events(a),
+        Command::Whatif(a) => whatif::whatif(a),
         Command::Policies => policies(),
         Command::Bench {
             which,

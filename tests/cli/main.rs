@@ -3,6 +3,7 @@
 #[path = "../shared/mod.rs"]
 mod shared;
 mod sweep;
+mod whatif;
 
 use shared::sweep_table;
 use std::path::{Path, PathBuf};

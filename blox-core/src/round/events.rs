@@ -8,7 +8,7 @@
 //!
 //! [`RoundLoop::record_events`]: super::RoundLoop::record_events
 
-use crate::{ClusterState, GpuId, Job, JobId};
+use crate::{ClusterState, GpuId, Job, JobId, JobSpec};
 use serde::{Deserialize, Serialize};
 
 /// One decision, as one JSON line: `{"round":3,"time_s":12.0,"job":7,
@@ -37,6 +37,10 @@ pub struct Event {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum What {
+    /// The loop saw the job for the first time (what was submitted, for
+    /// replays: `blox whatif --events`). An input, not a decision: event
+    /// diffs skip it.
+    Submitted { spec: Box<JobSpec> },
     /// Admission accepted the job.
     Admitted,
     /// The job will never run: an impossible request or admission said no.
@@ -60,6 +64,9 @@ pub enum What {
         jct_s: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Productive GPU-seconds it took (its work, for replays).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attained_gpu_s: Option<f64>,
     },
     /// The job ended without reaching its end.
     Failed { reason: String },
@@ -111,6 +118,7 @@ impl What {
     /// The tag as written (`"launched"`), for filters and diffs.
     pub fn kind(&self) -> &'static str {
         match self {
+            What::Submitted { .. } => "submitted",
             What::Admitted => "admitted",
             What::Rejected { .. } => "rejected",
             What::Launched { .. } => "launched",
@@ -159,7 +167,7 @@ impl std::fmt::Display for Event {
             | What::Preempted { reason }
             | What::Requeued { reason }
             | What::Failed { reason } => write!(f, "{}: {reason}", self.what.kind()),
-            What::Finished { jct_s, reason } => {
+            What::Finished { jct_s, reason, .. } => {
                 write!(f, "finished")?;
                 if let Some(j) = jct_s {
                     write!(f, ", JCT {j:.1} s")?;
@@ -181,6 +189,13 @@ impl std::fmt::Display for Event {
             }
             What::NodeLeft { node } => write!(f, "node {node} left"),
             What::Admitted => write!(f, "admitted"),
+            What::Submitted { spec } => {
+                write!(f, "submitted for {} GPUs", spec.requested_gpus)?;
+                match spec.expected_duration_s {
+                    Some(d) => write!(f, ", {d:.0} s"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -251,6 +266,7 @@ impl Recorder {
                 crate::JobStatus::Finished => What::Finished {
                     jct_s: job.jct_s(),
                     reason,
+                    attained_gpu_s: Some(job.attained_service_gpu_s),
                 },
                 crate::JobStatus::Cancelled => What::Cancelled,
                 _ => What::Failed {

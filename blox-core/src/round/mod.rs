@@ -213,6 +213,12 @@ impl RoundLoop {
         self.round
     }
 
+    /// Numbers the next round `round` (a replay that continues a log's
+    /// rounds, so its decisions line up with the log's).
+    pub fn set_next_round(&mut self, round: u64) {
+        self.round = round;
+    }
+
     /// When the last round started: the time of the jobs' latest metrics.
     pub fn last_round_start_s(&self) -> Option<f64> {
         self.last_start_s
@@ -292,6 +298,10 @@ impl RoundLoop {
             .map_err(backend("job submission"))?
         {
             let mut job = Job::new(spec);
+            if self.events.on() {
+                let spec = Box::new(job.spec.clone());
+                self.events.job(&job, What::Submitted { spec });
+            }
             let want = job.requested_gpus();
             if want == 0 || want > self.cluster.max_gpus() {
                 let reason = if want == 0 {

@@ -153,6 +153,7 @@ impl Scheduler for Service {
                 requested_gpus: j.gpus,
                 submitted_unix_s: unix_now(),
                 command: j.command.clone(),
+                duration_s: j.duration_s,
                 ..Default::default()
             }),
             job: Some(j),

@@ -1,0 +1,385 @@
+//! The state a replay starts from ([`History`]), from an event log.
+
+use blox_core::event_log::EventLogError;
+use blox_core::round::events::{Event, GpuPlace, What};
+use blox_core::*;
+use std::collections::{BTreeMap, HashMap};
+
+/// A job's work for a replay: its run time at its requested GPUs, and
+/// where that came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Work {
+    pub duration_s: f64,
+    pub from: &'static str,
+}
+
+/// What happened to a job in the history (after the replay's start).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Actual {
+    /// When it first got GPUs (before the replay's start or after).
+    pub start_s: Option<f64>,
+    pub finish_s: Option<f64>,
+    /// It ended without finishing (failed, cancelled, rejected).
+    pub ended_otherwise: bool,
+}
+
+/// Where a replay starts: the jobs then, those still to come, each one's
+/// work, and what happened after (for comparison).
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// The replay's start, on the history's clock, and the number of the
+    /// history's round then.
+    pub at_s: f64,
+    pub start_round: u64,
+    /// The history's decisions from the start on (an event log's), to
+    /// compare the replays with.
+    pub tail: Vec<Event>,
+    /// Admitted, unfinished jobs then (running ones with their GPUs as
+    /// (node, index in node)); progress and service so far filled in.
+    pub active: Vec<(Job, Vec<GpuPlace>)>,
+    /// Submitted, not yet admitted then.
+    pub waiting: Vec<Job>,
+    /// Submitted after the start.
+    pub future: Vec<JobSpec>,
+    /// Each job's work, where known.
+    pub work: HashMap<JobId, Work>,
+    /// GPUs of each node, where the history knows the cluster (a live
+    /// scheduler's workers); `None`: each config's `[cluster]`.
+    pub nodes: Option<Vec<u32>>,
+    /// What happened to each job after the start, where the history shows it.
+    pub actual: HashMap<JobId, Actual>,
+    /// What the history lacks (a log cut short or rotated, …).
+    pub notes: Vec<String>,
+}
+
+impl History {
+    pub fn work_of(&self, id: JobId) -> Option<Work> {
+        self.work.get(&id).copied()
+    }
+
+    /// Jobs of the replay whose work is unknown.
+    pub fn unknown_work(&self) -> usize {
+        self.active
+            .iter()
+            .map(|(j, _)| j.id())
+            .chain(self.waiting.iter().map(|j| j.id()))
+            .chain(self.future.iter().map(|s| s.id))
+            .filter(|id| !self.work.contains_key(id))
+            .count()
+    }
+
+    /// Every job of the replay (active, waiting, future), by id.
+    pub fn job_ids(&self) -> Vec<JobId> {
+        let mut v: Vec<JobId> = self
+            .active
+            .iter()
+            .map(|(j, _)| j.id())
+            .chain(self.waiting.iter().map(|j| j.id()))
+            .chain(self.future.iter().map(|s| s.id))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The state of an event log at `at_s` (its first round when `None`;
+    /// else its first round at or after `at_s`, on the grid of `round_s`
+    /// from its last event before): the decisions before it are carried
+    /// out, those from it on replayed.
+    /// `sim`: the start-up a launch and a restart cost before they make
+    /// progress (the replay config's `[sim]`). Jobs must have `submitted`
+    /// events (logs of this version on); a log that starts after its jobs
+    /// were submitted (rotated, cut) loses them, which the notes say.
+    pub fn from_events(
+        events: &[Event],
+        at_s: Option<f64>,
+        sim: &crate::SimConfig,
+        round_s: f64,
+    ) -> Result<History, EventLogError> {
+        let overheads = (sim.launch_overhead_s, sim.restart_overhead_s);
+        let first_t = events.first().map_or(0.0, |e| e.time_s);
+        let want = at_s.unwrap_or(first_t);
+        // The start is the log's first round at or after `at_s`: one with
+        // events, or one between them on the grid of `round_s`.
+        let from = events
+            .iter()
+            .position(|e| e.time_s >= want)
+            .unwrap_or(events.len());
+        let (mut at, mut start_round) = match events.get(from) {
+            Some(e) => (e.time_s, e.round),
+            None => (want, events.last().map_or(0, |e| e.round + 1)),
+        };
+        if let Some(prev) = from.checked_sub(1).map(|i| &events[i]) {
+            let n = ((want - prev.time_s) / round_s).ceil().max(1.0);
+            let t = prev.time_s + n * round_s;
+            if t < at || from == events.len() {
+                at = t;
+                start_round = prev.round + n as u64;
+            }
+        }
+        let mut h = History {
+            at_s: at,
+            start_round,
+            tail: events[from..].to_vec(),
+            ..History::default()
+        };
+        let mut jobs: BTreeMap<JobId, Tracked> = BTreeMap::new();
+        let mut unknown: BTreeMap<JobId, usize> = BTreeMap::new();
+        let mut nodes: Vec<u32> = Vec::new();
+        let mut last_t = first_t;
+        for e in events {
+            last_t = last_t.max(e.time_s);
+            if let What::NodeJoined { node, gpus, .. } = &e.what {
+                let n = *node as usize;
+                if nodes.len() <= n {
+                    nodes.resize(n + 1, 0);
+                }
+                nodes[n] = *gpus;
+                continue;
+            }
+            let Some(id) = e.job else { continue };
+            if let What::Submitted { spec } = &e.what {
+                if e.time_s >= at {
+                    h.future.push((**spec).clone());
+                }
+                jobs.insert(id, Tracked::new((**spec).clone(), e.time_s));
+                continue;
+            }
+            let Some(t) = jobs.get_mut(&id) else {
+                *unknown.entry(id).or_default() += 1;
+                continue;
+            };
+            t.apply(e, at, overheads);
+        }
+        if !nodes.is_empty() {
+            h.nodes = Some(nodes);
+        }
+        if at > last_t {
+            h.notes.push(format!(
+                "the log ends at {last_t:.0} s, before --at {at:.0} s: jobs then unfinished are replayed from where the log left them"
+            ));
+        }
+        if !unknown.is_empty() {
+            let ids: Vec<String> = unknown.keys().take(5).map(|j| j.to_string()).collect();
+            h.notes.push(format!(
+                "{} jobs have decisions but no `submitted` event (the log starts after they were submitted: rotated, cut, or written before blox recorded submissions), left out: {}{}",
+                unknown.len(),
+                ids.join(", "),
+                if unknown.len() > 5 { ", …" } else { "" }
+            ));
+        }
+        let mut unknown_work = 0;
+        for (id, t) in jobs {
+            if let Some(w) = t.work() {
+                h.work.insert(id, w);
+            } else {
+                unknown_work += 1;
+            }
+            h.actual.insert(id, t.actual);
+            if t.spec_future(at) {
+                continue;
+            }
+            let work = h.work.get(&id).map(|w| w.duration_s);
+            match t.state_at(at, work) {
+                State::Ended => {}
+                State::Waiting(j) => h.waiting.push(j),
+                State::Active(j, places) => h.active.push((j, places)),
+            }
+        }
+        if unknown_work > 0 {
+            h.notes.push(format!(
+                "{unknown_work} jobs neither finished in the log nor gave duration_s: their work is unknown, they run on in the replays and their JCTs are not counted"
+            ));
+        }
+        h.future.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+        Ok(h)
+    }
+}
+
+/// A job as the log shows it, up to the replay's start.
+struct Tracked {
+    job: Job,
+    places: Vec<GpuPlace>,
+    /// When the current launch began making progress (after start-up).
+    progress_from: Option<f64>,
+    /// Productive GPU-seconds before the start, and in all.
+    attained_before: f64,
+    attained_all: f64,
+    /// Productive GPU-seconds the log's `finished` event gives.
+    finished_attained: Option<f64>,
+    ended_before: bool,
+    actual: Actual,
+    gpus: u32,
+    /// When the loop saw it (its `submitted` event).
+    submitted_at: f64,
+    /// It was launched before (its next launch is a restart).
+    launched: bool,
+}
+
+enum State {
+    Ended,
+    Waiting(Job),
+    Active(Job, Vec<GpuPlace>),
+}
+
+impl Tracked {
+    fn new(spec: JobSpec, submitted_at: f64) -> Self {
+        Tracked {
+            job: Job::new(spec),
+            places: Vec::new(),
+            progress_from: None,
+            attained_before: 0.0,
+            attained_all: 0.0,
+            finished_attained: None,
+            ended_before: false,
+            actual: Actual::default(),
+            gpus: 0,
+            submitted_at,
+            launched: false,
+        }
+    }
+
+    /// Submitted at or after the start: one of the future's.
+    fn spec_future(&self, at: f64) -> bool {
+        self.submitted_at >= at
+    }
+
+    /// Closes the current launch at `t`: its productive time counts.
+    fn stop(&mut self, t: f64, at: f64) {
+        if let Some(from) = self.progress_from.take() {
+            let gpus = f64::from(self.gpus);
+            self.attained_all += (t - from).max(0.0) * gpus;
+            self.attained_before += (t.min(at) - from).max(0.0) * gpus;
+        }
+    }
+
+    /// `overheads`: start-up of a first launch and of a restart.
+    fn apply(&mut self, e: &Event, at: f64, overheads: (f64, f64)) {
+        let before = e.time_s < at;
+        match &e.what {
+            What::Admitted if before => self.job.status = JobStatus::Queued,
+            What::Launched { gpus, .. } | What::Adopted { gpus } => {
+                self.stop(e.time_s, at);
+                self.gpus = gpus.len() as u32;
+                let startup = if matches!(e.what, What::Adopted { .. }) {
+                    0.0
+                } else if self.launched {
+                    overheads.1
+                } else {
+                    overheads.0
+                };
+                self.launched = true;
+                self.progress_from = Some(e.time_s + startup);
+                if self.actual.start_s.is_none() {
+                    self.actual.start_s = Some(e.time_s);
+                }
+                if before {
+                    self.job.wait = None;
+                    self.job.status = JobStatus::Running;
+                    self.places = gpus.clone();
+                    self.job.launches += 1;
+                    self.job.last_launch_s = Some(e.time_s);
+                    self.job.first_start_s.get_or_insert(e.time_s);
+                    self.job.max_gpus_so_far = self.job.max_gpus_so_far.max(self.gpus);
+                    self.job.first_iteration_s = Some(e.time_s + startup);
+                    self.job.last_startup_s = Some(startup);
+                }
+            }
+            What::Preempted { .. } | What::Requeued { .. } => {
+                self.stop(e.time_s, at);
+                if before {
+                    self.job.status = JobStatus::Queued;
+                    self.places.clear();
+                    self.job.preemptions += u32::from(matches!(e.what, What::Preempted { .. }));
+                }
+            }
+            What::Finished {
+                attained_gpu_s,
+                jct_s,
+                ..
+            } => {
+                self.stop(e.time_s, at);
+                self.finished_attained = *attained_gpu_s;
+                // Its exact end, where the log gives its JCT (the round
+                // that saw it end comes after).
+                let end = jct_s.map_or(e.time_s, |j| self.job.spec.arrival_s + j);
+                self.end(e.time_s, end, at, true);
+            }
+            What::Failed { .. } | What::Cancelled | What::Rejected { .. } => {
+                self.stop(e.time_s, at);
+                self.end(e.time_s, e.time_s, at, false);
+            }
+            What::Waiting { wait_kind, .. } if before => {
+                self.job.wait = WaitReason::of_kind(wait_kind, self.job.requested_gpus());
+                self.job.wait_counted_s = Some(e.time_s);
+            }
+            _ => {}
+        }
+    }
+
+    /// Ended: seen by the round at `seen` (the event's), at `t`.
+    fn end(&mut self, seen: f64, t: f64, at: f64, finished: bool) {
+        if seen < at {
+            self.ended_before = true;
+        } else if finished {
+            self.actual.finish_s = Some(t);
+        } else {
+            self.actual.ended_otherwise = true;
+        }
+    }
+
+    /// Its work: what a finished job took, else its `duration_s`.
+    fn work(&self) -> Option<Work> {
+        let gpus = f64::from(self.job.requested_gpus().max(1));
+        if let Some(a) = self.finished_attained.filter(|a| *a > 0.0) {
+            return Some(Work {
+                duration_s: a / gpus,
+                from: "the log",
+            });
+        }
+        if self.actual.finish_s.is_some() && self.attained_all > 0.0 {
+            return Some(Work {
+                duration_s: self.attained_all / gpus,
+                from: "the log",
+            });
+        }
+        // A job that ended otherwise ran for what it ran.
+        if self.actual.ended_otherwise && self.attained_all > 0.0 {
+            return Some(Work {
+                duration_s: self.attained_all / gpus,
+                from: "the log (ended unfinished)",
+            });
+        }
+        self.job.spec.expected_duration_s.map(|d| Work {
+            duration_s: d,
+            from: "duration_s",
+        })
+    }
+
+    /// Its state at the start, with progress from `work` (run time at its
+    /// requested GPUs) where known.
+    fn state_at(mut self, at: f64, work: Option<f64>) -> State {
+        if self.ended_before {
+            return State::Ended;
+        }
+        if self.job.status == JobStatus::Running {
+            // Progress of the launch running at the start, up to it.
+            if let Some(from) = self.progress_from {
+                self.attained_before += (at - from).max(0.0) * f64::from(self.gpus);
+            }
+        }
+        let j = &mut self.job;
+        j.attained_service_gpu_s = self.attained_before;
+        let gpus = f64::from(j.requested_gpus().max(1));
+        if let Some(w) = work.filter(|w| *w > 0.0) {
+            j.progress = (self.attained_before / gpus / w).clamp(0.0, 1.0);
+        }
+        if j.status == JobStatus::Running {
+            j.allocation.clear();
+            State::Active(self.job, self.places)
+        } else if j.status == JobStatus::Submitted {
+            State::Waiting(self.job)
+        } else {
+            State::Active(self.job, Vec::new())
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! What if another policy had run? `blox whatif` takes the state of a
+//! scheduler at a moment — a live one's (`--scheduler`), or an event log's
+//! at `--at` (a cluster's, or a simulation's `events.jsonl`) — and replays
+//! what follows under other configs, in the simulator: the jobs active then
+//! carry on from their progress, the jobs that arrived later arrive again.
+//!
+//! A job's work is what it took where the history shows it (a finished
+//! job's productive GPU-seconds over its requested GPUs), else its
+//! `duration_s`, else unknown: it runs on in the replay and its JCT is not
+//! counted. Replayed under the config that ran, a simulation's log is
+//! reproduced decision for decision (`tests/whatif.rs`).
+
+mod history;
+mod table;
+
+pub use history::{Actual, History, Work};
+pub use table::{write_predictions, Comparison, Row};
+
+use crate::backend::SimConfig;
+use crate::run::{SimError, Simulation};
+use crate::workload::{SimJob, WorkModel};
+use crate::SimResult;
+use blox_core::*;
+use std::path::Path;
+
+/// Run time given to a job of unknown work: it never finishes.
+const UNKNOWN_WORK_S: f64 = 1e15;
+
+/// One replay: its config's label and what it produced.
+pub struct Replay {
+    pub label: String,
+    pub result: SimResult,
+    /// Notes on what the replay could not carry over (GPUs the config's
+    /// cluster lacks, …).
+    pub notes: Vec<String>,
+    /// Its decisions.
+    pub events: Vec<blox_core::round::events::Event>,
+}
+
+impl Replay {
+    /// Its decisions against the history's from the start on, rounds
+    /// within `slack` (`None` when the history has no decisions to compare).
+    pub fn against_history(
+        &self,
+        h: &History,
+        slack: u64,
+    ) -> Option<blox_core::event_log::EventDiff> {
+        (!h.tail.is_empty()).then(|| blox_core::event_log::diff(&h.tail, &self.events, slack))
+    }
+}
+
+/// Replays `h` under `cfg` (its policies, `[run]`, `[sim]`; its `[cluster]`
+/// where the history does not know the cluster), writing the replay's
+/// decisions to `events` if given.
+pub fn replay(
+    h: &History,
+    cfg: &Config,
+    label: &str,
+    events: Option<&Path>,
+) -> Result<Replay, SimError> {
+    let policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    let sim = SimConfig::from_section(&cfg.section("sim"))?;
+    let sim = SimConfig {
+        start_after_first_round: false,
+        ..sim
+    };
+    let round_s = cfg.run.round_s.get();
+    let mut notes = Vec::new();
+    let mut cluster = match &h.nodes {
+        Some(nodes) => {
+            let mut c = ClusterState::new();
+            for &gpus in nodes {
+                c.add_node(NodeSpec::with_gpus(gpus));
+            }
+            c
+        }
+        None => cfg.cluster_state()?,
+    };
+    let work = |j: &JobSpec| h.work_of(j.id).map_or(UNKNOWN_WORK_S, |w| w.duration_s);
+    // Jobs still to be admitted, and those arriving later, arrive in order.
+    let mut trace: Vec<SimJob> = h
+        .waiting
+        .iter()
+        .map(|j| &j.spec)
+        .chain(&h.future)
+        .map(|spec| SimJob {
+            startup_s: None,
+            converge_at: None,
+            spec: spec.clone(),
+            work: WorkModel::Duration {
+                duration_s: work(spec),
+            },
+        })
+        .collect();
+    trace.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s));
+    let mut run = cfg.run.clone();
+    run.track_jobs = None;
+    let mut s = Simulation::new(policies, cluster.clone(), run, sim.clone(), Vec::new())?;
+    // The jobs active at the start keep their GPUs where the cluster has them.
+    let mut jobs = JobState::new();
+    let mut running = Vec::new();
+    for (job, places) in &h.active {
+        let mut job = job.clone();
+        if job.is_running() {
+            let gpus: Option<Vec<GpuId>> = places
+                .iter()
+                .map(|p| {
+                    let node = cluster.nodes().get(p.node as usize)?;
+                    node.gpus.get(p.gpu as usize).copied()
+                })
+                .collect();
+            match gpus {
+                Some(g) if !g.is_empty() && cluster.assign(job.id(), &g).is_ok() => {
+                    job.allocation = g;
+                    running.push(job.id());
+                }
+                _ => {
+                    notes.push(format!(
+                        "{} ran on GPUs the cluster of `{label}` does not have free; it starts queued",
+                        job.id()
+                    ));
+                    job.status = JobStatus::Queued;
+                    job.allocation.clear();
+                }
+            }
+        }
+        jobs.insert(job);
+    }
+    let mut backend = crate::SimBackend::new(sim, round_s, trace, &cluster);
+    backend.start_at(h.at_s);
+    for j in jobs.active() {
+        backend.adopt(j, work(&j.spec), h.at_s);
+    }
+    s.backend = backend;
+    s.round_loop.jobs = jobs;
+    s.round_loop.cluster = cluster;
+    s.round_loop.startup = StartupRules::from_run(&cfg.run);
+    s.round_loop.policies.names = (
+        cfg.admission.policy.clone(),
+        cfg.scheduling.policy.clone(),
+        cfg.placement.policy.clone(),
+    );
+    s.round_loop.set_next_round(h.start_round);
+    if let Some(p) = events {
+        s.log_events(p)?;
+    }
+    s.keep_events();
+    // Until every job of known work ended (one of unknown work runs on).
+    let unknown = h.unknown_work();
+    while s.step()? {
+        let lp = &s.round_loop;
+        if lp.waiting().is_empty()
+            && lp.jobs.num_active() <= unknown
+            && s.backend.exhausted()
+            && lp.jobs.active().all(|j| h.work_of(j.id()).is_none())
+        {
+            break;
+        }
+    }
+    let events = s.take_events();
+    let result = s.finish();
+    Ok(Replay {
+        label: label.to_string(),
+        result,
+        notes,
+        events,
+    })
+}

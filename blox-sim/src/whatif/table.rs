@@ -1,0 +1,226 @@
+//! The comparison `blox whatif` prints and writes: per config (and for
+//! what actually happened, where the history shows it) the JCT, the wait to
+//! the first start and the utilisation of the replayed jobs, and every job's
+//! predicted start and finish per config (`predictions.csv`).
+
+use super::{History, Replay};
+use blox_core::stats::{mean, quantile_sorted};
+use blox_core::JobId;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One line of the comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// The config's label, or `actual`.
+    pub label: String,
+    /// Replayed jobs of known work, and how many of them finished.
+    pub jobs: usize,
+    pub finished: usize,
+    pub avg_jct_s: f64,
+    pub p50_jct_s: f64,
+    pub p99_jct_s: f64,
+    /// Submission to first start, averaged over the jobs that started.
+    pub avg_wait_s: f64,
+    /// Busy GPU-seconds over GPU-seconds from the start to the end of the
+    /// replay (`None` for what actually happened).
+    pub utilisation: Option<f64>,
+}
+
+/// Every replay beside what happened.
+pub struct Comparison {
+    pub rows: Vec<Row>,
+}
+
+fn row(label: &str, jobs: usize, mut jcts: Vec<f64>, waits: &[f64], util: Option<f64>) -> Row {
+    jcts.sort_by(f64::total_cmp);
+    Row {
+        label: label.to_string(),
+        jobs,
+        finished: jcts.len(),
+        avg_jct_s: mean(&jcts),
+        p50_jct_s: quantile_sorted(&jcts, 0.5),
+        p99_jct_s: quantile_sorted(&jcts, 0.99),
+        avg_wait_s: mean(waits),
+        utilisation: util,
+    }
+}
+
+impl Comparison {
+    /// Compares `replays` of `h` over its jobs of known work.
+    pub fn new(h: &History, replays: &[Replay]) -> Comparison {
+        let ids: Vec<JobId> = h
+            .job_ids()
+            .into_iter()
+            .filter(|id| h.work.contains_key(id))
+            .collect();
+        let arrival: HashMap<JobId, f64> = h
+            .active
+            .iter()
+            .map(|(j, _)| &j.spec)
+            .chain(h.waiting.iter().map(|j| &j.spec))
+            .chain(&h.future)
+            .map(|s| (s.id, s.arrival_s))
+            .collect();
+        let mut rows = Vec::new();
+        // What happened, where the history shows all of it.
+        let shown = ids.iter().filter(|id| h.actual.contains_key(id)).count();
+        if shown > 0 {
+            let mut jcts = Vec::new();
+            let mut waits = Vec::new();
+            for id in &ids {
+                let (Some(a), Some(arr)) = (h.actual.get(id), arrival.get(id)) else {
+                    continue;
+                };
+                if let Some(f) = a.finish_s {
+                    jcts.push(f - arr);
+                }
+                if let Some(s) = a.start_s {
+                    waits.push(s - arr);
+                }
+            }
+            rows.push(row("actual", shown, jcts, &waits, None));
+        }
+        for r in replays {
+            let by_id: HashMap<u64, &crate::JobRow> =
+                r.result.jobs.iter().map(|j| (j.job_id, j)).collect();
+            let mut jcts = Vec::new();
+            let mut waits = Vec::new();
+            for id in &ids {
+                let Some(j) = by_id.get(&id.0) else { continue };
+                if let Some(jct) = j.jct_s {
+                    jcts.push(jct);
+                }
+                if let Some(s) = j.first_start_s {
+                    waits.push(s - j.arrival_s);
+                }
+            }
+            let (busy, total) = r.result.rounds.iter().fold((0.0, 0.0), |(b, t), x| {
+                (b + f64::from(x.busy_gpus), t + f64::from(x.total_gpus))
+            });
+            let util = (total > 0.0).then(|| busy / total);
+            rows.push(row(&r.label, ids.len(), jcts, &waits, util));
+        }
+        Comparison { rows }
+    }
+
+    /// The table, for people.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<28} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}",
+            "config", "jobs", "finished", "avg JCT", "p50 JCT", "p99 JCT", "avg wait", "util"
+        );
+        let h = |s: f64| {
+            if s.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2} h", s / 3600.0)
+            }
+        };
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "{:<28} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}",
+                r.label,
+                r.jobs,
+                r.finished,
+                h(r.avg_jct_s),
+                h(r.p50_jct_s),
+                h(r.p99_jct_s),
+                h(r.avg_wait_s),
+                r.utilisation
+                    .map_or("-".to_string(), |u| format!("{:.0}%", 100.0 * u))
+            );
+        }
+        out
+    }
+
+    /// `whatif.csv`: the rows.
+    pub fn write_csv(&self, path: &Path) -> std::io::Result<()> {
+        let mut s = String::from(
+            "config,jobs,finished,avg_jct_s,p50_jct_s,p99_jct_s,avg_wait_s,utilisation\n",
+        );
+        let num = |v: f64| {
+            if v.is_nan() {
+                String::new()
+            } else {
+                format!("{v}")
+            }
+        };
+        for r in &self.rows {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{}",
+                csv_field(&r.label),
+                r.jobs,
+                r.finished,
+                num(r.avg_jct_s),
+                num(r.p50_jct_s),
+                num(r.p99_jct_s),
+                num(r.avg_wait_s),
+                r.utilisation.map_or(String::new(), |u| format!("{u}"))
+            );
+        }
+        std::fs::write(path, s)
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// `predictions.csv`: every replayed job's start and finish under each
+/// config (and what happened, as config `actual`).
+pub fn write_predictions(h: &History, replays: &[Replay], path: &Path) -> std::io::Result<()> {
+    let mut s =
+        String::from("job_id,name,arrival_s,config,start_s,finish_s,jct_s,work_s,work_from\n");
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+    let specs: HashMap<JobId, &blox_core::JobSpec> = h
+        .active
+        .iter()
+        .map(|(j, _)| &j.spec)
+        .chain(h.waiting.iter().map(|j| &j.spec))
+        .chain(&h.future)
+        .map(|s| (s.id, s))
+        .collect();
+    let rows: Vec<HashMap<u64, &crate::JobRow>> = replays
+        .iter()
+        .map(|r| r.result.jobs.iter().map(|j| (j.job_id, j)).collect())
+        .collect();
+    for id in h.job_ids() {
+        let spec = specs[&id];
+        let work = h.work_of(id);
+        let mut line = |config: &str, start: Option<f64>, finish: Option<f64>| {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{},{},{}",
+                id.0,
+                csv_field(&spec.name),
+                spec.arrival_s,
+                csv_field(config),
+                opt(start),
+                opt(finish),
+                opt(finish.map(|f| f - spec.arrival_s)),
+                opt(work.map(|w| w.duration_s)),
+                work.map_or("unknown", |w| w.from)
+            );
+        };
+        if let Some(a) = h.actual.get(&id) {
+            line("actual", a.start_s, a.finish_s);
+        }
+        for (r, by_id) in replays.iter().zip(&rows) {
+            if let Some(j) = by_id.get(&id.0) {
+                let finish = j.jct_s.and(j.finish_s);
+                line(&r.label, j.first_start_s, finish);
+            }
+        }
+    }
+    std::fs::write(path, s)
+}

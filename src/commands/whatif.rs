@@ -1,0 +1,288 @@
+//! `blox whatif`: a live scheduler's state, or an event log's at a moment,
+//! replayed under other configs (blox_sim::whatif), beside what happened.
+
+use crate::cli::{Connect, WhatifArgs};
+use crate::say;
+use anyhow::{bail, Context, Result};
+use blox_core::round::events::GpuPlace;
+use blox_core::*;
+use blox_runtime::proto::{JobInfo, JobPhase, StatusReply};
+use blox_sim::whatif::{self, Comparison, History, Work};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// A config to replay under, and its label.
+struct Target {
+    label: String,
+    cfg: Config,
+}
+
+/// Every config (and variant), read and checked before anything runs.
+fn targets(a: &WhatifArgs) -> Result<Vec<Target>> {
+    let common = super::overrides(&a.overrides)?;
+    let mut out: Vec<Target> = Vec::new();
+    let label_of = |p: &Path| {
+        p.file_stem()
+            .map_or("config".into(), |s| s.to_string_lossy().into_owned())
+    };
+    for path in &a.configs {
+        let cfg = blox_sim::load_config(path, None, &common)?;
+        // Errors name the file and line already.
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+        out.push(Target {
+            label: label_of(path),
+            cfg,
+        });
+    }
+    for v in &a.variants {
+        let mut o = common.clone();
+        for kv in v.split(',').filter(|s| !s.trim().is_empty()) {
+            o.push(Override::parse_cli(kv.trim())?);
+        }
+        let cfg = blox_sim::load_config(&a.configs[0], None, &o)
+            .with_context(|| format!("--variant {v}"))?;
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)
+            .with_context(|| format!("--variant {v}"))?;
+        out.push(Target {
+            label: format!("{}[{v}]", label_of(&a.configs[0])),
+            cfg,
+        });
+    }
+    // Labels name folders: make them unique.
+    for i in 1..out.len() {
+        let mut n = 2;
+        let base = out[i].label.clone();
+        while out[..i].iter().any(|t| t.label == out[i].label) {
+            out[i].label = format!("{base}-{n}");
+            n += 1;
+        }
+    }
+    Ok(out)
+}
+
+pub fn whatif(a: WhatifArgs) -> Result<ExitCode> {
+    let targets = targets(&a)?;
+    let sim0 = blox_sim::SimConfig::from_section(&targets[0].cfg.section("sim"))?;
+    let history = match (&a.events, &a.scheduler) {
+        (Some(path), _) => {
+            let (events, cut) = blox_core::event_log::read_cut(path, true)?;
+            if let Some(n) = cut {
+                eprintln!("note: {n}");
+            }
+            if events.is_empty() {
+                bail!("{}: no events", path.display());
+            }
+            History::from_events(&events, a.at, &sim0, targets[0].cfg.run.round_s.get())?
+        }
+        (None, Some(addr)) => live_history(&Connect {
+            scheduler: addr.clone(),
+            token_file: a.token_file.clone(),
+            tls_ca: a.tls_ca.clone(),
+            tls_domain: a.tls_domain.clone(),
+        })?,
+        (None, None) => bail!("give --events FILE or --scheduler ADDR"),
+    };
+    for n in &history.notes {
+        eprintln!("note: {n}");
+    }
+    let n_jobs = history.job_ids().len();
+    say!(
+        "what if: {} jobs from {:.0} s ({} running, {} queued, {} waiting for admission, {} arriving later), {} configs",
+        n_jobs,
+        history.at_s,
+        history.active.iter().filter(|(j, _)| j.is_running()).count(),
+        history.active.iter().filter(|(j, _)| !j.is_running()).count(),
+        history.waiting.len(),
+        history.future.len(),
+        targets.len()
+    )?;
+    let mut replays = Vec::new();
+    for t in &targets {
+        let dir = a.out.as_ref().map(|d| d.join(&t.label));
+        if let Some(d) = &dir {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let events = dir.as_ref().map(|d| d.join("events.jsonl"));
+        let r = whatif::replay(&history, &t.cfg, &t.label, events.as_deref())
+            .with_context(|| format!("replaying under {}", t.label))?;
+        for n in &r.notes {
+            eprintln!("note: {}: {n}", t.label);
+        }
+        if let Some(d) = &dir {
+            r.result
+                .write(d)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+        replays.push(r);
+    }
+    let cmp = Comparison::new(&history, &replays);
+    say!("{}", cmp.render().trim_end())?;
+    for r in &replays {
+        if let Some(d) = r.against_history(&history, 1) {
+            say!(
+                "{}: {} decisions as in the log, {} not (rounds within 1)",
+                r.label,
+                d.matched,
+                d.differences.len()
+            )?;
+        }
+    }
+    if let Some(dir) = &a.out {
+        write_out(dir, &history, &replays, &cmp, &targets)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_out(
+    dir: &Path,
+    h: &History,
+    replays: &[whatif::Replay],
+    cmp: &Comparison,
+    targets: &[Target],
+) -> Result<()> {
+    let csv = dir.join("whatif.csv");
+    cmp.write_csv(&csv)
+        .with_context(|| format!("writing {}", csv.display()))?;
+    let pred = dir.join("predictions.csv");
+    whatif::write_predictions(h, replays, &pred)
+        .with_context(|| format!("writing {}", pred.display()))?;
+    // As a sweep of one grid, so `blox report` draws it.
+    let rows: Vec<blox_sim::sweep::SweepRow> = replays
+        .iter()
+        .zip(targets)
+        .zip(cmp.rows.iter().filter(|r| r.label != "actual"))
+        .map(|((r, t), row)| blox_sim::sweep::SweepRow {
+            grid: "whatif".into(),
+            policy: r.label.clone(),
+            admission: t.cfg.admission.policy.clone(),
+            scheduling: t.cfg.scheduling.policy.clone(),
+            placement: t.cfg.placement.policy.clone(),
+            workload: String::new(),
+            jobs_per_hour: None,
+            seed: None,
+            dir: r.label.clone(),
+            config_hash: String::new(),
+            jobs: row.jobs,
+            finished: row.finished,
+            rejected: r.result.summary.jobs_rejected,
+            unfinished: row.jobs - row.finished,
+            avg_jct_s: row.avg_jct_s,
+            p50_jct_s: row.p50_jct_s,
+            p99_jct_s: row.p99_jct_s,
+            avg_responsiveness_s: row.avg_wait_s,
+            makespan_s: r.result.summary.makespan_s,
+            gpu_utilisation: row.utilisation.unwrap_or(f64::NAN),
+            preemptions: r.result.summary.preemptions,
+            rounds: r.result.summary.rounds,
+            wall_s: 0.0,
+        })
+        .collect();
+    let sweep_csv = dir.join("sweep.csv");
+    blox_sim::sweep::write_rows(&sweep_csv, &rows)?;
+    let mut written: Vec<PathBuf> = vec![csv, pred, sweep_csv];
+    match blox_sim::report::report_sweep(dir) {
+        Ok(files) => written.extend(files),
+        Err(e) => eprintln!("note: no plots: {e}"),
+    }
+    for f in written {
+        say!("wrote {}", f.display())?;
+    }
+    Ok(())
+}
+
+/// The state of the scheduler at `c` now: its unended jobs (times from the
+/// earliest submission among them), its workers as the cluster.
+fn live_history(c: &Connect) -> Result<History> {
+    let sec = super::cluster::security_of(c)?;
+    let mut ctl = blox_runtime::ctl::Ctl::connect(&c.scheduler, &sec)
+        .with_context(|| format!("connecting to {}", c.scheduler))?;
+    let r = ctl
+        .status_unended(&[])
+        .map_err(|e| anyhow::anyhow!("status of {}: {e}", c.scheduler))?;
+    Ok(history_of(&r, blox_runtime::ctl::unix_now()))
+}
+
+/// [`History`] of a Status reply taken at Unix time `now`.
+pub fn history_of(r: &StatusReply, now: f64) -> History {
+    let origin = r
+        .jobs
+        .iter()
+        .map(|j| j.submitted_unix_s)
+        .fold(now, f64::min);
+    let mut h = History {
+        at_s: now - origin,
+        ..History::default()
+    };
+    // Workers in the cluster are its nodes, in order; a GPU is
+    // "worker:local-index".
+    let alive: Vec<_> = r.workers.iter().filter(|w| w.alive).collect();
+    h.nodes = Some(alive.iter().map(|w| w.gpus.len() as u32).collect());
+    let place = |g: &str| -> Option<GpuPlace> {
+        let (w, i) = g.rsplit_once(':')?;
+        let node = alive.iter().position(|x| x.id == w)? as u32;
+        let gpu = i.parse().ok()?;
+        Some(GpuPlace { node, gpu })
+    };
+    for j in &r.jobs {
+        let job = job_of(j, origin);
+        if let Some(w) = work_of(j) {
+            h.work.insert(job.id(), w);
+        }
+        match j.phase() {
+            JobPhase::Submitted => h.waiting.push(job),
+            JobPhase::Running => {
+                // Past its start-up, running since now as far as the
+                // replay is concerned.
+                let mut job = job;
+                job.last_launch_s = Some(h.at_s);
+                job.first_iteration_s = Some(h.at_s);
+                let places: Option<Vec<GpuPlace>> = j.gpus.iter().map(|g| place(g)).collect();
+                h.active.push((job, places.unwrap_or_default()));
+            }
+            _ => h.active.push((job, Vec::new())),
+        }
+    }
+    let unknown = h.unknown_work();
+    if unknown > 0 {
+        h.notes.push(format!(
+            "{unknown} jobs gave no duration_s and have not reported enough progress: their work is unknown, they run on in the replays"
+        ));
+    }
+    h
+}
+
+fn job_of(j: &JobInfo, origin: f64) -> Job {
+    let mut spec = JobSpec::new(j.id, j.submitted_unix_s - origin, j.requested_gpus);
+    spec.name = j.name.clone();
+    spec.expected_duration_s = j.duration_s;
+    let mut job = Job::new(spec);
+    job.status = match j.phase() {
+        JobPhase::Running => JobStatus::Running,
+        JobPhase::Submitted => JobStatus::Submitted,
+        _ => JobStatus::Queued,
+    };
+    job.progress = j.progress.clamp(0.0, 1.0);
+    job.attained_service_gpu_s = j.attained_gpu_s;
+    job.startup_gpu_s = j.startup_gpu_s;
+    job.launches = j.launches;
+    job.preemptions = j.preemptions;
+    if j.launches > 0 {
+        job.first_start_s = Some(0.0);
+    }
+    job
+}
+
+/// Its run time at its requested GPUs: `duration_s`, else its measured rate.
+fn work_of(j: &JobInfo) -> Option<Work> {
+    if let Some(d) = j.duration_s.filter(|d| d.is_finite() && *d > 0.0) {
+        return Some(Work {
+            duration_s: d,
+            from: "duration_s",
+        });
+    }
+    let gpus = f64::from(j.requested_gpus.max(1));
+    (j.progress >= 0.01 && j.attained_gpu_s > 0.0).then(|| Work {
+        duration_s: j.attained_gpu_s / j.progress.min(1.0) / gpus,
+        from: "progress-rate",
+    })
+}

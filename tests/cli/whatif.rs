@@ -1,0 +1,173 @@
+//! `blox whatif` on recorded history: a simulation's event log replayed
+//! under the config that ran reproduces it decision for decision, from its
+//! start and from the middle; under another config it runs and differs;
+//! bad configs, a log cut short or rotated and an unreachable scheduler are
+//! handled as the issue asks.
+
+use super::{blox, tempdir, text};
+use std::path::Path;
+
+/// Runs `config` (120 Philly jobs) with its event log into `dir`.
+fn record(config: &str, dir: &Path) -> String {
+    let o = blox(&[
+        "sim",
+        config,
+        "--set",
+        "workload.num_jobs=120",
+        "--quiet",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    dir.join("events.jsonl").display().to_string()
+}
+
+fn whatif(args: &[&str]) -> (bool, String) {
+    let mut a = vec!["whatif"];
+    a.extend_from_slice(args);
+    let o = blox(&a);
+    (o.status.success(), text(&o))
+}
+
+/// "(label): N decisions as in the log, M not" → (N, M).
+fn matched(t: &str, label: &str) -> (usize, usize) {
+    let line = t
+        .lines()
+        .find(|l| l.starts_with(&format!("{label}: ")) && l.contains("decisions"))
+        .unwrap_or_else(|| panic!("no comparison for {label}: {t}"));
+    let nums: Vec<usize> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+#[test]
+fn a_log_replayed_under_its_own_config_is_reproduced_and_another_config_differs() {
+    let dir = tempdir("whatif");
+    let log = record("examples/configs/philly-las.toml", &dir.join("sim"));
+    for at in ["0", "150000"] {
+        let out = dir.join(format!("out-{at}"));
+        let (ok, t) = whatif(&[
+            "--events",
+            &log,
+            "--at",
+            at,
+            "--config",
+            "examples/configs/philly-las.toml",
+            "--config",
+            "examples/configs/philly-fifo.toml",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(ok, "{t}");
+        let (m, d) = matched(&t, "philly-las");
+        assert!(m > 100 && d == 0, "at {at}: {t}");
+        let (_, d_fifo) = matched(&t, "philly-fifo");
+        assert!(d_fifo > 0, "FIFO decides otherwise: {t}");
+        // The replay under its own config has the log's JCTs.
+        let row = |label: &str| -> Vec<String> {
+            let l = t.lines().find(|l| l.starts_with(label)).unwrap();
+            l.split_whitespace().skip(1).take(5).map(String::from).collect()
+        };
+        assert_eq!(row("actual "), row("philly-las "), "{t}");
+        assert_ne!(row("actual "), row("philly-fifo "), "{t}");
+        for f in ["whatif.csv", "predictions.csv", "sweep.csv", "summary.md"] {
+            assert!(out.join(f).exists(), "{f}: {t}");
+        }
+        assert!(out.join("philly-fifo/jobs.csv").exists());
+        let pred = std::fs::read_to_string(out.join("predictions.csv")).unwrap();
+        assert!(pred.starts_with("job_id,name,arrival_s,config,start_s,finish_s,jct_s"));
+        assert!(pred.lines().any(|l| l.contains(",philly-fifo,")), "{pred}");
+    }
+}
+
+#[test]
+fn a_variant_of_the_first_config_is_replayed_beside_it() {
+    let dir = tempdir("whatif-variant");
+    let log = record("examples/configs/philly-fifo.toml", &dir.join("sim"));
+    let (ok, t) = whatif(&[
+        "--events",
+        &log,
+        "--config",
+        "examples/configs/philly-fifo.toml",
+        "--variant",
+        "scheduling.policy=srtf",
+    ]);
+    assert!(ok, "{t}");
+    assert_eq!(matched(&t, "philly-fifo").1, 0, "{t}");
+    assert!(t.contains("philly-fifo[scheduling.policy=srtf]"), "{t}");
+}
+
+#[test]
+fn a_bad_config_is_refused_before_anything_runs() {
+    let dir = tempdir("whatif-bad");
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[cluster]\nnodes = 1\ngpus_per_node = 4\n[scheduling]\npolicy = \"no-such\"\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let (ok, t) = whatif(&[
+        "--events",
+        "/nonexistent/events.jsonl",
+        "--config",
+        "examples/configs/philly-fifo.toml",
+        "--config",
+        bad.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok, "{t}");
+    assert!(t.contains("bad.toml:5") && t.contains("no-such"), "{t}");
+    assert!(!out.exists(), "nothing written");
+    let (ok, t) = whatif(&["--events", "/nonexistent/events.jsonl"]);
+    assert!(!ok && t.contains("--config"), "{t}");
+}
+
+#[test]
+fn a_log_cut_short_or_rotated_is_replayed_as_far_as_it_goes() {
+    let dir = tempdir("whatif-cut");
+    let log = record("examples/configs/philly-fifo.toml", &dir.join("sim"));
+    let body = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = body.lines().collect();
+    // Cut in the middle of a line.
+    let half = lines.len() / 2;
+    let mut cut = lines[..half].join("\n");
+    cut.push('\n');
+    cut.push_str(&lines[half][..lines[half].len() / 2]);
+    let cut_path = dir.join("cut.jsonl");
+    std::fs::write(&cut_path, cut).unwrap();
+    let (ok, t) = whatif(&[
+        "--events",
+        cut_path.to_str().unwrap(),
+        "--config",
+        "examples/configs/philly-fifo.toml",
+    ]);
+    assert!(ok, "{t}");
+    assert!(t.contains("cut short"), "{t}");
+    // Its first part gone (rotated away): the jobs it held are missing.
+    let tail = dir.join("tail.jsonl");
+    std::fs::write(&tail, lines[half..].join("\n") + "\n").unwrap();
+    let (ok, t) = whatif(&[
+        "--events",
+        tail.to_str().unwrap(),
+        "--config",
+        "examples/configs/philly-fifo.toml",
+    ]);
+    assert!(ok, "{t}");
+    assert!(t.contains("no `submitted` event"), "{t}");
+}
+
+#[test]
+fn an_unreachable_scheduler_is_a_clear_error() {
+    let (ok, t) = whatif(&[
+        "--scheduler",
+        "127.0.0.1:1",
+        "--config",
+        "examples/configs/philly-fifo.toml",
+    ]);
+    assert!(!ok, "{t}");
+    assert!(t.contains("127.0.0.1:1"), "{t}");
+}
