@@ -68,7 +68,11 @@ fn a_log_replayed_under_its_own_config_is_reproduced_and_another_config_differs(
         // The replay under its own config has the log's JCTs.
         let row = |label: &str| -> Vec<String> {
             let l = t.lines().find(|l| l.starts_with(label)).unwrap();
-            l.split_whitespace().skip(1).take(5).map(String::from).collect()
+            l.split_whitespace()
+                .skip(1)
+                .take(5)
+                .map(String::from)
+                .collect()
         };
         assert_eq!(row("actual "), row("philly-las "), "{t}");
         assert_ne!(row("actual "), row("philly-fifo "), "{t}");

@@ -4,7 +4,10 @@
 //! and restarted on its job table; every job finishes and none is lost.
 //! Every process started here is killed when the test ends, pass or fail.
 
+mod answers;
+#[path = "../common/mod.rs"]
 mod common;
+#[path = "../shared/mod.rs"]
 mod shared;
 
 use blox_runtime::ctl::Ctl;
