@@ -75,6 +75,23 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
             .count()
     };
     assert!(waited("waiting-for-gpus") > 0 && waited("preempted") > 0);
+    // The same test on recorded history: the live log replayed by `blox
+    // whatif` under the scheduler's policies gives its decisions again.
+    let cfg = Config::parse(
+        "[run]\nround_s = 1\n[cluster]\nnodes = 2\ngpus_per_node = 2\n\
+         [scheduling]\npolicy = \"las\"\n[placement]\npolicy = \"consolidated\"\n",
+        "replay.toml",
+        std::path::Path::new("."),
+        &[],
+    )
+    .unwrap();
+    let sim_cfg = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let h = blox_sim::whatif::History::from_events(&live, None, &sim_cfg, 1.0).unwrap();
+    assert!(h.notes.is_empty(), "{:?}", h.notes);
+    assert_eq!(h.future.len(), trace.len());
+    let r = blox_sim::whatif::replay(&h, &cfg, "las", None).unwrap();
+    let d = r.against_history(&h, 1).unwrap();
+    assert!(d.is_same(), "{:#?}", d.differences);
     // Someone was preempted and resumed from its checkpoint.
     assert!(
         real.values().any(|j| j.launches > 1 && j.preemptions > 0),

@@ -359,6 +359,7 @@ pub fn fork_live(
     fork.jobs = jobs;
     fork.startup = startup;
     fork.check_invariants = false;
+    fork.wait_reasons = false;
     (fork, backend)
 }
 

@@ -45,18 +45,29 @@ impl RoundLoop {
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
             return Err(bad(format!("lists {} twice", w[0])));
         }
+        // Every job scheduled is admitted and unfinished: a walk of the
+        // admitted jobs beside the sorted ids when they are many (no lookup
+        // per job), a lookup each when they are few.
+        let check = |id: JobId, j: Option<&crate::Job>| match j {
+            None => Err(bad(unknown("schedules", id))),
+            Some(j) if !matches!(j.status, JobStatus::Queued | JobStatus::Running) => Err(bad(
+                format!("schedules {id}, which is {}", j.status.as_str()),
+            )),
+            Some(_) => Ok(()),
+        };
+        if ids.len() * 8 >= self.jobs.num_active() {
+            let mut active = self.jobs.active().peekable();
+            for &id in &ids {
+                while active.next_if(|j| j.id() < id).is_some() {}
+                check(id, active.peek().copied().filter(|j| j.id() == id))?;
+            }
+        } else {
+            for &id in &ids {
+                check(id, self.jobs.get(id))?;
+            }
+        }
         for d in &s.entries {
             let id = d.job;
-            match self.jobs.get(id) {
-                None => return Err(bad(unknown("schedules", id))),
-                Some(j) if !matches!(j.status, JobStatus::Queued | JobStatus::Running) => {
-                    return Err(bad(format!(
-                        "schedules {id}, which is {}",
-                        j.status.as_str()
-                    )))
-                }
-                Some(_) => {}
-            }
             if terminated.contains(&id) {
                 return Err(bad(format!("both terminates and schedules {id}")));
             }

@@ -157,6 +157,9 @@ pub struct RoundLoop {
     /// Decisions are validated before they run either way; throwaway forks
     /// (the synthesizer's) turn this off for speed.
     pub check_invariants: bool,
+    /// Give every job that is not running its wait reason after every round
+    /// (default on; throwaway forks — forecasts, synthesis — turn it off).
+    pub wait_reasons: bool,
     /// Fail on a policy's invalid decision, or drop it and go on.
     pub on_invalid: OnInvalidDecision,
     /// Jobs keep their GPUs while starting and for a while after
@@ -183,6 +186,7 @@ impl RoundLoop {
         RoundLoop {
             selector: None,
             check_invariants: true,
+            wait_reasons: true,
             on_invalid: OnInvalidDecision::Fail,
             startup: StartupRules::for_round(round_s),
             policies,
@@ -387,7 +391,9 @@ impl RoundLoop {
             self.cluster.check_invariants(&self.jobs)?;
         }
         self.decided.preempted.extend(preempted.iter().copied());
-        self.set_wait_reasons(info.now_s);
+        if self.wait_reasons {
+            self.set_wait_reasons(info.now_s);
+        }
 
         let running_jobs = self.jobs.running().count();
         let report = RoundReport {

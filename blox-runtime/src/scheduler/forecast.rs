@@ -40,6 +40,9 @@ pub(super) struct Forecasts {
 struct First {
     start: Option<f64>,
     finish: Option<f64>,
+    /// It started (its first start was judged, or it started unpredicted):
+    /// later restarts are not judged.
+    started: bool,
 }
 
 impl Forecasts {
@@ -106,11 +109,11 @@ pub(super) fn spawn(
                         // The first prediction of each job is the one judged.
                         for p in &fc.predictions {
                             let running = snap.jobs.get(p.job).is_some_and(|j| j.is_running());
-                            let e = f.first.entry(p.job.0).or_insert_with(|| First {
-                                start: None,
-                                finish: None,
-                            });
-                            if !running && e.start.is_none() {
+                            let e = f.first.entry(p.job.0).or_default();
+                            if running {
+                                e.started = true;
+                            }
+                            if !running && !e.started && e.start.is_none() {
                                 e.start = p.start_s.map(|s| unix0 + s);
                             }
                             if e.finish.is_none() && p.duration_from != DurationFrom::Unknown {
@@ -160,7 +163,9 @@ impl ForecastHandle {
             let mut h = lock(hub);
             let f = &mut h.forecasts;
             for id in &report.launched {
-                if let Some(p) = f.first.get_mut(&id.0).and_then(|e| e.start.take()) {
+                let e = f.first.entry(id.0).or_default();
+                e.started = true;
+                if let Some(p) = e.start.take() {
                     let err = (self.unix0 + report.time_s - p).abs();
                     metrics
                         .prediction_error
