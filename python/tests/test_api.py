@@ -76,6 +76,28 @@ def test_a_waiting_job_says_why(cluster):
     c.wait([long, queued], timeout_s=20)
 
 
+def test_a_queued_job_has_a_predicted_start(cluster):
+    c, _ = cluster
+    long = c.submit(toy(4), gpus=2, name="long", duration_s=4)
+    queued = c.submit(toy(0.5), gpus=2, name="queued", duration_s=0.5)
+    t = time.monotonic()
+    while True:
+        info = c.job(queued)
+        if c.job(long).phase == api.pb.JOB_PHASE_RUNNING and api.predicted_start(info):
+            break
+        assert time.monotonic() - t < 20, info
+        time.sleep(0.1)
+    now = time.time()
+    start, finish = api.predicted_start(info), api.predicted_finish(info)
+    # Behind a 4 s job on the same GPUs, for 0.5 s.
+    assert now < start < now + 10, (now, start)
+    assert abs(finish - start - 0.5) < 1.5, (start, finish)
+    assert info.prediction.duration_from == "duration_s" and info.duration_s == 0.5
+    assert api.predicted_start(c.job(long)) is None  # it runs
+    assert c.status().forecast.stopped
+    c.wait([long, queued], timeout_s=30)
+
+
 def test_a_retried_submission_with_a_key_is_one_job(cluster):
     c, _ = cluster
     first = c.submit(toy(0.2), idempotency_key="exp-42")
