@@ -191,11 +191,45 @@ pub struct ClusterState {
     /// Most GPUs an elastic (cloud) cluster may grow to; `None`: fixed size.
     #[serde(default)]
     max_gpus: Option<u32>,
+    /// Levels above the nodes (racks, blocks), if the config gives them.
+    #[serde(skip)]
+    topology: Option<std::sync::Arc<crate::topology::Topology>>,
 }
 
 impl ClusterState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The topology above the nodes, if any ([`crate::topology`]).
+    pub fn topology(&self) -> Option<&crate::topology::Topology> {
+        self.topology.as_deref()
+    }
+
+    /// Sets the topology (shared by the cluster's copies).
+    pub fn set_topology(&mut self, t: Option<crate::topology::Topology>) {
+        self.topology = t.map(std::sync::Arc::new);
+    }
+
+    /// The most free GPUs under one domain of the topology's innermost
+    /// level, or on one node without a topology: the largest job that can
+    /// be placed without spanning further (a fragmentation figure).
+    pub fn largest_placeable(&self) -> u32 {
+        let mut per_node = vec![0u32; self.nodes.len()];
+        for g in &self.gpus {
+            if g.online && g.job.is_none() {
+                per_node[g.node.index()] += 1;
+            }
+        }
+        let mut best = per_node.iter().copied().max().unwrap_or(0);
+        if let Some(t) = self.topology() {
+            let inner = t.levels().len() - 1;
+            for d in 0..t.domains(inner) as u32 {
+                let f = t.free_under(inner, d, |n| per_node.get(n.index()).copied().unwrap_or(0));
+                best = best.max(f);
+            }
+        }
+        best
     }
 
     /// `nodes` identical nodes of `gpus_per_node` GPUs each.

@@ -17,6 +17,7 @@ pub mod module;
 pub mod registry;
 pub mod round;
 pub mod stats;
+pub mod topology;
 pub mod wait;
 pub mod walk;
 

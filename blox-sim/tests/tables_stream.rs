@@ -49,6 +49,7 @@ fn tables_spanning_several_batches_come_back_whole() {
                 queued_jobs: 0,
                 waiting_jobs: 0,
                 running_jobs: k,
+                largest_placeable: 8 - k.min(8),
                 policy: "accept-all/fifo/first-free".into(),
             })
             .collect(),

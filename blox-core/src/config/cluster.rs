@@ -25,6 +25,25 @@ pub struct ClusterConfig {
     pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
     #[serde(default)]
     pub node_groups: Vec<toml::Table>,
+    /// Levels above the nodes (`crate::topology`).
+    pub topology: Option<toml::Table>,
+}
+
+/// `[cluster.topology]`'s levels.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopologyConfig {
+    levels: Vec<LevelConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LevelConfig {
+    name: String,
+    bandwidth_gbps: Positive,
+    /// Children per domain (nodes fill them in order); else node groups'
+    /// `labels` name the domains.
+    size: Option<u32>,
 }
 
 /// One group of identical nodes: `count` plus the fields of [`NodeSpec`].
@@ -33,6 +52,8 @@ pub struct NodeGroup {
     /// How many nodes of this kind.
     pub count: u32,
     pub spec: NodeSpec,
+    /// The domains its nodes sit in, by level name (`[cluster.topology]`).
+    pub labels: Option<toml::Table>,
 }
 
 /// Most nodes a config may describe (a typo such as `nodes = 1e9` would
@@ -52,10 +73,24 @@ impl NodeGroup {
             }
             None => return Err(s.error_at("count", "missing field `count`")),
         };
+        let labels = match t.remove("labels") {
+            None => None,
+            Some(toml::Value::Table(l)) => Some(l),
+            Some(_) => {
+                return Err(s.error_at(
+                    "labels",
+                    "`labels` is a table of level = \"domain\", e.g. { rack = \"r1\" }",
+                ))
+            }
+        };
         let spec: NodeSpec = s.with_table(t).parse()?;
         spec.validate()
             .map_err(|e| s.error_at("gpu_bandwidth_gbps", e.to_string()))?;
-        Ok(NodeGroup { count, spec })
+        Ok(NodeGroup {
+            count,
+            spec,
+            labels,
+        })
     }
 }
 
@@ -110,6 +145,8 @@ impl Config {
             }
         }
         let mut total: u64 = cluster.nodes().len() as u64;
+        // Each node's labels (from its group), for the topology.
+        let mut labels: Vec<Option<(toml::Table, Section)>> = vec![None; cluster.nodes().len()];
         for (i, group) in c.node_groups.iter().enumerate() {
             let sub = s.subsection(
                 &format!("cluster.node_groups[{i}]"),
@@ -126,7 +163,12 @@ impl Config {
             }
             for _ in 0..g.count {
                 cluster.add_node(g.spec.clone());
+                labels.push(g.labels.clone().map(|l| (l, sub.clone())));
             }
+        }
+        if let Some(t) = &c.topology {
+            let topo = topology(&s, t, &labels)?;
+            cluster.set_topology(Some(topo));
         }
         if let Some(m) = c.max_nodes {
             let per_node = cluster.nodes().first().map_or(0, |n| n.gpus.len() as u64);
@@ -150,5 +192,180 @@ impl Config {
             ));
         }
         Ok(cluster)
+    }
+}
+
+/// `[cluster.topology]` over the cluster's nodes (`labels`: each node's
+/// group labels and where they were written).
+fn topology(
+    s: &Section,
+    table: &toml::Table,
+    labels: &[Option<(toml::Table, Section)>],
+) -> Result<crate::topology::Topology, ConfigError> {
+    use crate::topology::{Level, Topology};
+    let sub = s.subsection("cluster.topology", "topology", table.clone());
+    let tc: TopologyConfig = sub.parse()?;
+    let levels: Vec<Level> = tc
+        .levels
+        .iter()
+        .map(|l| Level {
+            name: l.name.clone(),
+            bandwidth_gbps: l.bandwidth_gbps.get(),
+        })
+        .collect();
+    let sized = tc.levels.iter().filter(|l| l.size.is_some()).count();
+    let err = |m: String| sub.error_at("levels", m);
+    if sized == tc.levels.len() && sized > 0 {
+        let sizes: Vec<u32> = tc.levels.iter().map(|l| l.size.unwrap_or(0)).collect();
+        if labels.iter().any(Option::is_some) {
+            return Err(err(
+                "give every level a `size`, or [[cluster.node_groups]] `labels`, not both".into(),
+            ));
+        }
+        return Topology::regular(levels, &sizes, labels.len()).map_err(err);
+    }
+    if sized > 0 {
+        return Err(err(
+            "give every level a `size` (nodes fill domains in order), or none (node groups' `labels` name the domains)".into(),
+        ));
+    }
+    let mut paths = Vec::with_capacity(labels.len());
+    for (n, l) in labels.iter().enumerate() {
+        let Some((l, group)) = l else {
+            return Err(err(format!(
+                "node {n} has no `labels`: without `size`, every node comes from a [[cluster.node_groups]] with labels = {{ {} }}",
+                levels
+                    .iter()
+                    .map(|l| format!("{} = \"…\"", l.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        for key in l.keys() {
+            if !levels.iter().any(|x| &x.name == key) {
+                return Err(group.error_at(
+                    &format!("labels.{key}"),
+                    format!(
+                        "`{key}` is not a level of [cluster.topology] ({})",
+                        levels
+                            .iter()
+                            .map(|x| x.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+        let mut path = Vec::with_capacity(levels.len());
+        for lv in &levels {
+            match l.get(&lv.name) {
+                Some(toml::Value::String(d)) => path.push(d.clone()),
+                Some(_) => {
+                    return Err(group.error_at(
+                        &format!("labels.{}", lv.name),
+                        "a domain is named by a string",
+                    ))
+                }
+                None => {
+                    return Err(group.error_at(
+                        "labels",
+                        format!("no `{}` in labels: every level needs one", lv.name),
+                    ))
+                }
+            }
+        }
+        paths.push(path);
+    }
+    Topology::from_labels(levels, &paths).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ids::NodeId;
+    use crate::topology::Span;
+    use crate::Config;
+
+    fn cluster(body: &str) -> Result<crate::ClusterState, String> {
+        let text = format!("[scheduling]\npolicy = \"fifo\"\n{body}");
+        let cfg = Config::parse(&text, "c.toml", std::path::Path::new("."), &[])
+            .map_err(|e| e.to_string())?;
+        cfg.cluster_state().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_regular_topology_and_a_labelled_one_describe_the_same_tree() {
+        let regular = cluster(
+            "[cluster]\nnodes = 8\ngpus_per_node = 4\n[cluster.topology]\n\
+             levels = [{ name = \"block\", bandwidth_gbps = 10, size = 2 }, { name = \"rack\", bandwidth_gbps = 50, size = 2 }]\n",
+        )
+        .unwrap();
+        let t = regular.topology().unwrap();
+        assert_eq!(t.span(&[NodeId(0), NodeId(1)]), Span::Level(1));
+        assert_eq!(t.span(&[NodeId(0), NodeId(3)]), Span::Level(0));
+        assert_eq!(t.span(&[NodeId(0), NodeId(4)]), Span::Cluster);
+        let mut groups = String::new();
+        for r in 0..4 {
+            groups += &format!(
+                "[[cluster.node_groups]]\ncount = 2\ngpus = 4\nlabels = {{ block = \"b{}\", rack = \"r{r}\" }}\n",
+                r / 2
+            );
+        }
+        let labelled = cluster(&format!(
+            "[cluster.topology]\nlevels = [{{ name = \"block\", bandwidth_gbps = 10 }}, {{ name = \"rack\", bandwidth_gbps = 50 }}]\n{groups}"
+        ))
+        .unwrap();
+        let u = labelled.topology().unwrap();
+        for a in 0..8 {
+            for b in 0..8 {
+                let n = [NodeId(a), NodeId(b)];
+                assert_eq!(t.span(&n), u.span(&n));
+            }
+        }
+        assert_eq!(regular.largest_placeable(), 8, "a rack of 2 × 4 GPUs");
+    }
+
+    #[test]
+    fn a_bad_topology_is_refused_naming_the_key() {
+        let levels = "[cluster.topology]\nlevels = [{ name = \"block\", bandwidth_gbps = 10 }, { name = \"rack\", bandwidth_gbps = 50 }]\n";
+        // Not a tree: rack r0 under two blocks.
+        let e = cluster(&format!(
+            "{levels}[[cluster.node_groups]]\ncount = 1\ngpus = 4\nlabels = {{ block = \"b0\", rack = \"r0\" }}\n\
+             [[cluster.node_groups]]\ncount = 1\ngpus = 4\nlabels = {{ block = \"b1\", rack = \"r0\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("c.toml:") && e.contains("must be a tree"), "{e}");
+        // A label naming an unknown level.
+        let e = cluster(&format!(
+            "{levels}[[cluster.node_groups]]\ncount = 1\ngpus = 4\nlabels = {{ block = \"b0\", rack = \"r0\", row = \"x\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("c.toml:8") && e.contains("`row` is not a level"),
+            "{e}"
+        );
+        // A level without its label.
+        let e = cluster(&format!(
+            "{levels}[[cluster.node_groups]]\ncount = 1\ngpus = 4\nlabels = {{ block = \"b0\" }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("no `rack` in labels"), "{e}");
+        // Nodes without labels and levels without sizes.
+        let e = cluster(&format!(
+            "[cluster]\nnodes = 2\ngpus_per_node = 4\n{levels}"
+        ))
+        .unwrap_err();
+        assert!(e.contains("has no `labels`"), "{e}");
+        // Some sizes, not all.
+        let e = cluster(
+            "[cluster]\nnodes = 2\ngpus_per_node = 4\n[cluster.topology]\n\
+             levels = [{ name = \"block\", bandwidth_gbps = 10, size = 2 }, { name = \"rack\", bandwidth_gbps = 50 }]\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("every level a `size`"), "{e}");
+        let e = cluster(
+            "[cluster]\nnodes = 2\ngpus_per_node = 4\n[cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = -1, size = 2 }]\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("bandwidth_gbps"), "{e}");
     }
 }

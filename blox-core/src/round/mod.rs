@@ -98,6 +98,10 @@ pub struct RoundReport {
     pub running_jobs: usize,
     /// Submitted jobs that admission has not accepted yet.
     pub waiting_jobs: usize,
+    /// The largest job that could be placed after this round without
+    /// spanning beyond one innermost topology domain (one node without a
+    /// topology): fragmentation (`ClusterState::largest_placeable`).
+    pub largest_placeable: u32,
     pub launched: Vec<JobId>,
     pub preempted: Vec<JobId>,
     /// Jobs that ended during the last round (pruned in this one).
@@ -404,6 +408,7 @@ impl RoundLoop {
             queued_jobs: self.jobs.num_active() - running_jobs,
             running_jobs,
             waiting_jobs: self.waiting.len(),
+            largest_placeable: self.cluster.largest_placeable(),
             launched,
             preempted,
             ended,

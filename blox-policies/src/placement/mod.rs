@@ -9,3 +9,4 @@ pub mod first_free;
 pub mod most_free;
 pub mod synergy;
 pub mod tiresias_skew;
+pub mod topology;

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub prediction_error: HistogramVec,
     /// Wall time of one forecast (off the round thread).
     pub forecast_seconds: Histogram,
+    /// Fragmentation after the last round (`RoundReport::largest_placeable`).
+    pub largest_placeable: IntGauge,
     metrics_dropped: IntCounter,
     jobs: IntGaugeVec,
     queue: IntGauge,
@@ -125,7 +127,15 @@ impl Metrics {
         .expect("a valid metric name");
         r.register(Box::new(prediction_error.clone()))
             .expect("registered once");
+        let largest_placeable = IntGauge::new(
+            "blox_largest_placeable_gpus",
+            "The largest job that could be placed after the last round within one innermost topology domain (one node without a topology): fragmentation",
+        )
+        .expect("a valid metric name");
+        r.register(Box::new(largest_placeable.clone()))
+            .expect("registered once");
         Metrics {
+            largest_placeable,
             prediction_error,
             forecast_seconds: histogram(
                 &r,

@@ -459,6 +459,9 @@ pub fn start_with(
             let r = (|| {
                 while !stop3.load(Ordering::Relaxed) {
                     let mut report = lp.run_round(&mut backend)?;
+                    metrics
+                        .largest_placeable
+                        .set(i64::from(report.largest_placeable));
                     if let Some(f) = &forecasts {
                         f.after_round(&lp, &report, backend.now_s(), &backend.hub, &metrics);
                     }

@@ -129,6 +129,9 @@ pub struct RoundRow {
     pub queued_jobs: u32,
     pub waiting_jobs: u32,
     pub running_jobs: u32,
+    /// Fragmentation: the largest job placeable within one innermost
+    /// topology domain (one node without a topology).
+    pub largest_placeable: u32,
     /// The policies that decided the round (`admission/scheduling/placement`);
     /// changes when a synthesizer switches.
     pub policy: String,
@@ -144,6 +147,7 @@ impl From<blox_core::RoundReport> for RoundRow {
             queued_jobs: r.queued_jobs as u32,
             waiting_jobs: r.waiting_jobs as u32,
             running_jobs: r.running_jobs as u32,
+            largest_placeable: r.largest_placeable,
             policy: r.policy,
         }
     }
@@ -333,6 +337,7 @@ pub const ROUND_COLUMNS: &[&str] = &[
     "waiting_jobs",
     "total_gpus",
     "policy",
+    "largest_placeable",
 ];
 
 impl SimResult {
@@ -517,6 +522,10 @@ mod writer {
                 "policy".into(),
                 x.iter().map(|r| r.policy.clone()).collect::<Vec<_>>(),
             ),
+            Column::new(
+                "largest_placeable".into(),
+                x.iter().map(|r| r.largest_placeable).collect::<Vec<_>>(),
+            ),
         ])
     }
 
@@ -622,6 +631,7 @@ mod writer {
                 x.waiting_jobs.to_string(),
                 x.total_gpus.to_string(),
                 x.policy.clone(),
+                x.largest_placeable.to_string(),
             ])
             .map_err(ReportError::table(&rounds))?;
         }
