@@ -329,6 +329,17 @@ pub trait PlacementPolicy: Send {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> Placement;
+
+    /// Why this policy could never place `job` on `cluster` as it is (even
+    /// empty), if so: e.g. a job that must stay within one rack asking more
+    /// GPUs than any rack has. The loop holds such a job before admission
+    /// with these words instead of admitting it to wait for ever; it is
+    /// offered again when the cluster changes. Default: every job that fits
+    /// the cluster's GPU count can be placed.
+    fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
+        let _ = (job, cluster);
+        None
+    }
 }
 
 // ---------------------------------------------------------------------------

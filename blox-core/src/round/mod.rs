@@ -3,6 +3,7 @@
 //! schedule → place → preempt → launch → wait. `round/checks.rs` holds the checks
 //! every policy decision passes before it runs.
 
+mod admission;
 mod checks;
 mod cluster_events;
 pub mod events;
@@ -183,6 +184,9 @@ pub struct RoundLoop {
     round_s: f64,
     /// When the last round started (its metrics are the jobs' latest).
     last_start_s: Option<f64>,
+    /// Jobs held before admission because the placement could never place
+    /// them, with its words.
+    holds: HashMap<JobId, String>,
 }
 
 impl RoundLoop {
@@ -203,6 +207,7 @@ impl RoundLoop {
             round: 0,
             round_s,
             last_start_s: None,
+            holds: HashMap::new(),
         }
     }
 
@@ -501,52 +506,6 @@ impl RoundLoop {
         job.status = JobStatus::Rejected;
         job.finish_s = Some(now_s);
         job.end_reason = Some(reason);
-    }
-
-    fn admit(&mut self, info: &RoundInfo) -> Result<(), LoopError> {
-        let decision =
-            self.policies
-                .admission
-                .admit(info, &self.waiting, &self.jobs, &self.cluster);
-        let bad = |reason: String| LoopError::InvalidDecision {
-            kind: "admission",
-            module: self.policies.names.0.clone(),
-            reason,
-        };
-        let mut verdict: HashMap<JobId, Option<String>> = HashMap::new();
-        for id in decision.accept {
-            if verdict.insert(id, None).is_some() {
-                return Err(bad(format!("{id} decided twice")));
-            }
-        }
-        for (id, why) in decision.reject {
-            if verdict.insert(id, Some(why)).is_some() {
-                return Err(bad(format!("{id} decided twice")));
-            }
-        }
-        if verdict.len() > self.waiting.len()
-            || verdict
-                .keys()
-                .any(|id| !self.waiting.iter().any(|j| j.id() == *id))
-        {
-            return Err(bad("decided on a job that is not waiting".into()));
-        }
-        let waiting = std::mem::take(&mut self.waiting);
-        for mut job in waiting {
-            match verdict.remove(&job.id()) {
-                None => self.waiting.push(job),
-                Some(None) => {
-                    self.events.job(&job, What::Admitted);
-                    self.jobs.insert(job)
-                }
-                Some(Some(reason)) => {
-                    self.jobs.metrics().remove_job(job.id());
-                    self.end_unadmitted(&mut job, info.now_s, reason);
-                    self.jobs.record_ended(job);
-                }
-            }
-        }
-        Ok(())
     }
 
     fn execute<B: Backend + ?Sized>(

@@ -126,6 +126,11 @@ impl RoundLoop {
         let free = self.cluster.num_free();
         Some(match job.wait? {
             WaitReason::NotAdmitted => {
+                if let Some(why) = self.placement_hold(job.id()) {
+                    return Some(format!(
+                        "held before admission: placement `{placement}` could never place it: {why}"
+                    ));
+                }
                 let why = self
                     .policies
                     .admission

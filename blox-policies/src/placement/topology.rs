@@ -55,7 +55,7 @@ pub const MAX_SPAN_LEVEL: &str = "max_span_level";
 
 impl TopologyPlacement {
     /// How far `job` may span: `None` is anywhere.
-    fn limit(&self, job: &Job, jobs: &JobState, topo: Option<&Topology>) -> Option<Span> {
+    fn limit(&self, job: &Job, metric: Option<f64>, topo: Option<&Topology>) -> Option<Span> {
         let depth = topo.map_or(0, |t| t.levels().len());
         // Levels up from the node: 0 node, 1 innermost level, …
         let to_span = |up: usize| -> Span {
@@ -67,7 +67,7 @@ impl TopologyPlacement {
                 Span::Level(depth - up)
             }
         };
-        if let Some(v) = jobs.metrics().get(job.id(), MAX_SPAN_LEVEL) {
+        if let Some(v) = metric {
             return Some(to_span(v.max(0.0) as usize));
         }
         let model = job.spec.model.as_deref()?.to_ascii_lowercase();
@@ -181,7 +181,40 @@ impl PlacementPolicy for TopologyPlacement {
         };
         let topo = cluster.topology();
         priority_walk(&params, schedule, jobs, cluster, |free, job, n| {
-            gang(free, n, self.limit(job, jobs, topo))
+            let metric = jobs.metrics().get(job.id(), MAX_SPAN_LEVEL);
+            gang(free, n, self.limit(job, metric, topo))
+        })
+    }
+
+    /// A job that must stay within a level whose largest domain (or node)
+    /// has fewer GPUs than it asks, however empty the cluster.
+    fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
+        let topo = cluster.topology();
+        let metric = job.spec.metrics.get(MAX_SPAN_LEVEL).copied();
+        let n = job.requested_gpus();
+        let node_gpus = |x: NodeId| cluster.nodes()[x.index()].gpus.len() as u32;
+        let (most, within) = match self.limit(job, metric, topo)? {
+            Span::Cluster => return None,
+            Span::Node => (
+                cluster
+                    .nodes()
+                    .iter()
+                    .map(|x| node_gpus(x.id))
+                    .max()
+                    .unwrap_or(0),
+                "one node".to_string(),
+            ),
+            Span::Level(l) => {
+                let t = topo?;
+                let most = (0..t.domains(l) as u32)
+                    .map(|d| t.members(l, d).iter().map(|x| node_gpus(*x)).sum::<u32>())
+                    .max()
+                    .unwrap_or(0);
+                (most, format!("one {}", t.levels()[l].name))
+            }
+        };
+        (n > most).then(|| {
+            format!("it must stay within {within} and the largest has {most} GPUs; it asks for {n}")
         })
     }
 }

@@ -1,0 +1,105 @@
+//! Topology in simulation: gang placement within the lowest level that
+//! holds a job, a sensitive job that no rack can hold is held before
+//! admission with the placement's words (not admitted to wait for ever,
+//! kueue#4329), and fragmentation is reported every round.
+
+use blox_core::*;
+use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+
+use blox_policies as _;
+
+fn job(id: u64, gpus: u32, duration: f64, model: &str) -> SimJob {
+    let mut spec = JobSpec::new(id, 0.0, gpus).with_duration(duration);
+    spec.model = Some(model.into());
+    SimJob {
+        startup_s: None,
+        converge_at: None,
+        spec,
+        work: WorkModel::Duration {
+            duration_s: duration,
+        },
+    }
+}
+
+/// 2 racks of 2 nodes × 4 GPUs, LAS with topology placement.
+fn sim(jobs: Vec<SimJob>) -> Simulation {
+    let text = "[run]\nround_s = 60\n[cluster]\nnodes = 4\ngpus_per_node = 4\n\
+        [cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50, size = 2 }]\n\
+        [scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"topology\"\n";
+    let cfg = Config::parse(text, "topo.toml", std::path::Path::new("."), &[]).unwrap();
+    let policies =
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
+    Simulation::new(
+        policies,
+        cfg.cluster_state().unwrap(),
+        cfg.run.clone(),
+        SimConfig::default(),
+        jobs,
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_sensitive_job_no_rack_holds_is_held_before_admission_and_others_run() {
+    // Job 0 (VGG, 12 GPUs) must stay in one rack of 8; job 1 (ResNet, 12
+    // GPUs) may span both racks.
+    let mut s = sim(vec![
+        job(0, 12, 600.0, "vgg16"),
+        job(1, 12, 600.0, "resnet50"),
+    ]);
+    s.step().unwrap();
+    let lp = &s.round_loop;
+    let held = lp
+        .waiting()
+        .iter()
+        .find(|j| j.id() == JobId(0))
+        .expect("not admitted");
+    assert_eq!(held.wait, Some(WaitReason::NotAdmitted));
+    assert_eq!(
+        lp.explain_wait(held).unwrap(),
+        "held before admission: placement `topology` could never place it: it must stay within one rack and the largest has 8 GPUs; it asks for 12"
+    );
+    let running = lp.jobs.get(JobId(1)).unwrap();
+    assert!(
+        running.is_running(),
+        "the spanning job runs: {:?}",
+        running.wait
+    );
+    let t = lp.cluster.topology().unwrap();
+    let nodes: Vec<NodeId> = running
+        .allocation
+        .iter()
+        .map(|g| lp.cluster.gpu(*g).unwrap().node)
+        .collect();
+    assert_eq!(t.span(&nodes), blox_core::topology::Span::Cluster);
+    assert_eq!(running.allocation.len(), 12, "the whole gang");
+}
+
+#[test]
+fn jobs_stay_in_a_rack_when_one_holds_them_and_fragmentation_is_reported() {
+    // Two 6-GPU jobs: each fits one rack (8 GPUs), neither spans.
+    let mut s = sim(vec![
+        job(0, 6, 600.0, "resnet50"),
+        job(1, 6, 600.0, "resnet50"),
+    ]);
+    s.step().unwrap();
+    let lp = &s.round_loop;
+    let t = lp.cluster.topology().unwrap();
+    for id in [0, 1] {
+        let j = lp.jobs.get(JobId(id)).unwrap();
+        let nodes: Vec<NodeId> = j
+            .allocation
+            .iter()
+            .map(|g| lp.cluster.gpu(*g).unwrap().node)
+            .collect();
+        assert_eq!(
+            t.span(&nodes),
+            blox_core::topology::Span::Level(0),
+            "job {id}"
+        );
+    }
+    // 2 GPUs left in each rack: the largest job placeable in a rack is 2.
+    assert_eq!(lp.cluster.largest_placeable(), 2);
+    let r = s.finish();
+    assert_eq!(r.rounds[0].largest_placeable, 2);
+}
