@@ -90,6 +90,10 @@ pub struct JobSpec {
     /// Global batch size the submitter asked for, if known.
     pub batch_size: Option<u32>,
     pub user: Option<String>,
+    /// The team (or virtual cluster) whose quota it runs under, where the
+    /// trace or the submitter says (Philly's and Helios's VCs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
     pub model: Option<String>,
     /// Run time at `requested_gpus` GPUs, when the submitter (or an oracle trace)
     /// knows it. Policies that need it (SRTF) say so; others must not peek.
@@ -233,6 +237,7 @@ impl JobSpec {
             requested_gpus,
             batch_size: None,
             user: None,
+            team: None,
             model: None,
             expected_duration_s: None,
             metrics: Default::default(),

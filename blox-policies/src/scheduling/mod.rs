@@ -9,5 +9,6 @@ pub mod loss_termination;
 pub mod optimus;
 pub mod srtf;
 pub mod synergy;
+pub mod teams;
 pub mod themis;
 pub mod tiresias;

@@ -74,6 +74,7 @@ pub fn read(path: &Path, keys: &HeliosKeys) -> Result<(Vec<SimJob>, Tally), Work
             line,
             name: row.str("job_id").to_string(),
             user: row.str("user").to_string(),
+            team: row.str("vc").to_string(),
             gpus,
             run_s: duration_s,
         });

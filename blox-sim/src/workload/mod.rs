@@ -2,13 +2,13 @@
 //!
 //! | `kind` | file | what it gives |
 //! |---|---|---|
-//! | `csv` | `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user]` | jobs as written |
+//! | `csv` | `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user,team]` | jobs as written |
 //! | `blox-csv` | `job_id,num_gpus,submit_time,duration,model,batch_size` (Blox's toy traces) | jobs as written |
 //! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux artifact) | durations derived from the per-model profiles ([`pollux`]) |
-//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept; `sample = "joint"` draws any number of jobs from the rows' joint (GPU count, duration) distribution |
+//! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept, its `cluster` (virtual cluster) as its team; `sample = "joint"` draws any number of jobs from the rows' joint (GPU count, duration) distribution |
 //! | `blox-recipe` | the Philly digest | Blox's Philly-Trace recipe: 1-GPU jobs, Gavel-style durations ([`philly`]) |
-//! | `helios` | `cluster_log.csv` of SenseTime's Helios traces ([`helios`]) | jobs at their own submit times with their GPU count and run time |
-//! | `pai` | Alibaba PAI 2020's `pai_job_table` + `pai_task_table` (+ `pai_instance_table`) ([`pai`]) | jobs at their own submit times, GPUs summed over tasks, run time from the tasks |
+//! | `helios` | `cluster_log.csv` of SenseTime's Helios traces ([`helios`]) | jobs at their own submit times with their GPU count and run time, their VC as their team |
+//! | `pai` | Alibaba PAI 2020's `pai_job_table` + `pai_task_table` (+ `pai_instance_table`) ([`pai`]) | jobs at their own submit times, GPUs summed over tasks, run time from the tasks, their user as their team |
 //!
 //! Rows of a production trace (`helios`, `pai`) that cannot become jobs
 //! (CPU-only, no run time, unreadable) are counted by reason and logged.

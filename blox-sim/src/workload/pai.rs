@@ -214,6 +214,7 @@ pub fn read(
                     submit_s: job.submit_s,
                     line: job.line,
                     name: job.name,
+                    team: job.user.clone(),
                     user: job.user,
                     gpus: gpus.max(1.0) as u32,
                     run_s: r,

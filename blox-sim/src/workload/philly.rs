@@ -28,6 +28,8 @@ struct PhillyRow {
     timestamp: String,
     duration_s: f64,
     gpus: u32,
+    /// Its virtual cluster (the digest's `cluster` column), if given.
+    vc: Option<String>,
 }
 
 fn read_rows(t: &CsvTable) -> Result<Vec<PhillyRow>, WorkloadError> {
@@ -38,6 +40,10 @@ fn read_rows(t: &CsvTable) -> Result<Vec<PhillyRow>, WorkloadError> {
             timestamp: t.str(r, "timestamp")?.to_string(),
             duration_s: t.f64(r, "duration")?,
             gpus: t.u32(r, "num_gpus")?,
+            vc: t
+                .opt_str(r, "cluster")
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
         });
     }
     // Submission order (ISO timestamps sort as text); stable for equal stamps.
@@ -97,10 +103,12 @@ pub fn retimed(
             Sample::InOrder => &kept[id],
             Sample::Joint => &kept[pick.random_range(0..kept.len())],
         };
+        let mut spec = JobSpec::new(id as u64, 0.0, row.gpus).with_duration(row.duration_s);
+        spec.team = row.vc.clone();
         jobs.push(SimJob {
             startup_s: None,
             converge_at: None,
-            spec: JobSpec::new(id as u64, 0.0, row.gpus).with_duration(row.duration_s),
+            spec,
             work: WorkModel::Duration {
                 duration_s: row.duration_s,
             },

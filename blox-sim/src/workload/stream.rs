@@ -189,6 +189,8 @@ pub struct TraceJob {
     pub line: u64,
     pub name: String,
     pub user: String,
+    /// Its team (Helios's VC, PAI's user); empty if none.
+    pub team: String,
     pub gpus: u32,
     pub run_s: f64,
 }
@@ -207,6 +209,7 @@ pub fn in_submit_order(mut kept: Vec<TraceJob>, tally: &mut Tally) -> Vec<SimJob
                 spec.name = k.name;
             }
             spec.user = (!k.user.is_empty()).then_some(k.user);
+            spec.team = (!k.team.is_empty()).then_some(k.team);
             SimJob {
                 startup_s: None,
                 converge_at: None,

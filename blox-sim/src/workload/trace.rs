@@ -39,6 +39,10 @@ pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
             .with_duration(duration_s);
         spec.model = t.opt_str(r, "model").map(str::to_string);
         spec.user = t.opt_str(r, "user").map(str::to_string);
+        spec.team = t
+            .opt_str(r, "team")
+            .filter(|v| !v.is_empty())
+            .map(str::to_string);
         if let Some(name) = t.opt_str(r, "name").filter(|n| !n.is_empty()) {
             spec.name = name.to_string();
         }

@@ -1,0 +1,237 @@
+//! Teams with quotas that lend and borrow (`scheduling.policy = "teams"`),
+//! around any scheduling policy ("LAS within teams, fair share across"). As
+//! Kueue's cluster queues in one cohort (nominal quota, borrowing and
+//! lending limits) and Philly's virtual clusters:
+//!
+//! 1. the inner policy orders every job;
+//! 2. each team's jobs, in that order, fill its nominal `quota` (GPUs):
+//!    those are *in quota*;
+//! 3. the rest may *borrow* what other teams leave idle — at most
+//!    `borrowing_limit` GPUs beyond its quota, and out of each other team's
+//!    idle quota at most its `lending_limit` (plus GPUs no quota covers) —
+//!    a team at a time, the team with the least attained GPU-time per GPU of
+//!    quota first (fair share), each team's jobs in the inner order;
+//! 4. the schedule lists every in-quota job before every borrowing one, so
+//!    the priority walk (placement) preempts borrowers from the bottom up
+//!    when an owner's job needs its GPUs back: a lender gets its quota back
+//!    in the next round (the loop's start-up protection, `min_run_s`, can
+//!    hold a borrower a few rounds more), and a job in quota is never
+//!    preempted for a borrower, so there is no preemption loop.
+//!
+//! ```toml
+//! [scheduling]
+//! policy = "teams"
+//! within = { policy = "las" }          # the policy inside (and its parameters)
+//! default_team = "shared"              # for jobs that name no team (else refused)
+//! teams = [
+//!   { name = "vision", quota = 32, borrowing_limit = 32, lending_limit = 16 },
+//!   { name = "speech", quota = 16 },   # limits unset: no limit
+//!   { name = "shared", quota = 0 },
+//! ]
+//! ```
+//!
+//! A job's team is `JobSpec::team` (a trace's VC or `team` column); a job
+//! of a team that is not listed is refused before a run starts.
+
+use blox_core::*;
+
+use serde::Deserialize;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamConfig {
+    pub name: String,
+    /// Nominal GPUs.
+    pub quota: u32,
+    /// Most GPUs beyond its quota it may borrow (unset: no limit).
+    pub borrowing_limit: Option<u32>,
+    /// Most of its idle quota others may borrow (unset: all of it).
+    pub lending_limit: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    within: toml::Table,
+    teams: Vec<TeamConfig>,
+    default_team: Option<String>,
+}
+
+/// Teams around an inner policy (module docs).
+pub struct Teams {
+    inner: Box<dyn SchedulingPolicy>,
+    teams: Vec<TeamConfig>,
+    index: HashMap<String, usize>,
+    default: Option<usize>,
+    /// Productive GPU-seconds each team's jobs attained, ended ones included.
+    attained: Vec<f64>,
+    /// Each job's attained service when last seen.
+    seen: HashMap<JobId, f64>,
+}
+
+impl Teams {
+    pub fn new(
+        inner: Box<dyn SchedulingPolicy>,
+        teams: Vec<TeamConfig>,
+        default_team: Option<&str>,
+    ) -> Result<Self, String> {
+        let mut index = HashMap::new();
+        for (i, t) in teams.iter().enumerate() {
+            if index.insert(t.name.clone(), i).is_some() {
+                return Err(format!("team `{}` is listed twice", t.name));
+            }
+        }
+        let default = match default_team {
+            None => None,
+            Some(d) => Some(
+                *index
+                    .get(d)
+                    .ok_or_else(|| format!("default_team `{d}` is not one of the teams"))?,
+            ),
+        };
+        Ok(Teams {
+            inner,
+            attained: vec![0.0; teams.len()],
+            teams,
+            index,
+            default,
+            seen: HashMap::new(),
+        })
+    }
+
+    /// The team a job runs under.
+    pub fn team_of(&self, spec: &JobSpec) -> Option<usize> {
+        match &spec.team {
+            Some(t) => self.index.get(t).copied(),
+            None => self.default,
+        }
+    }
+
+    /// Attained GPU-seconds by team, ended jobs included.
+    pub fn attained(&self) -> &[f64] {
+        &self.attained
+    }
+
+    fn account(&mut self, jobs: &JobState) {
+        for j in jobs.active() {
+            let now = j.attained_service_gpu_s;
+            let before = self.seen.insert(j.id(), now).unwrap_or(0.0);
+            if let Some(t) = self.team_of(&j.spec) {
+                self.attained[t] += (now - before).max(0.0);
+            }
+        }
+        // Ended jobs are forgotten (their service stays counted).
+        if self.seen.len() > 2 * jobs.num_active() + 1024 {
+            self.seen.retain(|id, _| jobs.get(*id).is_some());
+        }
+    }
+}
+
+impl SchedulingPolicy for Teams {
+    fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
+        self.account(jobs);
+        let mut s = self.inner.schedule(round, jobs, cluster);
+        let n = self.teams.len();
+        // 2. In quota, team by team in the inner order.
+        let mut used = vec![0u32; n];
+        let mut in_quota = Vec::new();
+        let mut over: Vec<Vec<Demand>> = vec![Vec::new(); n];
+        for d in std::mem::take(&mut s.entries) {
+            let Some(t) = jobs.get(d.job).and_then(|j| self.team_of(&j.spec)) else {
+                continue;
+            };
+            if used[t] + d.gpus <= self.teams[t].quota {
+                used[t] += d.gpus;
+                in_quota.push(d);
+            } else {
+                over[t].push(d);
+            }
+        }
+        // 3. What may be borrowed: each team's idle quota up to its lending
+        // limit, and the GPUs no quota covers.
+        let quota_sum: u32 = self.teams.iter().map(|t| t.quota).sum();
+        let mut pool = cluster.num_gpus().saturating_sub(quota_sum);
+        for (t, team) in self.teams.iter().enumerate() {
+            let idle = team.quota.saturating_sub(used[t]);
+            pool += team.lending_limit.map_or(idle, |l| idle.min(l));
+        }
+        let mut order: Vec<usize> = (0..n).filter(|t| !over[*t].is_empty()).collect();
+        let share = |t: usize| self.attained[t] / f64::from(self.teams[t].quota.max(1));
+        order.sort_by(|a, b| share(*a).total_cmp(&share(*b)).then(a.cmp(b)));
+        let mut borrowing = Vec::new();
+        for t in order {
+            let mut borrowed = 0u32;
+            let limit = self.teams[t].borrowing_limit.unwrap_or(u32::MAX);
+            for d in std::mem::take(&mut over[t]) {
+                if d.gpus <= pool && borrowed + d.gpus <= limit {
+                    pool -= d.gpus;
+                    borrowed += d.gpus;
+                    borrowing.push(d);
+                }
+            }
+        }
+        // 4. Owners first: the walk preempts borrowers from the bottom.
+        s.entries = in_quota;
+        s.entries.extend(borrowing);
+        s
+    }
+
+    fn accepts(&self, job: &JobSpec) -> Result<(), String> {
+        if self.team_of(job).is_none() {
+            let known: Vec<&str> = self.teams.iter().map(|t| t.name.as_str()).collect();
+            return Err(match &job.team {
+                Some(t) => format!(
+                    "its team `{t}` is not one of the teams ({}); add it, or map it with default_team",
+                    known.join(", ")
+                ),
+                None => "it names no team and there is no default_team".to_string(),
+            });
+        }
+        self.inner.accepts(job)
+    }
+
+    fn metrics_read(&self) -> Vec<&'static str> {
+        self.inner.metrics_read()
+    }
+
+    fn requires_placement(&self) -> Option<&'static str> {
+        self.inner.requires_placement()
+    }
+
+    fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
+        let team = self
+            .team_of(&job.spec)
+            .map_or("?", |t| self.teams[t].name.as_str());
+        Some(match self.inner.sort_key(job, jobs) {
+            Some(k) => format!("team {team}, {k}"),
+            None => format!("team {team}"),
+        })
+    }
+}
+
+blox_core::register_scheduling!(
+    "teams",
+    "teams with GPU quotas that lend and borrow (reclaimed by preemption), fair share across teams, any policy within (Kueue cohorts, Philly VCs)",
+    |p| {
+        let params: Params = p.parse()?;
+        let mut within = Section::from_table("scheduling.within", params.within);
+        let Some(policy) = within.take_string("policy")? else {
+            return Err(p.error_at("within", "`within` needs `policy = \"name\"`"));
+        };
+        if policy == "teams" {
+            return Err(p.error_at("within", "teams cannot be within teams"));
+        }
+        let inner = registry::build_scheduling(&ModuleConfig {
+            policy,
+            line: 0,
+            params: within,
+        })?;
+        if params.teams.is_empty() {
+            return Err(p.error_at("teams", "list at least one team"));
+        }
+        let t = Teams::new(inner, params.teams, params.default_team.as_deref())
+            .map_err(|e| p.error_at("teams", e))?;
+        Ok(Box::new(t))
+    }
+);
