@@ -28,6 +28,7 @@ fn row(i: u64) -> JobRow {
             String::new()
         },
         model: String::new(),
+        team: String::new(),
         run_time_s: 1.0,
         startup_s: 0.0,
         productive_gpu_seconds: 2.0,

@@ -3,7 +3,9 @@
 //! Kueue's cluster queues in one cohort (nominal quota, borrowing and
 //! lending limits) and Philly's virtual clusters:
 //!
-//! 1. the inner policy orders every job;
+//! 1. the inner policy orders the jobs (those it leaves out follow, oldest
+//!    first: a policy that lists only what fits the whole cluster, as
+//!    Tiresias does, still lets a team claim its quota);
 //! 2. each team's jobs, in that order, fill its nominal `quota` (GPUs):
 //!    those are *in quota*;
 //! 3. the rest may *borrow* what other teams leave idle — at most
@@ -132,6 +134,17 @@ impl SchedulingPolicy for Teams {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         self.account(jobs);
         let mut s = self.inner.schedule(round, jobs, cluster);
+        // An inner policy may list only what it would run on the whole
+        // cluster (Tiresias): the jobs it left out follow, oldest first, so
+        // that a team's job can still claim its quota.
+        let listed: std::collections::HashSet<JobId> = s.entries.iter().map(|d| d.job).collect();
+        let ended: std::collections::HashSet<JobId> = s.terminate.iter().map(|t| t.0).collect();
+        let mut rest: Vec<&Job> = jobs
+            .runnable()
+            .filter(|j| !listed.contains(&j.id()) && !ended.contains(&j.id()))
+            .collect();
+        rest.sort_by(|a, b| a.arrival_s().total_cmp(&b.arrival_s()).then(a.id().cmp(&b.id())));
+        s.entries.extend(rest.into_iter().map(Demand::requested));
         let n = self.teams.len();
         // 2. In quota, team by team in the inner order.
         let mut used = vec![0u32; n];

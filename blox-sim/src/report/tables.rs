@@ -70,6 +70,8 @@ pub struct JobRow {
     pub reason: String,
     /// The job's model, if the trace or `assign_models` gave one.
     pub model: String,
+    /// Its team (a trace's VC or `team` column), if any.
+    pub team: String,
     /// Wall seconds it held GPUs.
     pub run_time_s: f64,
     /// Wall seconds it spent starting (before first iterations).
@@ -107,6 +109,7 @@ impl JobRow {
             status: j.status.clone(),
             reason: j.end_reason.clone().unwrap_or_default(),
             model: j.spec.model.clone().unwrap_or_default(),
+            team: j.spec.team.clone().unwrap_or_default(),
             run_time_s: j.run_time_s,
             startup_s: j.startup_s,
             productive_gpu_seconds: j.attained_service_gpu_s,
@@ -317,6 +320,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "wait_placement_s",
     "wait_held_s",
     "wait_preempted_s",
+    "team",
 ];
 
 /// The `jobs.csv` column of each kind of wait reason, in the order of
@@ -489,6 +493,10 @@ mod writer {
                 j.iter().map(|x| x.wait_s[k]).collect::<Vec<_>>(),
             ));
         }
+        columns.push(Column::new(
+            "team".into(),
+            j.iter().map(|x| x.team.clone()).collect::<Vec<_>>(),
+        ));
         DataFrame::new_infer_height(columns)
     }
 
@@ -614,7 +622,12 @@ mod writer {
                 j.launches_without_progress.to_string(),
             ];
             let waits = j.wait_s.iter().map(|s| s.to_string());
-            w.write_record(fixed.into_iter().chain(waits))
+            w.write_record(
+                fixed
+                    .into_iter()
+                    .chain(waits)
+                    .chain(std::iter::once(j.team.clone())),
+            )
                 .map_err(ReportError::table(&jobs))?;
         }
         w.flush().map_err(ReportError::io(&jobs))?;
