@@ -360,6 +360,9 @@ pub struct SubmitArgs {
     pub batch_size: Option<u32>,
     #[arg(long)]
     pub user: Option<String>,
+    /// The team whose quota it runs under (`scheduling.policy = "teams"`).
+    #[arg(long)]
+    pub team: Option<String>,
     #[arg(long)]
     pub model: Option<String>,
     /// Expected run time at --gpus GPUs (for SRTF-like policies).

@@ -224,6 +224,8 @@ pub struct JobFile {
     pub command: Vec<String>,
     pub batch_size: Option<u32>,
     pub user: Option<String>,
+    #[serde(default)]
+    pub team: Option<String>,
     pub model: Option<String>,
     pub duration_s: Option<f64>,
     #[serde(default)]
@@ -253,6 +255,7 @@ impl From<JobFile> for JobSubmission {
             command: f.command,
             batch_size: f.batch_size,
             user: f.user,
+            team: f.team,
             model: f.model,
             duration_s: f.duration_s,
             metrics: f.metrics,

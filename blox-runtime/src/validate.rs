@@ -73,6 +73,11 @@ pub fn submission(j: &JobSubmission) -> Result<(), Status> {
         MAX_NAME_BYTES,
     )?;
     too_long(
+        "team",
+        j.team.as_ref().map_or(0, String::len),
+        MAX_NAME_BYTES,
+    )?;
+    too_long(
         "model",
         j.model.as_ref().map_or(0, String::len),
         MAX_NAME_BYTES,

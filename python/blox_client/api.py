@@ -133,6 +133,7 @@ class Client:
         model: Optional[str] = None,
         metrics: Optional[Dict[str, float]] = None,
         idempotency_key: str = "",
+        team: Optional[str] = None,
     ) -> int:
         """Submits a job (its argv, run without a shell); returns its id.
         With an ``idempotency_key``, a retry returns the first job's id."""
@@ -151,6 +152,8 @@ class Client:
             job.user = user
         if model is not None:
             job.model = model
+        if team is not None:
+            job.team = team
         return self._call(self.stub.Submit, pb.SubmitRequest(job=job)).job_id
 
     def status(

@@ -180,6 +180,9 @@ fn submission(a: &SubmitArgs) -> Result<JobSubmission> {
     if a.batch_size.is_some() {
         j.batch_size = a.batch_size;
     }
+    if a.team.is_some() {
+        j.team = a.team.clone();
+    }
     if a.user.is_some() {
         j.user = a.user.clone();
     }

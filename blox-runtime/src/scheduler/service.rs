@@ -56,6 +56,7 @@ pub(super) fn spec_of(id: u64, j: &JobSubmission, arrival_s: f64) -> JobSpec {
     s.command = j.command.clone();
     s.batch_size = j.batch_size;
     s.user = j.user.clone();
+    s.team = j.team.clone().filter(|t| !t.is_empty());
     s.model = j.model.clone();
     s.expected_duration_s = j.duration_s;
     s.metrics = j.metrics.iter().map(|(k, v)| (k.clone(), *v)).collect();
