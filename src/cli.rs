@@ -333,6 +333,10 @@ pub struct WorkerArgs {
     /// The node's name (default: the host name).
     #[arg(long)]
     pub name: Option<String>,
+    /// Where the node sits in the scheduler's [cluster.topology]:
+    /// `--labels rack=r3,block=b1` (one LEVEL=DOMAIN per level).
+    #[arg(long, value_name = "LEVEL=DOMAIN,…")]
+    pub labels: Vec<String>,
     /// Control directories and (without a shared checkpoint dir) checkpoints.
     #[arg(long, default_value = "blox-worker")]
     pub workdir: PathBuf,

@@ -36,6 +36,11 @@ pub struct NodeSpec {
     /// `intra_node_bw_gbps`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
+    /// Where it sits in the topology, by level name (`rack = "r3"`): a live
+    /// worker's `--labels` (config node groups name theirs in
+    /// `[[cluster.node_groups]] labels`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 fn default_gpu_type() -> String {
@@ -96,6 +101,7 @@ impl NodeSpec {
             inter_node_bw_gbps: default_inter_bw(),
             intra_node_bw_gbps: default_intra_bw(),
             gpu_bandwidth_gbps: Vec::new(),
+            labels: Default::default(),
         }
     }
 
@@ -261,6 +267,15 @@ impl ClusterState {
         }
         self.free += spec.gpus;
         self.online += spec.gpus;
+        if !spec.labels.is_empty() {
+            if let Some(t) = self.topology.as_mut() {
+                // Checked when the worker registered; a node whose labels
+                // do not fit stays outside the tree (its own domain).
+                if let Err(e) = std::sync::Arc::make_mut(t).add_node(node, &spec.labels) {
+                    tracing::warn!(node = node.0, "not placed in the topology: {e}");
+                }
+            }
+        }
         self.nodes.push(Node {
             id: node,
             spec,

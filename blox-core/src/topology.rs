@@ -43,8 +43,8 @@ pub enum Span {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     levels: Vec<Level>,
-    /// `node_dom[node][level]`.
-    node_dom: Vec<Vec<u32>>,
+    /// `node_dom[node][level]`; `None` for a node it does not name.
+    node_dom: Vec<Option<Vec<u32>>>,
     /// `names[level][domain]`.
     names: Vec<Vec<String>>,
     /// `members[level][domain]`: its nodes, in id order.
@@ -117,9 +117,92 @@ impl Topology {
                 }
                 doms.push(d);
             }
-            t.node_dom.push(doms);
+            t.node_dom.push(Some(doms));
         }
         Ok(t)
+    }
+
+    /// Levels and no nodes yet (a live cluster's: workers bring their
+    /// labels when they join, [`Topology::add_node`]).
+    pub fn empty(levels: Vec<Level>) -> Result<Topology, String> {
+        Topology::from_labels(levels, &[])
+    }
+
+    /// Each level's domain name in `labels` (level name → domain), in
+    /// level order; an error names a label of no level, a level without a
+    /// label, or a domain that would sit in two domains of the level above.
+    pub fn path_of(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<String>, String> {
+        let names: Vec<&str> = self.levels.iter().map(|l| l.name.as_str()).collect();
+        if let Some(k) = labels.keys().find(|k| !names.contains(&k.as_str())) {
+            return Err(format!(
+                "label `{k}` names no level of the topology ({})",
+                names.join(", ")
+            ));
+        }
+        let path: Vec<String> = self
+            .levels
+            .iter()
+            .map(|l| {
+                labels
+                    .get(&l.name)
+                    .cloned()
+                    .ok_or_else(|| format!("no `{}` label: every level needs one", l.name))
+            })
+            .collect::<Result<_, _>>()?;
+        // Inside the tree: a known domain keeps its parent.
+        for l in 1..path.len() {
+            let (Some(d), Some(up)) = (
+                self.names[l].iter().position(|n| *n == path[l]),
+                self.names[l - 1].iter().position(|n| *n == path[l - 1]),
+            ) else {
+                continue;
+            };
+            let member = self.members[l][d][0];
+            let parent = self.node_dom[member.index()].as_ref().map(|p| p[l - 1]);
+            if parent != Some(up as u32) {
+                return Err(format!(
+                    "{} `{}` is in {} `{}`, not `{}`: the topology must be a tree",
+                    self.levels[l].name,
+                    path[l],
+                    self.levels[l - 1].name,
+                    parent.map_or("?", |p| self.names[l - 1][p as usize].as_str()),
+                    path[l - 1]
+                ));
+            }
+        }
+        Ok(path)
+    }
+
+    /// Places node `node` (the next one, or a later one: nodes between are
+    /// left unnamed) by its `labels`; see [`Topology::path_of`].
+    pub fn add_node(
+        &mut self,
+        node: NodeId,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let path = self.path_of(labels)?;
+        if node.index() < self.node_dom.len() {
+            return Err(format!("node {} is placed already", node.0));
+        }
+        self.node_dom.resize(node.index(), None);
+        let mut doms = Vec::with_capacity(path.len());
+        for (l, name) in path.iter().enumerate() {
+            let d = match self.names[l].iter().position(|n| n == name) {
+                Some(d) => d as u32,
+                None => {
+                    self.names[l].push(name.clone());
+                    self.members[l].push(Vec::new());
+                    (self.names[l].len() - 1) as u32
+                }
+            };
+            self.members[l][d as usize].push(node);
+            doms.push(d);
+        }
+        self.node_dom.push(Some(doms));
+        Ok(())
     }
 
     /// A regular tree over `nodes` nodes: `sizes[i]` children per domain
@@ -152,9 +235,9 @@ impl Topology {
         self.levels.iter().position(|l| l.name == name)
     }
 
-    /// Nodes the topology names (later ones are domains of their own).
+    /// Nodes the topology names.
     pub fn nodes(&self) -> usize {
-        self.node_dom.len()
+        self.node_dom.iter().filter(|d| d.is_some()).count()
     }
 
     /// Domains of level `l`.
@@ -164,7 +247,23 @@ impl Topology {
 
     /// The domain of `node` at level `l`, if the topology names the node.
     pub fn domain_of(&self, node: NodeId, l: usize) -> Option<u32> {
-        self.node_dom.get(node.index()).map(|d| d[l])
+        self.node_dom.get(node.index())?.as_ref().map(|d| d[l])
+    }
+
+    /// `node`'s domain names, outermost first, if the topology names it.
+    pub fn labels_of(&self, node: NodeId) -> Option<Vec<(&str, &str)>> {
+        let d = self.node_dom.get(node.index())?.as_ref()?;
+        Some(
+            d.iter()
+                .enumerate()
+                .map(|(l, x)| {
+                    (
+                        self.levels[l].name.as_str(),
+                        self.names[l][*x as usize].as_str(),
+                    )
+                })
+                .collect(),
+        )
     }
 
     /// The nodes of domain `d` of level `l`, in id order.
@@ -179,7 +278,7 @@ impl Topology {
     /// A node's place, outermost first: its domains, then itself (a key
     /// that orders nodes along the tree: ring order).
     pub fn path(&self, node: NodeId) -> Vec<u32> {
-        let mut p = match self.node_dom.get(node.index()) {
+        let mut p = match self.node_dom.get(node.index()).and_then(|d| d.as_ref()) {
             Some(d) => d.clone(),
             // Unnamed nodes after every named domain.
             None => vec![u32::MAX; self.levels.len()],
@@ -268,5 +367,42 @@ mod tests {
         assert!(e.contains("twice"), "{e}");
         let e = Topology::from_labels(vec![lv("rack", 0.0)], &[]).unwrap_err();
         assert!(e.contains("bandwidth"), "{e}");
+    }
+
+    #[test]
+    fn nodes_join_a_live_topology_by_their_labels() {
+        let mut t = Topology::empty(vec![lv("block", 10.0), lv("rack", 50.0)]).unwrap();
+        let l = |b: &str, r: &str| {
+            [
+                ("block".to_string(), b.to_string()),
+                ("rack".to_string(), r.to_string()),
+            ]
+            .into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        t.add_node(NodeId(0), &l("b0", "r0")).unwrap();
+        t.add_node(NodeId(2), &l("b0", "r0")).unwrap();
+        t.add_node(NodeId(3), &l("b1", "r1")).unwrap();
+        assert_eq!(t.span(&[NodeId(0), NodeId(2)]), Span::Level(1));
+        assert_eq!(
+            t.span(&[NodeId(0), NodeId(1)]),
+            Span::Cluster,
+            "node 1 is unnamed"
+        );
+        assert_eq!(
+            t.labels_of(NodeId(3)),
+            Some(vec![("block", "b1"), ("rack", "r1")])
+        );
+        let e = t.path_of(&l("b1", "r0")).unwrap_err();
+        assert!(e.contains("rack `r0` is in block `b0`, not `b1`"), "{e}");
+        let mut bad = l("b0", "r0");
+        bad.insert("row".into(), "x".into());
+        assert!(t
+            .path_of(&bad)
+            .unwrap_err()
+            .contains("label `row` names no level"));
+        bad = l("b0", "r0");
+        bad.remove("rack");
+        assert!(t.path_of(&bad).unwrap_err().contains("no `rack` label"));
     }
 }

@@ -197,6 +197,7 @@ async fn register(
                 cpus: 32,
                 host_mem_gb: 244.0,
                 running: Vec::new(),
+                labels: Default::default(),
             })
             .await
             .map_err(|e| e.message().to_string())?;

@@ -57,6 +57,7 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         logical_gpus: Some(2),
         workdir: dir.join(name),
         security: c.worker_security.clone(),
+        labels: Default::default(),
     };
     port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();

@@ -84,7 +84,7 @@ pub fn scheduler(
         &cfg,
         "scheduler",
         &[
-            ("cluster", "the workers that register bring the GPUs"),
+            ("cluster", "the workers that register bring the GPUs; only [cluster.topology] is read, for their --labels"),
             ("workload", "jobs come from `blox submit`"),
             ("sweep", "`blox sweep` runs its combinations"),
             (
@@ -145,6 +145,28 @@ fn host_name() -> String {
         .unwrap_or_else(|| "worker".into())
 }
 
+/// `rack=r3,block=b1` as a map (repeated `--labels` add up).
+fn labels_of(args: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for kv in args
+        .iter()
+        .flat_map(|a| a.split(','))
+        .filter(|s| !s.trim().is_empty())
+    {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--labels {kv}: expected LEVEL=DOMAIN, e.g. rack=r3");
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || v.is_empty() {
+            bail!("--labels {kv}: expected LEVEL=DOMAIN, e.g. rack=r3");
+        }
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            bail!("--labels: `{k}` given twice");
+        }
+    }
+    Ok(out)
+}
+
 pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
     let security = security(&a.connect, a.tls_cert.clone(), a.tls_key.clone())?;
     let listen = a
@@ -159,6 +181,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         logical_gpus: a.gpus,
         workdir: a.workdir,
         security,
+        labels: labels_of(&a.labels)?,
     };
     blox_runtime::ctl::run_worker(cfg, |addr| {
         let _ = say!("blox worker: listening on {addr}");

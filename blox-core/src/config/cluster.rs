@@ -195,6 +195,29 @@ impl Config {
     }
 }
 
+impl Config {
+    /// `[cluster.topology]`'s levels, if the config has one (a scheduler's:
+    /// its workers place themselves with `blox worker --labels`).
+    pub fn topology_levels(&self) -> Result<Option<Vec<crate::topology::Level>>, ConfigError> {
+        let Some(t) = &self.cluster.topology else {
+            return Ok(None);
+        };
+        let s = self.section("cluster");
+        let sub = s.subsection("cluster.topology", "topology", t.clone());
+        let tc: TopologyConfig = sub.parse()?;
+        let levels: Vec<crate::topology::Level> = tc
+            .levels
+            .iter()
+            .map(|l| crate::topology::Level {
+                name: l.name.clone(),
+                bandwidth_gbps: l.bandwidth_gbps.get(),
+            })
+            .collect();
+        crate::topology::Topology::empty(levels.clone()).map_err(|e| sub.error_at("levels", e))?;
+        Ok(Some(levels))
+    }
+}
+
 /// `[cluster.topology]` over the cluster's nodes (`labels`: each node's
 /// group labels and where they were written).
 fn topology(

@@ -143,7 +143,11 @@ impl SchedulingPolicy for Teams {
             .runnable()
             .filter(|j| !listed.contains(&j.id()) && !ended.contains(&j.id()))
             .collect();
-        rest.sort_by(|a, b| a.arrival_s().total_cmp(&b.arrival_s()).then(a.id().cmp(&b.id())));
+        rest.sort_by(|a, b| {
+            a.arrival_s()
+                .total_cmp(&b.arrival_s())
+                .then(a.id().cmp(&b.id()))
+        });
         s.entries.extend(rest.into_iter().map(Demand::requested));
         let n = self.teams.len();
         // 2. In quota, team by team in the inner order.

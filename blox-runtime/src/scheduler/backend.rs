@@ -327,6 +327,7 @@ impl ClusterManager for ClusterBackend {
                     if w.host_mem_gb > 0.0 {
                         spec.host_mem_gb = w.host_mem_gb;
                     }
+                    spec.labels = w.labels.clone();
                     events.push(ClusterEvent::NodeAdded(spec));
                     tracing::info!(worker = %id, node = %node, "worker joined the cluster");
                 }

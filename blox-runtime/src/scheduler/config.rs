@@ -76,6 +76,10 @@ pub struct RuntimeConfig {
     /// unset: the defaults for the round length.
     #[serde(skip)]
     pub startup: Option<StartupRules>,
+    /// The config's `[cluster.topology]` levels: workers place themselves
+    /// in it with `blox worker --labels`.
+    #[serde(skip)]
+    pub topology: Option<Vec<blox_core::topology::Level>>,
 }
 
 fn default_listen() -> String {
@@ -123,6 +127,7 @@ impl RuntimeConfig {
         let s = cfg.section("runtime");
         let mut r: RuntimeConfig = s.parse()?;
         r.startup = Some(StartupRules::from_run(&cfg.run));
+        r.topology = cfg.topology_levels()?;
         for (key, v) in [
             ("grace_s", r.grace_s),
             ("heartbeat_s", r.heartbeat_s),

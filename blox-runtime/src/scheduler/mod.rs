@@ -44,6 +44,7 @@ use crate::net::{NetError, WorkerClient};
 use crate::proto::scheduler_server::SchedulerServer;
 use crate::proto::*;
 use crate::store::{Store, StoreError};
+use blox_core::topology;
 use blox_core::*;
 use service::{spec_of, Service};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -91,6 +92,8 @@ struct WorkerEntry {
     /// restarted), while they wait to be adopted or revoked; it joins the
     /// cluster once they are decided.
     reported: Vec<RunningLaunch>,
+    /// Where it sits in the topology (`--labels`).
+    labels: BTreeMap<String, String>,
 }
 
 /// What the gRPC handlers and the round loop share.
@@ -134,6 +137,10 @@ struct Hub {
     last_error: String,
     /// The latest forecast of starts and finishes, and its drift.
     forecasts: forecast::Forecasts,
+    /// The topology as registered workers placed themselves in it (to
+    /// check a new worker's labels), and how many did.
+    topology: Option<topology::Topology>,
+    labelled: u32,
 }
 
 type SharedHub = Arc<Mutex<Hub>>;
@@ -334,6 +341,11 @@ pub fn start_with(
         policy: policies.label(),
         last_error: String::new(),
         forecasts: forecast::Forecasts::default(),
+        topology: cfg
+            .topology
+            .clone()
+            .and_then(|l| topology::Topology::empty(l).ok()),
+        labelled: 0,
     };
     let (seeded, n_restored) = table::restore(&mut hub, records);
     let restored = seeded.keys().copied().collect();
@@ -443,11 +455,14 @@ pub fn start_with(
         ),
         None => None,
     };
+    let topo_levels = backend.cfg.topology.clone();
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())
         .spawn(move || {
-            let mut lp = RoundLoop::new(policies, ClusterState::new(), round_s);
+            let mut cluster = ClusterState::new();
+            cluster.set_topology(topo_levels.and_then(|l| topology::Topology::empty(l).ok()));
+            let mut lp = RoundLoop::new(policies, cluster, round_s);
             lp.selector = selector;
             if let Some(rules) = startup {
                 lp.startup = rules;

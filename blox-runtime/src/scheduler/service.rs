@@ -290,6 +290,23 @@ impl Scheduler for Service {
             .worker_client(&r.address)
             .map_err(|e| Status::invalid_argument(format!("address: {e}")))?;
         let mut h = lock(&self.hub);
+        // Its place in the topology, checked before it is known.
+        let labels: std::collections::BTreeMap<String, String> = r
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !labels.is_empty() {
+            let at = h.labelled;
+            let Some(t) = h.topology.as_mut() else {
+                return Err(Status::invalid_argument(
+                    "labels: this scheduler's config has no [cluster.topology] to place a worker in",
+                ));
+            };
+            t.add_node(NodeId(at), &labels)
+                .map_err(|e| Status::invalid_argument(format!("labels: {e}")))?;
+            h.labelled += 1;
+        }
         h.next_worker += 1;
         let name = if r.name.is_empty() { "worker" } else { &r.name };
         let id = format!("{name}-{}-{}", h.epoch, h.next_worker);
@@ -329,6 +346,7 @@ impl Scheduler for Service {
                 node: None,
                 client,
                 reported: r.running,
+                labels,
             },
         );
         // A cut-off worker stops its jobs (lease, then grace) before this

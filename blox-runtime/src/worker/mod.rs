@@ -47,6 +47,9 @@ pub struct WorkerConfig {
     /// scheduler names a shared checkpoint directory).
     pub workdir: PathBuf,
     pub security: Security,
+    /// Where the node sits in the scheduler's topology, by level name
+    /// (`--labels rack=r3,block=b1`).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Errors that stop a worker from starting.

@@ -26,6 +26,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                     cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
                     host_mem_gb: host_mem_gb(),
                     running: sh.lock().reports(),
+                    labels: sh.cfg.labels.clone().into_iter().collect(),
                 };
                 let sent = Instant::now();
                 let r = tokio::time::timeout(call_timeout, client.register(req))

@@ -34,6 +34,7 @@ fn a_refused_worker_stops_with_the_reason() {
                 logical_gpus: Some(1),
                 workdir: dir.path().join(format!("refused-{i}")),
                 security: sec,
+                labels: Default::default(),
             }))
             .unwrap();
         let why = c
@@ -62,6 +63,7 @@ fn a_refused_worker_stops_with_the_reason() {
             logical_gpus: Some(1),
             workdir: dir.path().join("patient"),
             security: c.worker_security.clone(),
+            labels: Default::default(),
         }))
         .unwrap();
     let waited =

@@ -109,6 +109,7 @@ impl Cluster {
             logical_gpus: Some(2),
             workdir: dir.join(name),
             security: self.worker_security.clone(),
+            labels: Default::default(),
         };
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);

@@ -628,7 +628,7 @@ mod writer {
                     .chain(waits)
                     .chain(std::iter::once(j.team.clone())),
             )
-                .map_err(ReportError::table(&jobs))?;
+            .map_err(ReportError::table(&jobs))?;
         }
         w.flush().map_err(ReportError::io(&jobs))?;
         let rounds = dir.join("rounds.csv");

@@ -4,7 +4,8 @@
 //! - `GET /api/status?limit=&after_id=&phase=&q=`: what `Status` answers
 //!   (`blox status`), a page of jobs at a time: `phase` takes
 //!   comma-separated states, `q` a part of the job's name;
-//! - `GET /api/cluster`: every node's GPUs and the job on each;
+//! - `GET /api/cluster`: every node's GPUs and the job on each, and where
+//!   it sits in the topology (`labels`; the page groups nodes by them);
 //! - `GET /api/series`: utilisation and queue length per round (the last
 //!   [`MAX_POINTS`]) and the policy in force over time (its switches).
 //!
@@ -88,8 +89,17 @@ impl View {
                         json!({"gpu": g.local_id, "job": job})
                     })
                     .collect();
+                let labels: serde_json::Map<String, Value> = lp
+                    .cluster
+                    .topology()
+                    .and_then(|t| t.labels_of(n.id))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(l, d)| (l.to_string(), json!(d)))
+                    .collect();
                 json!({
                     "node": n.id.0,
+                    "labels": labels,
                     "worker": nodes.get(n.id.index()).map(String::as_str).unwrap_or(""),
                     "gpu_type": n.spec.gpu_type,
                     "online": n.online,
