@@ -181,7 +181,7 @@ pub struct WhatifArgs {
     pub overrides: Overrides,
     /// Write DIR/whatif.csv, DIR/predictions.csv (every job's start and
     /// finish under each config) and each replay's tables, plots and events
-    /// under DIR/<config>/ (`blox report DIR/<config>`).
+    /// under `DIR/<config>/` (`blox report DIR`).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

@@ -162,6 +162,19 @@ fn a_log_cut_short_or_rotated_is_replayed_as_far_as_it_goes() {
     ]);
     assert!(ok, "{t}");
     assert!(t.contains("no `submitted` event"), "{t}");
+    // A scheduler restarted: its clock and rounds start again. The run
+    // after the last restart is replayed, and reproduced.
+    let twice = dir.join("twice.jsonl");
+    std::fs::write(&twice, format!("{body}{body}")).unwrap();
+    let (ok, t) = whatif(&[
+        "--events",
+        twice.to_str().unwrap(),
+        "--config",
+        "examples/configs/philly-fifo.toml",
+    ]);
+    assert!(ok, "{t}");
+    assert!(t.contains("spans 1 scheduler restarts"), "{t}");
+    assert_eq!(matched(&t, "philly-fifo").1, 0, "{t}");
 }
 
 #[test]

@@ -96,6 +96,24 @@ impl History {
         round_s: f64,
     ) -> Result<History, EventLogError> {
         let overheads = (sim.launch_overhead_s, sim.restart_overhead_s);
+        // A scheduler that restarted starts its clock and rounds again: only
+        // the log of its last run is one history.
+        let restarts: Vec<usize> = (1..events.len())
+            .filter(|&i| events[i].round < events[i - 1].round)
+            .collect();
+        let mut notes = Vec::new();
+        let events = match restarts.last() {
+            Some(&i) => {
+                notes.push(format!(
+                    "the log spans {} scheduler restarts (its clock starts again at each); only the part after the last ({} of {} events) is replayed",
+                    restarts.len(),
+                    events.len() - i,
+                    events.len()
+                ));
+                &events[i..]
+            }
+            None => events,
+        };
         let first_t = events.first().map_or(0.0, |e| e.time_s);
         let want = at_s.unwrap_or(first_t);
         // The start is the log's first round at or after `at_s`: one with
@@ -120,6 +138,7 @@ impl History {
             at_s: at,
             start_round,
             tail: events[from..].to_vec(),
+            notes,
             ..History::default()
         };
         let mut jobs: BTreeMap<JobId, Tracked> = BTreeMap::new();
