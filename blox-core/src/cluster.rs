@@ -221,21 +221,25 @@ impl ClusterState {
     /// level, or on one node without a topology: the largest job that can
     /// be placed without spanning further (a fragmentation figure).
     pub fn largest_placeable(&self) -> u32 {
-        let mut per_node = vec![0u32; self.nodes.len()];
-        for g in &self.gpus {
-            if g.online && g.job.is_none() {
-                per_node[g.node.index()] += 1;
-            }
-        }
-        let mut best = per_node.iter().copied().max().unwrap_or(0);
-        if let Some(t) = self.topology() {
-            let inner = t.levels().len() - 1;
-            for d in 0..t.domains(inner) as u32 {
-                let f = t.free_under(inner, d, |n| per_node.get(n.index()).copied().unwrap_or(0));
-                best = best.max(f);
-            }
-        }
-        best
+        let free_on = |n: &Node| -> u32 {
+            n.gpus
+                .iter()
+                .filter(|g| {
+                    let g = &self.gpus[g.index()];
+                    g.online && g.job.is_none()
+                })
+                .count() as u32
+        };
+        let Some(t) = self.topology() else {
+            return self.nodes.iter().map(free_on).max().unwrap_or(0);
+        };
+        let per_node: Vec<u32> = self.nodes.iter().map(free_on).collect();
+        let inner = t.levels().len() - 1;
+        let best_domain = (0..t.domains(inner) as u32)
+            .map(|d| t.free_under(inner, d, |n| per_node.get(n.index()).copied().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
+        best_domain.max(per_node.iter().copied().max().unwrap_or(0))
     }
 
     /// `nodes` identical nodes of `gpus_per_node` GPUs each.

@@ -83,18 +83,10 @@ impl Ctl {
 
     /// The named jobs, or every job (all pages of them), and the workers.
     pub fn status(&mut self, job_ids: &[u64]) -> Result<StatusReply, CtlError> {
-        let mut req = StatusRequest {
+        self.all_pages(StatusRequest {
             job_ids: job_ids.to_vec(),
             ..Default::default()
-        };
-        let mut reply = self.status_page(&req)?;
-        while reply.next_after_id != 0 {
-            req.after_id = reply.next_after_id;
-            let next = self.status_page(&req)?;
-            reply.jobs.extend(next.jobs);
-            reply.next_after_id = next.next_after_id;
-        }
-        Ok(reply)
+        })
     }
 
     /// [`Ctl::status`] of the jobs that have not ended (submitted, queued,
@@ -106,10 +98,14 @@ impl Ctl {
             r.jobs.retain(|j| phases.contains(&j.phase()));
             return Ok(r);
         }
-        let mut req = StatusRequest {
+        self.all_pages(StatusRequest {
             phases: phases.iter().map(|p| *p as i32).collect(),
             ..Default::default()
-        };
+        })
+    }
+
+    /// Every page of `req`'s answer, as one reply.
+    fn all_pages(&mut self, mut req: StatusRequest) -> Result<StatusReply, CtlError> {
         let mut reply = self.status_page(&req)?;
         while reply.next_after_id != 0 {
             req.after_id = reply.next_after_id;
@@ -358,26 +354,12 @@ pub fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// `2026-11-25 14:02:11Z` (UTC) for Unix seconds `t`.
+/// `2026-11-25T14:02:11Z` (UTC, RFC 3339) for Unix seconds `t`.
 pub fn utc(t: f64) -> String {
-    let secs = t.max(0.0).round() as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    // humantime formats years up to 9999.
+    let s = t.clamp(0.0, 253_402_300_799.0);
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(s))
+        .to_string()
 }
 
 /// `12 s`, `4m05s`, `3h20m`, `2d04h`: a span of seconds, for people.

@@ -35,6 +35,23 @@ fn config(scheduling: &str, extra: &str) -> Config {
     Config::parse(&text, "test.toml", std::path::Path::new("."), &[]).unwrap()
 }
 
+/// The config's forecaster, and a simulation of `jobs` under it.
+fn forecaster_and_sim(cfg: &Config, jobs: Vec<SimJob>) -> (SimForecaster, Simulation) {
+    let sim = SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let fc = SimForecaster::from_config(cfg, &sim).unwrap().unwrap();
+    let policies =
+        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
+    let s = Simulation::new(
+        policies,
+        cfg.cluster_state().unwrap(),
+        cfg.run.clone(),
+        sim,
+        jobs,
+    )
+    .unwrap();
+    (fc, s)
+}
+
 /// Runs `rounds` rounds, forecasts, runs to the end; returns (job, predicted
 /// start, actual start, predicted finish, actual finish) for the jobs that
 /// had not started at the snapshot, and the forecast.
@@ -44,19 +61,7 @@ fn predicted_and_actual(
     jobs: Vec<SimJob>,
     rounds: usize,
 ) -> (Vec<(u64, Option<f64>, f64, Option<f64>, f64)>, Forecast) {
-    let cfg = config(scheduling, "");
-    let sim = SimConfig::from_section(&cfg.section("sim")).unwrap();
-    let fc = SimForecaster::from_config(&cfg, &sim).unwrap().unwrap();
-    let policies =
-        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
-    let mut s = Simulation::new(
-        policies,
-        cfg.cluster_state().unwrap(),
-        cfg.run.clone(),
-        sim,
-        jobs,
-    )
-    .unwrap();
+    let (fc, mut s) = forecaster_and_sim(&config(scheduling, ""), jobs);
     for _ in 0..rounds {
         s.step().unwrap();
     }
@@ -167,19 +172,7 @@ fn a_job_of_unknown_run_time_has_no_finish_and_blocks_what_waits_behind_it() {
 fn a_running_jobs_rate_stands_in_for_its_run_time() {
     // Job 0 reports progress; 20 minutes of a 60-minute job are 1/3 of it.
     let jobs = vec![job(0, 8, 3600.0, false), job(1, 2, 600.0, true)];
-    let cfg = config("fifo", "");
-    let sim = SimConfig::from_section(&cfg.section("sim")).unwrap();
-    let fc = SimForecaster::from_config(&cfg, &sim).unwrap().unwrap();
-    let policies =
-        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
-    let mut s = Simulation::new(
-        policies,
-        cfg.cluster_state().unwrap(),
-        cfg.run.clone(),
-        sim,
-        jobs,
-    )
-    .unwrap();
+    let (fc, mut s) = forecaster_and_sim(&config("fifo", ""), jobs);
     for _ in 0..20 {
         s.step().unwrap();
     }

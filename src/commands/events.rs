@@ -9,7 +9,7 @@ use blox_core::round::events::Event;
 use blox_runtime::scheduler::RuntimeConfig;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 pub fn events(a: EventsArgs) -> Result<ExitCode> {
     let path = match (&a.file, &a.config) {
@@ -53,7 +53,7 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
             say!("{}", serde_json::to_string(e)?)?;
         } else {
             match e.unix_s {
-                Some(u) => say!("{}  {e}", utc(u))?,
+                Some(u) => say!("{}  {e}", blox_runtime::ctl::utc(u))?,
                 None => say!("{e}")?,
             }
         }
@@ -106,11 +106,4 @@ fn parse_job(s: &str) -> Result<u64> {
         .trim_start_matches("job-")
         .parse()
         .with_context(|| format!("--job {s}: expected a job id such as 7 or job-7"))
-}
-
-/// `2026-11-24T10:00:03Z`.
-fn utc(unix_s: f64) -> String {
-    // humantime formats years up to 9999.
-    let s = unix_s.clamp(0.0, 253_402_300_799.0);
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs_f64(s)).to_string()
 }
