@@ -44,6 +44,9 @@ fn too_long(field: &str, len: usize, max: usize) -> Result<(), Status> {
     Ok(())
 }
 
+/// Most labels a worker registers with (levels of a topology).
+pub const MAX_LABELS: usize = 16;
+
 /// An argv: at least a program, no NUL bytes, within the size limits.
 fn command(field: &str, argv: &[String]) -> Result<(), Status> {
     if argv.len() > MAX_ARGS {
@@ -160,6 +163,16 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
     }
     too_long("name", r.name.len(), MAX_NAME_BYTES)?;
     too_long("address", r.address.len(), MAX_NAME_BYTES)?;
+    if r.labels.len() > MAX_LABELS {
+        return Err(invalid(format!(
+            "labels: {} of them, at most {MAX_LABELS} (one per topology level)",
+            r.labels.len()
+        )));
+    }
+    for (k, v) in &r.labels {
+        too_long("labels key", k.len(), MAX_NAME_BYTES)?;
+        too_long("labels value", v.len(), MAX_NAME_BYTES)?;
+    }
     for g in &r.gpus {
         too_long("gpus[].name", g.name.len(), MAX_NAME_BYTES)?;
         too_long("gpus[].uuid", g.uuid.len(), MAX_NAME_BYTES)?;

@@ -154,6 +154,21 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
         }))
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+    // A 1 MB label (5 MB is refused by the transport first: bounds.rs),
+    // and labels to a scheduler without a topology.
+    for (k, v) in [("rack", "x".repeat(1 << 20)), ("rack", "r1".to_string())] {
+        let e = rt
+            .block_on(client.register(RegisterRequest {
+                name: "labelled".into(),
+                address: "127.0.0.1:1".into(),
+                gpus: vec![GpuDevice::default()],
+                labels: [(k.to_string(), v)].into_iter().collect(),
+                ..Default::default()
+            }))
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+        assert!(e.message().starts_with("labels"), "{}", e.message());
+    }
     let e = rt
         .block_on(client.heartbeat(HeartbeatRequest {
             worker_id: "nobody".into(),
