@@ -227,6 +227,17 @@ impl Elasticity {
     }
 }
 
+/// The last checkpoint at or before `now_s` of a launch that reached its
+/// first iteration at `first_s` and saves every `every_s` seconds after it
+/// (`first_s` itself before the first interval ends). The simulator rolls
+/// progress back to it; the loop counts lost work from it.
+pub fn checkpoint_at(first_s: f64, every_s: f64, now_s: f64) -> f64 {
+    if now_s <= first_s || every_s <= 0.0 {
+        return first_s;
+    }
+    first_s + ((now_s - first_s) / every_s).floor() * every_s
+}
+
 impl JobSpec {
     /// A minimal spec: id, arrival and GPU count.
     pub fn new(id: u64, arrival_s: f64, requested_gpus: u32) -> Self {
@@ -328,6 +339,14 @@ pub struct Job {
     /// When its current wait reason was last counted.
     #[serde(default)]
     pub wait_counted_s: Option<f64>,
+    /// When the current launch last saved a checkpoint, as its backend
+    /// learnt it (a real job reports them); `None` if no backend said.
+    #[serde(default)]
+    pub checkpoint_s: Option<f64>,
+    /// Productive GPU-seconds lost because it was stopped (preempted, moved,
+    /// lost with its node) after its last checkpoint, over all launches.
+    #[serde(default)]
+    pub lost_work_gpu_s: f64,
 }
 
 impl Job {
@@ -359,6 +378,8 @@ impl Job {
             wait: None,
             wait_s: [0.0; 5],
             wait_counted_s: None,
+            checkpoint_s: None,
+            lost_work_gpu_s: 0.0,
         }
     }
 
@@ -393,6 +414,48 @@ impl Job {
 
     pub fn id(&self) -> JobId {
         self.spec.id
+    }
+
+    /// Seconds between its checkpoints: its own `checkpoint_interval_s`
+    /// metric (the loop fills in `[run] checkpoint_interval_s` for jobs
+    /// without one). `None`: it saves when stopped.
+    pub fn checkpoint_interval_s(&self) -> Option<f64> {
+        self.spec
+            .metrics
+            .get(crate::metric::CHECKPOINT_INTERVAL_S)
+            .copied()
+            .filter(|v| v.is_finite() && *v > 0.0)
+    }
+
+    /// When the running launch's state was last saved, at `now_s`: its
+    /// first iteration (it starts from a checkpoint), the last whole
+    /// interval after it, or the last checkpoint it reported, whichever is
+    /// latest. `None` while it starts, when it is not running, and when it
+    /// saves on every stop (no interval, nothing reported).
+    pub fn last_checkpoint_s(&self, now_s: f64) -> Option<f64> {
+        let first = self.first_iteration_s.filter(|_| self.is_running())?;
+        let every = self.checkpoint_interval_s();
+        if every.is_none() && self.checkpoint_s.is_none() {
+            return None;
+        }
+        let by_interval = every.map_or(first, |i| checkpoint_at(first, i, now_s));
+        Some(by_interval.max(self.checkpoint_s.unwrap_or(first)))
+    }
+
+    /// Productive seconds a stop at `now_s` would lose (since its last
+    /// checkpoint; 0 for a job that saves when stopped, or still starting).
+    pub fn uncheckpointed_s(&self, now_s: f64) -> f64 {
+        self.last_checkpoint_s(now_s)
+            .map_or(0.0, |c| (now_s - c).max(0.0))
+    }
+
+    /// What stopping it at `now_s` costs, in GPU-seconds: the work since its
+    /// last checkpoint plus starting again (its own last start-up, else
+    /// `startup_guess_s`), on the GPUs it holds. Policies choosing victims
+    /// prefer the cheapest (kueue#8551).
+    pub fn preemption_cost_gpu_s(&self, now_s: f64, startup_guess_s: f64) -> f64 {
+        let restart = self.last_startup_s.unwrap_or(startup_guess_s);
+        self.allocation.len() as f64 * (self.uncheckpointed_s(now_s) + restart)
     }
 
     pub fn arrival_s(&self) -> f64 {

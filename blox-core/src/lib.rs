@@ -26,7 +26,7 @@ pub use config::{
     Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig, Section,
 };
 pub use ids::{GpuId, JobId, NodeId};
-pub use job::{Adaptivity, Elasticity, Job, JobSpec, JobStatus};
+pub use job::{checkpoint_at, Adaptivity, Elasticity, Job, JobSpec, JobStatus};
 pub use job_state::{JobMetrics, JobState, MetricStore};
 pub use module::{accepts_resizable, describe as describe_elasticity};
 pub use module::{

@@ -49,6 +49,11 @@ pub const ATOMIC_BSZ: &str = "atomic_bsz";
 /// Gradient accumulation steps per update.
 pub const ACCUM_STEPS: &str = "accum_steps";
 
+/// Seconds between the checkpoints a job saves past its first iteration (a
+/// job's own; `[run] checkpoint_interval_s` otherwise). A stop loses the
+/// work since the last one ([`crate::Job::uncheckpointed_s`]).
+pub const CHECKPOINT_INTERVAL_S: &str = "checkpoint_interval_s";
+
 /// CPUs per GPU at which the job runs fastest (Synergy's profile).
 pub const BEST_CPUS_PER_GPU: &str = "best_cpus_per_gpu";
 /// Host memory (GB) per GPU at which the job runs fastest.

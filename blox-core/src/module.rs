@@ -231,6 +231,15 @@ pub trait SchedulingPolicy: Send {
         let _ = (job, jobs);
         None
     }
+
+    /// Refuses a cluster the policy's settings cannot fit (e.g. team quotas
+    /// that sum to more GPUs than it has), naming the setting. Checked
+    /// before a run on a cluster known in advance (a simulation); a live
+    /// cluster grows as workers join, so it is not checked there.
+    fn fits_cluster(&self, cluster: &ClusterState) -> Result<(), String> {
+        let _ = cluster;
+        Ok(())
+    }
 }
 
 /// A job's constraints in words (for errors).

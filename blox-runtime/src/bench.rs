@@ -354,6 +354,10 @@ impl SchedulingPolicy for Timed<Box<dyn SchedulingPolicy>> {
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }
+
+    fn fits_cluster(&self, cluster: &blox_core::ClusterState) -> Result<(), String> {
+        self.inner.fits_cluster(cluster)
+    }
 }
 
 impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {

@@ -114,6 +114,13 @@ impl Simulation {
                 ))));
             }
         }
+        if let Err(why) = policies.scheduling.fits_cluster(&cluster) {
+            return Err(SimError::Workload(WorkloadError::Invalid(format!(
+                "scheduling policy `{}` does not fit the cluster ({} GPUs): {why}",
+                policies.names.1,
+                cluster.num_gpus()
+            ))));
+        }
         let tracked_total = match run.track_jobs {
             Some([a, b]) => jobs
                 .iter()

@@ -34,6 +34,7 @@ fn row(i: u64) -> JobRow {
         productive_gpu_seconds: 2.0,
         launches_without_progress: 0,
         wait_s: [i as f64, 0.0, 0.5, 0.0, 1.0],
+        lost_work_gpu_seconds: (i % 5) as f64,
     }
 }
 

@@ -115,6 +115,14 @@ pub struct RunConfig {
     /// A launch still starting after this many seconds may be preempted
     /// like any other (default: 10 rounds, at least 600 s).
     pub max_startup_s: Option<NonNegative>,
+    /// Jobs save a checkpoint every this many seconds past their first
+    /// iteration, unless they name their own (`checkpoint_interval_s` in a
+    /// job's metrics); a stop loses the work since the last one. Unset:
+    /// jobs save when they are stopped and lose nothing.
+    pub checkpoint_interval_s: Option<Positive>,
+    /// Such a job also keeps its GPUs until its first checkpoint of each
+    /// launch (default true: every launch saves some work).
+    pub min_run_until_checkpoint: Option<bool>,
 }
 
 fn default_round_s() -> Positive {
@@ -137,6 +145,8 @@ impl Default for RunConfig {
             min_run_startup_factor: None,
             startup_warn_after: None,
             max_startup_s: None,
+            checkpoint_interval_s: None,
+            min_run_until_checkpoint: None,
         }
     }
 }

@@ -36,6 +36,10 @@ impl RoundLoop {
                         self.events.job(job, what);
                     }
                     if let Some(job) = self.jobs.get_mut(id) {
+                        // A lost node saves nothing: the work since the
+                        // last checkpoint is gone.
+                        job.lost_work_gpu_s +=
+                            job.uncheckpointed_s(info.now_s) * job.allocation.len() as f64;
                         job.status = JobStatus::Queued;
                         job.allocation.clear();
                         job.host_share = None;

@@ -329,6 +329,12 @@ impl RoundLoop {
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
             } else {
+                if let Some(every) = self.startup.checkpoint_interval_s {
+                    job.spec
+                        .metrics
+                        .entry(crate::metric::CHECKPOINT_INTERVAL_S.to_string())
+                        .or_insert(every);
+                }
                 for (k, v) in &job.spec.metrics {
                     self.jobs.metrics().set(job.id(), k, *v);
                 }
@@ -577,6 +583,7 @@ impl RoundLoop {
             let job = self.jobs.get_mut(a.job).expect("checked above");
             job.status = JobStatus::Running;
             job.first_iteration_s = None;
+            job.checkpoint_s = None;
             job.first_start_s.get_or_insert(info.now_s);
             job.last_launch_s = Some(info.now_s);
             job.launches += 1;
@@ -616,10 +623,15 @@ impl RoundLoop {
         for job in &jobs {
             debug!(job = %job.id(), attained_gpu_s = job.attained_service_gpu_s, "preempt");
         }
+        let lost: Vec<f64> = jobs
+            .iter()
+            .map(|j| j.uncheckpointed_s(info.now_s) * j.allocation.len() as f64)
+            .collect();
         b.preempt_all(info, &jobs).map_err(backend("preemption"))?;
-        for &id in ids {
+        for (&id, lost) in ids.iter().zip(lost) {
             self.note_stopped(id, Stopped::Preempted);
             let job = self.jobs.get_mut(id).expect("validated");
+            job.lost_work_gpu_s += lost;
             let gpus = std::mem::take(&mut job.allocation);
             job.status = JobStatus::Queued;
             job.host_share = None;

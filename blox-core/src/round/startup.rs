@@ -30,6 +30,14 @@ pub struct StartupRules {
     /// (a hung job, or one that never reports its first iteration, must not
     /// hold its GPUs for ever).
     pub max_startup_s: f64,
+    /// Checkpoint interval of jobs that name none (`[run]
+    /// checkpoint_interval_s`); `None`: they save when stopped.
+    pub checkpoint_interval_s: Option<f64>,
+    /// A job that saves every so often also keeps its GPUs until its first
+    /// checkpoint of the launch (`[run] min_run_until_checkpoint`, default
+    /// on): each launch then saves some work, so a policy that preempts
+    /// every round cannot keep a job from ever finishing.
+    pub until_checkpoint: bool,
 }
 
 impl StartupRules {
@@ -44,6 +52,8 @@ impl StartupRules {
             min_run_startup_factor: 1.0,
             warn_after: 3,
             max_startup_s: (10.0 * round_s).max(600.0),
+            checkpoint_interval_s: None,
+            until_checkpoint: true,
         }
     }
 
@@ -57,6 +67,8 @@ impl StartupRules {
                 .map_or(d.min_run_startup_factor, |v| v.get()),
             warn_after: run.startup_warn_after.unwrap_or(d.warn_after),
             max_startup_s: run.max_startup_s.map_or(d.max_startup_s, |v| v.get()),
+            checkpoint_interval_s: run.checkpoint_interval_s.map(|v| v.get()),
+            until_checkpoint: run.min_run_until_checkpoint.unwrap_or(true),
         }
     }
 
@@ -67,6 +79,8 @@ impl StartupRules {
             min_run_startup_factor: 0.0,
             warn_after: 0,
             max_startup_s: 0.0,
+            checkpoint_interval_s: None,
+            until_checkpoint: false,
         }
     }
 }
@@ -98,7 +112,12 @@ impl RoundLoop {
         let need = r
             .min_run_s
             .max(r.min_run_startup_factor * job.last_startup_s.unwrap_or(0.0))
-            .max(extra.unwrap_or(0.0));
+            .max(extra.unwrap_or(0.0))
+            .max(if r.until_checkpoint {
+                job.checkpoint_interval_s().unwrap_or(0.0)
+            } else {
+                0.0
+            });
         ran < need
     }
 

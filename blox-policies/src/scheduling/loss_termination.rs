@@ -89,6 +89,10 @@ impl SchedulingPolicy for LossTermination {
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }
+
+    fn fits_cluster(&self, cluster: &blox_core::ClusterState) -> Result<(), String> {
+        self.inner.fits_cluster(cluster)
+    }
 }
 
 blox_core::register_scheduling!(

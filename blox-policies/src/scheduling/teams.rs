@@ -20,11 +20,24 @@
 //!    hold a borrower a few rounds more), and a job in quota is never
 //!    preempted for a borrower, so there is no preemption loop.
 //!
+//! Which borrowers stop when a lender takes its quota back (`reclaim`):
+//! - `"fair-share"` (default): step 3 is decided afresh every round, so the
+//!   borrowers of the team furthest above its fair share stop first, the
+//!   last in the inner order first, and a borrower may also stop for a
+//!   borrower of a team further below its share;
+//! - `"cost"`: running borrowers keep their GPUs while the pool holds them,
+//!   and when it shrinks those cheapest to stop go first — the least work
+//!   since their last checkpoint plus the cheapest restart
+//!   ([`Job::preemption_cost_gpu_s`]; kueue#8551). Fair share then decides
+//!   only who borrows the GPUs that are free, as Kueue's reclaim within a
+//!   cohort does without fair-sharing preemption.
+//!
 //! ```toml
 //! [scheduling]
 //! policy = "teams"
 //! within = { policy = "las" }          # the policy inside (and its parameters)
 //! default_team = "shared"              # for jobs that name no team (else refused)
+//! reclaim = "cost"                     # which borrowers stop first (below)
 //! teams = [
 //!   { name = "vision", quota = 32, borrowing_limit = 32, lending_limit = 16 },
 //!   { name = "speech", quota = 16 },   # limits unset: no limit
@@ -52,12 +65,26 @@ pub struct TeamConfig {
     pub lending_limit: Option<u32>,
 }
 
+/// Which borrowers stop when a lender takes its quota back (module docs).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reclaim {
+    /// Borrowing is decided afresh every round by fair share.
+    #[default]
+    FairShare,
+    /// Running borrowers keep their GPUs while they fit; the cheapest to
+    /// stop go first.
+    Cost,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Params {
     within: toml::Table,
     teams: Vec<TeamConfig>,
     default_team: Option<String>,
+    #[serde(default)]
+    reclaim: Reclaim,
 }
 
 /// Teams around an inner policy (module docs).
@@ -70,6 +97,10 @@ pub struct Teams {
     attained: Vec<f64>,
     /// Each job's attained service when last seen.
     seen: HashMap<JobId, f64>,
+    /// Which borrowers stop first.
+    pub reclaim: Reclaim,
+    /// Where the teams were set (`file:line`), for errors.
+    pub location: Option<String>,
 }
 
 impl Teams {
@@ -99,6 +130,8 @@ impl Teams {
             index,
             default,
             seen: HashMap::new(),
+            reclaim: Reclaim::default(),
+            location: None,
         })
     }
 
@@ -173,17 +206,39 @@ impl SchedulingPolicy for Teams {
             let idle = team.quota.saturating_sub(used[t]);
             pool += team.lending_limit.map_or(idle, |l| idle.min(l));
         }
+        let limit = |t: usize| self.teams[t].borrowing_limit.unwrap_or(u32::MAX);
+        let mut borrowing = Vec::new();
+        let mut borrowed = vec![0u32; n];
+        if self.reclaim == Reclaim::Cost {
+            // Running borrowers keep their GPUs while the pool holds them,
+            // the costliest to stop first; the rest stop.
+            let mut running: Vec<(f64, usize, Demand)> = Vec::new();
+            for (t, list) in over.iter_mut().enumerate() {
+                for d in std::mem::take(list) {
+                    match jobs.get(d.job).filter(|j| j.is_running()) {
+                        Some(j) => running.push((j.preemption_cost_gpu_s(round.now_s, 0.0), t, d)),
+                        None => list.push(d),
+                    }
+                }
+            }
+            running.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.job.cmp(&b.2.job)));
+            for (_, t, d) in running {
+                if d.gpus <= pool && borrowed[t] + d.gpus <= limit(t) {
+                    pool -= d.gpus;
+                    borrowed[t] += d.gpus;
+                    borrowing.push(d);
+                }
+            }
+        }
+        // Fair share: the team least served per GPU of quota borrows first.
         let mut order: Vec<usize> = (0..n).filter(|t| !over[*t].is_empty()).collect();
         let share = |t: usize| self.attained[t] / f64::from(self.teams[t].quota.max(1));
         order.sort_by(|a, b| share(*a).total_cmp(&share(*b)).then(a.cmp(b)));
-        let mut borrowing = Vec::new();
         for t in order {
-            let mut borrowed = 0u32;
-            let limit = self.teams[t].borrowing_limit.unwrap_or(u32::MAX);
             for d in std::mem::take(&mut over[t]) {
-                if d.gpus <= pool && borrowed + d.gpus <= limit {
+                if d.gpus <= pool && borrowed[t] + d.gpus <= limit(t) {
                     pool -= d.gpus;
-                    borrowed += d.gpus;
+                    borrowed[t] += d.gpus;
                     borrowing.push(d);
                 }
             }
@@ -210,6 +265,21 @@ impl SchedulingPolicy for Teams {
 
     fn metrics_read(&self) -> Vec<&'static str> {
         self.inner.metrics_read()
+    }
+
+    fn fits_cluster(&self, cluster: &ClusterState) -> Result<(), String> {
+        let sum: u64 = self.teams.iter().map(|t| u64::from(t.quota)).sum();
+        if sum > u64::from(cluster.num_gpus()) {
+            let at = self
+                .location
+                .as_deref()
+                .map_or(String::new(), |l| format!(" ({l})"));
+            return Err(format!(
+                "the teams' quotas{at} sum to {sum} GPUs, more than the cluster's {}: lower them, or lend through borrowing limits instead",
+                cluster.num_gpus()
+            ));
+        }
+        self.inner.fits_cluster(cluster)
     }
 
     fn requires_placement(&self) -> Option<&'static str> {
@@ -247,8 +317,10 @@ blox_core::register_scheduling!(
         if params.teams.is_empty() {
             return Err(p.error_at("teams", "list at least one team"));
         }
-        let t = Teams::new(inner, params.teams, params.default_team.as_deref())
+        let mut t = Teams::new(inner, params.teams, params.default_team.as_deref())
             .map_err(|e| p.error_at("teams", e))?;
+        t.reclaim = params.reclaim;
+        t.location = Some(p.location("teams"));
         Ok(Box::new(t))
     }
 );

@@ -136,6 +136,10 @@ impl SimBackend {
         self.alloc.remove(&id);
         let now = self.now();
         if let Some(s) = self.jobs.get_mut(&id) {
+            // A job that saves every so often goes back to its last
+            // checkpoint (one that saves when stopped loses nothing).
+            s.restore();
+            self.dirty.push(id);
             s.segment = None;
             s.stopped_at = Some(now);
             if let Some(p) = s.profile.as_mut() {
@@ -235,6 +239,11 @@ impl SimBackend {
             let held_from = seg.held_since_s.max(start);
             let first = seg.first_iteration_s;
             let gpus = seg.gpus as f64;
+            let before = s.done_s;
+            let units_before = s
+                .profile
+                .as_ref()
+                .map_or((0.0, 0.0), |p| (p.progress, p.samples));
             // Held time up to `stop`: start-up before the first iteration,
             // productive (attained) service after it.
             let account = |s: &mut SimJobState, stop: f64| {
@@ -274,6 +283,9 @@ impl SimBackend {
                     s.finished_at = Some(finish.max(held_from));
                     done.push(*id);
                 }
+            }
+            if s.finished_at.is_none() {
+                s.note_checkpoints(first, from, end, before, units_before);
             }
             self.dirty.push(*id);
         }
@@ -513,6 +525,7 @@ impl LaunchMechanism for SimBackend {
             let r = p.replicas();
             p.initial_batch.get_or_insert(p.batch.global(r));
         }
+        s.save(job.checkpoint_interval_s(), round.now_s + overhead);
         s.segment = Some(Segment {
             gpus: gpus.len() as u32,
             held_since_s: round.now_s,
@@ -609,6 +622,7 @@ impl SimBackend {
             converge_at: None,
             type_speed: 1.0,
             stopped_at: None,
+            saved: None,
         };
         if job.is_running() && !job.allocation.is_empty() {
             st.type_speed = self.speed_factor(job, &job.allocation);
@@ -627,6 +641,15 @@ impl SimBackend {
                     since + overhead
                 }
             };
+            // Its last checkpoint, with the work it held then (the work
+            // since, at the rate it runs now, is taken off).
+            let saved_at = job.last_checkpoint_s(now_s).unwrap_or(first);
+            let speed =
+                job.allocation.len() as f64 / st.requested_gpus.max(1) as f64 * st.type_speed;
+            st.save(job.checkpoint_interval_s(), saved_at);
+            if let Some(saved) = st.saved.as_mut() {
+                saved.done_s = (done_s - (now_s - saved_at).max(0.0) * speed).max(0.0);
+            }
             st.segment = Some(Segment {
                 gpus: job.allocation.len() as u32,
                 held_since_s: now_s,

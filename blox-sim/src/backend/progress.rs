@@ -277,6 +277,86 @@ pub(super) struct SimJobState {
     pub(super) type_speed: f64,
     /// Time it was last taken off its GPUs (a launch in the same round is a move).
     pub(super) stopped_at: Option<f64>,
+    /// Its last checkpoint, for a job that saves every so often (a stop
+    /// goes back to it); `None`: it saves when stopped.
+    pub(super) saved: Option<Saved>,
+}
+
+/// What a checkpoint holds: the work done when it was saved.
+#[derive(Clone, Debug)]
+pub(super) struct Saved {
+    /// Seconds between checkpoints past the first iteration.
+    pub(super) every_s: f64,
+    pub(super) at_s: f64,
+    pub(super) done_s: f64,
+    /// A profile-driven job's progress units and samples.
+    pub(super) progress: f64,
+    pub(super) samples: f64,
+}
+
+impl SimJobState {
+    /// A checkpoint of its state now, at `at_s`, for a job that saves every
+    /// `every_s` (none for a job that saves when stopped).
+    pub(super) fn save(&mut self, every_s: Option<f64>, at_s: f64) {
+        self.saved = every_s.map(|every_s| Saved {
+            every_s,
+            at_s,
+            done_s: self.done_s,
+            progress: self.profile.as_ref().map_or(0.0, |p| p.progress),
+            samples: self.profile.as_ref().map_or(0.0, |p| p.samples),
+        });
+    }
+
+    /// Notes the checkpoints of a launch that reached its first iteration at
+    /// `first_s` and advanced from `from_s` (work `before`, progress units
+    /// and samples `units_before`) to `stop_s`: the latest one in between,
+    /// by linear interpolation within the step.
+    pub(super) fn note_checkpoints(
+        &mut self,
+        first_s: f64,
+        from_s: f64,
+        stop_s: f64,
+        before: f64,
+        units_before: (f64, f64),
+    ) {
+        let Some(saved) = self.saved.as_mut() else {
+            return;
+        };
+        let at = blox_core::checkpoint_at(first_s, saved.every_s, stop_s);
+        if at <= saved.at_s || at < from_s {
+            return;
+        }
+        let frac = if stop_s > from_s {
+            ((at - from_s) / (stop_s - from_s)).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let lerp = |a: f64, b: f64| a + (b - a) * frac;
+        saved.at_s = at;
+        saved.done_s = lerp(before, self.done_s);
+        if let Some(p) = &self.profile {
+            saved.progress = lerp(units_before.0, p.progress);
+            saved.samples = lerp(units_before.1, p.samples);
+        }
+    }
+
+    /// Goes back to its last checkpoint (a stop of a job that saves every
+    /// so often).
+    pub(super) fn restore(&mut self) {
+        let Some(saved) = &self.saved else {
+            return;
+        };
+        self.done_s = saved.done_s.min(self.done_s);
+        if let Some(p) = self.profile.as_mut() {
+            if saved.progress < p.progress {
+                p.progress = saved.progress;
+                p.samples = saved.samples;
+                while p.epoch > 0 && p.app.epoch_boundary(p.epoch) > p.progress {
+                    p.epoch -= 1;
+                }
+            }
+        }
+    }
 }
 
 /// The synthetic training loss of a job that converges after fraction `c` of

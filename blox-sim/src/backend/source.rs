@@ -34,6 +34,7 @@ impl JobSource for SimBackend {
                     converge_at: j.converge_at,
                     type_speed: 1.0,
                     stopped_at: None,
+                    saved: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
                         WorkModel::Profile { app, agent, types } => Some(ProfileRun {

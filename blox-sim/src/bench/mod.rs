@@ -99,6 +99,10 @@ impl SchedulingPolicy for Timed {
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }
+
+    fn fits_cluster(&self, cluster: &blox_core::ClusterState) -> std::result::Result<(), String> {
+        self.inner.fits_cluster(cluster)
+    }
 }
 
 /// Median and 95th percentile of `times` (seconds), in milliseconds.

@@ -83,6 +83,9 @@ pub struct JobRow {
     /// Seconds spent waiting under each kind of reason
     /// (`blox_core::WaitReason::KINDS`), counted at round ends.
     pub wait_s: [f64; 5],
+    /// Productive GPU-seconds lost when it was stopped after its last
+    /// checkpoint (preempted, moved, lost with its node).
+    pub lost_work_gpu_seconds: f64,
 }
 
 impl JobRow {
@@ -115,6 +118,7 @@ impl JobRow {
             productive_gpu_seconds: j.attained_service_gpu_s,
             launches_without_progress: j.launches_without_progress,
             wait_s: j.wait_s,
+            lost_work_gpu_seconds: j.lost_work_gpu_s,
         }
     }
 
@@ -170,6 +174,10 @@ pub struct Summary {
     pub makespan_s: f64,
     pub gpu_utilisation: f64,
     pub preemptions: u64,
+    /// GPU-seconds of work lost to stops after the last checkpoint, and
+    /// held while starting (every launch's start-up), over all jobs.
+    pub lost_work_gpu_s: f64,
+    pub startup_gpu_s: f64,
     pub rounds: u64,
     pub sim_time_s: f64,
     /// Tracked jobs that had not ended when the run stopped.
@@ -223,6 +231,11 @@ impl Summary {
                 0.0
             },
             preemptions: tracked.iter().map(|j| j.preemptions as u64).sum(),
+            lost_work_gpu_s: all.iter().map(|j| j.lost_work_gpu_seconds).sum(),
+            startup_gpu_s: all
+                .iter()
+                .map(|j| j.gpu_seconds - j.productive_gpu_seconds)
+                .sum(),
             rounds,
             sim_time_s: now_s,
             unfinished: tracked.iter().filter(|j| !j.status.is_terminal()).count(),
@@ -270,6 +283,14 @@ impl fmt::Display for Summary {
             self.gpu_utilisation * 100.0
         )?;
         writeln!(f, "preemptions        {}", self.preemptions)?;
+        if self.lost_work_gpu_s > 0.0 {
+            writeln!(
+                f,
+                "lost work          {:.1} GPU-h since checkpoints, {:.1} GPU-h starting",
+                self.lost_work_gpu_s / 3600.0,
+                self.startup_gpu_s / 3600.0
+            )?;
+        }
         write!(
             f,
             "rounds             {} ({} simulated)",
@@ -321,6 +342,7 @@ pub const JOB_COLUMNS: &[&str] = &[
     "wait_held_s",
     "wait_preempted_s",
     "team",
+    "lost_work_gpu_seconds",
 ];
 
 /// The `jobs.csv` column of each kind of wait reason, in the order of
@@ -497,6 +519,12 @@ mod writer {
             "team".into(),
             j.iter().map(|x| x.team.clone()).collect::<Vec<_>>(),
         ));
+        columns.push(Column::new(
+            "lost_work_gpu_seconds".into(),
+            j.iter()
+                .map(|x| x.lost_work_gpu_seconds)
+                .collect::<Vec<_>>(),
+        ));
         DataFrame::new_infer_height(columns)
     }
 
@@ -626,7 +654,7 @@ mod writer {
                 fixed
                     .into_iter()
                     .chain(waits)
-                    .chain(std::iter::once(j.team.clone())),
+                    .chain([j.team.clone(), j.lost_work_gpu_seconds.to_string()]),
             )
             .map_err(ReportError::table(&jobs))?;
         }
