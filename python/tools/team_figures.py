@@ -16,8 +16,11 @@ Markdown row per DIR:
   its quota (from the event log, round by round);
 - fragmentation: the mean largest job placeable within one rack over the
   rounds in which jobs waited (rounds.csv `largest_placeable`);
-- lost work: GPU-hours held but not productive (start-ups and restarts,
-  jobs.csv `gpu_seconds - productive_gpu_seconds`).
+- lost work: GPU-hours of training done since the last checkpoint when a
+  job was stopped (jobs.csv `lost_work_gpu_seconds`), and GPU-hours held
+  while starting (start-ups and restarts, `gpu_seconds -
+  productive_gpu_seconds`);
+- preemptions.
 """
 
 import argparse
@@ -104,7 +107,9 @@ def row(d, quotas, default):
             tm = j["team"] if j["team"] in quotas else default
             slow.setdefault(tm, []).append(float(j["jct_s"]) / float(j["run_time_s"]))
     per_team = [sum(v) / len(v) for v in slow.values()]
-    lost = sum(float(j["gpu_seconds"]) - float(j["productive_gpu_seconds"]) for j in jobs) / 3600
+    starting = sum(float(j["gpu_seconds"]) - float(j["productive_gpu_seconds"]) for j in jobs) / 3600
+    lost = sum(float(j.get("lost_work_gpu_seconds") or 0) for j in jobs) / 3600
+    preemptions = sum(int(j["preemptions"]) for j in jobs)
     rounds = list(csv.DictReader(open(d / "rounds.csv")))
     frag = [
         int(r["largest_placeable"])
@@ -115,7 +120,7 @@ def row(d, quotas, default):
     return (
         f"| {d.name} | {sum(jcts) / len(jcts) / 3600:.2f} | {p99 / 3600:.1f} | "
         f"{jain(per_team):.3f} | {violations(d / 'events.jsonl', quotas, default):.1f} | "
-        f"{sum(frag) / max(1, len(frag)):.1f} | {lost:.0f} |"
+        f"{sum(frag) / max(1, len(frag)):.1f} | {lost:.0f} | {starting:.0f} | {preemptions} |"
     )
 
 
@@ -125,8 +130,11 @@ def main():
     ap.add_argument("dirs", nargs="+", type=Path)
     a = ap.parse_args()
     quotas, default = quotas_of(a.quotas)
-    print("| run | avg JCT (h) | p99 JCT (h) | Jain (slowdown) | quota violations (team-h) | largest placeable in a rack (GPUs) | lost work (GPU-h) |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| run | avg JCT (h) | p99 JCT (h) | Jain (slowdown) | quota violations (team-h) "
+        "| largest placeable in a rack (GPUs) | lost since checkpoint (GPU-h) | starting (GPU-h) | preemptions |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for d in a.dirs:
         print(row(d, quotas, default))
     return 0

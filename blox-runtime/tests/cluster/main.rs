@@ -9,6 +9,7 @@ mod common;
 mod forecast;
 mod requests;
 mod security;
+mod teams;
 mod topology;
 
 use blox_runtime::ctl::Ctl;

@@ -73,10 +73,21 @@ impl Cluster {
         workers: usize,
         extras: blox_runtime::scheduler::Extras,
     ) -> Cluster {
+        Self::start_built(dir, cfg, policies(scheduling), workers, extras)
+    }
+
+    /// [`Cluster::start_with`] with policies built by the caller (from a
+    /// config with parameters).
+    pub fn start_built(
+        dir: &Path,
+        cfg: RuntimeConfig,
+        policies: Policies,
+        workers: usize,
+        extras: blox_runtime::scheduler::Extras,
+    ) -> Cluster {
         let security = cfg.security().unwrap();
         let worker_security = cfg.worker_security().unwrap();
-        let sched =
-            blox_runtime::scheduler::start_with(cfg, policies(scheduling), 1.0, extras).unwrap();
+        let sched = blox_runtime::scheduler::start_with(cfg, policies, 1.0, extras).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -101,6 +112,11 @@ impl Cluster {
     }
 
     pub fn add_worker(&mut self, dir: &Path, name: &str) {
+        self.add_labelled_worker(dir, name, &[]);
+    }
+
+    /// A worker of 2 logical GPUs that registers with `labels`.
+    pub fn add_labelled_worker(&mut self, dir: &Path, name: &str, labels: &[(&str, &str)]) {
         let cfg = WorkerConfig {
             scheduler: self.addr(),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -109,7 +125,10 @@ impl Cluster {
             logical_gpus: Some(2),
             workdir: dir.join(name),
             security: self.worker_security.clone(),
-            labels: Default::default(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);
