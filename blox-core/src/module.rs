@@ -349,6 +349,15 @@ pub trait PlacementPolicy: Send {
         let _ = (job, cluster);
         None
     }
+
+    /// Refuses a cluster the policy's settings do not fit (e.g. a level
+    /// name its topology does not have), naming the setting. Checked before
+    /// a run: a simulation's cluster, and a live scheduler's before workers
+    /// join (its topology levels, no nodes yet). Default: fits.
+    fn fits_cluster(&self, cluster: &ClusterState) -> Result<(), String> {
+        let _ = cluster;
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -373,6 +373,13 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
         self.log.lock().unwrap().push(t.elapsed().as_secs_f64());
         p
     }
+    fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
+        self.inner.never_places(job, cluster)
+    }
+
+    fn fits_cluster(&self, cluster: &ClusterState) -> std::result::Result<(), String> {
+        self.inner.fits_cluster(cluster)
+    }
 }
 
 /// Polls the scheduler's status until `done` holds; that status.

@@ -114,6 +114,12 @@ impl Simulation {
                 ))));
             }
         }
+        if let Err(why) = policies.placement.fits_cluster(&cluster) {
+            return Err(SimError::Workload(WorkloadError::Invalid(format!(
+                "placement policy `{}` does not fit the cluster: {why}",
+                policies.names.2
+            ))));
+        }
         if let Err(why) = policies.scheduling.fits_cluster(&cluster) {
             return Err(SimError::Workload(WorkloadError::Invalid(format!(
                 "scheduling policy `{}` does not fit the cluster ({} GPUs): {why}",

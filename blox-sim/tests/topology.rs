@@ -103,3 +103,34 @@ fn jobs_stay_in_a_rack_when_one_holds_them_and_fragmentation_is_reported() {
     let r = s.finish();
     assert_eq!(r.rounds[0].largest_placeable, 2);
 }
+
+#[test]
+fn a_within_level_the_topology_lacks_is_refused_before_the_run() {
+    let build = |text: &str| {
+        let cfg = Config::parse(text, "topo.toml", std::path::Path::new("."), &[]).unwrap();
+        let policies =
+            registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
+        Simulation::new(
+            policies,
+            cfg.cluster_state().unwrap(),
+            cfg.run.clone(),
+            SimConfig::default(),
+            vec![],
+        )
+        .err()
+        .map(|e| e.to_string())
+    };
+    let head = "[cluster]\nnodes = 4\ngpus_per_node = 4\n[scheduling]\npolicy = \"fifo\"\n";
+    let racks =
+        "[cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50, size = 2 }]\n";
+    let place = "[placement]\npolicy = \"topology\"\nwithin = \"row\"\n";
+    let e = build(&format!("{head}{racks}{place}")).expect("refused");
+    assert!(
+        e.contains("within = `row` (topo.toml:10) names no level of the cluster's topology (rack)"),
+        "{e}"
+    );
+    let e = build(&format!("{head}{place}")).expect("refused");
+    assert!(e.contains("the cluster has no [cluster.topology]"), "{e}");
+    let ok = "[placement]\npolicy = \"topology\"\nwithin = \"rack\"\n";
+    assert_eq!(build(&format!("{head}{racks}{ok}")), None);
+}

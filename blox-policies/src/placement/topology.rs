@@ -48,6 +48,9 @@ pub struct TopologyPlacement {
     pub backfill: bool,
     #[serde(default = "yes")]
     pub preempt: bool,
+    /// Where `within` was set (`file:line`), for errors.
+    #[serde(skip)]
+    pub location: Option<String>,
 }
 
 /// The metric a job may set: how many levels up it may span.
@@ -188,6 +191,26 @@ impl PlacementPolicy for TopologyPlacement {
 
     /// A job that must stay within a level whose largest domain (or node)
     /// has fewer GPUs than it asks, however empty the cluster.
+    fn fits_cluster(&self, cluster: &ClusterState) -> Result<(), String> {
+        let Some(w) = &self.within else {
+            return Ok(());
+        };
+        let at = self.location.as_deref().unwrap_or("placement.within");
+        match cluster.topology() {
+            None => Err(format!(
+                "within = `{w}` ({at}), but the cluster has no [cluster.topology]"
+            )),
+            Some(t) if t.level(w).is_none() => {
+                let names: Vec<&str> = t.levels().iter().map(|l| l.name.as_str()).collect();
+                Err(format!(
+                    "within = `{w}` ({at}) names no level of the cluster's topology ({})",
+                    names.join(", ")
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
         let topo = cluster.topology();
         let metric = job.spec.metrics.get(MAX_SPAN_LEVEL).copied();
@@ -223,7 +246,8 @@ blox_core::register_placement!(
     "topology",
     "gang placement within the lowest topology level that holds the job (best fit), ranks in ring order; sensitive models stay within a level (Tiresias's skew rule)",
     |p| {
-        let t: TopologyPlacement = p.parse()?;
+        let mut t: TopologyPlacement = p.parse()?;
+        t.location = Some(p.location("within"));
         Ok(Box::new(t))
     }
 );

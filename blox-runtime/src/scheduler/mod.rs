@@ -290,6 +290,20 @@ pub fn start_with(
         tracing::warn!("[runtime] worker_token_file is unset: workers use the users' token, so any user can register a worker and be handed jobs");
     }
     let startup = cfg.startup;
+    // The placement's settings against the topology's levels, before
+    // anything starts (no nodes yet: they join as workers register).
+    let mut empty = ClusterState::new();
+    empty.set_topology(
+        cfg.topology
+            .clone()
+            .and_then(|l| topology::Topology::empty(l).ok()),
+    );
+    policies.placement.fits_cluster(&empty).map_err(|why| {
+        SchedulerError::Runtime(format!(
+            "placement policy `{}` does not fit the cluster: {why}",
+            policies.names.2
+        ))
+    })?;
     let probe = write_checkpoint_probe(&cfg)?;
     let store = Arc::new(Store::open(&cfg.state)?);
     let mut events = events::EventSink::open(&cfg)?;
