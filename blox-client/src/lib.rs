@@ -61,6 +61,11 @@ pub mod env {
 /// it has reported it and then run `[run] min_run_s` more.
 pub const STARTUP_METRIC: &str = "startup_s";
 
+/// The metric [`Job::save_checkpoint`] pushes (rank 0): seconds from the
+/// launch to the checkpoint just saved. A job that saves only every so often
+/// (`checkpoint_interval_s`) then loses, when stopped, only the work since.
+pub const CHECKPOINT_METRIC: &str = "checkpoint_s";
+
 /// What can go wrong reading the environment or talking to the worker.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -380,7 +385,10 @@ impl Job {
                 }
             }
         }
-        Ok(())
+        match self.startup_so_far() {
+            Some(at) if self.env.rank == 0 => self.push_metric(CHECKPOINT_METRIC, at),
+            _ => Ok(()),
+        }
     }
 
     /// Checkpoint `name` from an earlier launch, if resuming and one exists:

@@ -427,19 +427,19 @@ impl Job {
             .filter(|v| v.is_finite() && *v > 0.0)
     }
 
-    /// When the running launch's state was last saved, at `now_s`: its
-    /// first iteration (it starts from a checkpoint), the last whole
-    /// interval after it, or the last checkpoint it reported, whichever is
-    /// latest. `None` while it starts, when it is not running, and when it
-    /// saves on every stop (no interval, nothing reported).
+    /// When the running launch's state was last saved, at `now_s`, for a
+    /// job that saves every so often (a checkpoint interval): the last
+    /// checkpoint it reported (a real job, through `blox_client`), else its
+    /// first iteration plus whole intervals (it starts from a checkpoint).
+    /// `None` while it starts, when it is not running, and for a job that
+    /// saves when it is stopped (no interval).
     pub fn last_checkpoint_s(&self, now_s: f64) -> Option<f64> {
         let first = self.first_iteration_s.filter(|_| self.is_running())?;
-        let every = self.checkpoint_interval_s();
-        if every.is_none() && self.checkpoint_s.is_none() {
-            return None;
-        }
-        let by_interval = every.map_or(first, |i| checkpoint_at(first, i, now_s));
-        Some(by_interval.max(self.checkpoint_s.unwrap_or(first)))
+        let every = self.checkpoint_interval_s()?;
+        Some(match self.checkpoint_s {
+            Some(c) => c.clamp(first, now_s.max(first)),
+            None => checkpoint_at(first, every, now_s),
+        })
     }
 
     /// Productive seconds a stop at `now_s` would lose (since its last

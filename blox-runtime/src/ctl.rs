@@ -305,6 +305,14 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
         if j.startup_s > 0.0 {
             let _ = write!(place, "{}start-up {:.1} s", sep(&place), j.startup_s);
         }
+        if j.lost_work_gpu_s > 0.0 {
+            let _ = write!(
+                place,
+                "{}lost {:.1} GPU-s since checkpoints",
+                sep(&place),
+                j.lost_work_gpu_s
+            );
+        }
         if !j.warning.is_empty() {
             let _ = write!(place, "{}warning: {}", sep(&place), j.warning);
         }

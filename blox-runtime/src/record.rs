@@ -18,6 +18,9 @@ pub(crate) struct Record {
     /// Wall seconds and GPU-seconds spent starting.
     pub startup_s: f64,
     pub startup_gpu_s: f64,
+    /// Work lost to stops before the scheduler restarted, until it is
+    /// handed to the job (the loop counts later losses there).
+    pub lost_work_gpu_s: f64,
 }
 
 impl Record {
@@ -41,6 +44,9 @@ pub(crate) struct LaunchClock {
     pub accounted_s: f64,
     pub gpus: u32,
     pub first_iteration_s: Option<f64>,
+    /// When it last saved a checkpoint (from the
+    /// [`blox_client::CHECKPOINT_METRIC`] it reports).
+    pub checkpoint_s: Option<f64>,
 }
 
 impl LaunchClock {
@@ -50,6 +56,7 @@ impl LaunchClock {
             accounted_s: now_s,
             gpus,
             first_iteration_s: None,
+            checkpoint_s: None,
         }
     }
 
@@ -68,6 +75,10 @@ impl LaunchClock {
             // The job measured from its spawn, a little after `launched_s`;
             // never later than when we learn of it.
             self.first_iteration_s = Some((self.launched_s + value).min(now_s));
+        }
+        if key == blox_client::CHECKPOINT_METRIC && value.is_finite() && value >= 0.0 {
+            let at = (self.launched_s + value).min(now_s);
+            self.checkpoint_s = Some(self.checkpoint_s.map_or(at, |c| c.max(at)));
         }
     }
 
@@ -184,12 +195,14 @@ pub(crate) fn settle<'a>(
             job.status = JobStatus::Queued;
         }
     }
-    for (id, rec) in records.iter() {
+    for (id, rec) in records.iter_mut() {
         if let Some(job) = jobs.get_mut(*id) {
             job.run_time_s = rec.run_time_s;
             job.attained_service_gpu_s = rec.attained_gpu_s;
             job.startup_s = rec.startup_s;
             job.startup_gpu_s = rec.startup_gpu_s;
+            // Handed over once: the loop adds later losses to the job.
+            job.lost_work_gpu_s += std::mem::take(&mut rec.lost_work_gpu_s);
         }
     }
     for (id, c) in live {
@@ -206,6 +219,9 @@ pub(crate) fn settle<'a>(
             if job.is_running() && job.first_iteration_s.is_none() {
                 job.reached_first_iteration(f, s);
             }
+        }
+        if job.is_running() {
+            job.checkpoint_s = c.checkpoint_s;
         }
     }
 }

@@ -103,9 +103,12 @@ fn a_job_reports_its_cost_of_stopping() {
     assert_eq!(j.last_checkpoint_s(100.0), Some(100.0));
     assert_eq!(j.last_checkpoint_s(99.0), Some(70.0));
     assert_eq!(j.preemption_cost_gpu_s(99.0, 0.0), 2.0 * (29.0 + 10.0));
-    // A checkpoint the job reported counts when it is later.
-    j.checkpoint_s = Some(95.0);
-    assert_eq!(j.uncheckpointed_s(99.0), 4.0);
+    // A checkpoint a real job reported is what counts, late or early.
+    j.checkpoint_s = Some(65.0);
+    assert_eq!(j.uncheckpointed_s(99.0), 34.0);
+    // Without an interval it saves when stopped: nothing is lost.
+    j.spec.metrics.clear();
+    assert_eq!(j.uncheckpointed_s(99.0), 0.0);
 }
 
 proptest! {

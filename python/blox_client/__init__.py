@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple,
 __all__ = [
     "ENV",
     "STARTUP_METRIC",
+    "CHECKPOINT_METRIC",
     "ClientError",
     "JobEnv",
     "Job",
@@ -55,6 +56,11 @@ ENV = {
 #: before it has reported it (up to ``[run] max_startup_s``) and then run
 #: ``[run] min_run_s`` more.
 STARTUP_METRIC = "startup_s"
+
+#: The metric :meth:`Job.save_checkpoint` pushes (rank 0): seconds from the
+#: launch to the checkpoint just saved. A job that saves only every so often
+#: (``checkpoint_interval_s``) then loses, when stopped, only the work since.
+CHECKPOINT_METRIC = "checkpoint_s"
 
 T = TypeVar("T")
 
@@ -289,6 +295,9 @@ class Job:
                         os.remove(p)
                     except OSError:
                         pass
+        at = self.startup_so_far()
+        if at is not None and self.env.rank == 0:
+            self.push_metric(CHECKPOINT_METRIC, at)
 
     def load_checkpoint(self, name: str) -> Optional[bytes]:
         """Checkpoint ``name`` from an earlier launch, if resuming and one

@@ -84,6 +84,20 @@ def test_start_up_is_reported_once_at_the_first_boundary(tmp_path):
     assert [k for k, _ in metrics(tmp_path)] == ["startup_s"]
 
 
+def test_a_saved_checkpoint_is_reported_by_rank_0_with_its_time(tmp_path):
+    launched = time.time() - 4.0
+    job = Job.from_env(env_for(tmp_path, BLOX_LAUNCH_UNIX_S=f"{launched:.3f}"))
+    job.save_checkpoint("state", b"1")
+    m = metrics(tmp_path)
+    assert [k for k, _ in m] == [blox_client.CHECKPOINT_METRIC]
+    assert 3.9 <= m[0][1] < 30.0
+    other = tmp_path / "r1"
+    Job.from_env(
+        env_for(other, BLOX_RANK=1, BLOX_WORLD_SIZE=2, BLOX_LAUNCH_UNIX_S=f"{launched:.3f}")
+    ).save_checkpoint("state", b"1")
+    assert metrics(other) == []
+
+
 def test_only_rank_0_reports_start_up_and_without_a_launch_time_it_is_0(tmp_path):
     Job.from_env(env_for(tmp_path, BLOX_RANK=1, BLOX_WORLD_SIZE=2)).report_started()
     assert metrics(tmp_path) == []

@@ -131,7 +131,8 @@ impl ClusterBackend {
                 || wait_kind_changed
                 || info.progress != j.progress
                 || info.attained_gpu_s != j.attained_service_gpu_s
-                || info.startup_gpu_s != j.startup_gpu_s;
+                || info.startup_gpu_s != j.startup_gpu_s
+                || info.lost_work_gpu_s != j.lost_work_gpu_s;
             if !changed {
                 continue;
             }
@@ -145,6 +146,7 @@ impl ClusterBackend {
             info.reason = reason;
             info.startup_s = j.startup_s;
             info.startup_gpu_s = j.startup_gpu_s;
+            info.lost_work_gpu_s = j.lost_work_gpu_s;
             info.warning = warning;
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 let at = now_unix - (now_s - f).max(0.0);
@@ -229,6 +231,7 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                     attained_gpu_s: info.attained_gpu_s,
                     startup_s: info.startup_s,
                     startup_gpu_s: info.startup_gpu_s,
+                    lost_work_gpu_s: info.lost_work_gpu_s,
                 },
             );
             if let Some(i) = r.info.as_mut() {

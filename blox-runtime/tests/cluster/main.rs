@@ -4,6 +4,7 @@
 //! `[runtime]` config. (The same trace in simulation and on the cluster:
 //! `same_loop.rs`.)
 
+mod checkpoints;
 #[path = "../common/mod.rs"]
 mod common;
 mod forecast;
