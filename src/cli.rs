@@ -235,6 +235,10 @@ pub struct SoakArgs {
     /// soak: stop after this many seconds whatever is left.
     #[arg(long)]
     pub max_time_s: Option<f64>,
+    /// soak: deal the jobs to four teams with equal quotas (`teams` around
+    /// the policy) and place gangs on racks of two workers (`topology`).
+    #[arg(long)]
+    pub teams: bool,
     /// soak: working directory (job table, logs, journal); kept afterwards.
     /// Default: a temporary directory, removed when the soak passes.
     #[arg(long)]

@@ -221,6 +221,7 @@ fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
         cfg.seed = s;
     }
     cfg.max_time_s = a.max_time_s;
+    cfg.teams = a.teams;
     let report = blox_runtime::soak::run(&cfg, &mut |line| eprintln!("{line}"))?;
     crate::out::line(format_args!("{report}"))?;
     if report.sound() {

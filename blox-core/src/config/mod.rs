@@ -353,11 +353,10 @@ impl Config {
         };
         // A scheduler's config ([runtime]) may leave the cluster out: the
         // workers that register bring the GPUs.
-        let workers_bring_gpus =
-            !sections.contains_key("cluster") && sections.contains_key("runtime");
+        let live = sections.contains_key("runtime");
         let cluster = match sections.get("cluster") {
             Some(s) => s.parse::<ClusterConfig>()?,
-            None if workers_bring_gpus => ClusterConfig::default(),
+            None if live => ClusterConfig::default(),
             None => {
                 return Err(ConfigError::Parse {
                     file: file.to_string(),
@@ -404,6 +403,10 @@ impl Config {
             placement,
             sections,
         };
+        // A scheduler's config may describe only the topology's levels
+        // (`[cluster.topology]`): its workers bring the nodes.
+        let workers_bring_gpus =
+            live && cfg.cluster.nodes.is_none() && cfg.cluster.node_groups.is_empty();
         if !workers_bring_gpus {
             cfg.cluster_state()?;
         }

@@ -10,6 +10,7 @@ mod procs;
 pub mod proxy;
 mod report;
 mod run;
+pub mod teams;
 
 pub use report::{SoakConfig, SoakReport};
 pub use run::run;

@@ -21,6 +21,9 @@ pub struct SoakConfig {
     pub policy: String,
     /// The run stops by itself after this long (`None`: from the job mix).
     pub max_time_s: Option<f64>,
+    /// Jobs in four teams with quotas around `policy`, gang placement on
+    /// racks of two workers ([`super::teams`]).
+    pub teams: bool,
     /// The `blox` and `blox-toy-job` binaries.
     pub blox: PathBuf,
     pub toy: PathBuf,
@@ -43,6 +46,7 @@ impl SoakConfig {
             seed: 1,
             policy: "las".into(),
             max_time_s: None,
+            teams: false,
             blox,
             toy,
             dir,
@@ -85,6 +89,8 @@ pub struct SoakReport {
     pub round_p99_s: f64,
     pub faults: Vec<String>,
     pub wall_s: f64,
+    /// With teams: how long teams waited below their quota.
+    pub quota_waits: Option<super::teams::QuotaWaits>,
 }
 
 impl SoakReport {
@@ -139,6 +145,14 @@ impl fmt::Display for SoakReport {
             self.launches,
             self.wall_s,
             self.faults.join(", ")
-        )
+        )?;
+        if let Some(q) = &self.quota_waits {
+            write!(
+                f,
+                "\nsoak: teams: a team waited below its quota while another borrowed for at most {:.0} s ({:.0} team-s in all, {} samples)",
+                q.longest_s, q.total_s, q.samples
+            )?;
+        }
+        Ok(())
     }
 }

@@ -12,7 +12,7 @@ use super::journal;
 use super::ports::reserve_port;
 use super::procs::{raise_fd_limit, Proc};
 use super::proxy::CutProxy;
-use super::{err, SoakConfig, SoakError, SoakReport};
+use super::{err, teams, SoakConfig, SoakError, SoakReport};
 use crate::net::{SchedulerClient, Security};
 use crate::proto::*;
 use std::collections::HashMap;
@@ -104,12 +104,7 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
 round_s = 1.0
 min_run_s = 1.0
 
-[scheduling]
-policy = "{policy}"
-
-[placement]
-policy = "consolidated"
-
+{policies}
 [runtime]
 listen = "{sched_addr}"
 state = "state.redb"
@@ -121,7 +116,14 @@ max_retries = 3
 heartbeat_s = 0.5
 worker_timeout_s = 4
 "#,
-            policy = cfg.policy
+            policies = if cfg.teams {
+                teams::sections(cfg)
+            } else {
+                format!(
+                    "[scheduling]\npolicy = \"{}\"\n\n[placement]\npolicy = \"consolidated\"\n",
+                    cfg.policy
+                )
+            }
         ),
     )?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -158,7 +160,7 @@ worker_timeout_s = 4
             })
             .map_err(err)?;
         let name = format!("w{i}");
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "worker",
             "--scheduler",
             &up.addr.to_string(),
@@ -178,6 +180,9 @@ worker_timeout_s = 4
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if cfg.teams {
+            args.extend(["--labels".to_string(), teams::labels(i)]);
+        }
         port.release();
         workers.push(Proc::spawn(
             &cfg.blox,
@@ -260,6 +265,17 @@ worker_timeout_s = 4
                 }
             }));
         }
+        // Teams: how long a team waits below its quota.
+        let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = match cfg.teams {
+            true => Some(tokio::spawn(teams::sample(
+                users.scheduler_client(&addr).map_err(err)?,
+                accepted.clone(),
+                teams::quota(cfg),
+                stop_sampling.clone(),
+            ))),
+            false => None,
+        };
         // Faults, spread over 10-70 % of the expected run.
         let done_faults: Arc<Mutex<Vec<String>>> = Arc::default();
         let fault_task = {
@@ -314,12 +330,25 @@ worker_timeout_s = 4
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let all = all_jobs(&mut client).await?;
+        stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
+        let quota_waits = match sampler {
+            Some(s) => Some(s.await.map_err(err)?),
+            None => None,
+        };
         drop(proxies);
         let accepted = std::mem::take(&mut *accepted.lock().expect("not poisoned"));
         let latencies = std::mem::take(&mut *latencies.lock().expect("not poisoned"));
         let refused = std::mem::take(&mut *refused.lock().expect("not poisoned"));
         let faults = std::mem::take(&mut *done_faults.lock().expect("not poisoned"));
-        Ok::<_, SoakError>((accepted, latencies, refused, faults, all, round))
+        Ok::<_, SoakError>((
+            accepted,
+            latencies,
+            refused,
+            faults,
+            all,
+            round,
+            quota_waits,
+        ))
     });
     // Stop everything before reading the journal: no job writes after this.
     {
@@ -329,12 +358,13 @@ worker_timeout_s = 4
         }
         c.scheduler.kill();
     }
-    let (accepted, latencies, refused, faults, all, round) = outcome?;
+    let (accepted, latencies, refused, faults, all, round, quota_waits) = outcome?;
     let seen = journal::check(&journal_file).map_err(err)?;
     let mut report = tally(accepted, latencies, refused, all, &seen);
     report.round_p50_s = round.0;
     report.round_p99_s = round.1;
     report.faults = faults;
+    report.quota_waits = quota_waits;
     report.wall_s = start.elapsed().as_secs_f64();
     for (job, a, b) in seen.overlaps.iter().take(5) {
         progress(format!(
@@ -408,6 +438,7 @@ fn submissions(
                             command,
                             gpus: *gpus,
                             idempotency_key: name,
+                            team: cfg.teams.then(|| teams::team_of(k)),
                             ..Default::default()
                         },
                     )
