@@ -460,6 +460,17 @@ mod tests {
     }
 
     #[test]
+    fn a_scheduler_config_may_give_only_the_topology_levels() {
+        let levels = "[cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50 }]\n";
+        let live = parse(&format!("{levels}[runtime]\n")).unwrap();
+        let l = live.topology_levels().unwrap().unwrap();
+        assert_eq!(l[0].name, "rack");
+        // A simulation needs the nodes.
+        let e = parse(levels).unwrap_err().to_string();
+        assert!(e.contains("the cluster has no GPUs"), "{e}");
+    }
+
+    #[test]
     fn gpu_bandwidth_matrix_must_match_the_node() {
         let ok =
             "[cluster]\nnodes = 1\ngpus_per_node = 2\ngpu_bandwidth_gbps = [[0, 50], [50, 0]]\n";

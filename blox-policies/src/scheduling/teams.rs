@@ -11,8 +11,13 @@
 //! 3. the rest may *borrow* what other teams leave idle — at most
 //!    `borrowing_limit` GPUs beyond its quota, and out of each other team's
 //!    idle quota at most its `lending_limit` (plus GPUs no quota covers) —
-//!    a team at a time, the team with the least attained GPU-time per GPU of
-//!    quota first (fair share), each team's jobs in the inner order;
+//!    a team at a time, the team with the least dominant share per GPU of
+//!    quota first (fair share), each team's jobs in the inner order. A
+//!    team's dominant share is its largest attained GPU-time on one GPU type
+//!    over that type's GPUs (dominant-resource fairness, each GPU type a
+//!    resource; Ghodsi et al., NSDI'11): a team that ran on the scarce type
+//!    has had more than one that ran as long on a plentiful one. With one
+//!    GPU type it is attained GPU-time per GPU of quota;
 //! 4. the schedule lists every in-quota job before every borrowing one, so
 //!    the priority walk (placement) preempts borrowers from the bottom up
 //!    when an owner's job needs its GPUs back: a lender gets its quota back
@@ -95,8 +100,11 @@ pub struct Teams {
     default: Option<usize>,
     /// Productive GPU-seconds each team's jobs attained, ended ones included.
     attained: Vec<f64>,
-    /// Each job's attained service when last seen.
-    seen: HashMap<JobId, f64>,
+    /// The same by GPU type.
+    by_type: Vec<HashMap<String, f64>>,
+    /// Each job's attained service when last seen, and the GPU types it
+    /// last held (its service since is theirs).
+    seen: HashMap<JobId, (f64, Vec<String>)>,
     /// Which borrowers stop first.
     pub reclaim: Reclaim,
     /// Where the teams were set (`file:line`), for errors.
@@ -126,6 +134,7 @@ impl Teams {
         Ok(Teams {
             inner,
             attained: vec![0.0; teams.len()],
+            by_type: vec![HashMap::new(); teams.len()],
             teams,
             index,
             default,
@@ -148,12 +157,55 @@ impl Teams {
         &self.attained
     }
 
-    fn account(&mut self, jobs: &JobState) {
+    /// Each team's dominant share per GPU of quota (module docs).
+    fn shares(&self, cluster: &ClusterState) -> Vec<f64> {
+        let mut capacity: HashMap<&str, f64> = HashMap::new();
+        for g in cluster.gpus() {
+            if let Some(t) = cluster.gpu_type(g.id) {
+                *capacity.entry(t).or_default() += 1.0;
+            }
+        }
+        let total = f64::from(cluster.num_gpus().max(1));
+        (0..self.teams.len())
+            .map(|t| {
+                let dominant = self.by_type[t]
+                    .iter()
+                    .filter_map(|(ty, s)| capacity.get(ty.as_str()).map(|c| s / c))
+                    .fold(0.0, f64::max);
+                dominant * total / f64::from(self.teams[t].quota.max(1))
+            })
+            .collect()
+    }
+
+    fn account(&mut self, jobs: &JobState, cluster: &ClusterState) {
         for j in jobs.active() {
             let now = j.attained_service_gpu_s;
-            let before = self.seen.insert(j.id(), now).unwrap_or(0.0);
-            if let Some(t) = self.team_of(&j.spec) {
-                self.attained[t] += (now - before).max(0.0);
+            let held: Vec<String> = j
+                .allocation
+                .iter()
+                .filter_map(|g| cluster.gpu_type(*g).map(str::to_string))
+                .collect();
+            // The service since it was last seen was on the GPUs it holds
+            // (a job that just stopped: those it held last).
+            let (before, types) = match self.seen.get_mut(&j.id()) {
+                Some((b, types)) => {
+                    if !held.is_empty() && *types != held {
+                        *types = held;
+                    }
+                    (std::mem::replace(b, now), types.clone())
+                }
+                None => {
+                    self.seen.insert(j.id(), (now, held.clone()));
+                    (0.0, held)
+                }
+            };
+            let delta = (now - before).max(0.0);
+            if let (Some(t), true) = (self.team_of(&j.spec), delta > 0.0) {
+                self.attained[t] += delta;
+                let per = delta / types.len().max(1) as f64;
+                for ty in types {
+                    *self.by_type[t].entry(ty).or_default() += per;
+                }
             }
         }
         // Ended jobs are forgotten (their service stays counted).
@@ -165,7 +217,7 @@ impl Teams {
 
 impl SchedulingPolicy for Teams {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
-        self.account(jobs);
+        self.account(jobs, cluster);
         let mut s = self.inner.schedule(round, jobs, cluster);
         // An inner policy may list only what it would run on the whole
         // cluster (Tiresias): the jobs it left out follow, oldest first, so
@@ -230,10 +282,10 @@ impl SchedulingPolicy for Teams {
                 }
             }
         }
-        // Fair share: the team least served per GPU of quota borrows first.
+        // Fair share: the team with the least dominant share borrows first.
         let mut order: Vec<usize> = (0..n).filter(|t| !over[*t].is_empty()).collect();
-        let share = |t: usize| self.attained[t] / f64::from(self.teams[t].quota.max(1));
-        order.sort_by(|a, b| share(*a).total_cmp(&share(*b)).then(a.cmp(b)));
+        let share = self.shares(cluster);
+        order.sort_by(|a, b| share[*a].total_cmp(&share[*b]).then(a.cmp(b)));
         for t in order {
             for d in std::mem::take(&mut over[t]) {
                 if d.gpus <= pool && borrowed[t] + d.gpus <= limit(t) {
@@ -324,3 +376,55 @@ blox_core::register_scheduling!(
         Ok(Box::new(t))
     }
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{add, info, job};
+
+    fn team(name: &str, quota: u32, lending_limit: Option<u32>) -> TeamConfig {
+        TeamConfig {
+            name: name.into(),
+            quota,
+            borrowing_limit: None,
+            lending_limit,
+        }
+    }
+
+    /// A and B borrow alike (quota 0); C keeps its 6 GPUs (lends none), so
+    /// 2 GPUs are there to borrow. A ran 100 GPU-s on one of the 2 A100s,
+    /// B as long on one of the 6 K80s, and each has one more job queued.
+    #[test]
+    fn the_team_with_the_smaller_dominant_share_borrows_first() {
+        let mut cluster = ClusterState::new();
+        for (ty, n) in [("A100", 2), ("K80", 6)] {
+            let mut spec = NodeSpec::with_gpus(n);
+            spec.gpu_type = ty.into();
+            cluster.add_node(spec);
+        }
+        let inner = registry::build_scheduling(&ModuleConfig::named("scheduling", "fifo")).unwrap();
+        let teams = vec![
+            team("a", 0, None),
+            team("b", 0, None),
+            team("c", 6, Some(0)),
+        ];
+        let mut p = Teams::new(inner, teams, None).unwrap();
+        let mut jobs = JobState::new();
+        for (id, t, gpu) in [
+            (1, "a", Some(0)),
+            (2, "b", Some(2)),
+            (3, "a", None),
+            (4, "b", None),
+        ] {
+            let mut j = job(id, id as f64, 1);
+            j.spec.team = Some(t.into());
+            j.attained_service_gpu_s = if gpu.is_some() { 100.0 } else { 0.0 };
+            add(&mut jobs, &mut cluster, j, gpu.as_slice());
+        }
+        let s = p.schedule(&info(0.0), &jobs, &cluster);
+        // Same GPU-time, but A's is half of the A100s, B's a sixth of the
+        // K80s: B borrows the 2 GPUs.
+        assert_eq!(s.job_order(), vec![JobId(2), JobId(4)]);
+        assert_eq!(p.attained(), &[100.0, 100.0, 0.0]);
+    }
+}
