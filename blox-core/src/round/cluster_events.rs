@@ -36,8 +36,9 @@ impl RoundLoop {
                         self.events.job(job, what);
                     }
                     if let Some(job) = self.jobs.get_mut(id) {
-                        // A lost node saves nothing: the work since the
-                        // last checkpoint is gone.
+                        // A job that saves every so often loses the work
+                        // since its last checkpoint (one that saves when
+                        // stopped is taken to lose nothing).
                         job.lost_work_gpu_s +=
                             job.uncheckpointed_s(info.now_s) * job.allocation.len() as f64;
                         job.status = JobStatus::Queued;
