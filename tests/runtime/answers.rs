@@ -9,30 +9,14 @@ fn status_start_and_whatif_answer_on_a_live_scheduler() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
+    let mut procs = Procs::default();
     let cfg = d.join("live.toml");
-    std::fs::write(
+    let addr = procs.scheduler(
         &cfg,
         "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[runtime]\nlisten = \"127.0.0.1:0\"\n\
          state = \"state.redb\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n",
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let addr = procs.start(
-        "scheduler",
-        &["scheduler", "--config", cfg.to_str().unwrap()],
-        &d.join("s.log"),
     );
-    let wdir = d.join("w");
-    let w = [
-        "worker",
-        "--scheduler",
-        &addr,
-        "--gpus",
-        "1",
-        "--workdir",
-        wdir.to_str().unwrap(),
-    ];
-    procs.start("w", &w, &d.join("w.log"));
+    procs.worker(&addr, d, "w", 1, &[]);
     let sec = Security::default();
     wait_for_workers(&addr, &sec, 1);
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();

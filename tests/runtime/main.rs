@@ -53,6 +53,37 @@ impl Procs {
         }
     }
 
+    /// Writes `config` to `cfg` and starts `blox scheduler --config CFG`
+    /// (logging to scheduler.log beside it); returns its address.
+    fn scheduler(&mut self, cfg: &Path, config: &str) -> String {
+        std::fs::write(cfg, config).unwrap();
+        self.start(
+            "scheduler",
+            &["scheduler", "--config", cfg.to_str().unwrap()],
+            &cfg.with_file_name("scheduler.log"),
+        )
+    }
+
+    /// Starts `blox worker` `name` of `gpus` GPUs for the scheduler at
+    /// `addr`, working in (and logging beside) DIR/NAME, with `extra` args.
+    fn worker(&mut self, addr: &str, d: &Path, name: &str, gpus: u32, extra: &[&str]) {
+        let workdir = d.join(name);
+        let gpus = gpus.to_string();
+        let mut args = vec![
+            "worker",
+            "--scheduler",
+            addr,
+            "--gpus",
+            &gpus,
+            "--name",
+            name,
+            "--workdir",
+            workdir.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        self.start(name, &args, &d.join(format!("{name}.log")));
+    }
+
     fn kill(&mut self, name: &str) {
         let i = self.0.iter().position(|(n, _)| n == name).unwrap();
         let (_, mut c) = self.0.remove(i);
@@ -175,24 +206,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
         &d.join("scheduler.log"),
     );
     for w in ["w0", "w1"] {
-        let workdir = d.join(w);
-        procs.start(
-            w,
-            &[
-                "worker",
-                "--scheduler",
-                &addr,
-                "--gpus",
-                "2",
-                "--name",
-                w,
-                "--workdir",
-                workdir.to_str().unwrap(),
-                "--token-file",
-                token_s,
-            ],
-            &d.join(format!("{w}.log")),
-        );
+        procs.worker(&addr, d, w, 2, &["--token-file", token_s]);
     }
     // Both workers are in the cluster once a 4-GPU submission is accepted.
     let submit = |name: &str, gpus: u32, secs: f64| -> u64 {
@@ -301,23 +315,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     );
     assert_eq!(addr2, addr);
     // A fresh worker takes w1's place.
-    procs.start(
-        "w2",
-        &[
-            "worker",
-            "--scheduler",
-            &addr,
-            "--gpus",
-            "2",
-            "--name",
-            "w2",
-            "--workdir",
-            d.join("w2").to_str().unwrap(),
-            "--token-file",
-            token_s,
-        ],
-        &d.join("w2.log"),
-    );
+    procs.worker(&addr, d, "w2", 2, &["--token-file", token_s]);
     let after = status(&addr, &sec);
     assert_eq!(
         after.len(),
@@ -434,36 +432,13 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
-    let cfg = d.join("scheduler.toml");
-    std::fs::write(
-        &cfg,
+    let mut procs = Procs::default();
+    let addr = procs.scheduler(
+        &d.join("scheduler.toml"),
         "[run]\nround_s = 0.5\n[runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\n\
          checkpoint_dir = \"checkpoints\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n",
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let addr = procs.start(
-        "scheduler",
-        &["scheduler", "--config", cfg.to_str().unwrap()],
-        &d.join("scheduler.log"),
     );
-    let worker = |procs: &mut Procs, name: &str| {
-        procs.start(
-            name,
-            &[
-                "worker",
-                "--scheduler",
-                &addr,
-                "--gpus",
-                "1",
-                "--name",
-                name,
-                "--workdir",
-                d.join(name).to_str().unwrap(),
-            ],
-            &d.join(format!("{name}.log")),
-        );
-    };
+    let worker = |procs: &mut Procs, name: &str| procs.worker(&addr, d, name, 1, &[]);
     worker(&mut procs, "a");
     let sec = Security::default();
     wait_for_workers(&addr, &sec, 1);
@@ -538,37 +513,18 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
-    let cfg = d.join("scheduler.toml");
     let mut port = blox_runtime::soak::ports::reserve_port().unwrap();
     let dashboard = port.release();
-    std::fs::write(
-        &cfg,
-        format!("[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n\
+    let mut procs = Procs::default();
+    let log = d.join("scheduler.log");
+    let addr = procs.scheduler(
+        &d.join("scheduler.toml"),
+        &format!("[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n\
          [runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\nheartbeat_s = 0.2\nworker_timeout_s = 1.5\n\
          dashboard_listen = \"{dashboard}\"\n\
          [synthesizer]\nevery_rounds = 1\nhorizon_s = 600\nscheduling = [{{ policy = \"fifo\" }}, {{ policy = \"srtf\" }}]\n"),
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let log = d.join("scheduler.log");
-    let addr = procs.start(
-        "scheduler",
-        &["scheduler", "--config", cfg.to_str().unwrap()],
-        &log,
     );
-    procs.start(
-        "w",
-        &[
-            "worker",
-            "--scheduler",
-            &addr,
-            "--gpus",
-            "1",
-            "--workdir",
-            d.join("w").to_str().unwrap(),
-        ],
-        &d.join("w.log"),
-    );
+    procs.worker(&addr, d, "w", 1, &[]);
     let sec = Security::default();
     wait_for_workers(&addr, &sec, 1);
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();
