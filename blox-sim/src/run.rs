@@ -95,6 +95,15 @@ impl Simulation {
         Ok(s)
     }
 
+    /// Builds policies, cluster and `[sim]` from a config, and runs `jobs`
+    /// instead of its workload (tests, custom drivers).
+    pub fn with_jobs(cfg: &Config, jobs: Vec<SimJob>) -> Result<Self, SimError> {
+        let policies =
+            blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+        let sim = SimConfig::from_section(&cfg.section("sim"))?;
+        Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)
+    }
+
     /// Builds a simulation from parts (for tests and custom drivers). The jobs
     /// must be sorted by arrival, with distinct ids and finite, non-negative
     /// arrival times.

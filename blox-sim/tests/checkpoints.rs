@@ -3,20 +3,16 @@
 //! and the same run without checkpoints (jobs save when stopped) loses none.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use blox_sim::{SimConfig, SimJob, Simulation};
 use proptest::prelude::*;
 
 use blox_policies as _;
 
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(
+        JobSpec::new(id, arrival, gpus).with_duration(duration),
+        duration,
+    )
 }
 
 fn module(kind: &str, policy: &str) -> ModuleConfig {

@@ -4,19 +4,15 @@
 //! error instead of spinning.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimError, SimJob, Simulation, WorkModel};
+use blox_sim::{SimConfig, SimError, SimJob, Simulation};
 
 use blox_policies as _;
 
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(
+        JobSpec::new(id, arrival, gpus).with_duration(duration),
+        duration,
+    )
 }
 
 /// A scheduling policy that returns whatever `f` makes of the jobs.

@@ -2,7 +2,7 @@
 //! under random workloads and policy combinations.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use blox_sim::{SimConfig, SimJob, Simulation};
 use proptest::prelude::*;
 use std::path::Path;
 
@@ -26,14 +26,10 @@ fn policies(a: &str, s: &str, p: &str) -> Policies {
 }
 
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(
+        JobSpec::new(id, arrival, gpus).with_duration(duration),
+        duration,
+    )
 }
 
 fn run(

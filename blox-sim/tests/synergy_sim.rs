@@ -6,7 +6,7 @@ use blox_core::*;
 use blox_policies as _;
 use blox_sim::backend::SimConfig;
 use blox_sim::host_profile::{self, HostProfiles};
-use blox_sim::workload::{SimJob, WorkModel};
+use blox_sim::workload::SimJob;
 use blox_sim::{SimBackend, Simulation};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,12 +34,7 @@ fn servers(n: u32) -> ClusterState {
 fn job(id: u64, arrival: f64, gpus: u32, model: &str, duration_s: f64) -> SimJob {
     let mut spec = JobSpec::new(id, arrival, gpus).with_duration(duration_s);
     spec.model = Some(model.into());
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec,
-        work: WorkModel::Duration { duration_s },
-    }
+    SimJob::of_duration(spec, duration_s)
 }
 
 fn synergy(mode: &str) -> Policies {

@@ -4,7 +4,7 @@
 //! of an unknown team is refused before the run.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use blox_sim::{SimJob, Simulation};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -13,14 +13,7 @@ use blox_policies as _;
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64, team: &str) -> SimJob {
     let mut spec = JobSpec::new(id, arrival, gpus).with_duration(duration);
     spec.team = Some(team.into());
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec,
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(spec, duration)
 }
 
 fn sim(teams: &str, jobs: Vec<SimJob>) -> Result<Simulation, String> {
@@ -46,16 +39,7 @@ fn sim_within(
     );
     let cfg = Config::parse(&text, "teams.toml", std::path::Path::new("."), &[])
         .map_err(|e| e.to_string())?;
-    let policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)
-        .map_err(|e| e.to_string())?;
-    Simulation::new(
-        policies,
-        cfg.cluster_state().unwrap(),
-        cfg.run.clone(),
-        SimConfig::default(),
-        jobs,
-    )
-    .map_err(|e| e.to_string())
+    Simulation::with_jobs(&cfg, jobs).map_err(|e| e.to_string())
 }
 
 /// GPUs each team holds now.

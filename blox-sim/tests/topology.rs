@@ -4,21 +4,14 @@
 //! kueue#4329), and fragmentation is reported every round.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use blox_sim::{SimJob, Simulation};
 
 use blox_policies as _;
 
 fn job(id: u64, gpus: u32, duration: f64, model: &str) -> SimJob {
     let mut spec = JobSpec::new(id, 0.0, gpus).with_duration(duration);
     spec.model = Some(model.into());
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec,
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(spec, duration)
 }
 
 /// 2 racks of 2 nodes × 4 GPUs, LAS with topology placement.
@@ -26,17 +19,23 @@ fn sim(jobs: Vec<SimJob>) -> Simulation {
     let text = "[run]\nround_s = 60\n[cluster]\nnodes = 4\ngpus_per_node = 4\n\
         [cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50, size = 2 }]\n\
         [scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"topology\"\n";
+    build(text, jobs).unwrap()
+}
+
+fn build(text: &str, jobs: Vec<SimJob>) -> Result<Simulation, String> {
     let cfg = Config::parse(text, "topo.toml", std::path::Path::new("."), &[]).unwrap();
-    let policies =
-        registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
-    Simulation::new(
-        policies,
-        cfg.cluster_state().unwrap(),
-        cfg.run.clone(),
-        SimConfig::default(),
-        jobs,
-    )
-    .unwrap()
+    Simulation::with_jobs(&cfg, jobs).map_err(|e| e.to_string())
+}
+
+/// The nodes a job runs on.
+fn nodes_of(lp: &RoundLoop, id: u64) -> Vec<NodeId> {
+    lp.jobs
+        .get(JobId(id))
+        .unwrap()
+        .allocation
+        .iter()
+        .map(|g| lp.cluster.gpu(*g).unwrap().node)
+        .collect()
 }
 
 #[test]
@@ -66,12 +65,7 @@ fn a_sensitive_job_no_rack_holds_is_held_before_admission_and_others_run() {
         running.wait
     );
     let t = lp.cluster.topology().unwrap();
-    let nodes: Vec<NodeId> = running
-        .allocation
-        .iter()
-        .map(|g| lp.cluster.gpu(*g).unwrap().node)
-        .collect();
-    assert_eq!(t.span(&nodes), blox_core::topology::Span::Cluster);
+    assert_eq!(t.span(&nodes_of(lp, 1)), blox_core::topology::Span::Cluster);
     assert_eq!(running.allocation.len(), 12, "the whole gang");
 }
 
@@ -86,14 +80,8 @@ fn jobs_stay_in_a_rack_when_one_holds_them_and_fragmentation_is_reported() {
     let lp = &s.round_loop;
     let t = lp.cluster.topology().unwrap();
     for id in [0, 1] {
-        let j = lp.jobs.get(JobId(id)).unwrap();
-        let nodes: Vec<NodeId> = j
-            .allocation
-            .iter()
-            .map(|g| lp.cluster.gpu(*g).unwrap().node)
-            .collect();
         assert_eq!(
-            t.span(&nodes),
+            t.span(&nodes_of(lp, id)),
             blox_core::topology::Span::Level(0),
             "job {id}"
         );
@@ -106,31 +94,18 @@ fn jobs_stay_in_a_rack_when_one_holds_them_and_fragmentation_is_reported() {
 
 #[test]
 fn a_within_level_the_topology_lacks_is_refused_before_the_run() {
-    let build = |text: &str| {
-        let cfg = Config::parse(text, "topo.toml", std::path::Path::new("."), &[]).unwrap();
-        let policies =
-            registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement).unwrap();
-        Simulation::new(
-            policies,
-            cfg.cluster_state().unwrap(),
-            cfg.run.clone(),
-            SimConfig::default(),
-            vec![],
-        )
-        .err()
-        .map(|e| e.to_string())
-    };
+    let refused = |text: &str| build(text, vec![]).err();
     let head = "[cluster]\nnodes = 4\ngpus_per_node = 4\n[scheduling]\npolicy = \"fifo\"\n";
     let racks =
         "[cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50, size = 2 }]\n";
     let place = "[placement]\npolicy = \"topology\"\nwithin = \"row\"\n";
-    let e = build(&format!("{head}{racks}{place}")).expect("refused");
+    let e = refused(&format!("{head}{racks}{place}")).expect("refused");
     assert!(
         e.contains("within = `row` (topo.toml:10) names no level of the cluster's topology (rack)"),
         "{e}"
     );
-    let e = build(&format!("{head}{place}")).expect("refused");
+    let e = refused(&format!("{head}{place}")).expect("refused");
     assert!(e.contains("the cluster has no [cluster.topology]"), "{e}");
     let ok = "[placement]\npolicy = \"topology\"\nwithin = \"rack\"\n";
-    assert_eq!(build(&format!("{head}{racks}{ok}")), None);
+    assert_eq!(refused(&format!("{head}{racks}{ok}")), None);
 }

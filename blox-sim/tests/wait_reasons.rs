@@ -3,19 +3,15 @@
 //! when it changes.
 
 use blox_core::*;
-use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
+use blox_sim::{SimConfig, SimJob, Simulation};
 
 use blox_policies as _;
 
 fn job(id: u64, arrival: f64, gpus: u32, duration: f64) -> SimJob {
-    SimJob {
-        startup_s: None,
-        converge_at: None,
-        spec: JobSpec::new(id, arrival, gpus).with_duration(duration),
-        work: WorkModel::Duration {
-            duration_s: duration,
-        },
-    }
+    SimJob::of_duration(
+        JobSpec::new(id, arrival, gpus).with_duration(duration),
+        duration,
+    )
 }
 
 fn sim(p: Policies, cluster: ClusterState, jobs: Vec<SimJob>) -> Simulation {

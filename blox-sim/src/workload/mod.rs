@@ -131,6 +131,17 @@ pub struct SimJob {
 }
 
 impl SimJob {
+    /// A job that runs `duration_s` at its requested GPUs (linear speed-up),
+    /// with no loss curve and the `[sim]` start-up.
+    pub fn of_duration(spec: JobSpec, duration_s: f64) -> Self {
+        SimJob {
+            spec,
+            work: WorkModel::Duration { duration_s },
+            converge_at: None,
+            startup_s: None,
+        }
+    }
+
     /// The trace duration, or for profile-driven jobs the rigid estimate at the
     /// requested GPUs and batch.
     pub fn duration_s(&self) -> f64 {
