@@ -7,7 +7,7 @@
 
 use super::{Out, Result};
 use crate::forecast::SimForecaster;
-use crate::{SimConfig, SimJob, Simulation, WorkModel};
+use crate::{SimConfig, SimJob, Simulation};
 use blox_core::*;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
@@ -20,12 +20,7 @@ fn jobs() -> Vec<SimJob> {
         .map(|i| {
             let gpus = [1, 1, 1, 2, 2, 4, 8][rng.random_range(0..7)];
             let d = (120f64.ln() + rng.random::<f64>() * (8.0 * 3600.0f64 / 120.0).ln()).exp();
-            SimJob {
-                startup_s: None,
-                converge_at: None,
-                spec: JobSpec::new(i, 0.0, gpus).with_duration(d),
-                work: WorkModel::Duration { duration_s: d },
-            }
+            SimJob::of_duration(JobSpec::new(i, 0.0, gpus).with_duration(d), d)
         })
         .collect()
 }
