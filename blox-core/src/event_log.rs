@@ -157,24 +157,7 @@ fn parse(path: &Path, line_no: usize, line: &str) -> Result<Event, EventLogError
 /// Every event of the log at `path`, oldest first, with its rotated files
 /// (`PATH.KEEP` … `PATH.1`, then `PATH`) when `with_rotated`.
 pub fn read(path: &Path, with_rotated: bool) -> Result<Vec<Event>, EventLogError> {
-    let mut files = if with_rotated {
-        rotated_files(path)
-    } else {
-        Vec::new()
-    };
-    files.push(path.to_path_buf());
-    let mut out = Vec::new();
-    for f in files {
-        let r = BufReader::new(File::open(&f).map_err(io(&f))?);
-        for (i, line) in r.lines().enumerate() {
-            let line = line.map_err(io(&f))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            out.push(parse(&f, i + 1, &line)?);
-        }
-    }
-    Ok(out)
+    read_files(path, with_rotated, false).map(|(events, _)| events)
 }
 
 /// [`read`], tolerating a log cut short: an unreadable last line of the
@@ -183,6 +166,16 @@ pub fn read(path: &Path, with_rotated: bool) -> Result<Vec<Event>, EventLogError
 pub fn read_cut(
     path: &Path,
     with_rotated: bool,
+) -> Result<(Vec<Event>, Option<String>), EventLogError> {
+    read_files(path, with_rotated, true)
+}
+
+/// The events of the log's files, a line at a time; with `torn_tail_ok`
+/// a bad last line of the newest file is a note, not an error.
+fn read_files(
+    path: &Path,
+    with_rotated: bool,
+    torn_tail_ok: bool,
 ) -> Result<(Vec<Event>, Option<String>), EventLogError> {
     let mut files = if with_rotated {
         rotated_files(path)
@@ -195,15 +188,15 @@ pub fn read_cut(
     let last_file = files.len() - 1;
     for (k, f) in files.iter().enumerate() {
         let r = BufReader::new(File::open(f).map_err(io(f))?);
-        let lines: Vec<String> = r.lines().collect::<Result<_, _>>().map_err(io(f))?;
-        let n = lines.len();
-        for (i, line) in lines.iter().enumerate() {
+        let mut lines = r.lines().enumerate().peekable();
+        while let Some((i, line)) = lines.next() {
+            let line = line.map_err(io(f))?;
             if line.trim().is_empty() {
                 continue;
             }
-            match parse(f, i + 1, line) {
+            match parse(f, i + 1, &line) {
                 Ok(e) => out.push(e),
-                Err(e) if k == last_file && i + 1 == n => {
+                Err(e) if torn_tail_ok && k == last_file && lines.peek().is_none() => {
                     note = Some(format!(
                         "{e}; the log is cut short there, its last line is left out"
                     ));
