@@ -160,15 +160,9 @@ pub struct WhatifArgs {
     /// Replay the state of the scheduler at this address, now.
     #[arg(long)]
     pub scheduler: Option<String>,
-    /// File holding the cluster's shared token (with --scheduler).
-    #[arg(long, env = "BLOX_TOKEN_FILE")]
-    pub token_file: Option<PathBuf>,
-    /// Use TLS, trusting this certificate authority (PEM).
-    #[arg(long)]
-    pub tls_ca: Option<PathBuf>,
-    /// Name to expect in the scheduler's certificate.
-    #[arg(long)]
-    pub tls_domain: Option<String>,
+    /// Its token and TLS (with --scheduler).
+    #[command(flatten)]
+    pub auth: Auth,
     /// A config to replay under (repeat to compare several).
     #[arg(long = "config", required = true)]
     pub configs: Vec<PathBuf>,
@@ -309,6 +303,13 @@ pub struct Connect {
     /// The scheduler's address.
     #[arg(long, env = "BLOX_SCHEDULER", default_value = "127.0.0.1:50051")]
     pub scheduler: String,
+    #[command(flatten)]
+    pub auth: Auth,
+}
+
+/// A connection's token and TLS settings.
+#[derive(Args, Clone, Debug)]
+pub struct Auth {
     /// File holding the cluster's shared token.
     #[arg(long, env = "BLOX_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,

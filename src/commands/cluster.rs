@@ -17,6 +17,7 @@ use std::process::ExitCode;
 /// The token and TLS settings of a connection (a worker adds its own
 /// certificate and key).
 fn security(c: &Connect, cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<Security> {
+    let c = &c.auth;
     let token = c
         .token_file
         .as_deref()

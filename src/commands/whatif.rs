@@ -76,9 +76,7 @@ pub fn whatif(a: WhatifArgs) -> Result<ExitCode> {
         }
         (None, Some(addr)) => live_history(&Connect {
             scheduler: addr.clone(),
-            token_file: a.token_file.clone(),
-            tls_ca: a.tls_ca.clone(),
-            tls_domain: a.tls_domain.clone(),
+            auth: a.auth.clone(),
         })?,
         (None, None) => bail!("give --events FILE or --scheduler ADDR"),
     };
