@@ -179,32 +179,34 @@ impl Teams {
 
     fn account(&mut self, jobs: &JobState, cluster: &ClusterState) {
         for j in jobs.active() {
+            let team = self.team_of(&j.spec);
             let now = j.attained_service_gpu_s;
-            let held: Vec<String> = j
-                .allocation
-                .iter()
-                .filter_map(|g| cluster.gpu_type(*g).map(str::to_string))
-                .collect();
+            let (before, types) = self.seen.entry(j.id()).or_default();
             // The service since it was last seen was on the GPUs it holds
             // (a job that just stopped: those it held last).
-            let (before, types) = match self.seen.get_mut(&j.id()) {
-                Some((b, types)) => {
-                    if !held.is_empty() && *types != held {
-                        *types = held;
-                    }
-                    (std::mem::replace(b, now), types.clone())
-                }
-                None => {
-                    self.seen.insert(j.id(), (now, held.clone()));
-                    (0.0, held)
-                }
-            };
-            let delta = (now - before).max(0.0);
-            if let (Some(t), true) = (self.team_of(&j.spec), delta > 0.0) {
+            let same = types.len() == j.allocation.len()
+                && types
+                    .iter()
+                    .zip(&j.allocation)
+                    .all(|(t, g)| cluster.gpu_type(*g) == Some(t.as_str()));
+            if !j.allocation.is_empty() && !same {
+                *types = j
+                    .allocation
+                    .iter()
+                    .filter_map(|g| cluster.gpu_type(*g).map(str::to_string))
+                    .collect();
+            }
+            let delta = (now - std::mem::replace(before, now)).max(0.0);
+            if let (Some(t), true) = (team, delta > 0.0) {
                 self.attained[t] += delta;
                 let per = delta / types.len().max(1) as f64;
-                for ty in types {
-                    *self.by_type[t].entry(ty).or_default() += per;
+                for ty in types.iter() {
+                    match self.by_type[t].get_mut(ty) {
+                        Some(v) => *v += per,
+                        None => {
+                            self.by_type[t].insert(ty.clone(), per);
+                        }
+                    }
                 }
             }
         }
