@@ -11,7 +11,7 @@ use crate::job::{Job, JobSpec};
 use crate::job_state::JobState;
 
 /// What every module may know about the current round.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RoundInfo {
     /// Round number, from 0.
     pub round: u64,
@@ -19,6 +19,25 @@ pub struct RoundInfo {
     pub now_s: f64,
     /// Round length, seconds.
     pub round_s: f64,
+    /// True when the round runs in real time (a live scheduler, whose
+    /// backend's [`RoundClock::real_time`] says so): a policy with an anytime
+    /// search may then also stop it at a wall-clock limit, as a safeguard.
+    /// False in a simulation, where a decision must be a function of the
+    /// inputs alone: searches stop on deterministic budgets (nodes,
+    /// iterations), never on time taken.
+    pub wall_clock: bool,
+}
+
+impl RoundInfo {
+    /// A simulated round (`wall_clock` false).
+    pub fn new(round: u64, now_s: f64, round_s: f64) -> Self {
+        RoundInfo {
+            round,
+            now_s,
+            round_s,
+            wall_clock: false,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -112,6 +131,11 @@ pub struct Schedule {
     /// may be preempted or moved, if this policy wants more than the loop's
     /// `min_run_s` (it cannot ask for less).
     pub min_run_s: Option<f64>,
+    /// Something about this decision an operator should see beside the
+    /// round (a solver that ran out of its budget and kept every
+    /// allocation, chosen jobs left unplaced): the loop logs it and reports
+    /// it in [`crate::round::RoundReport::note`] (`rounds.csv`'s `note`).
+    pub note: Option<String>,
 }
 
 impl Demand {
@@ -176,6 +200,7 @@ impl Schedule {
             terminate: Vec::new(),
             min_run_s: None,
             entries: jobs.into_iter().map(Demand::requested).collect(),
+            note: None,
         }
     }
 
@@ -462,6 +487,12 @@ pub trait LaunchMechanism {
 /// The wait (step 9): simulation advances a virtual clock, a real backend sleeps.
 pub trait RoundClock {
     fn now_s(&self) -> f64;
+    /// True when `now_s` is wall-clock time (a real cluster, local
+    /// processes): policies may then bound their searches by wall-clock
+    /// time ([`RoundInfo::wall_clock`]). A simulator keeps the default.
+    fn real_time(&self) -> bool {
+        false
+    }
     /// Returns once the next round may start. `idle` says that no job is admitted
     /// or waiting, so a backend may skip ahead to its next event.
     fn wait_round(&mut self, round_s: f64, idle: bool) -> Result<(), BackendError>;

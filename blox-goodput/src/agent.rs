@@ -209,6 +209,43 @@ const PARAM_NAMES: [&str; 7] = [
     "alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma",
 ];
 
+/// The metric names of one GPU type's fit (`pollux.<type>.*`), formatted
+/// once: a scheduler that reads them every round keeps one per type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypedKeys {
+    params: [String; 7],
+    max_profiled: String,
+}
+
+impl TypedKeys {
+    pub fn new(gpu_type: &str) -> Self {
+        TypedKeys {
+            params: PARAM_NAMES.map(|k| format!("pollux.{gpu_type}.{k}")),
+            max_profiled: format!("pollux.{gpu_type}.max_profiled_replicas"),
+        }
+    }
+
+    /// The name of the largest replica count profiled on the type.
+    pub fn max_profiled(&self) -> &str {
+        &self.max_profiled
+    }
+
+    /// The job's fit on the type ([`typed_fit`]).
+    pub fn fit(&self, get: impl Fn(&str) -> Option<f64>) -> (Option<ThroughputParams>, u32) {
+        let mut v = [0.0; 7];
+        let mut all = true;
+        for (x, k) in v.iter_mut().zip(&self.params) {
+            match get(k) {
+                Some(y) => *x = y,
+                None => all = false,
+            }
+        }
+        let params = all.then(|| ThroughputParams::from_array(v));
+        let r = get(&self.max_profiled).unwrap_or(0.0);
+        (params, r.max(0.0) as u32)
+    }
+}
+
 /// A job's fit on one GPU type from its `pollux.<type>.*` metrics
 /// ([`PolluxAgent::typed_metrics`]): θ_sys, if it has run there, and the
 /// largest replica count profiled there (0 if never).
@@ -216,13 +253,7 @@ pub fn typed_fit(
     get: impl Fn(&str) -> Option<f64>,
     gpu_type: &str,
 ) -> (Option<ThroughputParams>, u32) {
-    let v: Option<Vec<f64>> = PARAM_NAMES
-        .iter()
-        .map(|k| get(&format!("pollux.{gpu_type}.{k}")))
-        .collect();
-    let params = v.map(|v| ThroughputParams::from_array(std::array::from_fn(|i| v[i])));
-    let r = get(&format!("pollux.{gpu_type}.max_profiled_replicas")).unwrap_or(0.0);
-    (params, r.max(0.0) as u32)
+    TypedKeys::new(gpu_type).fit(get)
 }
 
 const PARAM_KEYS: [&str; 7] = [

@@ -22,7 +22,7 @@ pub mod model;
 pub mod profile;
 pub mod typed;
 
-pub use agent::{typed_fit, AgentReport, PolluxAgent};
+pub use agent::{typed_fit, AgentReport, PolluxAgent, TypedKeys};
 pub use fit::{fit_throughput, Observation};
 pub use model::{AppLimits, BatchConfig, GoodputModel, GradStats, ThroughputParams};
 pub use profile::{

@@ -7,6 +7,7 @@ pub fn info(now_s: f64) -> RoundInfo {
         round: 0,
         now_s,
         round_s: 300.0,
+        wall_clock: false,
     }
 }
 

@@ -222,6 +222,7 @@ fn a_profiled_job_steps_at_the_model_profiles_speed_and_applies_a_new_batch_size
                     round: r.round,
                     now_s: r.time_s,
                     round_s: 0.5,
+                    wall_clock: false,
                 };
                 b.reconfigure(&info, j, 2 * m0).unwrap();
                 reconfigured = true;

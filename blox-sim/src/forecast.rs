@@ -118,6 +118,7 @@ impl Forecaster for SimForecaster {
             round: snap.round,
             now_s: snap.now_s,
             round_s: snap.round_s,
+            wall_clock: false,
         };
         let live = LiveView {
             round: &round,

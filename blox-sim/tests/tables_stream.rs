@@ -53,6 +53,7 @@ fn tables_spanning_several_batches_come_back_whole() {
                 running_jobs: k,
                 largest_placeable: 8 - k.min(8),
                 policy: "accept-all/fifo/first-free".into(),
+                note: String::new(),
             })
             .collect(),
         summary: Summary::default(),

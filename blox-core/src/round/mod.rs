@@ -112,6 +112,9 @@ pub struct RoundReport {
     /// A policy's invalid decision that was dropped this round
     /// ([`OnInvalidDecision::SkipRound`]), with the policy it came from.
     pub invalid: Option<String>,
+    /// The scheduling policy's note on its decision ([`Schedule::note`]),
+    /// e.g. a solver that kept every allocation.
+    pub note: Option<String>,
     /// Where the round's time went.
     pub timings: RoundTimings,
     /// The round's decisions, while [`RoundLoop::record_events`] is on.
@@ -177,6 +180,8 @@ pub struct RoundLoop {
     waiting: Vec<Job>,
     /// The last invalid decision dropped (logged once, not every round).
     last_invalid: Option<String>,
+    /// This round's scheduling note ([`Schedule::note`]).
+    note: Option<String>,
     events: Recorder,
     /// What this round decided, for the wait reasons.
     decided: wait::Decided,
@@ -202,6 +207,7 @@ impl RoundLoop {
             cluster,
             waiting: Vec::new(),
             last_invalid: None,
+            note: None,
             events: Recorder::default(),
             decided: wait::Decided::default(),
             round: 0,
@@ -253,6 +259,7 @@ impl RoundLoop {
             round: self.round,
             now_s: b.now_s(),
             round_s: self.round_s,
+            wall_clock: b.real_time(),
         };
         self.events.start_round(info.round, info.now_s);
         self.last_start_s = Some(info.now_s);
@@ -377,6 +384,7 @@ impl RoundLoop {
             }
         }
         // 5.–8. Admission, scheduling, placement, preemption and launch.
+        self.note = None;
         let (launched, preempted, invalid) =
             match self.decide_and_execute(&info, b, &mut timings, clock) {
                 Ok((l, p)) => (l, p, None),
@@ -425,6 +433,7 @@ impl RoundLoop {
             ended,
             policy: self.policies.label(),
             invalid,
+            note: self.note.take(),
             timings,
             events: self.events.take(),
         };
@@ -460,6 +469,7 @@ impl RoundLoop {
             .scheduling
             .schedule(info, &self.jobs, &self.cluster);
         self.validate_schedule(&schedule)?;
+        self.note.clone_from(&schedule.note);
         self.decided.order.clear();
         self.decided
             .order

@@ -490,6 +490,7 @@ impl SchedulingPolicy for Ones {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             entries,
             desired_nodes: None,
             terminate: Vec::new(),

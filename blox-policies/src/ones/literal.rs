@@ -394,6 +394,7 @@ impl SchedulingPolicy for OnesLiteral {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             entries,
             desired_nodes: None,
             terminate: Vec::new(),

@@ -73,6 +73,7 @@ mod tests {
             desired_nodes: None,
             terminate: Vec::new(),
             min_run_s: None,
+            note: None,
             entries: vec![Demand {
                 job: JobId(2),
                 gpus: 2,

@@ -561,6 +561,7 @@ impl SchedulingPolicy for PolluxSched {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             entries,
             desired_nodes: self.last.desired_nodes,
             terminate: Vec::new(),

@@ -523,6 +523,7 @@ impl SchedulingPolicy for Doubling {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             entries: order
                 .iter()
                 .zip(w)

@@ -314,6 +314,7 @@ impl SchedulingPolicy for Optimus {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             desired_nodes: None,
             terminate: Vec::new(),
             entries: order

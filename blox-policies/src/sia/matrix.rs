@@ -18,7 +18,7 @@
 use super::Configs;
 use blox_core::{Adaptivity, Job, JobState};
 use blox_goodput::model::BatchSearch;
-use blox_goodput::{typed_fit, AgentReport, AppLimits, GoodputModel};
+use blox_goodput::{AgentReport, AppLimits, GoodputModel, TypedKeys};
 
 /// The value of a configuration a job cannot use.
 pub const ZERO_ALLOC_GAIN: f64 = 1e-4;
@@ -52,11 +52,53 @@ pub enum Row {
     Rigid { gpus: u32, per_type: Vec<f64> },
 }
 
-/// What Sia reads about a job: its agent's fits per type, the profile it
-/// was submitted with, and its constraints.
-pub fn job_on_types(job: &Job, jobs: &JobState, types: &[(String, u32)]) -> Vec<OnType> {
+/// The metric names Sia reads for one GPU type, formatted once (the policy
+/// keeps them while the cluster's types stay the same).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeKeys {
+    pub name: String,
+    /// GPUs per node of the type.
+    pub gpus_per_node: u32,
+    fit: TypedKeys,
+    bmin: String,
+    bmax: String,
+    xput1: String,
+    microbatches: String,
+    rigid_xput: String,
+    speed: String,
+}
+
+impl TypeKeys {
+    pub fn new(name: &str, gpus_per_node: u32) -> Self {
+        TypeKeys {
+            name: name.to_string(),
+            gpus_per_node,
+            fit: TypedKeys::new(name),
+            bmin: format!("type.{name}.bmin"),
+            bmax: format!("type.{name}.bmax"),
+            xput1: format!("type.{name}.xput1"),
+            microbatches: format!("type.{name}.microbatches"),
+            rigid_xput: format!("type.{name}.rigid_xput"),
+            speed: format!("speed.{name}"),
+        }
+    }
+}
+
+/// What Sia reads about a job: its agent's report (read once, shared by
+/// [`job_on_types`] and [`row`]).
+pub fn report_of(job: &Job, jobs: &JobState) -> Option<AgentReport> {
+    AgentReport::from_metrics(|k| jobs.metrics().get(job.id(), k))
+}
+
+/// What Sia knows about a job on each GPU type: its agent's fits per type,
+/// the profile it was submitted with, and its constraints.
+pub fn job_on_types(
+    job: &Job,
+    jobs: &JobState,
+    report: Option<&AgentReport>,
+    types: &[TypeKeys],
+) -> Vec<OnType> {
     let get = |k: &str| jobs.metrics().get(job.id(), k);
-    let report = AgentReport::from_metrics(get);
     let grad = report.and_then(|r| r.grad);
     let target = job
         .spec
@@ -67,13 +109,12 @@ pub fn job_on_types(job: &Job, jobs: &JobState, types: &[(String, u32)]) -> Vec<
     // An agent that tells types apart reports `pollux.<type>.*` for every
     // type it ran on; one that does not (a homogeneous cluster) has one fit,
     // which then stands for every type.
-    let typed_agent = types
-        .iter()
-        .any(|(t, _)| get(&format!("pollux.{t}.max_profiled_replicas")).is_some());
+    let typed_agent = types.iter().any(|k| get(k.fit.max_profiled()).is_some());
     types
         .iter()
-        .map(|(t, _)| {
-            let (mut params, mut max_profiled) = typed_fit(get, t);
+        .map(|k| {
+            let t = k.name.as_str();
+            let (mut params, mut max_profiled) = k.fit.fit(get);
             if !typed_agent {
                 if let Some(r) = report {
                     params = r.params;
@@ -81,11 +122,11 @@ pub fn job_on_types(job: &Job, jobs: &JobState, types: &[(String, u32)]) -> Vec<
                 }
             }
             let base = report.map(|r| r.limits);
-            let bmin = get(&format!("type.{t}.bmin"))
+            let bmin = get(&k.bmin)
                 .map(|v| v as u32)
                 .or(base.map(|l| l.bmin))
                 .unwrap_or(1);
-            let bmax = get(&format!("type.{t}.bmax"))
+            let bmax = get(&k.bmax)
                 .map(|v| v as u32)
                 .or(base.map(|l| l.bmax))
                 .unwrap_or(u32::MAX);
@@ -102,18 +143,16 @@ pub fn job_on_types(job: &Job, jobs: &JobState, types: &[(String, u32)]) -> Vec<
                 }),
                 _ => None,
             };
-            let speed = get(&format!("speed.{t}")).filter(|v| *v > 0.0);
+            let speed = get(&k.speed).filter(|v| *v > 0.0);
             OnType {
                 model,
                 max_profiled,
-                xput1: get(&format!("type.{t}.xput1")).or(speed).unwrap_or(1.0),
+                xput1: get(&k.xput1).or(speed).unwrap_or(1.0),
                 unit: e.replica_gpus_on(t),
-                microbatches: get(&format!("type.{t}.microbatches")).map_or(1, |v| v as u32),
+                microbatches: get(&k.microbatches).map_or(1, |v| v as u32),
                 bmin: bmin.max(1),
                 allowed: e.allows_type(t),
-                rigid_xput: get(&format!("type.{t}.rigid_xput"))
-                    .or(speed)
-                    .unwrap_or(1.0),
+                rigid_xput: get(&k.rigid_xput).or(speed).unwrap_or(1.0),
             }
         })
         .collect()
@@ -128,14 +167,19 @@ pub struct RowRules {
 }
 
 /// The unnormalised-then-normalised row of `job` (see the module docs).
-pub fn row(job: &Job, jobs: &JobState, on: &[OnType], configs: &Configs, rules: RowRules) -> Row {
+pub fn row(
+    job: &Job,
+    report: Option<&AgentReport>,
+    on: &[OnType],
+    configs: &Configs,
+    rules: RowRules,
+) -> Row {
     let e = &job.spec.elasticity;
     let nc = configs.list.len();
     if e.adaptivity == Adaptivity::Rigid {
         return rigid_row(job, on, configs);
     }
-    let mmax =
-        AgentReport::from_metrics(|k| jobs.metrics().get(job.id(), k)).map(|r| r.limits.mmax);
+    let mmax = report.map(|r| r.limits.mmax);
     let tune = e.adaptivity == Adaptivity::Adaptive;
     let target = job.spec.batch_size.or(mmax).unwrap_or(u32::MAX) as f64;
     // max_replicas per type: min(max(2·R_prof, 1), cap, ⌊Mmax/bmin⌋).

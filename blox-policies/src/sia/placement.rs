@@ -13,7 +13,10 @@
 //!    single-node jobs until it does, and those are placed again.
 //!
 //! A job that still finds no room (possible only where configurations do not
-//! tile the nodes) is left out this round, with a warning.
+//! tile the nodes), or that is still queued when the bounded number of
+//! clearing steps is used up, is left out this round: it is returned in
+//! [`Placed::left_out`], counted in the decision and named in the round's
+//! note.
 
 use blox_core::{ClusterState, GpuId, JobId, NodeId};
 use std::collections::HashMap;
@@ -25,6 +28,14 @@ pub struct Want {
     pub gpus: u32,
 }
 
+/// What [`place_type`] did: each placed job's GPUs, and the chosen jobs it
+/// found no room for (with their GPU counts).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placed {
+    pub gpus: HashMap<JobId, Vec<GpuId>>,
+    pub left_out: Vec<(JobId, u32)>,
+}
+
 struct NodeSlots {
     id: NodeId,
     size: usize,
@@ -32,13 +43,14 @@ struct NodeSlots {
 }
 
 /// Places `wants` (all on the nodes `nodes` of one type, in id order);
-/// `current` holds each job's GPUs now. Returns each placed job's GPUs.
+/// `current` holds each job's GPUs now.
 pub fn place_type(
     cluster: &ClusterState,
     nodes: &[NodeId],
     wants: &[Want],
     current: &HashMap<JobId, Vec<GpuId>>,
-) -> HashMap<JobId, Vec<GpuId>> {
+) -> Placed {
+    let mut left_out: Vec<(JobId, u32)> = Vec::new();
     let mut slots: Vec<NodeSlots> = nodes
         .iter()
         .filter_map(|&id| cluster.node(id))
@@ -140,7 +152,8 @@ pub fn place_type(
             cleared += 1;
         }
         if taken.len() < need_nodes {
-            tracing::warn!(job = %w.job, gpus = w.gpus, "sia: no whole nodes free for the job this round");
+            tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no whole nodes free for the job this round");
+            left_out.push((w.job, w.gpus));
             continue;
         }
         let mut gpus = Vec::new();
@@ -174,7 +187,8 @@ pub fn place_type(
                     .filter(|&i| slots[i].size >= need && !singles_on(&placed, i).is_empty())
                     .min_by_key(|&i| (need - slots[i].free.len().min(need), i))
                 else {
-                    tracing::warn!(job = %w.job, gpus = w.gpus, "sia: no node fits the job this round");
+                    tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no node fits the job this round");
+                    left_out.push((w.job, w.gpus));
                     continue;
                 };
                 for (job, gpus) in singles_on(&placed, i) {
@@ -196,7 +210,15 @@ pub fn place_type(
         let gpus: Vec<GpuId> = slots[i].free.drain(..need).collect();
         placed.insert(w.job, gpus);
     }
-    placed
+    // The clearing steps ran out: what is still queued waits this round.
+    left_out.extend(queue.iter().map(|w| (w.job, w.gpus)));
+    left_out.sort_unstable();
+    left_out.dedup();
+    left_out.retain(|(j, _)| !placed.contains_key(j));
+    Placed {
+        gpus: placed,
+        left_out,
+    }
 }
 
 #[cfg(test)]
@@ -239,7 +261,8 @@ mod tests {
                 },
             ],
             &current,
-        );
+        )
+        .gpus;
         assert_eq!(p[&JobId(1)], mine);
         assert_eq!(p[&JobId(2)].len(), 4);
         // The new job goes to the fullest node it fits on: node 1.
@@ -269,7 +292,7 @@ mod tests {
                 gpus: 4,
             },
         ];
-        let p = place_type(&c, &ids, &wants, &current);
+        let p = place_type(&c, &ids, &wants, &current).gpus;
         assert_eq!(p.len(), 3, "{p:?}");
         let three = nodes_of(&c, &p[&JobId(3)]);
         assert_eq!(three.len(), 1);
@@ -283,6 +306,31 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(all.len(), dedup.len(), "a GPU given twice");
+    }
+
+    /// Counts that fit the type's GPUs but not its nodes (two 3-GPU jobs
+    /// and a 2-GPU job on two 4-GPU nodes): the job that finds no room is
+    /// returned as left out, never dropped silently.
+    #[test]
+    fn a_job_that_finds_no_room_is_reported_left_out() {
+        let c = cluster(2, 4);
+        let ids: Vec<NodeId> = c.nodes().iter().map(|n| n.id).collect();
+        let wants: Vec<Want> = [(1, 3), (2, 3), (3, 2)]
+            .iter()
+            .map(|&(j, gpus)| Want {
+                job: JobId(j),
+                gpus,
+            })
+            .collect();
+        let p = place_type(&c, &ids, &wants, &HashMap::new());
+        assert_eq!(p.gpus.len() + p.left_out.len(), 3, "{p:?}");
+        assert_eq!(p.left_out, vec![(JobId(3), 2)]);
+        for w in &wants {
+            assert_eq!(
+                p.gpus.contains_key(&w.job),
+                !p.left_out.contains(&(w.job, w.gpus))
+            );
+        }
     }
 
     proptest::proptest! {
@@ -309,7 +357,9 @@ mod tests {
             }
             // Multi-node jobs first would not always tile with what is left:
             // keep totals of whole-node jobs within the nodes.
-            let p = place_type(&c, &ids, &wants, &HashMap::new());
+            let placed = place_type(&c, &ids, &wants, &HashMap::new());
+            proptest::prop_assert!(placed.left_out.is_empty());
+            let p = placed.gpus;
             let mut seen = std::collections::HashSet::new();
             for w in &wants {
                 let g = p.get(&w.job);

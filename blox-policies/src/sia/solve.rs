@@ -8,9 +8,12 @@
 //! relaxation of this multiple-choice knapsack has at most a few fractional
 //! jobs (one per GPU type's capacity row), so the search is short. It stops at
 //! a relative gap of `rel_gap` (CBC's `allowablePercentageGap` in the
-//! artifact, 0.01 %), and at a deadline or node limit returns the best
-//! schedule found so far (always feasible: rounding down a relaxation keeps
-//! every `≤` row), saying it is not proven optimal.
+//! artifact, 0.01 %), and at its node budget (or, on a live scheduler only,
+//! a wall-clock deadline) returns the best schedule found so far (always
+//! feasible: rounding down a relaxation keeps every `≤` row), saying it is
+//! not proven optimal and which budget stopped it. Without a deadline the
+//! result is a function of the program alone: the search visits nodes in a
+//! fixed order and the simplex is deterministic.
 
 use std::time::Instant;
 
@@ -33,9 +36,21 @@ pub struct Program {
 /// When to stop searching.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    pub deadline: Instant,
+    /// A wall-clock safeguard, for live schedulers only (`None` in a
+    /// simulation: decisions must not depend on the machine's speed).
+    pub deadline: Option<Instant>,
     pub rel_gap: f64,
+    /// Branch-and-bound nodes at most: the deterministic budget.
     pub max_nodes: usize,
+}
+
+/// What stopped a search before it proved its schedule within the gap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// The node budget.
+    Nodes,
+    /// The wall-clock deadline (live schedulers only).
+    Deadline,
 }
 
 /// A solved program.
@@ -47,8 +62,10 @@ pub struct Solved {
     /// Best bound on the optimum (the root relaxation, tightened by the search).
     pub bound: f64,
     pub nodes: usize,
-    /// False when the deadline or node limit stopped the search first.
+    /// False when a budget stopped the search first.
     pub proven: bool,
+    /// The budget that stopped it, when not proven.
+    pub stopped: Option<Stop>,
 }
 
 /// Why no schedule came back.
@@ -118,6 +135,7 @@ pub fn solve(p: &Program, limits: Limits) -> Result<Solved, SolveError> {
         bound: 0.0,
         nodes: 0,
         proven: true,
+        stopped: None,
     };
     if vars.is_empty() {
         return Ok(empty);
@@ -160,13 +178,19 @@ pub fn solve(p: &Program, limits: Limits) -> Result<Solved, SolveError> {
     let mut stack = vec![root];
     let mut nodes = 0usize;
     let mut open_bound = f64::NEG_INFINITY;
+    let mut stopped = None;
     while let Some(node) = stack.pop() {
         nodes += 1;
         let bound = node.objective();
         if close_enough(bound, best_value) {
             continue;
         }
-        if nodes > limits.max_nodes || Instant::now() >= limits.deadline {
+        if nodes > limits.max_nodes {
+            stopped = Some(Stop::Nodes);
+        } else if limits.deadline.is_some_and(|d| Instant::now() >= d) {
+            stopped = Some(Stop::Deadline);
+        }
+        if stopped.is_some() {
             open_bound = open_bound.max(bound);
             for n in &stack {
                 open_bound = open_bound.max(n.objective());
@@ -210,6 +234,7 @@ pub fn solve(p: &Program, limits: Limits) -> Result<Solved, SolveError> {
     };
     empty.nodes = nodes;
     empty.proven = proven;
+    empty.stopped = if proven { None } else { stopped };
     Ok(empty)
 }
 
@@ -264,11 +289,10 @@ fn round_down(p: &Program, vars: &[Var], s: &microlp::Solution) -> Vec<(u32, u32
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn limits() -> Limits {
         Limits {
-            deadline: Instant::now() + Duration::from_secs(10),
+            deadline: None,
             rel_gap: 1e-9,
             max_nodes: 100_000,
         }
@@ -377,7 +401,7 @@ mod tests {
         let s = solve(
             &p,
             Limits {
-                deadline: Instant::now(),
+                deadline: Some(Instant::now()),
                 ..limits()
             },
         )
@@ -399,11 +423,20 @@ mod tests {
             forced: vec![],
         };
         let hurried = Limits {
-            deadline: Instant::now(),
+            deadline: Some(Instant::now()),
             ..limits()
         };
         let s = solve(&p, hurried).unwrap();
         assert!(!s.proven);
+        assert_eq!(s.stopped, Some(Stop::Deadline));
+        // The node budget stops it the same way, on any machine.
+        let budget = Limits {
+            max_nodes: 0,
+            ..limits()
+        };
+        let s = solve(&p, budget).unwrap();
+        assert_eq!(s.stopped, Some(Stop::Nodes));
+        assert_eq!(s.chosen.iter().flatten().count(), 1);
         assert_eq!(s.chosen.iter().flatten().count(), 1);
         assert!(solve(&p, limits()).unwrap().proven);
     }

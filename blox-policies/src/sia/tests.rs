@@ -1,6 +1,8 @@
 use super::*;
 use crate::test_util::*;
 use blox_goodput::{AgentReport, AppLimits, GradStats, ThroughputParams};
+use matrix::Row;
+use std::collections::BTreeMap;
 
 /// 1 node of 4 "slow" GPUs and 1 node of 4 "fast" ones.
 fn cluster() -> ClusterState {
@@ -104,11 +106,12 @@ fn an_unseen_type_is_bootstrapped_from_a_seen_one() {
         &[("slow", 100.0), ("fast", 300.0)],
     );
     let configs = Configs::of(&c, 64, &BTreeMap::new());
-    let types: Vec<(String, u32)> = vec![("slow".into(), 4), ("fast".into(), 4)];
+    let types = [TypeKeys::new("slow", 4), TypeKeys::new("fast", 4)];
     let j = state.get(JobId(1)).unwrap();
-    let on = matrix::job_on_types(j, &state, &types);
+    let report = matrix::report_of(j, &state);
+    let on = matrix::job_on_types(j, &state, report.as_ref(), &types);
     assert!(on[0].model.is_some() && on[1].model.is_none());
-    let v = values(matrix::row(j, &state, &on, &configs, rules()));
+    let v = values(matrix::row(j, report.as_ref(), &on, &configs, rules()));
     let slow1 = configs.of_type[0][0];
     let fast1 = configs.of_type[1][0];
     assert!((v[slow1] - 1.0).abs() < 1e-9, "{v:?}");
@@ -131,10 +134,11 @@ fn a_new_job_is_worth_one_gpu_of_any_type() {
     let mut cc = c.clone();
     add(&mut state, &mut cc, job(1, 0.0, 4), &[]);
     let configs = Configs::of(&c, 64, &BTreeMap::new());
-    let types: Vec<(String, u32)> = vec![("slow".into(), 4), ("fast".into(), 4)];
+    let types = [TypeKeys::new("slow", 4), TypeKeys::new("fast", 4)];
     let j = state.get(JobId(1)).unwrap();
-    let on = matrix::job_on_types(j, &state, &types);
-    let v = values(matrix::row(j, &state, &on, &configs, rules()));
+    let report = matrix::report_of(j, &state);
+    let on = matrix::job_on_types(j, &state, report.as_ref(), &types);
+    let v = values(matrix::row(j, report.as_ref(), &on, &configs, rules()));
     for (c, &(_, _, g)) in configs.list.iter().enumerate() {
         let want = if g == 1 { 1.0 } else { matrix::ZERO_ALLOC_GAIN };
         assert!((v[c] - want).abs() < 1e-12, "config {c}: {v:?}");

@@ -374,6 +374,10 @@ impl RoundClock for LocalBackend {
         self.now()
     }
 
+    fn real_time(&self) -> bool {
+        true
+    }
+
     /// Sleeps until the next round boundary (rounds start every `round_s`
     /// from the backend's start, whatever a round took).
     fn wait_round(&mut self, round_s: f64, _idle: bool) -> Result<(), BackendError> {

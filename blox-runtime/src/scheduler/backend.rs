@@ -512,6 +512,10 @@ impl RoundClock for ClusterBackend {
         self.now()
     }
 
+    fn real_time(&self) -> bool {
+        true
+    }
+
     fn wait_round(&mut self, round_s: f64, _idle: bool) -> Result<(), BackendError> {
         if let Some(t) = self.round_started.take() {
             let mut s = self.stats.lock().unwrap_or_else(|e| e.into_inner());

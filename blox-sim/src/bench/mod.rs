@@ -71,6 +71,9 @@ fn scheduling(name: &str, section: &Section) -> Result<Box<dyn SchedulingPolicy>
 struct Timed {
     inner: Box<dyn SchedulingPolicy>,
     times: Arc<Mutex<Vec<f64>>>,
+    /// The decisions' notes ([`Schedule::note`]), one per decision that had
+    /// one.
+    notes: Arc<Mutex<Vec<String>>>,
 }
 
 impl SchedulingPolicy for Timed {
@@ -81,6 +84,9 @@ impl SchedulingPolicy for Timed {
             .lock()
             .expect("not poisoned")
             .push(t.elapsed().as_secs_f64());
+        if let Some(n) = &s.note {
+            self.notes.lock().expect("not poisoned").push(n.clone());
+        }
         s
     }
 
@@ -124,6 +130,7 @@ fn pollux(dir: &Path, out: Out) -> Result<()> {
     sim.round_loop.policies.scheduling = Box::new(Timed {
         inner,
         times: times.clone(),
+        notes: Default::default(),
     });
     let t = Instant::now();
     let r = sim.run_to_end()?;
@@ -151,6 +158,7 @@ fn pollux(dir: &Path, out: Out) -> Result<()> {
             round,
             now_s: 60.0 * (round + 1) as f64,
             round_s: 60.0,
+            wall_clock: false,
         };
         let t = Instant::now();
         let _ = sched.schedule(&info, &state, &cluster);
@@ -251,6 +259,7 @@ fn ones(out: Out) -> Result<()> {
                 round,
                 now_s: 60.0 * (round + 1) as f64,
                 round_s: 60.0,
+                wall_clock: false,
             };
             let t = Instant::now();
             let s = sched.schedule(&info, &state, &cluster);
@@ -289,6 +298,7 @@ fn gavel(out: Out) -> Result<()> {
             round: 0,
             now_s: 360.0,
             round_s: 360.0,
+            wall_clock: false,
         };
         let t = Instant::now();
         let s = sched.schedule(&info, &state, &cluster);
@@ -343,6 +353,7 @@ fn doubling(dir: &Path, out: Out) -> Result<()> {
             round,
             now_s: 60.0 * (round + 1) as f64,
             round_s: 60.0,
+            wall_clock: false,
         };
         let t = Instant::now();
         let s = sched.schedule(&info, &state, &cluster);
@@ -381,6 +392,7 @@ fn synth(dir: &Path, out: Out) -> Result<()> {
                 round: 0,
                 now_s: sim.backend.now_s(),
                 round_s: sim.round_loop.round_s(),
+                wall_clock: false,
             };
             let lp = &sim.round_loop;
             let t = Instant::now();

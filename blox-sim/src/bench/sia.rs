@@ -34,6 +34,7 @@ pub(super) fn sia(dir: &Path, rounds: usize, out: Out) -> Result<()> {
         let mut sim = Simulation::from_config(&cfg)?;
         let setup = t.elapsed().as_secs_f64();
         let times = Arc::new(Mutex::new(Vec::new()));
+        let notes = Arc::new(Mutex::new(Vec::new()));
         let inner = std::mem::replace(
             &mut sim.round_loop.policies.scheduling,
             Box::new(NoSchedule),
@@ -41,6 +42,7 @@ pub(super) fn sia(dir: &Path, rounds: usize, out: Out) -> Result<()> {
         sim.round_loop.policies.scheduling = Box::new(Timed {
             inner,
             times: times.clone(),
+            notes: notes.clone(),
         });
         let t = Instant::now();
         while times.lock().expect("not poisoned").len() < rounds && sim.step()? {}
@@ -54,8 +56,14 @@ pub(super) fn sia(dir: &Path, rounds: usize, out: Out) -> Result<()> {
         let max = v.iter().copied().fold(0.0, f64::max) * 1000.0;
         let (p50, p95) = percentiles(&mut v);
         let jobs = sim.round_loop.jobs.runnable().count();
+        let notes = notes.lock().expect("not poisoned");
+        let kept = notes
+            .iter()
+            .filter(|n| n.contains("keeps its allocation"))
+            .count();
+        let left_out = notes.len() - kept;
         out(format!(
-            "sia-{gpus:<5} {n:>4} decisions  mean {mean:>8.1} ms  p50 {p50:>8.1} ms  p95 {p95:>8.1} ms  max {max:>8.1} ms  ({jobs} jobs waiting or running at the end; setup {setup:.2} s, {wall:.1} s in all)"
+            "sia-{gpus:<5} {n:>4} decisions  mean {mean:>8.1} ms  p50 {p50:>8.1} ms  p95 {p95:>8.1} ms  max {max:>8.1} ms  ({jobs} jobs waiting or running at the end; {kept} decisions past the accepted gap kept every allocation, {left_out} left chosen jobs unplaced; setup {setup:.2} s, {wall:.1} s in all)"
         ));
     }
     Ok(())

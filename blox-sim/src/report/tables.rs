@@ -142,6 +142,9 @@ pub struct RoundRow {
     /// The policies that decided the round (`admission/scheduling/placement`);
     /// changes when a synthesizer switches.
     pub policy: String,
+    /// The scheduling policy's note on the round (empty when none): e.g.
+    /// Sia's solver out of budget, keeping every allocation.
+    pub note: String,
 }
 
 impl From<blox_core::RoundReport> for RoundRow {
@@ -156,6 +159,7 @@ impl From<blox_core::RoundReport> for RoundRow {
             running_jobs: r.running_jobs as u32,
             largest_placeable: r.largest_placeable,
             policy: r.policy,
+            note: r.note.unwrap_or_default(),
         }
     }
 }
@@ -364,6 +368,7 @@ pub const ROUND_COLUMNS: &[&str] = &[
     "total_gpus",
     "policy",
     "largest_placeable",
+    "note",
 ];
 
 impl SimResult {
@@ -562,6 +567,10 @@ mod writer {
                 "largest_placeable".into(),
                 x.iter().map(|r| r.largest_placeable).collect::<Vec<_>>(),
             ),
+            Column::new(
+                "note".into(),
+                x.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
+            ),
         ])
     }
 
@@ -673,6 +682,7 @@ mod writer {
                 x.total_gpus.to_string(),
                 x.policy.clone(),
                 x.largest_placeable.to_string(),
+                x.note.clone(),
             ])
             .map_err(ReportError::table(&rounds))?;
         }

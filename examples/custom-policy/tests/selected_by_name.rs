@@ -112,6 +112,7 @@ fn spread_takes_each_gpu_from_the_emptiest_node() {
         round: 0,
         now_s: 0.0,
         round_s: 60.0,
+        wall_clock: false,
     };
     let p = Spread::default().place(&round, &Schedule::in_priority_order(order), &jobs, &cluster);
     assert!(p.preempt.is_empty());
@@ -150,6 +151,7 @@ fn max_waiting_defers_beyond_its_limit_and_rejects_large_jobs() {
         round: 0,
         now_s: 0.0,
         round_s: 60.0,
+        wall_clock: false,
     };
     let d = adm.admit(
         &round,

@@ -483,6 +483,7 @@ impl SchedulingPolicy for Gavel {
         }
         Schedule {
             min_run_s: None,
+            note: None,
             entries: entries
                 .into_iter()
                 .map(|(i, gpus)| Demand {

@@ -1,0 +1,163 @@
+//! A simulation is a function of its inputs: no wall-clock limit, thread
+//! count or machine load may change a decision (issue 34). Each test runs
+//! the same config under conditions that would change a time- or
+//! thread-dependent result, and asserts byte-identical `jobs.csv`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+fn out_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("blox-det-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `blox sim ARGS --out DIR --quiet` with `env` set; returns jobs.csv and
+/// rounds.csv.
+fn sim(tag: &str, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let dir = out_dir(tag);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blox"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("sim")
+        .args(args)
+        .arg("--out")
+        .arg(&dir)
+        .arg("--quiet");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let r = (read("jobs.csv"), read("rounds.csv"));
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// Two threads spinning on every core while `f` runs.
+fn beside_a_cpu_hog<T>(f: impl FnOnce() -> T) -> T {
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    let r = f();
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    r
+}
+
+fn first_diff(a: &str, b: &str) -> String {
+    for (i, (x, y)) in a.lines().zip(b.lines()).enumerate() {
+        if x != y {
+            return format!("line {}: {x:?} vs {y:?}", i + 1);
+        }
+    }
+    format!("{} vs {} lines", a.lines().count(), b.lines().count())
+}
+
+const SIA: [&str; 7] = [
+    "examples/configs/sia/sia.toml",
+    "--workload",
+    "data/sia/workloads/saturn/workload-7.csv",
+    "--set",
+    "run.max_time_s=5400",
+    "--set",
+    "run.allow_unfinished=true",
+];
+
+/// The issue's case: Sia's wall-clock limit made small enough to bind on
+/// any machine (1 µs), with CPU hogs beside the run, gives the same
+/// jobs.csv as an unbounded limit on an idle machine: a simulation never
+/// reads the clock (`RoundInfo::wall_clock` is false), only its node budget.
+#[test]
+fn sia_does_not_read_the_clock_in_a_simulation() {
+    let mut idle = SIA.to_vec();
+    idle.extend(["--set", "scheduling.solver_time_limit_s=3600"]);
+    let (want, _) = sim("sia-idle", &idle, &[]);
+    let mut hurried = SIA.to_vec();
+    hurried.extend(["--set", "scheduling.solver_time_limit_s=0.000001"]);
+    let (got, _) = beside_a_cpu_hog(|| sim("sia-hurried", &hurried, &[]));
+    assert!(want == got, "jobs.csv differs: {}", first_diff(&want, &got));
+    assert!(want.lines().count() > 20, "too few jobs to show anything");
+}
+
+/// A node budget small enough to stop most searches is deterministic too:
+/// the same decisions with or without load, and every round whose search
+/// it stopped too far from the bound says so in rounds.csv.
+#[test]
+fn sias_node_budget_is_deterministic_and_reported() {
+    let mut tight = SIA.to_vec();
+    tight.extend([
+        "--set",
+        "scheduling.solver_max_nodes=1",
+        "--set",
+        "scheduling.solver_accept_gap=0",
+    ]);
+    let (a, rounds) = sim("sia-tight-a", &tight, &[]);
+    let (b, _) = beside_a_cpu_hog(|| sim("sia-tight-b", &tight, &[]));
+    assert!(a == b, "jobs.csv differs: {}", first_diff(&a, &b));
+    let header = rounds.lines().next().unwrap();
+    assert!(header.ends_with(",note"), "{header}");
+    let noted = rounds
+        .lines()
+        .filter(|l| l.contains("solver_max_nodes = 1"))
+        .count();
+    assert!(noted > 0, "no round reports the node budget:\n{rounds}");
+    assert!(rounds.contains("every job keeps its allocation"));
+}
+
+/// Pollux's genetic algorithm evaluates offspring on rayon's threads; its
+/// draws are seeded per offspring, so one thread or several give the same
+/// allocations.
+#[test]
+fn pollux_is_the_same_on_one_thread_and_on_several() {
+    let args = [
+        "examples/configs/pollux-workloads/pollux.toml",
+        "--set",
+        "run.max_time_s=3600",
+        "--set",
+        "run.allow_unfinished=true",
+    ];
+    let (one, _) = sim("pollux-1", &args, &[("RAYON_NUM_THREADS", "1")]);
+    let (many, _) = beside_a_cpu_hog(|| sim("pollux-4", &args, &[("RAYON_NUM_THREADS", "4")]));
+    assert!(one == many, "jobs.csv differs: {}", first_diff(&one, &many));
+}
+
+/// Policy synthesis runs its forks on rayon's threads and picks the best
+/// score: the choice, and so the run, does not depend on their number.
+#[test]
+fn synthesis_is_the_same_on_one_thread_and_on_several() {
+    let args = [
+        "examples/configs/synth-philly.toml",
+        "--set",
+        "run.max_time_s=43200",
+        "--set",
+        "run.allow_unfinished=true",
+    ];
+    let (one, r1) = sim("synth-1", &args, &[("RAYON_NUM_THREADS", "1")]);
+    let (many, r4) = beside_a_cpu_hog(|| sim("synth-4", &args, &[("RAYON_NUM_THREADS", "4")]));
+    assert!(one == many, "jobs.csv differs: {}", first_diff(&one, &many));
+    let policies = |r: &str| -> Vec<String> {
+        r.lines()
+            .map(|l| l.split(',').nth(6).unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(policies(&r1), policies(&r4));
+}
