@@ -25,9 +25,12 @@ macro_rules! say {
 /// Logs to stderr through `tracing`: `filter` (`warn`, `info`,
 /// `blox_core=debug`, …) unless `RUST_LOG` is set; plain text (no colour
 /// codes) when stderr is not a terminal. A second call keeps the first setup.
+/// The L-BFGS-B routine's own progress notes (`lbfgsbrs`: "more than 10
+/// function and gradient evaluations in the last line search", which the
+/// Fortran original prints and scipy hides) are off unless `RUST_LOG` asks.
 pub fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{filter},lbfgsbrs=off")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

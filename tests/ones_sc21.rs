@@ -97,13 +97,15 @@ fn the_batch_rule_is_refused_for_the_literal_variant() {
 
 /// The one rule beyond the authors' code (a round here is 30-60 s, their loop
 /// reacts within a second): idle GPUs go to waiting jobs while the update
-/// gate holds. Without it GPUs idle with jobs queued.
+/// gate holds. Without it GPUs idle with jobs queued. (The first 150 jobs:
+/// 9.5 % lower mean JCT with it since the throughput fit is scipy's
+/// L-BFGS-B, issue 34; 10 % or more before.)
 #[test]
 fn idle_gpus_are_padded_while_the_update_gate_holds() {
     let padded = mean_jct_s("ones", 150, &[]);
     let held = mean_jct_s("ones", 150, &["scheduling.pad_while_gated=false"]);
     assert!(
-        padded < 0.9 * held,
+        padded < 0.95 * held,
         "padded {padded:.0} s against held {held:.0} s"
     );
 }

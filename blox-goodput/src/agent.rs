@@ -8,7 +8,7 @@
 //! scheduler needs from it travels as job metrics ([`AgentReport`]), the same in
 //! simulation and on a real cluster.
 
-use crate::fit::{fit_throughput, Observation};
+use crate::fit::{fit_throughput_with, Observation};
 use crate::model::{
     AppLimits, BatchConfig, BatchSearch, GoodputModel, GradStats, ThroughputParams,
 };
@@ -24,6 +24,10 @@ pub struct PolluxAgent {
     /// Most replicas the job can use (ncf: 1).
     pub replica_cap: Option<u32>,
     pub search: BatchSearch,
+    /// The throughput fit's optimiser settings (scipy's defaults, as the
+    /// Pollux artifact; the Sia artifact's `tol = 1e-5`:
+    /// [`crate::fit::Settings::sia_artifact`]).
+    pub fit: crate::fit::Settings,
     profile: BTreeMap<(u32, u32, u32), (f64, f64)>,
     params: Option<ThroughputParams>,
     grad: Option<GradStats>,
@@ -49,6 +53,7 @@ impl PolluxAgent {
             fixed_batch: None,
             replica_cap: None,
             search: BatchSearch::Grid50,
+            fit: crate::fit::Settings::default(),
             profile: BTreeMap::new(),
             params: None,
             grad: None,
@@ -128,7 +133,7 @@ impl PolluxAgent {
                 step_time: step,
             })
             .collect();
-        self.params = fit_throughput(&obs);
+        self.params = fit_throughput_with(&obs, self.fit);
         self.fits += 1;
         true
     }

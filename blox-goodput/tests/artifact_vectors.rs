@@ -318,9 +318,13 @@ fn throughput_fit_predicts_what_the_artifacts_fit_predicts() {
     );
 }
 
-/// The fit recovers known parameters from noiseless synthetic observations.
+/// On noiseless synthetic observations the fit lands where the artifact's
+/// own `fit_perf_params` (scipy 1.15.3's L-BFGS-B with the Pollux artifact's
+/// default tolerance) lands: the compute model exactly, but γ at 1.16 where
+/// the truth is 1.8 (a flat valley the optimiser stops in). Its result,
+/// printed by that function on these points, to 1e-6.
 #[test]
-fn throughput_fit_recovers_known_parameters() {
+fn throughput_fit_lands_where_scipy_lands() {
     let truth = ThroughputParams {
         alpha_c: 0.03,
         beta_c: 0.004,
@@ -343,16 +347,25 @@ fn throughput_fit_recovers_known_parameters() {
         }
     }
     let fit = fit_throughput(&obs).unwrap();
-    for o in &obs {
-        let (a, b) = (fit.t_opt(o.nodes, o.replicas, o.atomic_bsz), o.step_time);
-        assert!(close(a, b, 2e-2), "{o:?}: {a} vs {b} ({fit:?})");
+    let scipy = [
+        0.030000000384267568,
+        0.003999999997816503,
+        0.04381856165103635,
+        0.039092401987457046,
+        0.03709743726305615,
+        0.002358752584307918,
+        1.1639152164663595,
+    ];
+    for (i, (a, b)) in fit.to_array().iter().zip(scipy).enumerate() {
         assert!(
-            close(fit.t_acc(o.atomic_bsz), o.compute_time, 1e-3),
+            close(*a, b, 1e-6),
+            "param {i}: {a} vs scipy's {b} ({fit:?})"
+        );
+    }
+    for o in &obs {
+        assert!(
+            close(fit.t_acc(o.atomic_bsz), o.compute_time, 1e-6),
             "{fit:?}"
         );
     }
-    assert!(
-        close(fit.alpha_c, truth.alpha_c, 1e-2) && close(fit.beta_c, truth.beta_c, 1e-2),
-        "{fit:?}"
-    );
 }

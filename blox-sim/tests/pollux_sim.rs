@@ -154,6 +154,7 @@ fn pollux_agent_reports_its_model_and_adapts_the_batch() {
             fixed_batch: None,
             replica_cap: None,
             search: Default::default(),
+            fit_tol: None,
         },
     )];
     let policies = policies("fifo", "first-free");
@@ -192,6 +193,7 @@ fn pollux_agent() -> BatchAgent {
         fixed_batch: None,
         replica_cap: None,
         search: Default::default(),
+        fit_tol: None,
     }
 }
 

@@ -47,9 +47,11 @@ impl JobSource for SimBackend {
                                     fixed_batch,
                                     replica_cap,
                                     search,
+                                    fit_tol,
                                 } => {
                                     let mut a = PolluxAgent::new(app.limits);
                                     a.search = search;
+                                    a.fit = blox_goodput::fit::Settings::with_tol(fit_tol);
                                     a.fixed_batch = fixed_batch;
                                     a.replica_cap = replica_cap;
                                     Tuner::Pollux(Box::new(a))

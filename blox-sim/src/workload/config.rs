@@ -140,6 +140,10 @@ pub struct PolluxKeys {
     /// `batch_agent = "pollux"`: how the agent searches the batch size,
     /// `grid50` (default, the artifact's) or `golden-section` (Pollux §4.1).
     pub batch_search: Option<blox_goodput::model::BatchSearch>,
+    /// `batch_agent = "pollux"`: scipy's `tol` of the agent's throughput fit
+    /// (L-BFGS-B's `ftol` and `gtol`). Unset: scipy's defaults, as the Pollux
+    /// artifact fits; the Sia artifact passes 1e-5 (`examples/configs/sia`).
+    pub fit_tol: Option<Positive>,
 }
 
 /// `kind = "philly"`.
@@ -208,6 +212,7 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
             "model",
             "batch_agent",
             "batch_search",
+            "fit_tol",
         ],
     ),
     (
@@ -333,6 +338,14 @@ impl WorkloadConfig {
             }
         };
         if let WorkloadKind::Pollux(p) = &kind {
+            if p.fit_tol.is_some() && p.batch_agent != AgentKind::Pollux {
+                return Err(section
+                    .error_at(
+                        "fit_tol",
+                        "fit_tol applies only with batch_agent = \"pollux\"; it would be ignored",
+                    )
+                    .into());
+            }
             if p.batch_search.is_some() && p.batch_agent != AgentKind::Pollux {
                 return Err(section
                     .error_at(

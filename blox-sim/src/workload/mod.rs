@@ -112,6 +112,9 @@ pub enum BatchAgent {
         fixed_batch: Option<u32>,
         replica_cap: Option<u32>,
         search: blox_goodput::model::BatchSearch,
+        /// scipy's `tol` for the agent's throughput fit (`None`: scipy's
+        /// defaults, as the Pollux artifact fits; the Sia artifact: 1e-5).
+        fit_tol: Option<f64>,
     },
 }
 
@@ -227,6 +230,7 @@ pub fn load_for(
                 profile_driven: p.model == ProgressModel::Profile,
                 agent_pollux: p.batch_agent == AgentKind::Pollux,
                 batch_search: p.batch_search.unwrap_or_default(),
+                fit_tol: p.fit_tol.map(|t| t.get()),
                 gpus_per_node: p.gpus_per_node.unwrap_or(4),
             };
             if blox_goodput::typed::is_per_type(&traces) {

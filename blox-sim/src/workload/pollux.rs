@@ -53,6 +53,8 @@ pub struct PolluxOptions {
     pub profile_driven: bool,
     pub agent_pollux: bool,
     pub batch_search: blox_goodput::model::BatchSearch,
+    /// scipy's `tol` of the agents' throughput fits (`None`: its defaults).
+    pub fit_tol: Option<f64>,
     pub gpus_per_node: u32,
 }
 
@@ -103,12 +105,14 @@ pub fn read_workload(
                     fixed_batch: Some(32768),
                     replica_cap: Some(1),
                     search: opt.batch_search,
+                    fit_tol: opt.fit_tol,
                 }
             } else {
                 BatchAgent::Pollux {
                     fixed_batch: None,
                     replica_cap: None,
                     search: opt.batch_search,
+                    fit_tol: opt.fit_tol,
                 }
             };
             WorkModel::Profile {

@@ -188,6 +188,7 @@ pub fn read_workload(
                 fixed_batch: (adaptivity != Adaptivity::Adaptive).then_some(batch),
                 replica_cap: (adaptivity == Adaptivity::Rigid).then_some(replicas),
                 search: opt.batch_search,
+                fit_tol: opt.fit_tol,
             }
         };
         jobs.push(SimJob {
