@@ -166,20 +166,23 @@ impl Sia {
         rows
     }
 
-    /// Step 4's budgets: nodes always; the wall clock on a live scheduler.
-    fn limits(&self, round: &RoundInfo) -> solve::Limits {
+    /// Step 4's budgets: nodes always (at most `solver_max_nodes`, and
+    /// `solver_work` over the program's candidates); the wall clock on a
+    /// live scheduler.
+    fn limits(&self, round: &RoundInfo, program: &solve::Program) -> solve::Limits {
+        let by_work = (self.params.solver_work / program.candidates.len().max(1) as f64) as usize;
         solve::Limits {
             deadline: round
                 .wall_clock
                 .then(|| Instant::now() + Duration::from_secs_f64(self.params.solver_time_limit_s)),
             rel_gap: self.params.solver_gap,
-            max_nodes: self.params.solver_max_nodes,
+            max_nodes: self.params.solver_max_nodes.min(by_work.max(1)),
         }
     }
 
     /// Why a solved program's schedule is not used, if it is not: a budget
     /// stopped the search further than `solver_accept_gap` from the bound.
-    fn refused(&self, solved: &solve::Solved, gap: f64) -> Option<String> {
+    fn refused(&self, solved: &solve::Solved, gap: f64, candidates: usize) -> Option<String> {
         if solved.proven || gap <= self.params.solver_accept_gap {
             return None;
         }
@@ -189,8 +192,8 @@ impl Sia {
                 self.params.solver_time_limit_s
             ),
             _ => format!(
-                "its node budget (solver_max_nodes = {})",
-                self.params.solver_max_nodes
+                "its node budget (solver_max_nodes = {}, solver_work = {} over {} candidates)",
+                self.params.solver_max_nodes, self.params.solver_work, candidates
             ),
         };
         Some(format!(
@@ -313,7 +316,7 @@ impl SchedulingPolicy for Sia {
         let built = t0.elapsed().as_secs_f64();
         // Step 4: the program.
         let t1 = Instant::now();
-        let solved = match solve::solve(&program, self.limits(round)) {
+        let solved = match solve::solve(&program, self.limits(round, &program)) {
             Ok(s) => s,
             Err(e) => {
                 let note = format!("sia: {e}; every job keeps its allocation");
@@ -326,7 +329,7 @@ impl SchedulingPolicy for Sia {
         } else {
             (solved.bound - solved.objective).max(0.0) / solved.bound.abs().max(1e-9)
         };
-        if let Some(note) = self.refused(&solved, gap) {
+        if let Some(note) = self.refused(&solved, gap, program.candidates.len()) {
             tracing::warn!("round {}: {note}", round.round);
             return Self::keep_all(jobs, note);
         }
@@ -356,6 +359,17 @@ impl SchedulingPolicy for Sia {
             tracing::warn!("round {}: {note}", round.round);
             note
         });
+        tracing::debug!(
+            round = round.round,
+            jobs = order.len(),
+            candidates = program.candidates.len(),
+            nodes = solved.nodes,
+            proven = solved.proven,
+            build_s = built,
+            solve_s,
+            place_s = t1.elapsed().as_secs_f64() - solve_s,
+            "sia decision"
+        );
         self.last = SiaDecision {
             jobs: order.len(),
             configs: program.configs.len(),

@@ -48,13 +48,19 @@ pub struct SiaParams {
     /// `allowablePercentageGap` of 0.01 % in the artifact) …
     #[serde(default = "d_gap")]
     pub solver_gap: f64,
-    /// … or after this many branch-and-bound nodes: a deterministic budget,
-    /// so that a simulation's decisions do not depend on how fast the
-    /// machine is. Stopped there, its best schedule is used if it is proven
-    /// within `solver_accept_gap` of the optimum; otherwise every job keeps
-    /// its allocation, and the log and `rounds.csv` say so.
+    /// … or after this many branch-and-bound nodes, or once nodes ×
+    /// candidate (job, configuration) pairs reach `solver_work`, whichever
+    /// comes first: deterministic budgets, so that a simulation's decisions
+    /// do not depend on how fast the machine is. A node's relaxation costs
+    /// about its candidates, so `solver_work` bounds the time of a large
+    /// cluster's search, `solver_max_nodes` a small one's. Stopped there,
+    /// its best schedule is used if it is proven within `solver_accept_gap`
+    /// of the optimum; otherwise every job keeps its allocation, and the log
+    /// and `rounds.csv` say so.
     #[serde(default = "d_max_nodes")]
     pub solver_max_nodes: usize,
+    #[serde(default = "d_work")]
+    pub solver_work: f64,
     /// A live scheduler's safeguard only: on a cluster (rounds in real time,
     /// `RoundInfo::wall_clock`), the search also stops after this many
     /// seconds, with the same rule as the node budget. A simulation never
@@ -98,7 +104,10 @@ fn d_gap() -> f64 {
     1e-4
 }
 fn d_max_nodes() -> usize {
-    2_000
+    5_000
+}
+fn d_work() -> f64 {
+    1e6
 }
 fn d_time() -> f64 {
     1.0
@@ -187,6 +196,12 @@ impl SiaParams {
             return Err((
                 "solver_max_nodes",
                 "`solver_max_nodes` must be in [1, 100000000]".into(),
+            ));
+        }
+        if !(self.solver_work.is_finite() && self.solver_work >= 1.0) {
+            return Err((
+                "solver_work",
+                "`solver_work` must be a number of at least 1 (nodes × candidates)".into(),
             ));
         }
         if !(self.solver_time_limit_s > 0.0 && self.solver_time_limit_s <= 3600.0) {
