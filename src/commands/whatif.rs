@@ -240,6 +240,16 @@ pub fn history_of(r: &StatusReply, now: f64) -> History {
             _ => h.active.push((job, Vec::new())),
         }
     }
+    let no_start = r
+        .jobs
+        .iter()
+        .filter(|j| j.launches > 0 && j.first_start_unix_s.is_none())
+        .count();
+    if no_start > 0 {
+        h.notes.push(format!(
+            "{no_start} jobs that ran have no first start in the scheduler's reply (a scheduler older than first_start_unix_s): their waits are taken as 0"
+        ));
+    }
     let unknown = h.unknown_work();
     if unknown > 0 {
         h.notes.push(format!(
@@ -264,9 +274,13 @@ fn job_of(j: &JobInfo, origin: f64) -> Job {
     job.startup_gpu_s = j.startup_gpu_s;
     job.launches = j.launches;
     job.preemptions = j.preemptions;
-    if j.launches > 0 {
-        job.first_start_s = Some(0.0);
-    }
+    // Its real first start (a scheduler before `first_start_unix_s`
+    // existed: none, and a job that ran is taken to have started on
+    // submission, waiting 0, never less).
+    job.first_start_s = match j.first_start_unix_s {
+        Some(t) => Some((t - origin).max(job.spec.arrival_s)),
+        None => (j.launches > 0).then_some(job.spec.arrival_s),
+    };
     job
 }
 

@@ -76,6 +76,12 @@ fn status_start_and_whatif_answer_on_a_live_scheduler() {
             .parse()
             .unwrap_or_else(|_| panic!("{l}"))
     };
+    // Waits come from the jobs' real first starts (not a start at 0, which
+    // gave negative waits): none below zero, in any row.
+    for l in csv.lines().skip(1) {
+        let w: f64 = l.split(',').nth(6).unwrap().parse().unwrap_or(0.0);
+        assert!(w >= 0.0, "a negative wait: {l}\n{csv}");
+    }
     // SRTF preempts the long job for the short ones: they wait less.
     assert!(
         wait_of("live[scheduling.policy=srtf]") < wait_of("live,"),

@@ -132,7 +132,8 @@ impl ClusterBackend {
                 || info.progress != j.progress
                 || info.attained_gpu_s != j.attained_service_gpu_s
                 || info.startup_gpu_s != j.startup_gpu_s
-                || info.lost_work_gpu_s != j.lost_work_gpu_s;
+                || info.lost_work_gpu_s != j.lost_work_gpu_s
+                || (info.first_start_unix_s.is_none() && j.first_start_s.is_some());
             if !changed {
                 continue;
             }
@@ -148,6 +149,9 @@ impl ClusterBackend {
             info.startup_gpu_s = j.startup_gpu_s;
             info.lost_work_gpu_s = j.lost_work_gpu_s;
             info.warning = warning;
+            if info.first_start_unix_s.is_none() {
+                info.first_start_unix_s = j.first_start_s.map(|f| now_unix - (now_s - f).max(0.0));
+            }
             if let Some(f) = j.finish_s.filter(|_| j.status.is_terminal()) {
                 let at = now_unix - (now_s - f).max(0.0);
                 if info.finished_unix_s.is_none() {

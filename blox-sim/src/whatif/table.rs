@@ -105,7 +105,7 @@ impl Comparison {
         Comparison { rows }
     }
 
-    /// The table, for people.
+    /// The table, for people, in the unit that fits its times.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
@@ -113,11 +113,21 @@ impl Comparison {
             "{:<28} {:>6} {:>8} {:>10} {:>10} {:>10} {:>10} {:>6}",
             "config", "jobs", "finished", "avg JCT", "p50 JCT", "p99 JCT", "avg wait", "util"
         );
+        // One unit for the table, the one that shows its largest time with
+        // a few digits: seconds up to 2 minutes, minutes up to 2 hours,
+        // hours beyond (a run of minutes read "0.03 h" everywhere).
+        let largest = self
+            .rows
+            .iter()
+            .flat_map(|r| [r.avg_jct_s, r.p50_jct_s, r.p99_jct_s, r.avg_wait_s])
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        let (div, unit, places) = time_unit(largest);
         let h = |s: f64| {
             if s.is_nan() {
                 "-".to_string()
             } else {
-                format!("{:.2} h", s / 3600.0)
+                format!("{:.*} {unit}", places, s / div)
             }
         };
         for r in &self.rows {
@@ -223,4 +233,32 @@ pub fn write_predictions(h: &History, replays: &[Replay], path: &Path) -> std::i
         }
     }
     std::fs::write(path, s)
+}
+
+/// The unit for times up to `largest` seconds: (divisor, name, decimals).
+pub fn time_unit(largest: f64) -> (f64, &'static str, usize) {
+    if largest < 120.0 {
+        (1.0, "s", 1)
+    } else if largest < 7200.0 {
+        (60.0, "min", 1)
+    } else {
+        (3600.0, "h", 2)
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn times_are_shown_in_a_unit_that_shows_their_differences() {
+        assert_eq!(time_unit(45.0).1, "s");
+        assert_eq!(time_unit(107.0).1, "s");
+        assert_eq!(time_unit(1800.0).1, "min");
+        assert_eq!(time_unit(30_000.0).1, "h");
+        // The run: JCTs of about two minutes were all "0.03 h".
+        let (div, unit, places) = time_unit(110.0);
+        assert_eq!(format!("{:.*} {unit}", places, 107.4 / div), "107.4 s");
+        assert_eq!(format!("{:.*} {unit}", places, 98.0 / div), "98.0 s");
+    }
 }
