@@ -415,3 +415,55 @@ fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
         "ANSI escape codes in a piped log: {err:?}"
     );
 }
+
+/// Sia's `p` and `lambda_n` that could never start a job (issue 34: `p > 0`
+/// with the config's positive `lambda_n` stalled with "no progress is
+/// possible") are refused at load, naming the file, line and the rule; left
+/// unset, `lambda_n` takes the artifact's value for the sign of `p` and runs.
+#[test]
+fn sia_parameters_that_cannot_start_a_job_are_refused_with_the_rule() {
+    let e = error_line(&blox(&[
+        "sim",
+        "--quiet",
+        "examples/configs/sia/sia.toml",
+        "--set",
+        "scheduling.p=0.5",
+    ]));
+    assert!(
+        e.contains("sia.toml:") && e.contains("[scheduling]") && e.contains("lambda_n"),
+        "{e}"
+    );
+    assert!(
+        e.contains("must be below 1") && e.contains("lambda_n = -1"),
+        "{e}"
+    );
+    let e = error_line(&blox(&[
+        "sim",
+        "--quiet",
+        "examples/configs/sia/sia.toml",
+        "--set",
+        "scheduling.lambda_n=0.9",
+    ]));
+    assert!(e.contains("must be above 1"), "{e}");
+    let d = tempfile::tempdir().unwrap();
+    let o = blox(&[
+        "sim",
+        "--quiet",
+        "examples/configs/sia/sia.toml",
+        "--set",
+        "scheduling.p=0.5",
+        "--unset",
+        "scheduling.lambda_n",
+        "--set",
+        "workload.num_jobs=20",
+        "--out",
+        d.path().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let jobs = std::fs::read_to_string(d.path().join("jobs.csv")).unwrap();
+    assert_eq!(
+        jobs.lines().filter(|l| l.contains(",finished,")).count(),
+        20,
+        "{jobs}"
+    );
+}
