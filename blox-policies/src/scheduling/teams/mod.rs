@@ -31,9 +31,10 @@
 //!   last in the inner order first, and a borrower may also stop for a
 //!   borrower of a team further below its share;
 //! - `"cost"`: running borrowers keep their GPUs while the pool holds them,
-//!   and when it shrinks those cheapest to stop go first — the least work
-//!   since their last checkpoint plus the cheapest restart
-//!   ([`Job::preemption_cost_gpu_s`]; kueue#8551). Fair share then decides
+//!   and when it shrinks the set that stops is the one that costs least to
+//!   stop — the least work since their last checkpoint plus restarts
+//!   ([`Job::preemption_cost_gpu_s`]; kueue#8551), chosen exactly
+//!   ([`reclaim`]). Fair share then decides
 //!   only who borrows the GPUs that are free, as Kueue's reclaim within a
 //!   cohort does without fair-sharing preemption.
 //!
@@ -52,6 +53,8 @@
 //!
 //! A job's team is `JobSpec::team` (a trace's VC or `team` column); a job
 //! of a team that is not listed is refused before a run starts.
+
+pub mod reclaim;
 
 use blox_core::*;
 
@@ -275,9 +278,21 @@ impl SchedulingPolicy for Teams {
                     }
                 }
             }
+            // The set that keeps its GPUs is the costliest one that fits
+            // (so the set that stops costs least; `reclaim`'s docs).
             running.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.job.cmp(&b.2.job)));
-            for (_, t, d) in running {
-                if d.gpus <= pool && borrowed[t] + d.gpus <= limit(t) {
+            let items: Vec<reclaim::Borrower> = running
+                .iter()
+                .map(|(cost, t, d)| reclaim::Borrower {
+                    cost: *cost,
+                    team: *t,
+                    gpus: d.gpus,
+                })
+                .collect();
+            let limits: Vec<u32> = (0..n).map(limit).collect();
+            let kept = reclaim::keep(&items, pool, &limits);
+            for ((_, t, d), k) in running.into_iter().zip(kept) {
+                if k {
                     pool -= d.gpus;
                     borrowed[t] += d.gpus;
                     borrowing.push(d);
