@@ -15,6 +15,10 @@
 /// Past this many table cells, the greedy walk decides.
 pub const MAX_WORK: u64 = 50_000_000;
 
+/// One team's knapsack: the most cost kept on at most g GPUs, the indices
+/// of its borrowers, and which of them each table entry took.
+type TeamTable = (Vec<f64>, Vec<usize>, Vec<Vec<bool>>);
+
 /// One running borrower: its cost to stop, its team and its GPUs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Borrower {
@@ -50,7 +54,7 @@ pub fn keep(items: &[Borrower], pool: u32, limits: &[u32]) -> Vec<bool> {
     let mut keep = vec![false; items.len()];
     // Per team: best[g] = most cost kept on at most g GPUs, and the choice
     // table to read the set back.
-    let mut per_team: Vec<(Vec<f64>, Vec<usize>, Vec<Vec<bool>>)> = Vec::with_capacity(teams);
+    let mut per_team: Vec<TeamTable> = Vec::with_capacity(teams);
     for (t, &limit) in limits.iter().enumerate() {
         let c = cap.min(limit as usize);
         let idx: Vec<usize> = (0..items.len()).filter(|&i| items[i].team == t).collect();
