@@ -539,6 +539,7 @@ mod tests {
                 jct_s: Some(1.5),
                 reason: Some("done".into()),
                 attained_gpu_s: Some(3.0),
+                lost_gpu_s: Some(0.5),
             },
             What::Submitted {
                 spec: Box::new(crate::JobSpec::new(4, 2.0, 8).with_duration(60.0)),

@@ -90,12 +90,35 @@ impl DurationFrom {
     /// `duration_s` if given, else its productive GPU-seconds per unit of
     /// progress (once it reported at least `min_progress`), else unknown.
     pub fn of(job: &Job, min_progress: f64) -> (Option<f64>, DurationFrom) {
-        if let Some(d) = job.spec.expected_duration_s.filter(|d| d.is_finite()) {
+        Self::from_parts(
+            job.spec.expected_duration_s,
+            job.attained_service_gpu_s,
+            job.lost_work_gpu_s,
+            job.progress,
+            job.requested_gpus(),
+            min_progress,
+        )
+    }
+
+    /// [`DurationFrom::of`] from a job's numbers (a scheduler's `JobInfo`
+    /// has them too): the given `duration_s`, else productive GPU-seconds
+    /// (attained less the work lost to checkpoint rollbacks, which the
+    /// progress the job reports no longer counts) per unit of progress.
+    pub fn from_parts(
+        duration_s: Option<f64>,
+        attained_gpu_s: f64,
+        lost_gpu_s: f64,
+        progress: f64,
+        gpus: u32,
+        min_progress: f64,
+    ) -> (Option<f64>, DurationFrom) {
+        if let Some(d) = duration_s.filter(|d| d.is_finite()) {
             return (Some(d.max(0.0)), DurationFrom::Submitted);
         }
-        let gpus = f64::from(job.requested_gpus().max(1));
-        if job.progress >= min_progress.max(1e-9) && job.attained_service_gpu_s > 0.0 {
-            let d = job.attained_service_gpu_s / job.progress.min(1.0) / gpus;
+        let gpus = f64::from(gpus.max(1));
+        let productive = (attained_gpu_s - lost_gpu_s.max(0.0)).max(0.0);
+        if progress >= min_progress.max(1e-9) && productive > 0.0 {
+            let d = productive / progress.min(1.0) / gpus;
             if d.is_finite() {
                 return (Some(d), DurationFrom::ProgressRate);
             }

@@ -284,17 +284,20 @@ fn job_of(j: &JobInfo, origin: f64) -> Job {
     job
 }
 
-/// Its run time at its requested GPUs: `duration_s`, else its measured rate.
+/// Its run time at its requested GPUs, as the scheduler's forecasts compute
+/// it ([`DurationFrom::from_parts`], the default `min_progress` of 0.01):
+/// `duration_s`, else its productive rate (lost work not counted).
 fn work_of(j: &JobInfo) -> Option<Work> {
-    if let Some(d) = j.duration_s.filter(|d| d.is_finite() && *d > 0.0) {
-        return Some(Work {
-            duration_s: d,
-            from: "duration_s",
-        });
-    }
-    let gpus = f64::from(j.requested_gpus.max(1));
-    (j.progress >= 0.01 && j.attained_gpu_s > 0.0).then(|| Work {
-        duration_s: j.attained_gpu_s / j.progress.min(1.0) / gpus,
-        from: "progress-rate",
+    let (d, from) = blox_core::DurationFrom::from_parts(
+        j.duration_s.filter(|d| *d > 0.0),
+        j.attained_gpu_s,
+        j.lost_work_gpu_s,
+        j.progress,
+        j.requested_gpus,
+        0.01,
+    );
+    d.map(|duration_s| Work {
+        duration_s,
+        from: from.as_str(),
     })
 }

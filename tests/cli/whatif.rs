@@ -86,6 +86,54 @@ fn a_log_replayed_under_its_own_config_is_reproduced_and_another_config_differs(
     }
 }
 
+/// Work rolled back to a checkpoint is not work: a checkpointed LAS run
+/// (jobs lose up to an hour at each preemption) replays decision for
+/// decision, its JCTs as logged (issue 36: its `finished` events carried the
+/// lost work as work, and 25,325 decisions differed).
+#[test]
+fn a_checkpointed_run_is_replayed_decision_for_decision() {
+    let dir = tempdir("whatif-ckpt");
+    let sim = dir.join("sim");
+    let o = blox(&[
+        "sim",
+        "examples/configs/philly-las.toml",
+        "--set",
+        "workload.num_jobs=120",
+        "--set",
+        "run.checkpoint_interval_s=3600",
+        "--quiet",
+        "--out",
+        sim.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let jobs = std::fs::read_to_string(sim.join("jobs.csv")).unwrap();
+    let header: Vec<&str> = jobs.lines().next().unwrap().split(',').collect();
+    let lost = header
+        .iter()
+        .position(|h| *h == "lost_work_gpu_seconds")
+        .unwrap();
+    let total: f64 = jobs
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').nth(lost).unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(total > 0.0, "no work was lost: the test would show nothing");
+    let log = sim.join("events.jsonl");
+    let (ok, t) = whatif(&[
+        "--events",
+        log.to_str().unwrap(),
+        "--config",
+        "examples/configs/philly-las.toml",
+        "--set",
+        "workload.num_jobs=120",
+        "--set",
+        "run.checkpoint_interval_s=3600",
+    ]);
+    assert!(ok, "{t}");
+    let (m, d) = matched(&t, "philly-las");
+    assert!(m > 100 && d == 0, "{t}");
+}
+
 #[test]
 fn a_variant_of_the_first_config_is_replayed_beside_it() {
     let dir = tempdir("whatif-variant");

@@ -64,9 +64,15 @@ pub enum What {
         jct_s: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
-        /// Productive GPU-seconds it took (its work, for replays).
+        /// GPU-seconds of service it attained, past each launch's start-up
+        /// (lost work included).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         attained_gpu_s: Option<f64>,
+        /// Of those, GPU-seconds rolled back to a checkpoint and done again
+        /// (`Job::lost_work_gpu_s`): its work, for replays, is
+        /// `attained_gpu_s − lost_gpu_s` ([`What::finished_work_gpu_s`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lost_gpu_s: Option<f64>,
     },
     /// The job ended without reaching its end.
     Failed { reason: String },
@@ -115,6 +121,21 @@ impl GpuPlace {
 }
 
 impl What {
+    /// A finished job's work in GPU-seconds: its attained service less the
+    /// work it lost to checkpoint rollbacks (a log written before
+    /// `lost_gpu_s` existed lost none it could say). `None` for other
+    /// events, or a `finished` without its service.
+    pub fn finished_work_gpu_s(&self) -> Option<f64> {
+        match self {
+            What::Finished {
+                attained_gpu_s: Some(a),
+                lost_gpu_s,
+                ..
+            } => Some((a - lost_gpu_s.unwrap_or(0.0)).max(0.0)),
+            _ => None,
+        }
+    }
+
     /// The tag as written (`"launched"`), for filters and diffs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -267,6 +288,7 @@ impl Recorder {
                     jct_s: job.jct_s(),
                     reason,
                     attained_gpu_s: Some(job.attained_service_gpu_s),
+                    lost_gpu_s: (job.lost_work_gpu_s > 0.0).then_some(job.lost_work_gpu_s),
                 },
                 crate::JobStatus::Cancelled => What::Cancelled,
                 _ => What::Failed {

@@ -311,13 +311,9 @@ impl Tracked {
                     self.job.preemptions += u32::from(matches!(e.what, What::Preempted { .. }));
                 }
             }
-            What::Finished {
-                attained_gpu_s,
-                jct_s,
-                ..
-            } => {
+            What::Finished { jct_s, .. } => {
                 self.stop(e.time_s, at);
-                self.finished_attained = *attained_gpu_s;
+                self.finished_attained = e.what.finished_work_gpu_s();
                 // Its exact end, where the log gives its JCT (the round
                 // that saw it end comes after).
                 let end = jct_s.map_or(e.time_s, |j| self.job.spec.arrival_s + j);
