@@ -17,7 +17,6 @@
 //! `labels = { block = "b0", rack = "r1" }`.
 
 use crate::ids::NodeId;
-use std::collections::HashMap;
 
 /// One level above the nodes.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,9 +79,7 @@ impl Topology {
             levels,
             node_dom: Vec::with_capacity(labels.len()),
         };
-        let mut ids: Vec<HashMap<String, u32>> = vec![HashMap::new(); depth];
-        // The parent domain of each domain, to check the tree.
-        let mut parent: Vec<HashMap<u32, u32>> = vec![HashMap::new(); depth];
+        // Node by node, as a live cluster's nodes join: one rule, one check.
         for (n, path) in labels.iter().enumerate() {
             if path.len() != depth {
                 return Err(format!(
@@ -90,36 +87,60 @@ impl Topology {
                     path.len()
                 ));
             }
-            let mut doms = Vec::with_capacity(depth);
-            for (l, name) in path.iter().enumerate() {
-                let next = ids[l].len() as u32;
-                let d = *ids[l].entry(name.clone()).or_insert(next);
-                if d == next {
-                    t.names[l].push(name.clone());
-                    t.members[l].push(Vec::new());
-                }
-                t.members[l][d as usize].push(NodeId(n as u32));
-                if l > 0 {
-                    let up = doms[l - 1];
-                    match parent[l].insert(d, up) {
-                        Some(p) if p != up => {
-                            return Err(format!(
-                                "{} `{name}` is in {} `{}` and in {} `{}`: the topology must be a tree",
-                                t.levels[l].name,
-                                t.levels[l - 1].name,
-                                t.names[l - 1][p as usize],
-                                t.levels[l - 1].name,
-                                t.names[l - 1][up as usize],
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
-                doms.push(d);
-            }
-            t.node_dom.push(Some(doms));
+            t.check_path(path)?;
+            t.insert(NodeId(n as u32), path);
         }
         Ok(t)
+    }
+
+    /// The tree invariant, for a node about to join with `path` (its domain
+    /// at every level, outermost first): a domain already known stays inside
+    /// the domain it is in: a known rack under a new block is refused too.
+    /// Config loading ([`Topology::from_labels`]) and live registration
+    /// ([`Topology::path_of`], [`Topology::add_node`]) both check here.
+    fn check_path(&self, path: &[String]) -> Result<(), String> {
+        for l in 1..path.len() {
+            let Some(d) = self.names[l].iter().position(|n| *n == path[l]) else {
+                continue; // a new domain may sit anywhere
+            };
+            let parent = self.members[l][d]
+                .first()
+                .and_then(|m| self.node_dom.get(m.index()))
+                .and_then(|p| p.as_ref())
+                .map(|p| p[l - 1]);
+            let up = self.names[l - 1].iter().position(|n| *n == path[l - 1]);
+            if parent.is_none() || parent != up.map(|u| u as u32) {
+                return Err(format!(
+                    "{} `{}` is in {} `{}`, not `{}`: the topology must be a tree",
+                    self.levels[l].name,
+                    path[l],
+                    self.levels[l - 1].name,
+                    parent.map_or("?", |p| self.names[l - 1][p as usize].as_str()),
+                    path[l - 1]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts node `node` (checked) at `path`; nodes before it not placed yet
+    /// stay unnamed.
+    fn insert(&mut self, node: NodeId, path: &[String]) {
+        self.node_dom.resize(node.index(), None);
+        let mut doms = Vec::with_capacity(path.len());
+        for (l, name) in path.iter().enumerate() {
+            let d = match self.names[l].iter().position(|n| n == name) {
+                Some(d) => d as u32,
+                None => {
+                    self.names[l].push(name.clone());
+                    self.members[l].push(Vec::new());
+                    (self.names[l].len() - 1) as u32
+                }
+            };
+            self.members[l][d as usize].push(node);
+            doms.push(d);
+        }
+        self.node_dom.push(Some(doms));
     }
 
     /// Levels and no nodes yet (a live cluster's: workers bring their
@@ -152,27 +173,7 @@ impl Topology {
                     .ok_or_else(|| format!("no `{}` label: every level needs one", l.name))
             })
             .collect::<Result<_, _>>()?;
-        // Inside the tree: a known domain keeps its parent.
-        for l in 1..path.len() {
-            let (Some(d), Some(up)) = (
-                self.names[l].iter().position(|n| *n == path[l]),
-                self.names[l - 1].iter().position(|n| *n == path[l - 1]),
-            ) else {
-                continue;
-            };
-            let member = self.members[l][d][0];
-            let parent = self.node_dom[member.index()].as_ref().map(|p| p[l - 1]);
-            if parent != Some(up as u32) {
-                return Err(format!(
-                    "{} `{}` is in {} `{}`, not `{}`: the topology must be a tree",
-                    self.levels[l].name,
-                    path[l],
-                    self.levels[l - 1].name,
-                    parent.map_or("?", |p| self.names[l - 1][p as usize].as_str()),
-                    path[l - 1]
-                ));
-            }
-        }
+        self.check_path(&path)?;
         Ok(path)
     }
 
@@ -187,21 +188,7 @@ impl Topology {
         if node.index() < self.node_dom.len() {
             return Err(format!("node {} is placed already", node.0));
         }
-        self.node_dom.resize(node.index(), None);
-        let mut doms = Vec::with_capacity(path.len());
-        for (l, name) in path.iter().enumerate() {
-            let d = match self.names[l].iter().position(|n| n == name) {
-                Some(d) => d as u32,
-                None => {
-                    self.names[l].push(name.clone());
-                    self.members[l].push(Vec::new());
-                    (self.names[l].len() - 1) as u32
-                }
-            };
-            self.members[l][d as usize].push(node);
-            doms.push(d);
-        }
-        self.node_dom.push(Some(doms));
+        self.insert(node, &path);
         Ok(())
     }
 
@@ -359,10 +346,7 @@ mod tests {
         ];
         let e =
             Topology::from_labels(vec![lv("block", 10.0), lv("rack", 50.0)], &labels).unwrap_err();
-        assert!(
-            e.contains("rack `r0` is in block `b0` and in block `b1`"),
-            "{e}"
-        );
+        assert!(e.contains("rack `r0` is in block `b0`, not `b1`"), "{e}");
         let e = Topology::from_labels(vec![lv("rack", 1.0), lv("rack", 2.0)], &[]).unwrap_err();
         assert!(e.contains("twice"), "{e}");
         let e = Topology::from_labels(vec![lv("rack", 0.0)], &[]).unwrap_err();
@@ -395,6 +379,19 @@ mod tests {
         );
         let e = t.path_of(&l("b1", "r0")).unwrap_err();
         assert!(e.contains("rack `r0` is in block `b0`, not `b1`"), "{e}");
+        // A known rack under a block never seen is no tree either (it was
+        // accepted live, and span() then gave rack bandwidth across blocks).
+        let e = t.add_node(NodeId(4), &l("b9", "r0")).unwrap_err();
+        assert!(e.contains("rack `r0` is in block `b0`, not `b9`"), "{e}");
+        let e = Topology::from_labels(
+            vec![lv("block", 10.0), lv("rack", 50.0)],
+            &[
+                vec!["b0".to_string(), "r0".to_string()],
+                vec!["b9".to_string(), "r0".to_string()],
+            ],
+        )
+        .unwrap_err();
+        assert!(e.contains("rack `r0` is in block `b0`, not `b9`"), "{e}");
         let mut bad = l("b0", "r0");
         bad.insert("row".into(), "x".into());
         assert!(t
