@@ -95,6 +95,51 @@ fn gavel_matches_the_artifacts_gavel_job_for_job() {
     }
 }
 
+/// The artifact's own Sia (`multi_simulator.py --policy=sia`, the flags of
+/// `run_experiment.sh`; data/sia/NOTE.md) on every workload whose per-job
+/// JCTs are vendored (`data/sia/results/sia-<family>-<N>.csv`). The issue's
+/// goal (mean within 1 %, 80 % of jobs within 1 %) is not met yet; what
+/// separates the two runs is in docs/REPRODUCTION.md ("Sia's artifact: Sia"):
+/// CBC and our branch and bound break ties between equally valued
+/// configurations differently, and the artifact's simulator places
+/// allocations afresh each round and restarts a job only when its per-node
+/// shape changes. This holds what we have: every job of the workload runs
+/// and finishes, and the mean JCT is within 5 % of the artifact's on each
+/// (−2.8 to +3.0 % measured).
+#[test]
+fn sia_against_the_artifacts_sia() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/sia/results");
+    let mut cases: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let rest = name.strip_prefix("sia-")?.strip_suffix(".csv")?;
+            let (family, n) = rest.rsplit_once('-')?;
+            Some((family.to_string(), n.to_string()))
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 3, "vendored Sia results: {cases:?}");
+    for (family, n) in cases {
+        let ours = run(
+            &format!("sia-art-{family}-{n}"),
+            "sia",
+            &format!("data/sia/workloads/{family}/workload-{n}.csv"),
+            &[],
+        );
+        let want = read_csv(&dir.join(format!("sia-{family}-{n}.csv")), "name");
+        assert_eq!(ours.len(), want.len(), "{family}-{n}");
+        for name in want.keys() {
+            assert_eq!(ours[name]["status"], "finished", "{family}-{n}: {name}");
+        }
+        let (a, b) = (mean_jct(&ours), mean_jct(&want));
+        assert!(
+            (a - b).abs() <= 0.05 * b,
+            "{family}-{n}: mean JCT {a:.0} s against the artifact's {b:.0} s"
+        );
+    }
+}
+
 /// Sia's direction on its own setting (Sia, Table 3): below Gavel+TunedJobs.
 /// (Against Pollux, whose genetic search is slow in a debug build, see
 /// docs/RESULTS.md.) The first 80 jobs of a Philly workload.
