@@ -112,7 +112,7 @@ pub struct RoundReport {
     /// A policy's invalid decision that was dropped this round
     /// ([`OnInvalidDecision::SkipRound`]), with the policy it came from.
     pub invalid: Option<String>,
-    /// The scheduling policy's note on its decision ([`Schedule::note`]),
+    /// The scheduling policy's note on its decision ([`crate::Schedule::note`]),
     /// e.g. a solver that kept every allocation.
     pub note: Option<String>,
     /// Where the round's time went.
@@ -180,7 +180,7 @@ pub struct RoundLoop {
     waiting: Vec<Job>,
     /// The last invalid decision dropped (logged once, not every round).
     last_invalid: Option<String>,
-    /// This round's scheduling note ([`Schedule::note`]).
+    /// This round's scheduling note ([`crate::Schedule::note`]).
     note: Option<String>,
     events: Recorder,
     /// What this round decided, for the wait reasons.

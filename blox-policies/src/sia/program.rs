@@ -1,6 +1,6 @@
-//! Steps 1–4 of a round as data: each job's row of `G` ([`matrix`]), its
-//! re-allocation factor ([`restart`]), the fairness power and `λ_n`, turned
-//! into the candidates of the selection program ([`solve::Program`]).
+//! Steps 1–4 of a round as data: each job's row of `G` ([`super::matrix`]), its
+//! re-allocation factor ([`super::restart`]), the fairness power and `λ_n`, turned
+//! into the candidates of the selection program ([`super::solve::Program`]).
 //!
 //! Choosing configuration `c` for job `i` is worth `λ_n − A_ic` to Sia's
 //! minimisation (`p < 0`) and `A_ic − λ_n` to its maximisation (`p > 0`),
