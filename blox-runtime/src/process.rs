@@ -12,6 +12,15 @@
 //! On Linux every job process gets `SIGKILL` when the process that started
 //! it dies, so a worker that is killed takes its jobs with it (nothing keeps
 //! writing a checkpoint that the job's next launch, elsewhere, reads).
+//!
+//! Each process starts its own process group (on Unix), and the group is
+//! what is killed: a cancel, a revocation past its grace or a failed rank
+//! ends whatever the job forked too, and when a job's process exits, what it
+//! left running in its group is killed before the process is reaped (the
+//! zombie keeps the group's id from being reused meanwhile). What a job
+//! forks into a group of its own, or what survives a worker killed with
+//! `SIGKILL` (only the job's direct process gets the death signal), is
+//! beyond this; a cgroup per launch would hold that too.
 
 use blox_client::env;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -323,6 +332,12 @@ pub fn argv_summary(argv: &[String]) -> String {
 /// forked from a thread that lives as long as the process.
 fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // Its own process group, killed as a whole (the module docs).
+        cmd.process_group(0);
+    }
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
@@ -357,11 +372,57 @@ fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
-/// Polls the child every 2 ms; records its exit time; kills it when asked.
+/// `SIGKILL` to the process group led by `pid` (Unix; elsewhere nothing).
+fn kill_group(pid: u32) {
+    #[cfg(unix)]
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        if pid > 0 {
+            // SAFETY: a plain syscall on a group this process created.
+            unsafe {
+                libc::killpg(pid, libc::SIGKILL);
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
+
+/// True once `pid` (our child) has exited, without reaping it: its zombie
+/// keeps its process-group id from being reused.
+fn exited_unreaped(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: waitid on our own child with WNOWAIT leaves it waitable;
+        // `info` is plain data the call fills.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            r == 0 && info.si_pid() != 0
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// Polls the child every 2 ms; records its exit time; kills its process
+/// group when asked, and what it left in its group when it exits.
 fn spawn_waiter(mut child: Child, exit: Arc<Mutex<Option<Exit>>>, kill: Arc<AtomicBool>) {
+    let pid = child.id();
     std::thread::spawn(move || loop {
         if kill.load(Ordering::Relaxed) {
+            kill_group(pid);
             let _ = child.kill();
+        }
+        if exited_unreaped(pid) {
+            kill_group(pid);
         }
         match child.try_wait() {
             Ok(Some(status)) => {
