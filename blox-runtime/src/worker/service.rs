@@ -21,7 +21,9 @@ impl Worker for Service {
         let l = crate::validate::launch(&r)?;
         let sh = &self.0;
         let mut st = sh.lock();
-        if !r.worker_id.is_empty() && st.worker_id.as_deref() != Some(r.worker_id.as_str()) {
+        // A launch names the worker the scheduler chose; one that names
+        // none (or another) is refused: the scheduler always names it.
+        if r.worker_id.is_empty() || st.worker_id.as_deref() != Some(r.worker_id.as_str()) {
             return Err(Status::aborted(format!(
                 "this launch is for worker `{}`; this is {}",
                 r.worker_id,

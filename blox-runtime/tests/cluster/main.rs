@@ -122,6 +122,7 @@ fn a_worker_refuses_launches_it_cannot_honour() {
     let addr = c.workers[0].address.clone();
     let _rt = c.rt.enter();
     let mut w = c.worker_security.worker_client(&addr).unwrap();
+    let id = c.workers[0].worker_id().expect("registered");
     let launch = |job: u64, gpus: Vec<u32>, command: Vec<String>| LaunchRequest {
         launch: Some(LaunchRef {
             job_id: job,
@@ -129,8 +130,22 @@ fn a_worker_refuses_launches_it_cannot_honour() {
         }),
         command,
         gpus,
+        worker_id: id.clone(),
         ..Default::default()
     };
+    // A launch that names no worker, or another, runs nothing (issue 35: one
+    // with an empty worker_id ran any command on the node).
+    for other in ["", "w-someone-else"] {
+        let mut l = launch(901, vec![0], toy(1.0, &[]));
+        l.worker_id = other.into();
+        let e = c.rt.block_on(w.launch(l)).unwrap_err();
+        assert_eq!(e.code(), Code::Aborted, "{}", e.message());
+        assert!(
+            e.message().contains("this launch is for worker"),
+            "{}",
+            e.message()
+        );
+    }
     let e =
         c.rt.block_on(w.launch(launch(900, vec![7], toy(1.0, &[]))))
             .unwrap_err();
