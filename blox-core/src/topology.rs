@@ -17,6 +17,7 @@
 //! `labels = { block = "b0", rack = "r1" }`.
 
 use crate::ids::NodeId;
+use std::collections::HashMap;
 
 /// One level above the nodes.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +49,16 @@ pub struct Topology {
     names: Vec<Vec<String>>,
     /// `members[level][domain]`: its nodes, in id order.
     members: Vec<Vec<Vec<NodeId>>>,
+    /// `index[level][name]`: the domain of that name (derived from `names`,
+    /// so that placing a node does not scan every domain).
+    index: Vec<HashMap<String, u32>>,
+}
+
+impl Topology {
+    /// The domain called `name` at `level`, if any.
+    fn find(&self, level: usize, name: &str) -> Option<usize> {
+        self.index[level].get(name).map(|d| *d as usize)
+    }
 }
 
 impl Topology {
@@ -76,6 +87,7 @@ impl Topology {
         let mut t = Topology {
             names: vec![Vec::new(); depth],
             members: vec![Vec::new(); depth],
+            index: vec![HashMap::new(); depth],
             levels,
             node_dom: Vec::with_capacity(labels.len()),
         };
@@ -100,7 +112,7 @@ impl Topology {
     /// ([`Topology::path_of`], [`Topology::add_node`]) both check here.
     fn check_path(&self, path: &[String]) -> Result<(), String> {
         for l in 1..path.len() {
-            let Some(d) = self.names[l].iter().position(|n| *n == path[l]) else {
+            let Some(d) = self.find(l, &path[l]) else {
                 continue; // a new domain may sit anywhere
             };
             let parent = self.members[l][d]
@@ -108,7 +120,7 @@ impl Topology {
                 .and_then(|m| self.node_dom.get(m.index()))
                 .and_then(|p| p.as_ref())
                 .map(|p| p[l - 1]);
-            let up = self.names[l - 1].iter().position(|n| *n == path[l - 1]);
+            let up = self.find(l - 1, &path[l - 1]);
             if parent.is_none() || parent != up.map(|u| u as u32) {
                 return Err(format!(
                     "{} `{}` is in {} `{}`, not `{}`: the topology must be a tree",
@@ -129,12 +141,14 @@ impl Topology {
         self.node_dom.resize(node.index(), None);
         let mut doms = Vec::with_capacity(path.len());
         for (l, name) in path.iter().enumerate() {
-            let d = match self.names[l].iter().position(|n| n == name) {
+            let d = match self.find(l, name) {
                 Some(d) => d as u32,
                 None => {
+                    let d = self.names[l].len() as u32;
                     self.names[l].push(name.clone());
                     self.members[l].push(Vec::new());
-                    (self.names[l].len() - 1) as u32
+                    self.index[l].insert(name.clone(), d);
+                    d
                 }
             };
             self.members[l][d as usize].push(node);
