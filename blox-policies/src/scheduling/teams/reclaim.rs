@@ -115,19 +115,33 @@ pub fn keep(items: &[Borrower], pool: u32, limits: &[u32]) -> Vec<bool> {
     }
     // Borrowers that cost nothing to stop are never needed for the most
     // cost: keep any that still fit rather than stop them for nothing.
-    let mut left = pool - kept_gpus(items, &keep);
-    let mut per = vec![0u32; teams];
-    for (i, _) in items.iter().zip(&keep).filter(|(_, k)| **k) {
-        per[i.team] += i.gpus;
+    fill(items, 0..items.len(), &mut keep, pool, limits);
+    keep
+}
+
+/// Adds to `keep`, in `order`, every borrower that still fits the pool and
+/// its team's limit beside those kept already.
+fn fill(
+    items: &[Borrower],
+    order: impl IntoIterator<Item = usize>,
+    keep: &mut [bool],
+    pool: u32,
+    limits: &[u32],
+) {
+    let mut per = vec![0u64; limits.len()];
+    let mut used = 0u64;
+    for (i, _) in items.iter().zip(keep.iter()).filter(|(_, k)| **k) {
+        per[i.team] += u64::from(i.gpus);
+        used += u64::from(i.gpus);
     }
-    for (i, it) in items.iter().enumerate() {
-        if !keep[i] && it.gpus <= left && per[it.team] + it.gpus <= limits[it.team] {
+    for i in order {
+        let (t, g) = (items[i].team, u64::from(items[i].gpus));
+        if !keep[i] && used + g <= u64::from(pool) && per[t] + g <= u64::from(limits[t]) {
             keep[i] = true;
-            left -= it.gpus;
-            per[it.team] += it.gpus;
+            used += g;
+            per[t] += g;
         }
     }
-    keep
 }
 
 /// The kept set fits the pool and every team's limit.
@@ -141,36 +155,22 @@ pub fn feasible(items: &[Borrower], keep: &[bool], pool: u32, limits: &[u32]) ->
     all <= u64::from(pool) && per.iter().zip(limits).all(|(u, l)| *u <= u64::from(*l))
 }
 
-fn kept_gpus(items: &[Borrower], keep: &[bool]) -> u32 {
-    items
-        .iter()
-        .zip(keep)
-        .filter(|(_, k)| **k)
-        .map(|(i, _)| i.gpus)
-        .sum()
-}
-
 /// The costliest first, while the pool and the team's limit hold it.
 pub fn greedy(items: &[Borrower], pool: u32, limits: &[u32]) -> Vec<bool> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| items[b].cost.total_cmp(&items[a].cost).then(a.cmp(&b)));
-    let mut left = pool;
-    let mut borrowed = vec![0u32; limits.len()];
     let mut keep = vec![false; items.len()];
-    for i in order {
-        let it = items[i];
-        if it.gpus <= left && borrowed[it.team] + it.gpus <= limits[it.team] {
-            left -= it.gpus;
-            borrowed[it.team] += it.gpus;
-            keep[i] = true;
-        }
-    }
+    fill(items, order, &mut keep, pool, limits);
     keep
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn b(cost: f64, team: usize, gpus: u32) -> Borrower {
+        Borrower { cost, team, gpus }
+    }
 
     fn kept_cost(items: &[Borrower], k: &[bool]) -> f64 {
         items
@@ -185,23 +185,7 @@ mod tests {
     /// and C (4 GPUs, 60 each): 120 lost where 80 would do.
     #[test]
     fn the_cheapest_set_stops_not_the_cheapest_jobs_one_by_one() {
-        let items = [
-            Borrower {
-                cost: 80.0,
-                team: 0,
-                gpus: 8,
-            },
-            Borrower {
-                cost: 60.0,
-                team: 1,
-                gpus: 4,
-            },
-            Borrower {
-                cost: 60.0,
-                team: 1,
-                gpus: 4,
-            },
-        ];
+        let items = [b(80.0, 0, 8), b(60.0, 1, 4), b(60.0, 1, 4)];
         let limits = [u32::MAX, u32::MAX];
         assert_eq!(greedy(&items, 8, &limits), vec![true, false, false]);
         assert_eq!(keep(&items, 8, &limits), vec![false, true, true]);
@@ -209,40 +193,13 @@ mod tests {
 
     #[test]
     fn borrowers_free_to_stop_keep_their_gpus_while_they_fit() {
-        let items = [
-            Borrower {
-                cost: 0.0,
-                team: 0,
-                gpus: 2,
-            },
-            Borrower {
-                cost: 0.0,
-                team: 0,
-                gpus: 8,
-            },
-        ];
+        let items = [b(0.0, 0, 2), b(0.0, 0, 8)];
         assert_eq!(keep(&items, 4, &[u32::MAX]), vec![true, false]);
     }
 
     #[test]
     fn a_teams_borrowing_limit_is_kept() {
-        let items = [
-            Borrower {
-                cost: 60.0,
-                team: 1,
-                gpus: 4,
-            },
-            Borrower {
-                cost: 60.0,
-                team: 1,
-                gpus: 4,
-            },
-            Borrower {
-                cost: 10.0,
-                team: 0,
-                gpus: 4,
-            },
-        ];
+        let items = [b(60.0, 1, 4), b(60.0, 1, 4), b(10.0, 0, 4)];
         let k = keep(&items, 8, &[8, 4]);
         assert!(feasible(&items, &k, 8, &[8, 4]));
         assert_eq!(kept_cost(&items, &k), 70.0);
