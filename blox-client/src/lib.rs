@@ -16,6 +16,14 @@
 //!   the scheduler's metric store; `progress` (0–1) is the job's share of work
 //!   done;
 //! - `done` is written by [`Job::finish`] when the job completed its work;
+//! - `lease` holds, while the worker can reach the scheduler, until when the
+//!   lease holds and the grace after it (`<until_s> <grace_s>`, seconds of
+//!   the node's monotonic clock, [`monotonic_s`]), renewed at every
+//!   acknowledged heartbeat. A lease that ran out counts as revoked, so a
+//!   job stops itself even when its worker hangs (issue 35: no job runs
+//!   twice); past the grace as well, [`Job::attach`]'s watchdog ends the
+//!   process (exit status [`LEASE_LOST_EXIT`]). No `lease` file: the lease
+//!   holds until revoked (the local backend);
 //! - `exit_at` fixes, for a multi-rank job, the iteration at which every rank
 //!   stops after a revocation (two-phase revocation, Blox §7: the first rank
 //!   that sees `revoked` at boundary *i* writes *i + 1*; every rank runs up to
@@ -65,6 +73,43 @@ pub const STARTUP_METRIC: &str = "startup_s";
 /// launch to the checkpoint just saved. A job that saves only every so often
 /// (`checkpoint_interval_s`) then loses, when stopped, only the work since.
 pub const CHECKPOINT_METRIC: &str = "checkpoint_s";
+
+/// The control directory's lease file (see the crate's docs).
+pub const LEASE_FILE: &str = "lease";
+
+/// The exit status of a job whose lease ran out past its grace
+/// (`EX_TEMPFAIL`): its worker could not reach the scheduler, which
+/// relaunches the job elsewhere.
+pub const LEASE_LOST_EXIT: i32 = 75;
+
+/// Seconds of the node's monotonic clock (`CLOCK_MONOTONIC`, the same for
+/// every process on the node, untouched by clock steps); `None` where there
+/// is none.
+pub fn monotonic_s() -> Option<f64> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec for the call to fill.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// A lease file's `(until_s, grace_s)`, if it holds a valid one.
+pub fn read_lease(path: &Path) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut it = text.split_whitespace();
+    let until: f64 = it.next()?.parse().ok()?;
+    let grace: f64 = it.next().map_or(Some(0.0), |g| g.parse().ok())?;
+    (until.is_finite() && grace.is_finite() && grace >= 0.0).then_some((until, grace))
+}
 
 /// What can go wrong reading the environment or talking to the worker.
 #[derive(Debug, thiserror::Error)]
@@ -248,6 +293,11 @@ fn generations(base: &Path) -> Vec<(u64, PathBuf)> {
 pub struct Job {
     pub env: JobEnv,
     revoked: PathBuf,
+    lease: PathBuf,
+    /// The lease's end as last read (re-read only once it is reached).
+    lease_until: std::cell::Cell<Option<f64>>,
+    /// Stops the lease watchdog when the job is dropped.
+    watchdog: std::sync::Arc<std::sync::atomic::AtomicBool>,
     batch_file: PathBuf,
     metrics: File,
     /// Global batch size in use (starts at the launch's).
@@ -270,9 +320,15 @@ impl Job {
             .append(true)
             .open(&mpath)
             .map_err(io(&mpath))?;
+        let lease = env.control_dir.join(LEASE_FILE);
+        let watchdog = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        spawn_watchdog(lease.clone(), watchdog.clone());
         Ok(Job {
             batch: std::cell::Cell::new(env.batch_size),
             started: std::cell::Cell::new(false),
+            lease,
+            lease_until: std::cell::Cell::new(None),
+            watchdog,
             revoked: env.control_dir.join("revoked"),
             batch_file: env.control_dir.join("batch_size"),
             metrics,
@@ -285,9 +341,29 @@ impl Job {
         Self::attach(JobEnv::from_env()?)
     }
 
-    /// True once the worker revoked the lease: checkpoint and exit (status 0).
+    /// True once the worker revoked the lease, or the lease ran out (the
+    /// worker could not renew it): checkpoint and exit (status 0).
     pub fn lease_revoked(&self) -> bool {
-        self.revoked.exists()
+        self.revoked.exists() || self.lease_expired()
+    }
+
+    /// True once the worker's lease file says the lease ran out. One clock
+    /// read while the last end read is ahead; the file is read again only
+    /// once it is reached.
+    pub fn lease_expired(&self) -> bool {
+        let Some(now) = monotonic_s() else {
+            return false;
+        };
+        if self.lease_until.get().is_some_and(|u| now < u) {
+            return false;
+        }
+        match read_lease(&self.lease) {
+            Some((until, _)) => {
+                self.lease_until.set(Some(until));
+                now >= until
+            }
+            None => false,
+        }
     }
 
     /// A new global batch size to apply now, if the scheduler sent one.
@@ -443,6 +519,35 @@ impl Job {
     }
 }
 
+impl Drop for Job {
+    fn drop(&mut self) {
+        self.watchdog
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Ends the process when the lease ran out more than its grace ago: a job
+/// stuck in a long iteration (or one that never checks its lease) must not
+/// run on beside its relaunch elsewhere. Idle while there is no lease file.
+fn spawn_watchdog(lease: PathBuf, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let _ = std::thread::Builder::new()
+        .name("blox-lease".into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let (Some(now), Some((until, grace))) = (monotonic_s(), read_lease(&lease)) {
+                    if now >= until + grace {
+                        eprintln!(
+                            "blox: the lease ran out {:.1} s ago and its {grace:.1} s grace is over (the worker could not reach the scheduler): exiting",
+                            now - until
+                        );
+                        std::process::exit(LEASE_LOST_EXIT);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        });
+}
+
 /// An iterator that ends when the lease is revoked.
 pub struct LeaseIter<'a, I> {
     job: &'a Job,
@@ -562,6 +667,40 @@ mod tests {
         std::fs::write(d.path().join("revoked"), b"").unwrap();
         assert_eq!(it.next(), None);
         assert!(it.revoked());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_lease_the_worker_stopped_renewing_stops_the_job_at_its_next_boundary() {
+        let d = tempfile::tempdir().unwrap();
+        let mut e = env_in(d.path(), false);
+        e.world_size = 1;
+        let lease = d.path().join(LEASE_FILE);
+        let now = monotonic_s().unwrap();
+        // A long grace: the watchdog must not end the test process.
+        std::fs::write(&lease, format!("{} 3600", now + 0.3)).unwrap();
+        let job = Job::attach(e).unwrap();
+        let mut it = job.iterate(0..1_000_000);
+        assert_eq!(it.next(), Some(0));
+        assert!(!job.lease_expired());
+        // Renewed: it runs on past the first end.
+        std::thread::sleep(std::time::Duration::from_millis(350));
+        std::fs::write(&lease, format!("{} 3600", now + 0.8)).unwrap();
+        assert_eq!(it.next(), Some(1));
+        // Not renewed: the next boundary after the end stops it.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(it.next(), None);
+        assert!(it.revoked());
+        // A damaged or missing lease file holds (the local backend has none).
+        std::fs::write(&lease, "soon").unwrap();
+        let mut e = env_in(d.path(), false);
+        e.world_size = 1;
+        let other = Job::attach(e).unwrap();
+        assert!(!other.lease_revoked());
+        assert_eq!(read_lease(&lease), None);
+        assert_eq!(read_lease(&d.path().join("none")), None);
+        std::fs::write(&lease, "5 -1").unwrap();
+        assert_eq!(read_lease(&lease), None, "a negative grace");
     }
 
     #[test]

@@ -11,7 +11,13 @@ The worker and the job share a per-launch *control directory*
   the share of work done, 0-1; ``startup_s`` the launch's start-up);
 - ``done`` is written by :meth:`Job.finish` when the job completed its work;
 - ``exit_at`` fixes, for a job with several ranks, the boundary where every
-  rank stops after a revocation (two-phase revocation, Blox section 7).
+  rank stops after a revocation (two-phase revocation, Blox section 7);
+- ``lease`` holds until when the lease holds and the grace after it
+  (``<until_s> <grace_s>``, seconds of the node's monotonic clock), renewed
+  by the worker at every heartbeat the scheduler acknowledges. A lease that
+  ran out counts as revoked, and past the grace a watchdog thread ends the
+  process (exit status 75): a job stops itself even when its worker hangs.
+  No ``lease`` file: the lease holds until revoked.
 
 Nothing here talks to the scheduler: a lease check is one ``stat``.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar
@@ -32,6 +39,9 @@ __all__ = [
     "JobEnv",
     "Job",
     "LeaseIter",
+    "LEASE_FILE",
+    "LEASE_LOST_EXIT",
+    "read_lease",
 ]
 
 #: Names of the environment variables a worker sets for a job.
@@ -149,6 +159,45 @@ class JobEnv:
         )
 
 
+LEASE_FILE = "lease"
+"""The control directory's lease file (see the module's docs)."""
+
+LEASE_LOST_EXIT = 75
+"""Exit status of a job whose lease ran out past its grace (``EX_TEMPFAIL``)."""
+
+
+def read_lease(path: str) -> Optional[Tuple[float, float]]:
+    """A lease file's ``(until_s, grace_s)``, or None if it holds no valid one."""
+    try:
+        with open(path) as f:
+            parts = f.read().split()
+        until = float(parts[0])
+        grace = float(parts[1]) if len(parts) > 1 else 0.0
+    except (OSError, ValueError, IndexError):
+        return None
+    if not (math.isfinite(until) and math.isfinite(grace) and grace >= 0.0):
+        return None
+    return until, grace
+
+
+def _watchdog(path: str, stop: threading.Event) -> None:
+    """Ends the process once the lease ran out more than its grace ago: a job
+    stuck in a long step must not run on beside its relaunch elsewhere."""
+    while not stop.wait(0.2):
+        lease = read_lease(path)
+        if lease is None:
+            continue
+        now = time.monotonic()
+        if now >= lease[0] + lease[1]:
+            os.write(
+                2,
+                f"blox: the lease ran out {now - lease[0]:.1f} s ago and its "
+                f"{lease[1]:.1f} s grace is over (the worker could not reach the "
+                "scheduler): exiting\n".encode(),
+            )
+            os._exit(LEASE_LOST_EXIT)
+
+
 class Job:
     """The running job: lease checks, metrics, checkpoints, start-up."""
 
@@ -160,6 +209,12 @@ class Job:
         except OSError as e:
             raise ClientError(f"{e.filename}: {e.strerror}") from None
         self._revoked = os.path.join(env.control_dir, "revoked")
+        self._lease = os.path.join(env.control_dir, LEASE_FILE)
+        self._lease_until: Optional[float] = None
+        self._watchdog_stop = threading.Event()
+        threading.Thread(
+            target=_watchdog, args=(self._lease, self._watchdog_stop), name="blox-lease", daemon=True
+        ).start()
         self._batch_file = os.path.join(env.control_dir, "batch_size")
         self._metrics_path = os.path.join(env.control_dir, "metrics")
         self._batch = env.batch_size
@@ -173,8 +228,26 @@ class Job:
     # --- the lease -------------------------------------------------------
 
     def lease_revoked(self) -> bool:
-        """True once the worker revoked the lease: checkpoint and exit (status 0)."""
-        return os.path.exists(self._revoked)
+        """True once the worker revoked the lease, or the lease ran out (the
+        worker could not renew it): checkpoint and exit (status 0)."""
+        return os.path.exists(self._revoked) or self.lease_expired()
+
+    def lease_expired(self) -> bool:
+        """True once the worker's lease file says the lease ran out (one
+        clock read while the last end read is ahead)."""
+        now = time.monotonic()
+        if self._lease_until is not None and now < self._lease_until:
+            return False
+        lease = read_lease(self._lease)
+        if lease is None:
+            return False
+        self._lease_until = lease[0]
+        return now >= lease[0]
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_watchdog_stop", None)
+        if stop is not None:
+            stop.set()
 
     def iterate(self, iterable: Iterable[T]) -> "LeaseIter[T]":
         """Yields from ``iterable`` while the lease holds; stops at the first

@@ -70,6 +70,53 @@ def test_iteration_stops_at_the_first_boundary_after_a_revocation(tmp_path):
     assert list(it2) == [0, 1, 2] and not it2.revoked
 
 
+def test_a_lease_the_worker_stopped_renewing_stops_the_job(tmp_path):
+    job = Job.from_env(env_for(tmp_path))
+    lease = tmp_path / "control" / blox_client.LEASE_FILE
+    now = time.monotonic()
+    # A long grace: the watchdog must not end the test process.
+    lease.write_text(f"{now + 0.3} 3600")
+    it = job.iterate(range(10**6))
+    assert next(it) == 0 and not job.lease_expired()
+    time.sleep(0.35)
+    lease.write_text(f"{now + 0.8} 3600")  # renewed
+    assert next(it) == 1
+    time.sleep(0.5)  # not renewed
+    with pytest.raises(StopIteration):
+        next(it)
+    assert it.revoked
+    # A damaged lease file holds; bad graces are not leases.
+    lease.write_text("soon")
+    assert blox_client.read_lease(str(lease)) is None
+    assert not Job.from_env(env_for(tmp_path)).lease_revoked()
+    lease.write_text("5 -1")
+    assert blox_client.read_lease(str(lease)) is None
+
+
+def test_a_job_whose_lease_and_grace_ran_out_exits_on_its_own(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "control").mkdir()
+    lease = tmp_path / "control" / blox_client.LEASE_FILE
+    lease.write_text(f"{time.monotonic() - 1} 0.1")
+    # A job stuck in one long step (it never reaches a boundary).
+    code = (
+        "import time, blox_client; j = blox_client.Job.from_env(); "
+        "time.sleep(30); print('still running')"
+    )
+    env = dict(os.environ, **env_for(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(blox_client.__file__))]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=20)
+    assert r.returncode == blox_client.LEASE_LOST_EXIT, r
+    assert "lease ran out" in r.stderr and "still running" not in r.stdout
+    assert time.monotonic() - t < 10
+
+
 def test_start_up_is_reported_once_at_the_first_boundary(tmp_path):
     launched = time.time() - 2.5
     job = Job.from_env(env_for(tmp_path, BLOX_LAUNCH_UNIX_S=f"{launched:.3f}"))
