@@ -42,6 +42,33 @@ pub struct EventLog {
     size: u64,
     max_bytes: Option<u64>,
     keep: u32,
+    /// Files readable by their owner only (0600): a live scheduler's log
+    /// holds every job's argv.
+    private: bool,
+}
+
+/// Opens `path` for appending, creating it; `private`: mode 0600, also for
+/// a file that existed with a wider one.
+fn open_log(path: &Path, private: bool, truncate: bool) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true);
+    if truncate {
+        o.write(true).truncate(true);
+    } else {
+        o.append(true);
+    }
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let f = o.open(path)?;
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(f)
 }
 
 impl EventLog {
@@ -54,20 +81,18 @@ impl EventLog {
             size: 0,
             max_bytes: None,
             keep: 0,
+            private: false,
         })
     }
 
     /// Appends to `path` (created if missing), rotating past `max_bytes`
-    /// and keeping `keep` rotated files.
+    /// and keeping `keep` rotated files; every file of it is readable by
+    /// its owner only (0600).
     pub fn append(path: &Path, max_bytes: u64, keep: u32) -> Result<EventLog, EventLogError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io(path))?;
+        let f = open_log(path, true, false).map_err(io(path))?;
         let size = f.metadata().map_err(io(path))?.len();
         Ok(EventLog {
             path: path.to_path_buf(),
@@ -75,6 +100,7 @@ impl EventLog {
             size,
             max_bytes: Some(max_bytes.max(1)),
             keep,
+            private: true,
         })
     }
 
@@ -119,7 +145,7 @@ impl EventLog {
             }
             std::fs::rename(&self.path, numbered(1)).map_err(io(&self.path))?;
         }
-        let f = File::create(&self.path).map_err(io(&self.path))?;
+        let f = open_log(&self.path, self.private, true).map_err(io(&self.path))?;
         self.out = BufWriter::new(f);
         self.size = 0;
         Ok(())
@@ -520,6 +546,21 @@ mod tests {
         let mut log = EventLog::append(&path, 1 << 20, 2).unwrap();
         log.write(&[ev(40, 40, What::Admitted)]).unwrap();
         assert_eq!(read(&path, true).unwrap().len(), kept.len() + 1);
+        // A live log holds every job's argv: its files are its owner's only,
+        // rotated ones and the one that starts after a rotation too.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            for p in [
+                path.clone(),
+                rotated(&path, 1),
+                path2.clone(),
+                rotated(&path2, 1),
+            ] {
+                let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}: {mode:o}", p.display());
+            }
+        }
     }
 
     #[test]
