@@ -220,6 +220,10 @@ pub struct SoakArgs {
     /// longer than the worker timeout).
     #[arg(long)]
     pub cuts: Option<usize>,
+    /// soak: workers stopped with SIGSTOP for 6 s (a hung node; longer than
+    /// the worker timeout), then continued.
+    #[arg(long)]
+    pub hangs: Option<usize>,
     /// soak: scheduling policy of the scheduler.
     #[arg(long)]
     pub policy: Option<String>,
@@ -345,6 +349,15 @@ pub struct WorkerArgs {
     /// Control directories and (without a shared checkpoint dir) checkpoints.
     #[arg(long, default_value = "blox-worker")]
     pub workdir: PathBuf,
+    /// Run jobs as this unprivileged account (the worker runs as root):
+    /// they cannot read the worker's token, its environment or memory.
+    #[arg(long, value_name = "NAME")]
+    pub job_user: Option<String>,
+    /// Run jobs as root when the worker runs as root without --job-user
+    /// (tests, single-user machines); without it such a worker refuses to
+    /// start.
+    #[arg(long, conflicts_with = "job_user")]
+    pub allow_root_jobs: bool,
     /// This worker's TLS certificate and key (PEM).
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,

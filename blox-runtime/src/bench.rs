@@ -173,14 +173,15 @@ fn rt() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Registers `n` workers of `gpus` GPUs each, all served by the mock at `mock`.
+/// Registers `n` workers of `gpus` GPUs each, all served by the mock at
+/// `mock`; each one's credential by its id.
 async fn register(
     client: &mut crate::net::SchedulerClient,
     mock: &str,
     n: usize,
     gpus: u32,
-) -> Result<Vec<String>, String> {
-    let mut ids = Vec::with_capacity(n);
+) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut ids = std::collections::HashMap::with_capacity(n);
     for i in 0..n {
         let r = client
             .register(RegisterRequest {
@@ -201,7 +202,8 @@ async fn register(
             })
             .await
             .map_err(|e| e.message().to_string())?;
-        ids.push(r.into_inner().worker_id);
+        let r = r.into_inner();
+        ids.insert(r.worker_id, r.worker_secret);
     }
     Ok(ids)
 }
@@ -234,7 +236,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
         let mock = serve_mock_worker().await?;
         let sec = Security::default();
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
-        register(&mut c, &mock, clients, 1).await?;
+        let creds = register(&mut c, &mock, clients, 1).await?;
         wait_status(&mut c, |s| s.rounds >= 2).await?;
         submit(&mut c, clients, 1).await?;
         let launches = all_running(&mut c).await?;
@@ -242,17 +244,20 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
         // (that would mean the benchmark pushes for launches the scheduler
         // does not run there, and measures only their refusal).
         for (job_id, launch, worker) in &launches {
-            c.push_metrics(MetricBatch {
-                worker_id: worker.clone(),
-                samples: vec![MetricSample {
-                    launch: Some(LaunchRef {
-                        job_id: *job_id,
-                        launch: *launch,
-                    }),
-                    key: metric::LOSS.into(),
-                    value: 1.0,
-                }],
-            })
+            c.push_metrics(crate::net::with_credential(
+                MetricBatch {
+                    worker_id: worker.clone(),
+                    samples: vec![MetricSample {
+                        launch: Some(LaunchRef {
+                            job_id: *job_id,
+                            launch: *launch,
+                        }),
+                        key: metric::LOSS.into(),
+                        value: 1.0,
+                    }],
+                },
+                creds.get(worker).map_or("", String::as_str),
+            ))
             .await
             .map_err(|e| e.message().to_string())?;
         }
@@ -267,6 +272,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
         let mut tasks = Vec::new();
         for (job_id, launch, worker) in launches {
             let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
+            let cred = creds.get(&worker).cloned().unwrap_or_default();
             tasks.push(tokio::spawn(async move {
                 let samples: Vec<MetricSample> = (0..batch)
                     .map(|i| MetricSample {
@@ -281,7 +287,11 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
                         worker_id: worker.clone(),
                         samples: samples.clone(),
                     };
-                    if c.push_metrics(req).await.is_err() {
+                    if c
+                        .push_metrics(crate::net::with_credential(req, &cred))
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                     n += 1;
@@ -495,7 +505,7 @@ pub fn round_overhead(
     let (ids, stop) = rt.block_on(async {
         let mock = serve_mock_worker().await?;
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
-        register(&mut c, &mock, nodes, gpus_per_node).await?;
+        let creds = register(&mut c, &mock, nodes, gpus_per_node).await?;
         // Submissions wait in the scheduler until the nodes joined.
         wait_status(&mut c, |s| s.rounds >= 2).await?;
         let ids = submit(&mut c, jobs, per_job).await?;
@@ -522,10 +532,13 @@ pub fn round_overhead(
                         })
                         .collect();
                     let _ = pc
-                        .push_metrics(MetricBatch {
-                            worker_id: worker.clone(),
-                            samples,
-                        })
+                        .push_metrics(crate::net::with_credential(
+                            MetricBatch {
+                                worker_id: worker.clone(),
+                                samples,
+                            },
+                            creds.get(worker).map_or("", String::as_str),
+                        ))
                         .await;
                 }
                 tokio::select! {

@@ -107,11 +107,22 @@ impl Ctl {
     /// Every page of `req`'s answer, as one reply.
     fn all_pages(&mut self, mut req: StatusRequest) -> Result<StatusReply, CtlError> {
         let mut reply = self.status_page(&req)?;
+        // Later pages of jobs without the workers, then the workers'.
+        req.no_workers = true;
         while reply.next_after_id != 0 {
             req.after_id = reply.next_after_id;
             let next = self.status_page(&req)?;
             reply.jobs.extend(next.jobs);
             reply.next_after_id = next.next_after_id;
+        }
+        while !reply.next_workers_after.is_empty() {
+            let next = self.status_page(&StatusRequest {
+                workers_only: true,
+                workers_after: std::mem::take(&mut reply.next_workers_after),
+                ..Default::default()
+            })?;
+            reply.workers.extend(next.workers);
+            reply.next_workers_after = next.next_workers_after;
         }
         Ok(reply)
     }

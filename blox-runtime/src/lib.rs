@@ -20,6 +20,7 @@
 //! - [`net`]: the users' and workers' tokens and TLS; [`ctl`]: blocking helpers for tools
 //!   (`blox submit`, `blox status`, `blox cancel`).
 
+pub mod auth;
 pub mod bench;
 pub mod codec;
 pub mod ctl;

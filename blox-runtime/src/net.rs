@@ -41,6 +41,50 @@ pub struct Security {
     pub tls: Option<TlsFiles>,
 }
 
+/// Refuses a secret's file that others than its owner may read or write
+/// (as ssh refuses such a key): on a shared node any job could read it.
+pub fn check_private(path: &Path) -> Result<(), NetError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|e| NetError::File {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(NetError::File {
+                path: path.display().to_string(),
+                message: format!(
+                    "a token file must be readable by its owner only, but its mode is {mode:04o}: run `chmod 600 {}`",
+                    path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Writes a secret's file readable and writable by its owner only (0600),
+/// as [`check_private`] requires of a token file.
+pub fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    let mut f = o.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    f.write_all(text.as_bytes())
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, NetError> {
     std::fs::read(path).map_err(|e| NetError::File {
         path: path.display().to_string(),
@@ -52,6 +96,7 @@ impl Security {
     /// Reads the shared token from a file (its first line; surrounding
     /// whitespace ignored). An empty file is an error.
     pub fn token_from_file(path: &Path) -> Result<Arc<str>, NetError> {
+        check_private(path)?;
         let text = String::from_utf8(read(path)?).map_err(|_| NetError::File {
             path: path.display().to_string(),
             message: "the token file is not UTF-8 text".into(),
@@ -165,9 +210,12 @@ impl Security {
 
     /// The client-side interceptor that attaches the token.
     pub fn attach(&self) -> AttachToken {
-        AttachToken(self.token.as_ref().map(|t| {
-            MetadataValue::try_from(format!("Bearer {t}")).expect("a token is printable ASCII")
-        }))
+        AttachToken {
+            token: self.token.as_ref().map(|t| {
+                MetadataValue::try_from(format!("Bearer {t}")).expect("a token is printable ASCII")
+            }),
+            credential: None,
+        }
     }
 
     /// The server-side interceptor that checks it.
@@ -176,17 +224,42 @@ impl Security {
     }
 }
 
-/// Adds `authorization: Bearer <token>` to every call.
+/// The header that carries a worker's own credential
+/// (`RegisterReply.worker_secret`), both ways.
+pub const WORKER_CREDENTIAL: &str = "x-blox-worker-credential";
+
+/// Adds `authorization: Bearer <token>` to every call (and, on the
+/// scheduler's calls to a worker, that worker's credential).
 #[derive(Clone)]
-pub struct AttachToken(Option<MetadataValue<tonic::metadata::Ascii>>);
+pub struct AttachToken {
+    token: Option<MetadataValue<tonic::metadata::Ascii>>,
+    credential: Option<MetadataValue<tonic::metadata::Ascii>>,
+}
 
 impl Interceptor for AttachToken {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(v) = &self.0 {
+        if let Some(v) = &self.token {
             req.metadata_mut().insert("authorization", v.clone());
+        }
+        if let Some(v) = &self.credential {
+            req.metadata_mut().insert(WORKER_CREDENTIAL, v.clone());
         }
         Ok(req)
     }
+}
+
+/// Puts a worker's credential on one request.
+pub fn with_credential<T>(msg: T, credential: &str) -> Request<T> {
+    let mut req = Request::new(msg);
+    if let Ok(v) = MetadataValue::try_from(credential) {
+        req.metadata_mut().insert(WORKER_CREDENTIAL, v);
+    }
+    req
+}
+
+/// The worker credential a call carries, if any.
+pub fn credential_of(md: &tonic::metadata::MetadataMap) -> Option<&str> {
+    md.get(WORKER_CREDENTIAL).and_then(|v| v.to_str().ok())
 }
 
 /// Refuses calls without the shared token (when the cluster has one).
@@ -223,6 +296,53 @@ impl Interceptor for CheckToken {
     }
 }
 
+/// Refuses, before its body is decoded, a call that carries none of the
+/// tokens the service knows, each named by its role ("the users' token");
+/// each handler then checks the one its call needs.
+#[derive(Clone)]
+pub struct CheckAnyToken(pub Vec<(CheckToken, &'static str)>);
+
+impl Interceptor for CheckAnyToken {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        if self.0.iter().any(|(c, _)| c.0.is_none()) {
+            return Ok(req);
+        }
+        let roles: Vec<&str> = self.0.iter().map(|(_, r)| *r).collect();
+        let roles = roles.join(" or ");
+        for (c, _) in &self.0 {
+            if c.verify(req.metadata(), &roles).is_ok() {
+                return Ok(req);
+            }
+        }
+        match self.0.first() {
+            Some((c, _)) => c.verify(req.metadata(), &roles).map(|_| req),
+            None => Ok(req),
+        }
+    }
+}
+
+/// `n` bytes from the operating system's random source.
+fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// A random 64-bit number (identities).
+pub(crate) fn random_u64() -> std::io::Result<u64> {
+    let b = random_bytes(8)?;
+    Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// A fresh secret: 32 random bytes as 64 hex digits (credentials).
+pub(crate) fn random_secret() -> std::io::Result<String> {
+    Ok(random_bytes(32)?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
@@ -251,6 +371,24 @@ impl Security {
         Ok(crate::proto::worker_client::WorkerClient::with_interceptor(
             self.channel(addr)?,
             self.attach(),
+        ))
+    }
+
+    /// A client of one worker that proves, on every call, that it is the
+    /// scheduler this worker registered with (its credential).
+    pub fn worker_client_as_scheduler(
+        &self,
+        addr: &str,
+        credential: &str,
+    ) -> Result<WorkerClient, NetError> {
+        let mut attach = self.attach();
+        attach.credential =
+            Some(MetadataValue::try_from(credential).map_err(|_| {
+                NetError::Tls("a worker credential must be printable ASCII".into())
+            })?);
+        Ok(crate::proto::worker_client::WorkerClient::with_interceptor(
+            self.channel(addr)?,
+            attach,
         ))
     }
 }

@@ -56,6 +56,80 @@ pub struct LaunchSpec {
     /// The launch's generation (`BLOX_GENERATION`): larger for every later
     /// launch of the job, also across scheduler restarts.
     pub generation: u64,
+    /// The account the job runs as (`blox worker --job-user`); `None`: the
+    /// worker's own.
+    pub job_user: Option<JobUser>,
+}
+
+/// An unprivileged account jobs run as (`blox worker --job-user NAME`): it
+/// cannot read the worker's token file (0600, the worker's), its
+/// `/proc/<pid>/environ` or memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+}
+
+impl JobUser {
+    /// Looks the account up in the system's user database.
+    pub fn lookup(name: &str) -> Result<JobUser, String> {
+        #[cfg(unix)]
+        {
+            use std::ffi::{CStr, CString};
+            let c = CString::new(name)
+                .map_err(|_| format!("job user `{name}`: contains a NUL byte"))?;
+            let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+            let mut buf = vec![0 as libc::c_char; 16 * 1024];
+            let mut out: *mut libc::passwd = std::ptr::null_mut();
+            // SAFETY: every pointer is valid for the call; `buf` outlives
+            // the reads of `pw`'s strings below.
+            let rc = unsafe {
+                libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out)
+            };
+            if rc != 0 || out.is_null() {
+                return Err(format!(
+                    "job user `{name}`: no such account on this node{}",
+                    if rc != 0 {
+                        format!(" ({})", std::io::Error::from_raw_os_error(rc))
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            if pw.pw_uid == 0 {
+                return Err(format!(
+                    "job user `{name}` is root: jobs must run unprivileged"
+                ));
+            }
+            // SAFETY: getpwnam_r filled `pw_dir` with a NUL-terminated
+            // string inside `buf`.
+            let home = unsafe { CStr::from_ptr(pw.pw_dir) }
+                .to_string_lossy()
+                .into_owned();
+            Ok(JobUser {
+                name: name.to_string(),
+                uid: pw.pw_uid,
+                gid: pw.pw_gid,
+                home: PathBuf::from(home),
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Err(format!(
+                "job user `{name}`: only Unix runs jobs as another account"
+            ))
+        }
+    }
+}
+
+/// The worker's own environment variables a job never inherits: the
+/// runtime's settings (`BLOX_*`: its token file, scheduler address) are the
+/// worker's, and a job gets the `BLOX_*` variables of
+/// [`blox_client::env`] set afresh.
+fn scrubbed(name: &std::ffi::OsStr) -> bool {
+    name.to_str().is_none_or(|n| n.starts_with("BLOX_"))
 }
 
 /// How a launch (or one of its processes) ended.
@@ -90,6 +164,17 @@ impl Running {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return Err(StartError("no command to run".into()));
         }
+        // A launch directory left by a launch the scheduler never recorded
+        // (it restarted meanwhile) is not this launch's: its `done` or
+        // `revoked` must not speak for it.
+        if spec.control.exists() {
+            std::fs::remove_dir_all(&spec.control).map_err(|e| {
+                StartError(format!(
+                    "cannot clear the stale {}: {e}",
+                    spec.control.display()
+                ))
+            })?;
+        }
         for d in [
             Some(&spec.control),
             Some(&spec.checkpoint),
@@ -101,6 +186,9 @@ impl Running {
             std::fs::create_dir_all(d)
                 .map_err(|e| StartError(format!("cannot create {}: {e}", d.display())))?;
             restrict(d);
+            if let Some(u) = &spec.job_user {
+                give_to(d, u)?;
+            }
         }
         let out = |name: &str| -> Result<std::fs::File, StartError> {
             let p = spec.control.join(name);
@@ -132,6 +220,23 @@ impl Running {
                 String::new()
             };
             let mut cmd = Command::new(&spec.argv[0]);
+            for (k, _) in std::env::vars_os() {
+                if scrubbed(&k) {
+                    cmd.env_remove(k);
+                }
+            }
+            #[cfg(unix)]
+            if let Some(u) = &spec.job_user {
+                use std::os::unix::process::CommandExt;
+                // Dropping root also drops its supplementary groups (std
+                // calls setgroups(0) before setuid).
+                cmd.uid(u.uid)
+                    .gid(u.gid)
+                    .env("HOME", &u.home)
+                    .env("USER", &u.name)
+                    .env("LOGNAME", &u.name)
+                    .current_dir(&spec.control);
+            }
             cmd.args(&spec.argv[1..])
                 .env(env::JOB_ID, spec.job.to_string())
                 .env(env::RANK, rank.to_string())
@@ -294,6 +399,19 @@ impl Drop for Running {
 }
 
 /// Owner-only permissions: other users cannot revoke, finish or read a job.
+/// Hands a launch's directory to the account its job runs as.
+fn give_to(dir: &Path, u: &JobUser) -> Result<(), StartError> {
+    #[cfg(unix)]
+    std::os::unix::fs::chown(dir, Some(u.uid), Some(u.gid)).map_err(|e| {
+        StartError(format!(
+            "cannot give {} to job user `{}`: {e}",
+            dir.display(),
+            u.name
+        ))
+    })?;
+    Ok(())
+}
+
 fn restrict(dir: &Path) {
     #[cfg(unix)]
     {
@@ -442,4 +560,56 @@ fn spawn_waiter(mut child: Child, exit: Arc<Mutex<Option<Exit>>>, kill: Arc<Atom
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_inherits_none_of_the_workers_blox_settings() {
+        for name in ["BLOX_TOKEN_FILE", "BLOX_SCHEDULER", "BLOX_ANYTHING"] {
+            assert!(scrubbed(std::ffi::OsStr::new(name)), "{name}");
+        }
+        for name in ["PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "XBLOX_Y"] {
+            assert!(!scrubbed(std::ffi::OsStr::new(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_stale_launch_directory_is_cleared_before_a_launch_uses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("launch-1");
+        std::fs::create_dir_all(&control).unwrap();
+        // What an unrecorded launch left: it finished.
+        std::fs::write(control.join("done"), "").unwrap();
+        let spec = LaunchSpec {
+            job: 1,
+            argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
+            devices: vec!["0".into()],
+            control: control.clone(),
+            checkpoint: dir.path().join("ck"),
+            coord: None,
+            resume: false,
+            batch_size: None,
+            master_addr: String::new(),
+            worker_addr: String::new(),
+            process_per_gpu: false,
+            first_rank: 0,
+            world_size: None,
+            generation: 2,
+            job_user: None,
+        };
+        let run = Running::spawn(&spec).unwrap();
+        let t = Instant::now();
+        let e = loop {
+            if let Some(e) = run.exit() {
+                break e;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(!control.join("done").exists());
+        assert!(!run.finished(&e), "the old launch's `done` spoke for it");
+    }
 }

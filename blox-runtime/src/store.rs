@@ -7,7 +7,9 @@
 use crate::proto::JobRecord;
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
 
 const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -19,9 +21,34 @@ pub struct StoreError {
     pub message: String,
 }
 
+/// Who a scheduler run is: see [`Store::begin_run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunIdentity {
+    /// Created at random with the job table; 0 for a table older than
+    /// identities.
+    pub cluster_id: u64,
+    /// This run's launches have generations from here up.
+    pub generation_base: u64,
+}
+
+impl RunIdentity {
+    /// The directory name that keys a job's launch directories and
+    /// checkpoints by the table it belongs to (`c<16 hex digits>`), or
+    /// `None` for a legacy table (the layout without it).
+    pub fn dir_key(&self) -> Option<String> {
+        (self.cluster_id != 0).then(|| format!("c{:016x}", self.cluster_id))
+    }
+}
+
 pub struct Store {
-    db: Database,
+    /// `None` only while it is being reopened.
+    db: RwLock<Option<Database>>,
+    file: PathBuf,
     path: String,
+    /// A transaction failed (a full disk, an I/O error): redb refuses every
+    /// later one on the same handle, so the next use reopens the file
+    /// first. What was committed before is intact (commits are atomic).
+    broken: AtomicBool,
 }
 
 impl Store {
@@ -38,10 +65,57 @@ impl Store {
             path: p.clone(),
             message: e.to_string(),
         })?;
-        let s = Store { db, path: p };
+        // It holds every job's argv: its owner's only.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
+                |e| StoreError {
+                    path: p.clone(),
+                    message: e.to_string(),
+                },
+            )?;
+        }
+        let s = Store {
+            db: RwLock::new(Some(db)),
+            file: path.to_path_buf(),
+            path: p,
+            broken: AtomicBool::new(false),
+        };
         // Create the tables so reads of a fresh file succeed.
         s.write(&[], None)?;
         Ok(s)
+    }
+
+    /// Runs `f` on the database, reopening it first after a failed
+    /// transaction; a failure marks it for reopening.
+    fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if self.broken.load(Ordering::Acquire) {
+            self.reopen()?;
+        }
+        let g = self.db.read().unwrap_or_else(|e| e.into_inner());
+        let Some(db) = g.as_ref() else {
+            return Err(self.err("the job table is being reopened after a failed write"));
+        };
+        let r = f(db);
+        if r.is_err() {
+            self.broken.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn reopen(&self) -> Result<(), StoreError> {
+        let mut g = self.db.write().unwrap_or_else(|e| e.into_inner());
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // The old handle holds the file's lock: dropped first.
+        *g = None;
+        let db = Database::create(&self.file).map_err(|e| self.err(e))?;
+        *g = Some(db);
+        self.broken.store(false, Ordering::Release);
+        tracing::info!(table = %self.path, "job table reopened after a failed write");
+        Ok(())
     }
 
     fn err(&self, e: impl std::fmt::Display) -> StoreError {
@@ -54,40 +128,100 @@ impl Store {
     /// Writes `records` (and the next job id, if given) in one durable
     /// transaction.
     pub fn write(&self, records: &[&JobRecord], next_id: Option<u64>) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
-        {
-            let mut jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
-            let mut buf = Vec::new();
-            for r in records {
-                let id = r.info.as_ref().map_or(0, |i| i.id);
-                buf.clear();
-                r.encode(&mut buf).map_err(|e| self.err(e))?;
-                jobs.insert(id, buf.as_slice()).map_err(|e| self.err(e))?;
+        self.with(|db| {
+            let tx = db.begin_write().map_err(|e| self.err(e))?;
+            {
+                let mut jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
+                let mut buf = Vec::new();
+                for r in records {
+                    let id = r.info.as_ref().map_or(0, |i| i.id);
+                    buf.clear();
+                    r.encode(&mut buf).map_err(|e| self.err(e))?;
+                    jobs.insert(id, buf.as_slice()).map_err(|e| self.err(e))?;
+                }
+                let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+                if let Some(n) = next_id {
+                    meta.insert("next_job_id", n).map_err(|e| self.err(e))?;
+                }
             }
-            let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
-            if let Some(n) = next_id {
-                meta.insert("next_job_id", n).map_err(|e| self.err(e))?;
-            }
-        }
-        tx.commit().map_err(|e| self.err(e))
+            tx.commit().map_err(|e| self.err(e))
+        })
     }
 
     /// Deletes the records of `ids` (ended jobs past their retention) in one
     /// durable transaction.
     pub fn remove(&self, ids: &[u64]) -> Result<(), StoreError> {
-        let tx = self.db.begin_write().map_err(|e| self.err(e))?;
-        {
-            let mut jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
-            for id in ids {
-                jobs.remove(*id).map_err(|e| self.err(e))?;
+        self.with(|db| {
+            let tx = db.begin_write().map_err(|e| self.err(e))?;
+            {
+                let mut jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
+                for id in ids {
+                    jobs.remove(*id).map_err(|e| self.err(e))?;
+                }
             }
-        }
-        tx.commit().map_err(|e| self.err(e))
+            tx.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    /// Starts a run of the scheduler on this table: the table's cluster
+    /// identity (created with the table) and this run's first launch
+    /// generation, one `per_run` above the last run's, persisted before it
+    /// is returned, so generations only grow whatever the clock does.
+    ///
+    /// A table written before identities existed (it holds jobs but no
+    /// identity) keeps identity 0, the directory layout its jobs'
+    /// checkpoints were written under, and its generations continue from
+    /// `legacy_base` (the old clock-based scheme) on its first run.
+    pub fn begin_run(&self, per_run: u64, legacy_base: u64) -> Result<RunIdentity, StoreError> {
+        self.with(|db| self.begin_run_in(db, per_run, legacy_base))
+    }
+
+    fn begin_run_in(
+        &self,
+        db: &Database,
+        per_run: u64,
+        legacy_base: u64,
+    ) -> Result<RunIdentity, StoreError> {
+        let tx = db.begin_write().map_err(|e| self.err(e))?;
+        let id = {
+            let jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
+            let has_jobs = jobs.iter().map_err(|e| self.err(e))?.next().is_some();
+            let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
+            let get = |m: &redb::Table<&str, u64>, k: &str| -> Result<Option<u64>, StoreError> {
+                Ok(m.get(k).map_err(|e| self.err(e))?.map(|v| v.value()))
+            };
+            let legacy = get(&meta, "cluster_id")?.is_none() && has_jobs;
+            let cluster_id = match get(&meta, "cluster_id")? {
+                Some(c) => c,
+                None if legacy => 0,
+                // Never 0: that is the legacy layout.
+                None => crate::net::random_u64().map_err(|e| self.err(e))?.max(1),
+            };
+            let generation_base = match get(&meta, "generation_base")? {
+                Some(g) => g.saturating_add(per_run),
+                None if legacy => legacy_base.max(per_run),
+                None => per_run,
+            };
+            meta.insert("cluster_id", cluster_id)
+                .map_err(|e| self.err(e))?;
+            meta.insert("generation_base", generation_base)
+                .map_err(|e| self.err(e))?;
+            RunIdentity {
+                cluster_id,
+                generation_base,
+            }
+        };
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(id)
     }
 
     /// Every record, by job id, and the next job id.
     pub fn load(&self) -> Result<(Vec<JobRecord>, u64), StoreError> {
-        let tx = self.db.begin_read().map_err(|e| self.err(e))?;
+        self.with(|db| self.load_from(db))
+    }
+
+    fn load_from(&self, db: &Database) -> Result<(Vec<JobRecord>, u64), StoreError> {
+        let tx = db.begin_read().map_err(|e| self.err(e))?;
         let jobs = tx.open_table(JOBS).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
         for row in jobs.iter().map_err(|e| self.err(e))? {
@@ -185,7 +319,8 @@ mod tests {
         // Records written without their info (a damaged table) are repaired
         // on load: nothing later finds a record without one.
         {
-            let tx = s.db.begin_write().unwrap();
+            let g = s.db.read().unwrap();
+            let tx = g.as_ref().unwrap().begin_write().unwrap();
             {
                 let mut t = tx.open_table(JOBS).unwrap();
                 let bare = JobRecord {
@@ -209,5 +344,58 @@ mod tests {
         let (recs, next) = s.load().unwrap();
         assert_eq!(recs.len(), 1);
         assert_eq!(next, 2, "removing records never reuses ids");
+    }
+
+    #[test]
+    fn a_table_keeps_its_identity_and_its_generations_only_grow() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let first = Store::open(&path).unwrap().begin_run(10, 0).unwrap();
+        assert_ne!(first.cluster_id, 0);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "the table holds argvs: {mode:o}");
+        }
+        assert_eq!(first.generation_base, 10);
+        // Whatever clock-based base is offered, a table with an identity
+        // counts on from its own.
+        let second = Store::open(&path)
+            .unwrap()
+            .begin_run(10, u64::MAX / 2)
+            .unwrap();
+        assert_eq!(second.cluster_id, first.cluster_id);
+        assert_eq!(second.generation_base, 20);
+        // A new table is another cluster.
+        let other = Store::open(&dir.path().join("other.redb"))
+            .unwrap()
+            .begin_run(10, 0)
+            .unwrap();
+        assert_ne!(other.cluster_id, first.cluster_id);
+        assert!(first.dir_key().unwrap().starts_with('c'));
+    }
+
+    #[test]
+    fn a_table_older_than_identities_keeps_its_layout_and_clock_generations() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let s = Store::open(&path).unwrap();
+        let rec = JobRecord {
+            info: Some(JobInfo {
+                id: 1,
+                status: "queued".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        s.write(&[&rec], Some(2)).unwrap();
+        let r = s.begin_run(10, 5_000).unwrap();
+        assert_eq!(r.cluster_id, 0);
+        assert_eq!(r.dir_key(), None);
+        assert_eq!(r.generation_base, 5_000);
+        // The clock stepped back: the generations still grow.
+        let r = s.begin_run(10, 100).unwrap();
+        assert_eq!((r.cluster_id, r.generation_base), (0, 5_010));
     }
 }

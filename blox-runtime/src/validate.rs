@@ -337,6 +337,15 @@ pub fn launch(r: &LaunchRequest) -> Result<LaunchRef, Status> {
     too_long("coord_dir", r.coord_dir.len(), MAX_PATH_BYTES)?;
     too_long("master_addr", r.master_addr.len(), MAX_NAME_BYTES)?;
     too_long("worker_id", r.worker_id.len(), MAX_NAME_BYTES)?;
+    // A directory name the worker joins onto its workdir: nothing else.
+    let key = |c: &str| {
+        c.len() == 17 && c.starts_with('c') && c[1..].bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if !(r.cluster.is_empty() || key(&r.cluster)) {
+        return Err(invalid(
+            "cluster: must be `c` and 16 hex digits (the job table's identity), or empty",
+        ));
+    }
     for (field, path) in [
         ("checkpoint_dir", &r.checkpoint_dir),
         ("coord_dir", &r.coord_dir),

@@ -71,16 +71,16 @@ fn a_restarted_scheduler_adopts_the_running_jobs_instead_of_restarting_them() {
     assert!(seen.regressions.is_empty(), "{seen:?}");
     assert_eq!(seen.launches, 2, "{seen:?}");
     // No launch after the first resumed.
-    for w in ["w0", "w1"] {
-        for id in [a, b] {
-            assert!(!dir
-                .path()
-                .join(w)
-                .join("jobs")
-                .join(id.to_string())
-                .join("launch-2")
-                .exists());
-        }
+    for id in [a, b] {
+        let dirs: Vec<_> = ["w0", "w1"]
+            .iter()
+            .map(|w| job_dir(&dir.path().join(w), id))
+            .collect();
+        assert!(dirs.iter().any(|d| d.join("launch-1").exists()), "{dirs:?}");
+        assert!(
+            dirs.iter().all(|d| !d.join("launch-2").exists()),
+            "{dirs:?}"
+        );
     }
 }
 
@@ -112,25 +112,11 @@ fn a_launch_missing_a_rank_after_the_restart_is_revoked_and_its_job_resumes() {
     let seen = journal::check(&journal_file).unwrap();
     assert!(seen.overlaps.is_empty(), "{seen:?}");
     assert!(seen.regressions.is_empty(), "{seen:?}");
-    let err = std::fs::read_to_string(
-        dir.path()
-            .join("w0")
-            .join("jobs")
-            .join(b.to_string())
-            .join("launch-2")
-            .join("stderr"),
-    )
-    .or_else(|_| {
-        std::fs::read_to_string(
-            dir.path()
-                .join("w2")
-                .join("jobs")
-                .join(b.to_string())
-                .join("launch-2")
-                .join("stderr"),
-        )
-    })
-    .unwrap();
+    let err = std::fs::read_to_string(job_dir(&dir.path().join("w0"), b).join("launch-2/stderr"))
+        .or_else(|_| {
+            std::fs::read_to_string(job_dir(&dir.path().join("w2"), b).join("launch-2/stderr"))
+        })
+        .unwrap();
     assert!(err.contains("resumed at iteration"), "{err}");
     assert!(!err.contains("resumed at iteration 0\n"), "{err}");
 }

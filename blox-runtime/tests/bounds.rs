@@ -82,15 +82,22 @@ fn a_metric_flood_is_bounded_per_job_and_counted() {
     let worker = c.workers[0].worker_id().unwrap();
     let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
     let (rt, client) = wctl.parts();
-    let batch = |job_id: u64, n: usize, key: &dyn Fn(usize) -> String| MetricBatch {
-        worker_id: worker.clone(),
-        samples: (0..n)
-            .map(|i| MetricSample {
-                launch: Some(LaunchRef { job_id, launch: 1 }),
-                key: key(i),
-                value: i as f64,
-            })
-            .collect(),
+    // The worker's own credential: reports are accepted only with it.
+    let cred = c.workers[0].credential().unwrap();
+    let batch = |job_id: u64, n: usize, key: &dyn Fn(usize) -> String| {
+        blox_runtime::net::with_credential(
+            MetricBatch {
+                worker_id: worker.clone(),
+                samples: (0..n)
+                    .map(|i| MetricSample {
+                        launch: Some(LaunchRef { job_id, launch: 1 }),
+                        key: key(i),
+                        value: i as f64,
+                    })
+                    .collect(),
+            },
+            &cred,
+        )
     };
     // Too many in one call.
     let e = rt
@@ -306,4 +313,106 @@ fn a_request_over_the_transport_limit_is_refused_and_changes_nothing() {
     let id = ctl.submit(job("ok", 1, toy(0.2, &[]), None)).unwrap();
     let r = c.wait_all(&[id], Duration::from_secs(60));
     assert_eq!(r[&id].status, "finished");
+}
+
+/// Issue 35: what waits is bounded, per user and in all: a submission past
+/// either limit is RESOURCE_EXHAUSTED naming the limit, and is accepted
+/// again once jobs started.
+#[test]
+fn waiting_jobs_are_bounded_per_user_and_in_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_waiting_jobs = 5;
+    cfg.max_waiting_per_user = 3;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let mut ctl = c.ctl();
+    // The worker's 2 GPUs busy: everything after this waits.
+    let blocker = ctl.submit(job("blocker", 2, toy(60.0, &[]), None)).unwrap();
+    wait_running(&c, &[blocker]);
+    let of = |user: &str, k: usize| {
+        let mut j = job(&format!("{user}-{k}"), 2, toy(0.2, &[]), None);
+        j.user = Some(user.into());
+        j
+    };
+    // Rounds settle between submissions: the counts are the round's.
+    let settle = || std::thread::sleep(Duration::from_millis(1200));
+    let mut waiting = Vec::new();
+    for k in 0..3 {
+        waiting.push(ctl.submit(of("ann", k)).unwrap());
+        settle();
+    }
+    let r = ctl.submit(of("ann", 3));
+    let e = match r {
+        Ok(id) => panic!(
+            "accepted {id}: {:?}",
+            ctl.status(&[])
+                .unwrap()
+                .jobs
+                .iter()
+                .map(|j| (j.id, j.status.clone()))
+                .collect::<Vec<_>>()
+        ),
+        Err(e) => e,
+    };
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("max_waiting_per_user = 3"), "{e}");
+    for k in 0..2 {
+        waiting.push(ctl.submit(of("bob", k)).unwrap());
+        settle();
+    }
+    let e = ctl.submit(of("bob", 2)).unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("max_waiting_jobs = 5"), "{e}");
+    // Nothing refused was kept; once the blocker ends, the queue drains and
+    // submissions are accepted again.
+    assert_eq!(ctl.status(&[]).unwrap().total_jobs, 6);
+    ctl.cancel(blocker).unwrap();
+    let r = c.wait_all(&waiting, Duration::from_secs(60));
+    assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
+    settle();
+    assert!(ctl.submit(of("ann", 4)).is_ok());
+}
+
+/// Issue 35: `Status` lists workers a page at a time: nine workers with
+/// 1,024 GPUs of 256-byte names each (about 5 MB of workers, over the
+/// transport's 4 MiB) come in pages `Ctl` follows to the end.
+#[test]
+fn workers_come_in_pages_that_fit_the_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
+    let long = |i: usize| format!("{i:0>256}");
+    for w in 0..9 {
+        rt.block_on(
+            client.register(RegisterRequest {
+                name: format!("{w}{}", "n".repeat(200)),
+                address: "127.0.0.1:1".into(),
+                gpus: (0..1024)
+                    .map(|g| GpuDevice {
+                        index: g,
+                        uuid: long(g as usize),
+                        name: long(w),
+                        memory_gb: 80.0,
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+    }
+    let mut ctl = c.ctl();
+    let first = ctl.status_page(&StatusRequest::default()).unwrap();
+    assert!(
+        first.workers.len() < 10,
+        "{} workers in one page",
+        first.workers.len()
+    );
+    assert!(!first.next_workers_after.is_empty());
+    assert_eq!(first.total_workers, 10);
+    let all = ctl.status(&[]).unwrap();
+    assert_eq!(all.workers.len(), 10);
+    let mut ids: Vec<&str> = all.workers.iter().map(|w| w.id.as_str()).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), 10, "each worker once");
 }

@@ -194,7 +194,7 @@ fn the_dashboard_page_shows_them_in_a_browser() {
 /// checked through the API and, given a working browser, in it.
 fn dashboard(browser: Option<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
+    blox_runtime::net::write_private(&dir.path().join("token"), &format!("{TOKEN}\n")).unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.token_file = Some(dir.path().join("token"));
     cfg.dashboard_listen = Some("127.0.0.1:0".into());

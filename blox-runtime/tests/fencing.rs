@@ -58,6 +58,8 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         workdir: dir.join(name),
         security: c.worker_security.clone(),
         labels: Default::default(),
+        job_user: None,
+        allow_root_jobs: true,
     };
     port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
@@ -193,10 +195,15 @@ fn a_worker_that_cannot_see_the_shared_checkpoints_stays_out_of_the_cluster() {
         .unwrap()
         .into_inner();
     assert!(!reg.checkpoint_probe_path.is_empty());
-    let beat = |probe: String| HeartbeatRequest {
-        worker_id: reg.worker_id.clone(),
-        checkpoint_probe: probe,
-        ..Default::default()
+    let beat = |probe: String| {
+        blox_runtime::net::with_credential(
+            HeartbeatRequest {
+                worker_id: reg.worker_id.clone(),
+                checkpoint_probe: probe,
+                ..Default::default()
+            },
+            &reg.worker_secret,
+        )
     };
     let e = rt
         .block_on(client.heartbeat(beat(String::new())))

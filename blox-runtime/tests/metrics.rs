@@ -102,7 +102,7 @@ fn a_scrape_counts_what_happened() {
 #[test]
 fn with_a_users_token_a_scrape_needs_it() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), "metrics-token\n").unwrap();
+    blox_runtime::net::write_private(&dir.path().join("token"), "metrics-token\n").unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.token_file = Some(dir.path().join("token"));
     cfg.metrics_listen = Some("127.0.0.1:0".into());

@@ -22,6 +22,7 @@ fn spec(dir: &std::path::Path, script: &str) -> LaunchSpec {
         first_rank: 0,
         world_size: None,
         generation: 1,
+        job_user: None,
     }
 }
 

@@ -10,7 +10,7 @@ B=${BLOX:-blox}; TOY=${TOY:-blox-toy-job}
 sed "s/POLICY/${POLICY:-fifo}/" "$(dirname "$0")/live.toml.in" > live-run.toml
 $B scheduler --config live-run.toml > sched.log 2>&1 & S=$!
 sleep 1
-for w in a b; do $B worker --scheduler 127.0.0.1:50071 --gpus 2 --workdir w-$w --name $w > w-$w.log 2>&1 & done
+for w in a b; do $B worker --scheduler 127.0.0.1:50071 --gpus 2 --workdir w-$w --name $w --allow-root-jobs > w-$w.log 2>&1 & done
 sleep 2
 RANDOM=7
 for i in $(seq 1 30); do

@@ -26,8 +26,10 @@ def scheduler_and_worker(tmp_path, policy="fifo", round_s=0.5, gpus=2):
     when `gpus` is None. Both are stopped at the end."""
     from blox_client import api
 
-    (tmp_path / "token").write_text("py-token\n")
-    (tmp_path / "worker-token").write_text("py-worker-token\n")
+    for name, text in (("token", "py-token\n"), ("worker-token", "py-worker-token\n")):
+        (tmp_path / name).write_text(text)
+        # A token file readable by others is refused (as ssh refuses keys).
+        (tmp_path / name).chmod(0o600)
     (tmp_path / "s.toml").write_text(
         f"""
 [run]
@@ -74,6 +76,8 @@ worker_timeout_s = 3
             str(tmp_path / "worker-token"),
             "--workdir",
             str(tmp_path / "worker"),
+            # Tests run as root in CI: jobs may run as the worker's user.
+            "--allow-root-jobs",
         ]
         if gpus is not None:
             args += ["--gpus", str(gpus)]
@@ -100,4 +104,4 @@ worker_timeout_s = 3
 
 def job_stderr(workdir):
     """Every launch's stderr under a worker's (or `blox local`'s) workdir."""
-    return "".join(p.read_text() for p in sorted(Path(workdir).glob("jobs/*/launch-*/stderr*")))
+    return "".join(p.read_text() for p in sorted(Path(workdir).glob("jobs/*/*/launch-*/stderr*")))

@@ -183,6 +183,8 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         workdir: a.workdir,
         security,
         labels: labels_of(&a.labels)?,
+        job_user: a.job_user,
+        allow_root_jobs: a.allow_root_jobs,
     };
     blox_runtime::ctl::run_worker(cfg, |addr| {
         let _ = say!("blox worker: listening on {addr}");

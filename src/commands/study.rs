@@ -214,6 +214,7 @@ fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
     set(a.worker_kills, &mut cfg.worker_kills);
     set(a.scheduler_restarts, &mut cfg.scheduler_restarts);
     set(a.cuts, &mut cfg.cuts);
+    set(a.hangs, &mut cfg.hangs);
     if let Some(p) = &a.policy {
         cfg.policy = p.clone();
     }

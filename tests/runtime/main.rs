@@ -15,7 +15,7 @@ use blox_runtime::net::Security;
 use blox_runtime::proto::JobInfo;
 use common::*;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -79,9 +79,31 @@ impl Procs {
             name,
             "--workdir",
             workdir.to_str().unwrap(),
+            "--allow-root-jobs",
         ];
         args.extend(extra);
         self.start(name, &args, &d.join(format!("{name}.log")));
+    }
+
+    fn pid(&self, name: &str) -> u32 {
+        self.0.iter().find(|(n, _)| n == name).unwrap().1.id()
+    }
+
+    /// True while process `name` runs.
+    fn alive(&mut self, name: &str) -> bool {
+        let (_, c) = self.0.iter_mut().find(|(n, _)| n == name).unwrap();
+        matches!(c.try_wait(), Ok(None))
+    }
+
+    /// Sends `signal` (a `kill` name: STOP, CONT, …) to process `name`.
+    fn signal(&self, name: &str, signal: &str) {
+        let (_, c) = self.0.iter().find(|(n, _)| n == name).unwrap();
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &c.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} {name}");
     }
 
     fn kill(&mut self, name: &str) {
@@ -176,12 +198,229 @@ fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Job `job`'s directory under `base` (a worker's `jobs/` or the shared
+/// checkpoint directory), under the job table's identity `c<16 hex>`.
+fn keyed_dir(base: &Path, job: u64) -> PathBuf {
+    let keyed = std::fs::read_dir(base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            n.len() == 17 && n.starts_with('c')
+        });
+    keyed
+        .map_or(base.to_path_buf(), |e| e.path())
+        .join(job.to_string())
+}
+
+/// Issue 35: a worker that hangs (SIGSTOP) under a running job must not let
+/// the job run beside its relaunch. The job holds the lease too: it stops
+/// itself when its hung worker stops renewing it, before the scheduler
+/// declares the worker gone and relaunches it elsewhere; the hung worker's
+/// late report, once it wakes, neither ends the job nor frees its GPU.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let journal = d.join("journal");
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
+         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\ngrace_s = 2\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &[
+            "scheduler",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &d.join("scheduler.log"),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    let mut job = toy_submission(&toy, "steady", 8.0, None);
+    job.command.extend([
+        "--checkpoint-every".to_string(),
+        "5".into(),
+        "--journal".into(),
+        journal.display().to_string(),
+    ]);
+    let id = Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    wait_until("the job runs on a", Duration::from_secs(30), || {
+        status(&addr, &sec)
+            .iter()
+            .any(|j| j.id == id && j.status == "running" && j.progress > 0.05)
+    });
+    // Somewhere to go, then a hangs for longer than the worker timeout.
+    procs.worker(&addr, d, "b", 1, &[]);
+    wait_for_workers(&addr, &sec, 2);
+    procs.signal("a", "STOP");
+    wait_until("the job runs again, on b", Duration::from_secs(20), || {
+        status(&addr, &sec).iter().any(|j| {
+            j.id == id && j.status == "running" && j.gpus.iter().any(|g| g.starts_with("b-"))
+        })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    procs.signal("a", "CONT");
+    let mut last = Vec::new();
+    wait_until("the job finished", Duration::from_secs(60), || {
+        last = status(&addr, &sec);
+        last.iter().any(|j| j.id == id && j.status == "finished")
+    });
+    let j = last.iter().find(|j| j.id == id).unwrap();
+    assert!(j.launches >= 2, "{j:?}");
+    // Never two launches at once, and no checkpoint went backwards.
+    let seen = blox_runtime::soak::journal::check(&journal).unwrap();
+    assert!(seen.launches >= 2, "{seen:?}");
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert!(seen.bad_lines.is_empty(), "{seen:?}");
+    // The job on a stopped itself at a boundary (its lease ran out),
+    // checkpointed, and the launch on b resumed from there.
+    let err = std::fs::read_to_string(keyed_dir(&d.join("a/jobs"), id).join("launch-1/stderr"))
+        .unwrap_or_default();
+    assert!(err.contains("lease revoked; checkpointed"), "{err}");
+}
+
+/// Issue 35: a job table that cannot grow (a full disk; here the
+/// scheduler's file-size limit, set from outside with `prlimit`) refuses new
+/// submissions with UNAVAILABLE and nothing else: the scheduler keeps
+/// running, its running job keeps running, and once the disk takes writes
+/// again, submissions are accepted and every job finishes.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_refuses_submissions_and_stops_nothing() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("skipped: no prlimit (util-linux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
+         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &[
+            "scheduler",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &d.join("scheduler.log"),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    let mut ctl = Ctl::connect(&addr, &sec).unwrap();
+    let long = ctl.submit(toy_submission(&toy, "long", 6.0, None)).unwrap();
+    wait_until("the long job runs", Duration::from_secs(30), || {
+        status(&addr, &sec)
+            .iter()
+            .any(|j| j.id == long && j.status == "running")
+    });
+    // The disk is full: no file of the scheduler grows any more.
+    let pid = procs.pid("scheduler").to_string();
+    let limit = |v: &str| {
+        let ok = Command::new("prlimit")
+            .args(["--pid", &pid, &format!("--fsize={v}:")])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "prlimit --fsize={v}:");
+    };
+    let size = std::fs::metadata(d.join("state.redb")).unwrap().len();
+    limit(&size.to_string());
+    // Submissions with 100 KB argvs until the table must grow.
+    let big = |i: usize| {
+        let mut j = toy_submission(&toy, &format!("big-{i}"), 0.5, None);
+        // The toy job behind a shell that ignores its last, 100 KB argument.
+        j.command = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "exec \"$0\" --duration-s 0.5 --iteration-s 0.02".into(),
+            toy.display().to_string(),
+            "x".repeat(100_000),
+        ];
+        j
+    };
+    let mut accepted = Vec::new();
+    let mut refused = None;
+    for i in 0..200 {
+        match ctl.submit(big(i)) {
+            Ok(id) => accepted.push(id),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("a full job table refused a submission");
+    assert_eq!(e.code(), Some(tonic::Code::Unavailable), "{e}");
+    assert!(e.to_string().contains("job table"), "{e}");
+    // Rounds go on: the scheduler lives, answers, and the long job runs on.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        procs.alive("scheduler"),
+        "the scheduler died of a full disk"
+    );
+    let now = status(&addr, &sec);
+    let l = now.iter().find(|j| j.id == long).unwrap();
+    assert!(matches!(l.status.as_str(), "running" | "finished"), "{l:?}");
+    // The disk has room again: submissions are accepted, every job ends.
+    limit("unlimited");
+    let mut again = None;
+    wait_until(
+        "a submission is accepted again",
+        Duration::from_secs(20),
+        || {
+            again = Ctl::connect(&addr, &sec)
+                .ok()
+                .and_then(|mut c| c.submit(toy_submission(&toy, "after", 0.5, None)).ok());
+            again.is_some()
+        },
+    );
+    accepted.push(long);
+    accepted.push(again.unwrap());
+    let mut last = Vec::new();
+    wait_until(
+        "every accepted job finished",
+        Duration::from_secs(120),
+        || {
+            last = status(&addr, &sec);
+            accepted
+                .iter()
+                .all(|id| last.iter().any(|j| j.id == *id && j.status == "finished"))
+        },
+    );
+    assert!(procs.alive("scheduler"));
+}
+
 #[test]
 fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
-    std::fs::write(d.join("token"), "e2e-token\n").unwrap();
+    blox_runtime::net::write_private(&d.join("token"), "e2e-token\n").unwrap();
     let cfg = d.join("scheduler.toml");
     std::fs::write(
         &cfg,
@@ -273,10 +512,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     let victim = victim.unwrap();
     // It has checkpointed (the toy job saves every few iterations) before
     // its worker dies.
-    let checkpoint = d
-        .join("checkpoints")
-        .join(victim.id.to_string())
-        .join("iteration");
+    let checkpoint = keyed_dir(&d.join("checkpoints"), victim.id).join("iteration");
     wait_until(
         "the job on w1 checkpointed",
         Duration::from_secs(30),
@@ -344,9 +580,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     // The killed worker's job resumed from a checkpoint, not from scratch.
     let ck: u64 = std::fs::read_to_string(
         blox_client::latest_checkpoint(
-            &d.join("checkpoints")
-                .join(victim.id.to_string())
-                .join("iteration"),
+            &keyed_dir(&d.join("checkpoints"), victim.id).join("iteration"),
         )
         .unwrap(),
     )
@@ -356,7 +590,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     .unwrap();
     assert!(ck > 0);
     let resumed = ["w0", "w2"].iter().any(|w| {
-        let jd = d.join(w).join("jobs").join(victim.id.to_string());
+        let jd = keyed_dir(&d.join(w).join("jobs"), victim.id);
         std::fs::read_dir(&jd)
             .into_iter()
             .flatten()
@@ -417,6 +651,7 @@ fn clients_and_workers_explain_what_is_wrong() {
             "worker",
             "--gpus",
             "0",
+            "--allow-root-jobs",
             "--scheduler",
             &format!("127.0.0.1:{port}"),
         ])
@@ -425,6 +660,26 @@ fn clients_and_workers_explain_what_is_wrong() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--gpus"), "{err}");
+    // As root, a worker that would run jobs as root says how not to.
+    let me = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&me.stdout).trim() == "0" {
+        let o = Command::new(BLOX)
+            .args([
+                "worker",
+                "--gpus",
+                "1",
+                "--scheduler",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--job-user") && err.contains("--allow-root-jobs"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -470,17 +725,11 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(code.success(), "{code:?}");
-    let err = std::fs::read_to_string(
-        d.join("a/jobs")
-            .join(id.to_string())
-            .join("launch-1/stderr"),
-    )
-    .unwrap();
+    let err =
+        std::fs::read_to_string(keyed_dir(&d.join("a/jobs"), id).join("launch-1/stderr")).unwrap();
     let at: u64 = std::fs::read_to_string(
-        blox_client::latest_checkpoint(
-            &d.join("checkpoints").join(id.to_string()).join("iteration"),
-        )
-        .unwrap(),
+        blox_client::latest_checkpoint(&keyed_dir(&d.join("checkpoints"), id).join("iteration"))
+            .unwrap(),
     )
     .unwrap()
     .trim()
@@ -497,12 +746,8 @@ fn a_worker_stopped_with_sigterm_lets_its_jobs_checkpoint_and_they_resume_elsewh
         last = status(&addr, &sec);
         last.iter().any(|j| j.id == id && j.status == "finished")
     });
-    let err = std::fs::read_to_string(
-        d.join("b/jobs")
-            .join(id.to_string())
-            .join("launch-2/stderr"),
-    )
-    .unwrap();
+    let err =
+        std::fs::read_to_string(keyed_dir(&d.join("b/jobs"), id).join("launch-2/stderr")).unwrap();
     assert!(err.contains(&format!("resumed at iteration {at}")), "{err}");
 }
 

@@ -329,6 +329,9 @@ impl LaunchMechanism for LocalBackend {
             first_rank: 0,
             world_size: None,
             generation: u64::from(n),
+            // The local backend runs jobs as whoever runs it (one user, no
+            // cluster credential to guard).
+            job_user: None,
         };
         match Running::spawn(&spec) {
             Ok(run) => {

@@ -106,10 +106,18 @@ pub struct ClusterBackend {
     pub(super) stop: Arc<AtomicBool>,
     pub(super) round_started: Option<Instant>,
     pub(super) stats: Arc<Mutex<RoundStats>>,
-    /// Generations of this scheduler's launches start here: the Unix
-    /// milliseconds of its start × 10⁶, so they outrank every launch of an
-    /// earlier run of the scheduler on the same job table.
+    /// Generations of this scheduler's launches start here: a counter
+    /// persisted in the job table, one [`GENERATIONS_PER_RUN`] above the
+    /// last run's, so they outrank every launch of an earlier run of the
+    /// scheduler on the same table, whatever the clock does.
     pub(super) generation_base: u64,
+    /// The job table's identity as a directory name: launch directories
+    /// and checkpoints live under it, so a new table never meets an old
+    /// one's files (`None`: a table older than identities).
+    pub(super) cluster_key: Option<String>,
+    /// Jobs whose records a failed job-table write left unwritten: written
+    /// with the next round's.
+    pub(super) unwritten: Vec<u64>,
     /// Jobs restored from the job table: launched before, perhaps more often
     /// than the table recorded (a launch after its last write), so their
     /// every launch resumes from the newest checkpoint.
@@ -122,10 +130,7 @@ pub struct ClusterBackend {
 
 /// The most launches of one job that get distinct generations in one run
 /// of the scheduler (later ones share the last).
-const GENERATIONS_PER_RUN: u64 = 1_000_000;
-
-/// How long `Status` lists a worker after it was declared gone.
-const DEAD_WORKERS_SHOWN_FOR: Duration = Duration::from_secs(3600);
+pub(super) const GENERATIONS_PER_RUN: u64 = 1_000_000;
 
 /// How long an RPC to a worker may take beyond what it waits for itself.
 const RPC_SLACK: Duration = Duration::from_secs(5);
@@ -134,7 +139,9 @@ const RPC_SLACK: Duration = Duration::from_secs(5);
 /// may carry).
 const MAX_JOB_METRIC_KEYS: usize = 256;
 
-/// The first generation of a scheduler started at `unix_s`.
+/// The first generation of a scheduler started at `unix_s` under the old,
+/// clock-based scheme (a table older than persisted generations starts
+/// counting from here).
 pub(super) fn generation_base(unix_s: f64) -> u64 {
     (unix_s.max(0.0) * 1000.0) as u64 * GENERATIONS_PER_RUN
 }
@@ -332,10 +339,15 @@ impl ClusterManager for ClusterBackend {
                     tracing::info!(worker = %id, node = %node, "worker joined the cluster");
                 }
             }
+            let forget_after = self.cfg.forget_workers_after_s;
             h.workers.retain(|_, w| {
                 w.dead_since
-                    .is_none_or(|t| t.elapsed() < DEAD_WORKERS_SHOWN_FOR)
+                    .is_none_or(|t| t.elapsed().as_secs_f64() < forget_after)
             });
+            // A gone worker's credential is worth nothing from then on.
+            let workers = &h.workers;
+            h.credentials
+                .retain(|_, id| workers.get(id).is_some_and(|w| w.alive));
             h.cluster_gpus = h
                 .workers
                 .values()
@@ -391,6 +403,14 @@ impl JobSource for ClusterBackend {
             }
         }
         h.submissions = keep;
+        // They wait in the loop now: counted against the bounds on
+        // submissions until the round's end counts them afresh.
+        h.waiting_total += out.len();
+        for s in &out {
+            *h.waiting_by_user
+                .entry(s.user.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
         Ok(out)
     }
 
@@ -452,9 +472,14 @@ impl MetricCollector for ClusterBackend {
             let at_s = self.at_s(at);
             let current = self.running.get(&id).is_some_and(|x| x.launch == l.launch);
             if !current {
-                // A launch that was already revoked; only a finish matters.
-                if r.finished {
+                // A launch that was already revoked: only its finish
+                // matters, and only while no other launch of the job runs
+                // (that one ends the job itself; a stale report must not
+                // end it under it or free its GPUs).
+                if r.finished && !self.running.contains_key(&id) {
                     self.ended.push(Ended::finished(id, at_s));
+                } else {
+                    tracing::info!(job = %id, launch = l.launch, finished = r.finished, "exit report of a launch that is not the job's current one: ignored");
                 }
                 continue;
             }

@@ -31,6 +31,16 @@ pub struct RuntimeConfig {
     /// A worker silent this long is declared dead and its jobs requeued.
     #[serde(default = "default_timeout")]
     pub worker_timeout_s: f64,
+    /// Fencing: a job whose lease its worker has not renewed for this long
+    /// (counted from the last heartbeat the scheduler acknowledged) stops
+    /// itself, and its worker revokes it; unset: half of
+    /// `worker_timeout_s`.
+    pub lease_s: Option<f64>,
+    /// … and after this much more it is killed (its watchdog, or its
+    /// worker); unset: 0.3 × `worker_timeout_s`. `lease_s` +
+    /// `fence_grace_s` must be under `worker_timeout_s`: the scheduler
+    /// relaunches a job elsewhere only once its old launch has stopped.
+    pub fence_grace_s: Option<f64>,
     /// Ended jobs are forgotten (job table, `Status`, idempotency keys) this
     /// long after they ended, or sooner when more than `retention_jobs`
     /// have ended: memory and the table stay bounded on a scheduler that
@@ -39,12 +49,28 @@ pub struct RuntimeConfig {
     pub retention_s: f64,
     #[serde(default = "default_retention_jobs")]
     pub retention_jobs: usize,
+    /// Jobs accepted and not running (submitted or queued) the scheduler
+    /// holds at most, in all and per `user`: a submission beyond either is
+    /// RESOURCE_EXHAUSTED, naming the limit (memory and rounds stay
+    /// bounded whatever clients send).
+    #[serde(default = "default_max_waiting")]
+    pub max_waiting_jobs: usize,
+    #[serde(default = "default_max_waiting_per_user")]
+    pub max_waiting_per_user: usize,
+    /// A worker declared gone is listed by `Status` this long, then
+    /// forgotten (each restart of a worker registers a new one).
+    #[serde(default = "default_forget_workers")]
+    pub forget_workers_after_s: f64,
     /// One process per GPU instead of one per node.
     #[serde(default)]
     pub process_per_gpu: bool,
     /// The users' token (first line of the file): `Submit`, `Status`,
     /// `Cancel`. Unset: no authentication.
     pub token_file: Option<PathBuf>,
+    /// Per-user tokens instead of `token_file`: one line per user, `USER
+    /// ROLE sha256:HEX` (roles `user`, `admin`, `reader`; see
+    /// [`crate::auth`]). A submission's `user` is then its token's.
+    pub tokens_file: Option<PathBuf>,
     /// The workers' token: `Register`, `Heartbeat`, `ReportExit`,
     /// `PushMetrics`, and the scheduler's calls to workers. Unset: workers
     /// use `token_file`'s token (anyone holding it can register a worker
@@ -109,6 +135,15 @@ fn default_events_keep() -> u32 {
 fn default_retention() -> f64 {
     7.0 * 86_400.0
 }
+fn default_forget_workers() -> f64 {
+    3600.0
+}
+fn default_max_waiting() -> usize {
+    100_000
+}
+fn default_max_waiting_per_user() -> usize {
+    10_000
+}
 fn default_retention_jobs() -> usize {
     100_000
 }
@@ -132,6 +167,7 @@ impl RuntimeConfig {
             ("grace_s", r.grace_s),
             ("heartbeat_s", r.heartbeat_s),
             ("worker_timeout_s", r.worker_timeout_s),
+            ("forget_workers_after_s", r.forget_workers_after_s),
         ] {
             // Bounded, so every duration made of them is representable.
             if !(v > 0.0 && v <= 86_400.0) {
@@ -147,6 +183,14 @@ impl RuntimeConfig {
                 "`retention_s` must be a positive number of seconds, at most ten years",
             ));
         }
+        for (key, v) in [
+            ("max_waiting_jobs", r.max_waiting_jobs),
+            ("max_waiting_per_user", r.max_waiting_per_user),
+        ] {
+            if v == 0 {
+                return Err(s.error_at(key, format!("`{key}` must be at least 1")));
+            }
+        }
         if r.retention_jobs == 0 {
             return Err(s.error_at("retention_jobs", "`retention_jobs` must be at least 1"));
         }
@@ -154,6 +198,29 @@ impl RuntimeConfig {
             return Err(s.error_at(
                 "worker_timeout_s",
                 "`worker_timeout_s` must be longer than `heartbeat_s`",
+            ));
+        }
+        let (lease, grace) = r.lease();
+        for (key, v) in [("lease_s", lease), ("fence_grace_s", grace)] {
+            if !(v > 0.0 && v <= 86_400.0) {
+                return Err(s.error_at(
+                    key,
+                    format!("`{key}` must be a positive number of seconds, at most 86400"),
+                ));
+            }
+        }
+        if lease + grace >= r.worker_timeout_s {
+            let key = if r.fence_grace_s.is_some() && r.lease_s.is_none() {
+                "fence_grace_s"
+            } else {
+                "lease_s"
+            };
+            return Err(s.error_at(
+                key,
+                format!(
+                    "`lease_s` + `fence_grace_s` ({lease} + {grace} s) must be under `worker_timeout_s` ({} s): otherwise a job cut off with its worker may still run when the scheduler relaunches it elsewhere",
+                    r.worker_timeout_s
+                ),
             ));
         }
         if !(r.events_max_mb > 0.0 && r.events_max_mb <= 1_048_576.0) {
@@ -177,8 +244,21 @@ impl RuntimeConfig {
             ),
             None => None,
         };
+        if r.tokens_file.is_some() && r.worker_token_file.is_none() {
+            return Err(s.error_at(
+                "tokens_file",
+                "`tokens_file` needs `worker_token_file` too: workers authenticate with a token of their own",
+            ));
+        }
+        if r.token_file.is_some() && r.tokens_file.is_some() {
+            return Err(s.error_at(
+                "tokens_file",
+                "`tokens_file` (a token per user) replaces `token_file` (one shared users' token): set one of them",
+            ));
+        }
         for p in [
             &mut r.token_file,
+            &mut r.tokens_file,
             &mut r.worker_token_file,
             &mut r.tls_cert,
             &mut r.tls_key,
@@ -190,6 +270,15 @@ impl RuntimeConfig {
             *p = s.resolve_path(p);
         }
         Ok(r)
+    }
+
+    /// The lease a worker holds and the grace its jobs get when it runs
+    /// out, in seconds (`lease_s`, `fence_grace_s`, or their defaults).
+    pub fn lease(&self) -> (f64, f64) {
+        (
+            self.lease_s.unwrap_or(self.worker_timeout_s * 0.5),
+            self.fence_grace_s.unwrap_or(self.worker_timeout_s * 0.3),
+        )
     }
 
     /// Where the event log goes: `events`, or `events.jsonl` beside `state`.
@@ -215,6 +304,33 @@ impl RuntimeConfig {
                 domain: None,
             });
         Ok(Security { token, tls })
+    }
+
+    /// Who may call the user API and read the HTTP endpoints: tenants of
+    /// `tokens_file`, holders of `token_file`'s token, or anyone.
+    pub fn access(&self) -> Result<crate::auth::Access, NetError> {
+        use crate::auth::{Access, Tenants};
+        if let Some(p) = &self.tokens_file {
+            let tenants = Tenants::load(p)?;
+            if let Some(w) = &self.worker_token_file {
+                let t = Security::token_from_file(w)?;
+                if let Some(who) = tenants.who(&t) {
+                    return Err(NetError::File {
+                        path: w.display().to_string(),
+                        message: format!(
+                            "the workers' token is also user `{}`'s in {}: give workers a token of their own",
+                            who.user.as_deref().unwrap_or(""),
+                            p.display()
+                        ),
+                    });
+                }
+            }
+            return Ok(Access::Tenants(std::sync::Arc::new(tenants)));
+        }
+        Ok(match self.security()?.token {
+            Some(t) => Access::Shared(t),
+            None => Access::Open,
+        })
     }
 
     /// What workers present and the scheduler presents to them: the

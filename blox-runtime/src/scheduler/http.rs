@@ -62,17 +62,15 @@ impl Request {
             .map(|(_, v)| v.into_owned())
     }
 
-    /// True when no token is needed or the request carries it
-    /// (`Authorization: Bearer <token>`).
-    pub fn authorized(&self, token: Option<&str>) -> bool {
-        let Some(want) = token else {
-            return true;
-        };
-        let got = self
-            .header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        got.is_some_and(|t| crate::net::constant_time_eq(t.as_bytes(), want.as_bytes()))
+    /// The token of its `Authorization: Bearer <token>` header, if any.
+    pub fn bearer(&self) -> Option<&str> {
+        crate::auth::bearer(self.header("authorization"))
+    }
+
+    /// True when `access` lets it read the HTTP endpoints (no credential
+    /// needed, the shared users' token, or a reader's or admin's).
+    pub fn authorized(&self, access: &crate::auth::Access) -> bool {
+        access.may_read_http(self.bearer())
     }
 }
 
@@ -198,8 +196,10 @@ mod tests {
         assert_eq!(r.param("x").as_deref(), Some(""));
         assert_eq!(r.param("y"), None);
         assert_eq!(r.header("Authorization"), Some("Bearer s3cret"));
-        assert!(r.authorized(Some("s3cret")) && r.authorized(None));
-        assert!(!r.authorized(Some("other")));
-        assert!(!Request::get("/", &[]).authorized(Some("t")));
+        use crate::auth::Access;
+        let shared = |t: &str| Access::Shared(std::sync::Arc::from(t));
+        assert!(r.authorized(&shared("s3cret")) && r.authorized(&Access::Open));
+        assert!(!r.authorized(&shared("other")));
+        assert!(!Request::get("/", &[]).authorized(&shared("t")));
     }
 }

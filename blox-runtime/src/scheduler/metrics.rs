@@ -26,6 +26,8 @@ pub struct Metrics {
     pub submissions: IntCounter,
     pub launches: IntCounter,
     pub launch_failures: IntCounter,
+    /// Exit reports of launches their sender does not hold (ignored).
+    pub stale_reports: IntCounter,
     pub preemptions: IntCounter,
     /// Exits of current launches by outcome: finished, crashed, fenced.
     pub exits: IntCounterVec,
@@ -37,6 +39,8 @@ pub struct Metrics {
     /// A round's parts (`RoundTimings::parts`), by `part`.
     pub round_part_seconds: HistogramVec,
     pub table_write_seconds: Histogram,
+    /// Job-table writes of the round loop that failed (a full disk).
+    pub table_write_failures: IntCounter,
     /// |actual − first predicted| start and finish, by `what`.
     pub prediction_error: HistogramVec,
     /// Wall time of one forecast (off the round thread).
@@ -150,6 +154,11 @@ impl Metrics {
                 "blox_launch_failures_total",
                 "Launches a worker refused or could not start",
             ),
+            stale_reports: counter(
+                &r,
+                "blox_stale_exit_reports_total",
+                "Exit reports of launches their worker does not hold (revoked, replaced or another worker's): ignored",
+            ),
             preemptions: counter(&r, "blox_preemptions_total", "Launches revoked by a policy's decision"),
             exits,
             adopted: counter(
@@ -171,6 +180,11 @@ impl Metrics {
                 seconds.clone(),
             ),
             round_part_seconds,
+            table_write_failures: counter(
+                &r,
+                "blox_table_write_failures_total",
+                "Job-table writes of the round loop that failed (retried every round; running jobs go on)",
+            ),
             table_write_seconds: histogram(
                 &r,
                 "blox_job_table_write_seconds",
@@ -314,20 +328,20 @@ fn state_label(p: JobPhase) -> &'static str {
 /// makes the body. With `token`, a request needs `Authorization: Bearer
 /// <token>` (401 otherwise).
 pub(super) fn handler(
-    token: Option<Arc<str>>,
+    access: crate::auth::Access,
     render: Arc<dyn Fn() -> String + Send + Sync>,
 ) -> super::http::Handler {
-    Arc::new(move |req| answer(req, token.as_deref(), &*render))
+    Arc::new(move |req| answer(req, &access, &*render))
 }
 
-fn answer(req: &Request, token: Option<&str>, render: &dyn Fn() -> String) -> Response {
+fn answer(req: &Request, access: &crate::auth::Access, render: &dyn Fn() -> String) -> Response {
     if req.method != "GET" {
         return Response::text(405, "only GET /metrics\n");
     }
     if req.path != "/metrics" {
         return Response::text(404, "metrics are at /metrics\n");
     }
-    if !req.authorized(token) {
+    if !req.authorized(access) {
         return Response::unauthorized();
     }
     Response {
@@ -344,10 +358,19 @@ mod tests {
     #[test]
     fn requests_are_answered_by_path_method_and_token() {
         let render = || "blox_rounds_total 3\n".to_string();
-        let code = |r: &Request, token: Option<&str>| answer(r, token, &render).code;
+        let code = |r: &Request, token: Option<&str>| {
+            let access = match token {
+                Some(t) => crate::auth::Access::Shared(Arc::from(t)),
+                None => crate::auth::Access::Open,
+            };
+            answer(r, &access, &render).code
+        };
         let get = Request::get("/metrics", &[("host", "x")]);
         assert_eq!(code(&get, None), 200);
-        assert_eq!(answer(&get, None, &render).body, b"blox_rounds_total 3\n");
+        assert_eq!(
+            answer(&get, &crate::auth::Access::Open, &render).body,
+            b"blox_rounds_total 3\n"
+        );
         assert_eq!(code(&get, Some("s3cret")), 401);
         let with = Request::get("/metrics", &[("authorization", "Bearer s3cret")]);
         assert_eq!(code(&with, Some("s3cret")), 200);

@@ -66,6 +66,12 @@ pub enum SchedulerError {
     Runtime(String),
 }
 
+/// An idempotency key as the scheduler files it: each user's keys are their
+/// own.
+fn key_of(user: Option<&str>, key: &str) -> String {
+    format!("{}\u{1f}{key}", user.unwrap_or(""))
+}
+
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -87,6 +93,8 @@ struct WorkerEntry {
     dead_since: Option<Instant>,
     /// The node it is in the loop's cluster, once joined.
     node: Option<NodeId>,
+    /// Calls it as the scheduler it registered with (its credential on
+    /// every call).
     client: WorkerClient,
     /// Launches it still ran when it registered (after this scheduler
     /// restarted), while they wait to be adopted or revoked; it joins the
@@ -100,6 +108,17 @@ struct WorkerEntry {
 struct Hub {
     epoch: String,
     workers: BTreeMap<String, WorkerEntry>,
+    /// Jobs accepted and not running as of the last round, in all and by
+    /// user (`max_waiting_jobs`, `max_waiting_per_user`; submissions since
+    /// are counted from `submissions`).
+    waiting_total: usize,
+    waiting_by_user: HashMap<String, usize>,
+    /// Why the job table took no write lately (cleared by the next write
+    /// that succeeds); `None` while it takes them.
+    table_error: Option<String>,
+    /// Each registered worker's own credential (`RegisterReply.
+    /// worker_secret`) → its id: a worker is who its credential says.
+    credentials: HashMap<String, String>,
     next_worker: u64,
     /// Accepted submissions not yet handed to the loop.
     submissions: VecDeque<JobSpec>,
@@ -286,7 +305,17 @@ pub fn start_with(
     } = extras;
     let security = cfg.security()?;
     let worker_security = cfg.worker_security()?;
-    if security.token.is_some() && cfg.worker_token_file.is_none() {
+    // Who may call the user API and read the HTTP endpoints.
+    let access = cfg.access()?;
+    // A file over the size limit (`ulimit -f`) is an error the scheduler
+    // handles (the job table refuses the write, the loop goes on), not a
+    // signal that kills it.
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to "ignore" touches no memory.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    if access.needs_token() && cfg.worker_token_file.is_none() {
         tracing::warn!("[runtime] worker_token_file is unset: workers use the users' token, so any user can register a worker and be handed jobs");
     }
     let startup = cfg.startup;
@@ -308,6 +337,16 @@ pub fn start_with(
     let store = Arc::new(Store::open(&cfg.state)?);
     let mut events = events::EventSink::open(&cfg)?;
     let (records, next_job_id) = store.load()?;
+    // Generations count per run of the table, never by the clock.
+    let identity = store.begin_run(
+        backend::GENERATIONS_PER_RUN,
+        backend::generation_base(unix_now()),
+    )?;
+    tracing::info!(
+        cluster = identity.dir_key().as_deref().unwrap_or("legacy layout"),
+        generation_base = identity.generation_base,
+        "job table identity"
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("blox-scheduler-rpc")
@@ -334,6 +373,10 @@ pub fn start_with(
     let mut hub = Hub {
         epoch: format!("{:x}", (unix_now() * 1000.0) as u64 % 0xffff_ffff),
         workers: BTreeMap::new(),
+        credentials: HashMap::new(),
+        table_error: None,
+        waiting_total: 0,
+        waiting_by_user: HashMap::new(),
         next_worker: 0,
         submissions: VecDeque::new(),
         exits: Vec::new(),
@@ -386,7 +429,7 @@ pub fn start_with(
             let (m, h) = (metrics.clone(), hub.clone());
             let render: Arc<dyn Fn() -> String + Send + Sync> =
                 Arc::new(move || m.render(&lock(&h)));
-            let handler = metrics::handler(security.token.clone(), render);
+            let handler = metrics::handler(access.clone(), render);
             let bound = http::listen(&rt, addr, "metrics_listen", handler)?;
             tracing::info!(address = %bound, "Prometheus metrics at /metrics");
             Some(bound)
@@ -396,16 +439,16 @@ pub fn start_with(
     let dashboard_address = match &cfg.dashboard_listen {
         None => None,
         Some(addr) => {
-            let handler = dashboard::handler(
-                hub.clone(),
-                view.clone(),
-                stats.clone(),
-                security.token.clone(),
-            );
+            let handler =
+                dashboard::handler(hub.clone(), view.clone(), stats.clone(), access.clone());
             let bound = http::listen(&rt, addr, "dashboard_listen", handler)?;
             tracing::info!(address = %bound, "dashboard at http://{bound}/");
             Some(bound)
         }
+    };
+    let gate = crate::auth::SchedulerGate {
+        access: access.clone(),
+        workers: worker_security.check(),
     };
     let svc = Service {
         stats: stats.clone(),
@@ -414,14 +457,15 @@ pub fn start_with(
         start,
         cfg: cfg.clone(),
         probe,
-        users: security.check(),
         workers: worker_security.check(),
         security: worker_security,
         metrics: metrics.clone(),
     };
     let mut server = security.server()?;
-    // Each call checks the credential of its role (users or workers).
-    let router = server.add_service(SchedulerServer::new(svc));
+    // A call without any of the cluster's tokens is refused before its body
+    // is decoded; each handler then checks the credential of its role
+    // (users, or a registered worker's own).
+    let router = server.add_service(SchedulerServer::with_interceptor(svc, gate));
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     rt.spawn(async move {
@@ -454,7 +498,9 @@ pub fn start_with(
         stop: stop.clone(),
         round_started: None,
         stats: stats.clone(),
-        generation_base: backend::generation_base(unix_now()),
+        generation_base: identity.generation_base,
+        cluster_key: identity.dir_key(),
+        unwritten: Vec::new(),
         restored,
         hold_over: false,
         metrics: metrics.clone(),

@@ -5,6 +5,7 @@
 
 use super::table::{info_of, CANCELLED};
 use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
+use crate::auth::{principal, Role};
 use crate::net::{CheckToken, Security};
 use crate::proto::scheduler_server::Scheduler;
 use crate::proto::*;
@@ -72,23 +73,23 @@ pub(super) struct Service {
     pub(super) probe: Option<(String, String)>,
     /// How the scheduler reaches workers (the workers' token).
     pub(super) security: Security,
-    /// The users' credential (`Submit`, `Status`, `Cancel`) and the
-    /// workers' (`Register`, `Heartbeat`, `ReportExit`, `PushMetrics`).
-    pub(super) users: CheckToken,
+    /// The workers' token (`Register`, `Heartbeat`, `ReportExit`,
+    /// `PushMetrics`); users are told apart by the gate
+    /// ([`crate::auth::SchedulerGate`]) before a handler runs.
     pub(super) workers: CheckToken,
     /// The round loop's timings (for `Status`).
     pub(super) stats: Arc<std::sync::Mutex<super::RoundStats>>,
     pub(super) metrics: Arc<super::metrics::Metrics>,
 }
 
-/// A worker's lease, and the grace its jobs get when it runs out, as
-/// fractions of `worker_timeout_s`: together they end before the scheduler
-/// declares the worker gone.
-const LEASE_FRACTION: f64 = 0.5;
-const FENCE_GRACE_FRACTION: f64 = 0.3;
-
-const USER: &str = "the users' token";
 const WORKER: &str = "the workers' token";
+
+/// A write the job table refused (a full disk): nothing was accepted.
+fn table_unavailable(e: crate::store::StoreError) -> Status {
+    Status::unavailable(format!(
+        "{e}: the job table cannot be written, so nothing was accepted; running jobs go on; retry later"
+    ))
+}
 
 fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Status> {
     match h.workers.get_mut(id) {
@@ -99,14 +100,65 @@ fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Sta
     }
 }
 
+/// The worker a call comes from: the one its credential
+/// (`x-blox-worker-credential`) was issued to, never the request's
+/// `worker_id` field, which must name the same worker or be empty. A
+/// credential this scheduler does not know (it restarted, or declared the
+/// worker gone) is NOT_FOUND: the worker registers again.
+fn caller(h: &Hub, md: &tonic::metadata::MetadataMap, claimed: &str) -> Result<String, Status> {
+    let Some(c) = crate::net::credential_of(md) else {
+        return Err(Status::unauthenticated(format!(
+            "this call needs the worker's own credential (`{}`, from RegisterReply.worker_secret)",
+            crate::net::WORKER_CREDENTIAL
+        )));
+    };
+    let Some(id) = h.credentials.get(c) else {
+        return Err(Status::not_found(
+            "this worker credential is not registered with this scheduler; register again",
+        ));
+    };
+    if !claimed.is_empty() && claimed != id {
+        tracing::warn!(credential_of = %id, claimed = %claimed, "a worker reported under another worker's id: refused");
+        return Err(Status::permission_denied(format!(
+            "worker_id: the credential is worker `{id}`'s, not `{claimed}`'s"
+        )));
+    }
+    Ok(id.clone())
+}
+
 #[tonic::async_trait]
 impl Scheduler for Service {
     async fn submit(&self, req: Request<SubmitRequest>) -> Result<Response<SubmitReply>, Status> {
-        self.users.verify(req.metadata(), USER)?;
+        let who = principal(&req)?;
         let r = req.into_inner();
         validate::submit(&r)?;
-        let j = r.job.expect("checked by validate::submit");
-        let key = (!j.idempotency_key.is_empty()).then(|| j.idempotency_key.clone());
+        let mut j = r.job.expect("checked by validate::submit");
+        // A tenant submits as themselves (an admin as anyone); a reader
+        // submits nothing.
+        match (&who.user, who.role) {
+            (_, Role::Reader) => {
+                return Err(Status::permission_denied(
+                    "a reader's token reads /metrics and the dashboard; it submits no job",
+                ))
+            }
+            (Some(me), Role::User) => match j.user.as_deref() {
+                Some(u) if !u.is_empty() && u != me => {
+                    return Err(Status::permission_denied(format!(
+                        "user: this token is `{me}`'s; it submits as `{me}` only (leave `user` unset)"
+                    )))
+                }
+                _ => j.user = Some(me.clone()),
+            },
+            (Some(me), Role::Admin) => {
+                if j.user.as_deref().is_none_or(str::is_empty) {
+                    j.user = Some(me.clone());
+                }
+            }
+            (None, _) => {}
+        }
+        // Keys are each user's own: another user's key is another key.
+        let key = (!j.idempotency_key.is_empty())
+            .then(|| super::key_of(j.user.as_deref(), &j.idempotency_key));
         let id = {
             let mut h = lock(&self.hub);
             if let Some(k) = &key {
@@ -137,6 +189,27 @@ impl Scheduler for Service {
                 .map(|w| w.gpus.len() as u32)
                 .sum();
             check_submission(&j, gpus, alive)?;
+            // Bounded: what waits, in all and per user (as of the last
+            // round, plus what arrived since).
+            let total = h.waiting_total + h.submissions.len();
+            if total >= self.cfg.max_waiting_jobs {
+                return Err(Status::resource_exhausted(format!(
+                    "{total} jobs wait already, the most this scheduler holds ([runtime] max_waiting_jobs = {}); retry once some have started",
+                    self.cfg.max_waiting_jobs
+                )));
+            }
+            let user = j.user.as_deref().unwrap_or("");
+            let mine = h.waiting_by_user.get(user).copied().unwrap_or(0)
+                + h.submissions
+                    .iter()
+                    .filter(|s| s.user.as_deref().unwrap_or("") == user)
+                    .count();
+            if mine >= self.cfg.max_waiting_per_user {
+                return Err(Status::resource_exhausted(format!(
+                    "user `{user}` has {mine} jobs waiting already, the most one user may ([runtime] max_waiting_per_user = {}); retry once some have started",
+                    self.cfg.max_waiting_per_user
+                )));
+            }
             h.next_job_id += 1;
             let id = h.next_job_id - 1;
             if let Some(k) = &key {
@@ -168,7 +241,7 @@ impl Scheduler for Service {
             tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))
-                .and_then(|r| r.map_err(|e| Status::unavailable(e.to_string())));
+                .and_then(|r| r.map_err(table_unavailable));
         let mut h = lock(&self.hub);
         let rec = match written {
             Ok(rec) => rec,
@@ -188,7 +261,12 @@ impl Scheduler for Service {
     }
 
     async fn status(&self, req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
-        self.users.verify(req.metadata(), USER)?;
+        let who = principal(&req)?;
+        if who.role == Role::Reader {
+            return Err(Status::permission_denied(
+                "a reader's token reads /metrics and the dashboard, not Status",
+            ));
+        }
         let r = req.into_inner();
         validate::status(&r)?;
         // Computed by the round thread, not here: Status is called often.
@@ -197,14 +275,14 @@ impl Scheduler for Service {
             (s.round_p50_s, s.round_p99_s)
         };
         let h = lock(&self.hub);
-        let mut reply = super::status::reply(&h, &r)?;
+        let mut reply = super::status::reply_for(&h, &r, &who)?;
         reply.round_p50_s = p50;
         reply.round_p99_s = p99;
         Ok(Response::new(reply))
     }
 
     async fn cancel(&self, req: Request<CancelRequest>) -> Result<Response<CancelReply>, Status> {
-        self.users.verify(req.metadata(), USER)?;
+        let who = principal(&req)?;
         let r = req.into_inner();
         validate::cancel(&r)?;
         let id = r.job_id;
@@ -212,7 +290,12 @@ impl Scheduler for Service {
         // loop or take a job the loop has not seen out of the queue.
         let taken = {
             let mut h = lock(&self.hub);
-            let Some(rec) = h.jobs.get(&id) else {
+            // Another tenant's job is not known to this one.
+            let Some(rec) = h
+                .jobs
+                .get(&id)
+                .filter(|r| who.may_touch(r.job.as_ref().and_then(|j| j.user.as_deref())))
+            else {
                 return Err(Status::not_found(format!("job {id} is not known")));
             };
             let info = info_of(rec);
@@ -260,7 +343,7 @@ impl Scheduler for Service {
                 tokio::task::spawn_blocking(move || store.write(&[&rec], None).map(|_| rec))
                     .await
                     .map_err(|e| Status::internal(e.to_string()))
-                    .and_then(|r| r.map_err(|e| Status::unavailable(e.to_string())));
+                    .and_then(|r| r.map_err(table_unavailable));
             let mut h = lock(&self.hub);
             match written {
                 Ok(rec) => {
@@ -285,9 +368,11 @@ impl Scheduler for Service {
         self.workers.verify(req.metadata(), WORKER)?;
         let r = req.into_inner();
         validate::register(&r)?;
+        let secret = crate::net::random_secret()
+            .map_err(|e| Status::internal(format!("cannot make a worker credential: {e}")))?;
         let client = self
             .security
-            .worker_client(&r.address)
+            .worker_client_as_scheduler(&r.address, &secret)
             .map_err(|e| Status::invalid_argument(format!("address: {e}")))?;
         let mut h = lock(&self.hub);
         // Its place in the topology, checked before it is known.
@@ -332,6 +417,7 @@ impl Scheduler for Service {
                     .push((id.clone(), l.launch));
             }
         }
+        h.credentials.insert(secret.clone(), id.clone());
         h.workers.insert(
             id.clone(),
             WorkerEntry {
@@ -354,9 +440,11 @@ impl Scheduler for Service {
         Ok(Response::new(RegisterReply {
             worker_id: id,
             heartbeat_s: self.cfg.heartbeat_s,
-            lease_s: self.cfg.worker_timeout_s * LEASE_FRACTION,
-            fence_grace_s: self.cfg.worker_timeout_s * FENCE_GRACE_FRACTION,
+            // Together under worker_timeout_s (checked at load).
+            lease_s: self.cfg.lease().0,
+            fence_grace_s: self.cfg.lease().1,
             checkpoint_probe_path: self.probe.as_ref().map_or(String::new(), |p| p.0.clone()),
+            worker_secret: secret,
         }))
     }
 
@@ -365,9 +453,11 @@ impl Scheduler for Service {
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
-        let r = req.into_inner();
+        let md = req.metadata().clone();
+        let mut r = req.into_inner();
         validate::heartbeat(&r)?;
         let mut h = lock(&self.hub);
+        r.worker_id = caller(&h, &md, &r.worker_id)?;
         let w = worker_known(&mut h, &r.worker_id)?;
         w.last_seen = Instant::now();
         if !w.verified {
@@ -403,10 +493,26 @@ impl Scheduler for Service {
 
     async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
-        let r = req.into_inner();
+        let md = req.metadata().clone();
+        let mut r = req.into_inner();
         validate::report_exit(&r)?;
         let mut h = lock(&self.hub);
+        r.worker_id = caller(&h, &md, &r.worker_id)?;
         worker_known(&mut h, &r.worker_id)?.last_seen = Instant::now();
+        // Only the worker that holds a launch reports its end; a report of
+        // a launch this worker does not run (another worker's, or one
+        // already revoked or replaced) is logged and ignored, so it can
+        // neither end a job nor free GPUs that another launch holds.
+        let l = r.launch.expect("checked by validate::report_exit");
+        if !h
+            .expected
+            .get(&r.worker_id)
+            .is_some_and(|e| e.contains(&(l.job_id, l.launch)))
+        {
+            tracing::info!(worker = %r.worker_id, job = l.job_id, launch = l.launch, finished = r.finished, "exit report of a launch this worker does not hold (any more): ignored");
+            self.metrics.stale_reports.inc();
+            return Ok(Response::new(Ack {}));
+        }
         // Any finite age is accepted; one older than the clock reaches back
         // is taken as "now".
         let at = Duration::try_from_secs_f64(r.exited_s_ago)
@@ -419,9 +525,11 @@ impl Scheduler for Service {
 
     async fn push_metrics(&self, req: Request<MetricBatch>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
-        let r = req.into_inner();
+        let md = req.metadata().clone();
+        let mut r = req.into_inner();
         validate::push_metrics(&r)?;
         let mut h = lock(&self.hub);
+        r.worker_id = caller(&h, &md, &r.worker_id)?;
         worker_known(&mut h, &r.worker_id)?;
         let h = &mut *h;
         let expected = h.expected.get(&r.worker_id);

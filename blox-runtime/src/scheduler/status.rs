@@ -5,6 +5,7 @@
 
 use super::table::info_of;
 use super::Hub;
+use crate::auth::Principal;
 use crate::proto::*;
 use prost::Message;
 use tonic::Status;
@@ -15,10 +16,26 @@ pub const MAX_PAGE_JOBS: usize = 1000;
 /// transport's default limit is 4 MiB).
 pub const MAX_PAGE_BYTES: usize = 2 << 20;
 
+/// The most workers in one reply, and about how many bytes of them.
+pub const MAX_PAGE_WORKERS: usize = 1000;
+pub const MAX_WORKER_BYTES: usize = 1 << 20;
+
 /// The reply to `req` (see `StatusRequest` in blox.proto): the jobs it names
 /// (an unknown id is `NOT_FOUND`), or a page of all jobs; every worker.
-pub(super) fn reply(h: &Hub, req: &StatusRequest) -> Result<StatusReply, Status> {
-    reply_matching(h, req, None)
+///
+/// As `who` sees it: a tenant of role `user` sees only their own
+/// jobs (another's named id is `NOT_FOUND`).
+pub(super) fn reply_for(
+    h: &Hub,
+    req: &StatusRequest,
+    who: &Principal,
+) -> Result<StatusReply, Status> {
+    reply_matching(h, req, None, who)
+}
+
+/// The user a job was submitted as.
+fn owner(r: &JobRecord) -> Option<&str> {
+    r.job.as_ref().and_then(|j| j.user.as_deref())
 }
 
 /// [`reply`], a page of only the jobs whose lower-cased name contains
@@ -27,9 +44,13 @@ pub(super) fn reply_matching(
     h: &Hub,
     req: &StatusRequest,
     name: Option<&str>,
+    who: &Principal,
 ) -> Result<StatusReply, Status> {
+    let mine = |r: &JobRecord| who.role.sees_all() || who.may_touch(owner(r));
     let mut next_after_id = 0;
-    let jobs = if req.job_ids.is_empty() {
+    let jobs = if req.workers_only {
+        Vec::new()
+    } else if req.job_ids.is_empty() {
         let limit = match req.limit as usize {
             0 => MAX_PAGE_JOBS,
             n => n.min(MAX_PAGE_JOBS),
@@ -39,6 +60,9 @@ pub(super) fn reply_matching(
         let from = req.after_id.saturating_add(1);
         // Through the phase index: only the jobs in the phases asked for.
         for (id, r) in h.jobs.walk_from(from, &req.phases) {
+            if !mine(r) {
+                continue;
+            }
             let info = info_of(r);
             if name.is_some_and(|n| !info.name.to_lowercase().contains(n)) {
                 continue;
@@ -61,6 +85,7 @@ pub(super) fn reply_matching(
             .map(|id| {
                 h.jobs
                     .get(id)
+                    .filter(|r| mine(r))
                     .map(|r| {
                         let mut info = info_of(r).clone();
                         info.prediction = h.forecasts.of(*id);
@@ -70,24 +95,45 @@ pub(super) fn reply_matching(
             })
             .collect::<Result<_, _>>()?
     };
-    let workers = h
-        .workers
-        .iter()
-        .map(|(id, w)| WorkerInfo {
-            id: id.clone(),
-            address: w.address.clone(),
-            gpus: w.gpus.clone(),
-            alive: w.alive && w.verified,
-            last_heartbeat_s_ago: w.last_seen.elapsed().as_secs_f64(),
-            problem: if w.alive && !w.verified {
-                "not in the cluster: it has not shown it sees the shared checkpoint storage (checkpoint_probe)".into()
-            } else if w.alive && !w.reported.is_empty() {
-                format!("not in the cluster yet: it registered again with {} running launches, which are adopted once every rank of them is reported, or revoked when the restart hold ends", w.reported.len())
-            } else {
-                String::new()
-            },
-        })
-        .collect();
+    // A page of workers, in id order, after `workers_after`.
+    let mut workers = Vec::new();
+    let mut next_workers_after = String::new();
+    if !req.no_workers {
+        let from = std::ops::Bound::Excluded(req.workers_after.clone());
+        let mut bytes = 0;
+        let range = if req.workers_after.is_empty() {
+            h.workers.range::<String, _>(..)
+        } else {
+            h.workers.range((from, std::ops::Bound::Unbounded))
+        };
+        for (id, w) in range {
+            let info = WorkerInfo {
+                id: id.clone(),
+                address: w.address.clone(),
+                gpus: w.gpus.clone(),
+                alive: w.alive && w.verified,
+                last_heartbeat_s_ago: w.last_seen.elapsed().as_secs_f64(),
+                problem: if w.alive && !w.verified {
+                    "not in the cluster: it has not shown it sees the shared checkpoint storage (checkpoint_probe)".into()
+                } else if w.alive && !w.reported.is_empty() {
+                    format!("not in the cluster yet: it registered again with {} running launches, which are adopted once every rank of them is reported, or revoked when the restart hold ends", w.reported.len())
+                } else {
+                    String::new()
+                },
+            };
+            let len = info.encoded_len();
+            if workers.len() >= MAX_PAGE_WORKERS
+                || (!workers.is_empty() && bytes + len > MAX_WORKER_BYTES)
+            {
+                next_workers_after = workers
+                    .last()
+                    .map_or(String::new(), |w: &WorkerInfo| w.id.clone());
+                break;
+            }
+            bytes += len;
+            workers.push(info);
+        }
+    }
     Ok(StatusReply {
         jobs,
         workers,
@@ -102,5 +148,7 @@ pub(super) fn reply_matching(
         round_p99_s: 0.0,
         compacted_jobs: h.compacted,
         forecast: h.forecasts.info.clone(),
+        next_workers_after,
+        total_workers: h.workers.len() as u64,
     })
 }

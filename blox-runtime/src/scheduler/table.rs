@@ -168,11 +168,35 @@ impl ClusterBackend {
             }
         }
         h.ended.extend(ended);
+        // What waits, for the bounds on submissions.
+        let mut by_user: HashMap<String, usize> = HashMap::new();
+        let mut total = 0;
+        for j in lp.jobs.active().chain(lp.waiting().iter()) {
+            if matches!(j.status, JobStatus::Submitted | JobStatus::Queued) {
+                total += 1;
+                *by_user
+                    .entry(j.spec.user.clone().unwrap_or_default())
+                    .or_default() += 1;
+            }
+        }
+        for s in &h.held {
+            total += 1;
+            *by_user
+                .entry(s.user.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        h.waiting_total = total;
+        h.waiting_by_user = by_user;
         let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
         let mut ids = urgent;
         if flush || !ids.is_empty() {
             ids.extend(dirty);
         }
+        // What a failed write left unwritten goes again, every round, until
+        // the table takes it.
+        ids.extend(std::mem::take(&mut self.unwritten));
+        ids.sort_unstable();
+        ids.dedup();
         if ids.is_empty() {
             return Ok(());
         }
@@ -183,12 +207,43 @@ impl ClusterBackend {
         // Written outside the hub's lock: an fsync must not stall heartbeats.
         drop(h);
         let timer = self.metrics.table_write_seconds.start_timer();
-        self.store.write(&recs.iter().collect::<Vec<_>>(), None)?;
+        let written = self.store.write(&recs.iter().collect::<Vec<_>>(), None);
         timer.observe_duration();
-        if flush {
-            self.last_flush = Instant::now();
+        match written {
+            Ok(()) => {
+                if flush {
+                    self.last_flush = Instant::now();
+                }
+                self.table_recovered();
+            }
+            // The loop goes on (running jobs keep running, Status answers);
+            // the records are written once the table takes them.
+            Err(e) => {
+                self.table_failed(&e);
+                self.unwritten = ids;
+            }
         }
         Ok(())
+    }
+
+    /// A job table write failed: said once (and in `Status`'s
+    /// `last_error`), counted, and retried every round.
+    fn table_failed(&mut self, e: &StoreError) {
+        self.metrics.table_write_failures.inc();
+        let mut h = lock(&self.hub);
+        if h.table_error.is_none() {
+            tracing::error!("{e}: the job table cannot be written; running jobs go on, new submissions get UNAVAILABLE, and the writes are retried every round");
+        }
+        h.table_error = Some(e.to_string());
+        h.last_error = format!("job table: {e} (retried every round)");
+    }
+
+    fn table_recovered(&mut self) {
+        let mut h = lock(&self.hub);
+        if h.table_error.take().is_some() {
+            tracing::info!("the job table takes writes again");
+            h.last_error.clear();
+        }
     }
 }
 
@@ -245,9 +300,12 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
             }
             restored += 1;
         }
-        if let Some(k) = r.job.as_ref().map(|j| &j.idempotency_key) {
-            if !k.is_empty() {
-                hub.keys.insert(k.clone(), info.id);
+        if let Some(j) = r.job.as_ref() {
+            if !j.idempotency_key.is_empty() {
+                hub.keys.insert(
+                    super::key_of(j.user.as_deref(), &j.idempotency_key),
+                    info.id,
+                );
             }
         }
         if ended {
@@ -270,28 +328,38 @@ impl ClusterBackend {
         let dropped = lp.jobs.forget_finished(FINISHED_KEPT_BY_THE_LOOP);
         self.finished_seen = self.finished_seen.saturating_sub(dropped);
         let cutoff = unix_now() - self.cfg.retention_s;
-        let ids: Vec<u64> = {
+        let popped: Vec<(u64, f64)> = {
             let mut h = lock(&self.hub);
-            let mut ids = Vec::new();
+            let mut popped = Vec::new();
             while let Some(&(id, at)) = h.ended.front() {
                 if h.ended.len() <= self.cfg.retention_jobs && at >= cutoff {
                     break;
                 }
                 h.ended.pop_front();
-                ids.push(id);
+                popped.push((id, at));
             }
-            ids
+            popped
         };
+        let ids: Vec<u64> = popped.iter().map(|p| p.0).collect();
         if ids.is_empty() {
             return Ok(());
         }
-        // Gone from disk first: a crash now loses nothing still wanted.
-        self.store.remove(&ids)?;
+        // Gone from disk first: a crash now loses nothing still wanted. A
+        // table that takes no writes keeps them all until it does.
+        if let Err(e) = self.store.remove(&ids) {
+            self.table_failed(&e);
+            let mut h = lock(&self.hub);
+            for p in popped.into_iter().rev() {
+                h.ended.push_front(p);
+            }
+            return Ok(());
+        }
         let mut h = lock(&self.hub);
         for id in &ids {
             if let Some(r) = h.jobs.remove(id) {
-                if let Some(k) = r.job.as_ref().map(|j| &j.idempotency_key) {
-                    h.keys.remove(k);
+                if let Some(j) = r.job.as_ref() {
+                    h.keys
+                        .remove(&super::key_of(j.user.as_deref(), &j.idempotency_key));
                 }
             }
             self.records.remove(&JobId(*id));

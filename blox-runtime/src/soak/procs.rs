@@ -43,6 +43,19 @@ impl Proc {
         }
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT, …) to the process, if it runs.
+    pub(super) fn signal(&self, signal: i32) {
+        if let Some(c) = &self.child {
+            #[cfg(unix)]
+            // SAFETY: kill(2) on our own child's pid; no memory is touched.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, signal);
+            }
+            #[cfg(not(unix))]
+            let _ = (c, signal);
+        }
+    }
+
     pub(super) fn restart(&mut self, exe: &Path) -> Result<(), SoakError> {
         self.kill();
         *self = Proc::spawn(exe, &self.argv, &self.log)?;

@@ -16,6 +16,9 @@ pub struct SoakConfig {
     pub worker_kills: usize,
     pub scheduler_restarts: usize,
     pub cuts: usize,
+    /// Workers stopped (SIGSTOP) for 6 s, longer than the worker timeout,
+    /// then continued (SIGCONT): a hung node under running jobs.
+    pub hangs: usize,
     pub seed: u64,
     /// Scheduling policy of the scheduler (`las` preempts, `fifo` does not).
     pub policy: String,
@@ -33,7 +36,7 @@ pub struct SoakConfig {
 
 impl SoakConfig {
     /// 10,000 jobs from 1,000 clients on 16 workers × 8 GPUs, with 10 worker
-    /// kills, 3 scheduler restarts and 2 cuts.
+    /// kills, 3 scheduler restarts, 2 cuts and 2 hangs.
     pub fn new(blox: PathBuf, toy: PathBuf, dir: PathBuf) -> Self {
         SoakConfig {
             jobs: 10_000,
@@ -43,6 +46,7 @@ impl SoakConfig {
             worker_kills: 10,
             scheduler_restarts: 3,
             cuts: 2,
+            hangs: 2,
             seed: 1,
             policy: "las".into(),
             max_time_s: None,
@@ -54,13 +58,14 @@ impl SoakConfig {
     }
 
     /// The CI run: 500 jobs from 100 clients, 2 worker kills, 1 scheduler
-    /// restart, 1 cut.
+    /// restart, 1 cut, 1 hang.
     pub fn reduced(mut self) -> Self {
         self.jobs = 500;
         self.clients = 100;
         self.worker_kills = 2;
         self.scheduler_restarts = 1;
         self.cuts = 1;
+        self.hangs = 1;
         self
     }
 }

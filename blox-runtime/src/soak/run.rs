@@ -55,6 +55,7 @@ enum Fault {
     KillWorker(usize),
     RestartScheduler,
     Cut(usize),
+    Hang(usize),
 }
 
 struct Cluster {
@@ -85,8 +86,11 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
     let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
     };
-    write("user-token", &format!("soak-user-{}\n", cfg.seed))?;
-    write("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
+    let secret = |name: &str, text: &str| {
+        crate::net::write_private(&dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
+    };
+    secret("user-token", &format!("soak-user-{}\n", cfg.seed))?;
+    secret("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
     // Every port is reserved before any process starts and released just
     // before its process binds it (see `ports`).
     let mut sched_port = reserve_port().map_err(err)?;
@@ -176,6 +180,8 @@ worker_timeout_s = 4
             &name,
             "--workdir",
             &dir.join(&name).display().to_string(),
+            // The soak's toy jobs run as whoever runs it (root in CI).
+            "--allow-root-jobs",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -380,7 +386,7 @@ worker_timeout_s = 4
 }
 
 /// The faults to inject, in a random order: worker kills, scheduler
-/// restarts and network cuts, as many as `cfg` asks for.
+/// restarts, network cuts and hung workers, as many as `cfg` asks for.
 fn plan_faults(cfg: &SoakConfig, rng: &mut Rng) -> Vec<Fault> {
     let mut faults: Vec<Fault> = Vec::new();
     for _ in 0..cfg.worker_kills {
@@ -393,6 +399,9 @@ fn plan_faults(cfg: &SoakConfig, rng: &mut Rng) -> Vec<Fault> {
     }
     for _ in 0..cfg.cuts {
         faults.push(Fault::Cut((rng.next() * cfg.workers as f64) as usize));
+    }
+    for _ in 0..cfg.hangs {
+        faults.push(Fault::Hang((rng.next() * cfg.workers as f64) as usize));
     }
     for i in (1..faults.len()).rev() {
         let j = (rng.next() * (i + 1) as f64) as usize;
@@ -572,6 +581,19 @@ async fn inject(
             up.restore();
             down.restore();
             format!("w{i} cut off for 6 s")
+        }
+        Fault::Hang(i) => {
+            // Its jobs run on meanwhile and must stop themselves when their
+            // lease runs out: the scheduler relaunches them after 4 s.
+            #[cfg(unix)]
+            {
+                cluster.lock().expect("not poisoned").workers[i].signal(libc::SIGSTOP);
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                cluster.lock().expect("not poisoned").workers[i].signal(libc::SIGCONT);
+                format!("w{i} stopped (SIGSTOP) for 6 s")
+            }
+            #[cfg(not(unix))]
+            format!("w{i}: no SIGSTOP here")
         }
     }
 }

@@ -12,7 +12,7 @@
 //! before it uses their GPUs. Meanwhile the lease still holds: a worker that
 //! cannot register again in time fences its jobs.
 
-use crate::net::{NetError, SchedulerClient, Security};
+use crate::net::{with_credential, NetError, SchedulerClient, Security};
 use crate::process::{LaunchSpec, Running};
 use crate::proto::worker_server::{Worker, WorkerServer};
 use crate::proto::*;
@@ -50,6 +50,14 @@ pub struct WorkerConfig {
     /// Where the node sits in the scheduler's topology, by level name
     /// (`--labels rack=r3,block=b1`).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The unprivileged account jobs run as (`--job-user NAME`); `None`:
+    /// the worker's own.
+    pub job_user: Option<String>,
+    /// Run jobs as root when the worker runs as root without a job user
+    /// (`--allow-root-jobs`: tests, single-user machines). Without it such
+    /// a worker refuses to start: a job running as root can read every
+    /// secret on the node.
+    pub allow_root_jobs: bool,
 }
 
 /// Errors that stop a worker from starting.
@@ -172,6 +180,9 @@ impl Launch {
 #[derive(Default)]
 struct State {
     worker_id: Option<String>,
+    /// Its credential from the scheduler (with `worker_id`): sent on every
+    /// report, and required of every call the scheduler makes here.
+    secret: Option<String>,
     launches: HashMap<u64, Launch>,
     /// Exits and metrics not yet delivered to the scheduler (metrics
     /// bounded: the oldest are dropped and counted).
@@ -181,6 +192,27 @@ struct State {
     /// Fencing: until when this worker may run jobs without hearing from
     /// the scheduler (`None`: not registered, or no lease).
     lease_until: Option<Instant>,
+    /// The grace a fenced job gets (from the scheduler, with the lease).
+    fence_grace: Duration,
+}
+
+/// Writes a launch's lease file: `until` and `grace` in seconds of the
+/// node's monotonic clock, replaced atomically (a job never reads half).
+fn write_lease(control: &std::path::Path, until: Instant, grace: Duration) {
+    let Some(now) = blox_client::monotonic_s() else {
+        return;
+    };
+    let left = until
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
+    let tmp = control.join(".lease.tmp");
+    let text = format!("{:.3} {:.3}\n", now + left, grace.as_secs_f64());
+    if std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, control.join(blox_client::LEASE_FILE)))
+        .is_err()
+    {
+        tracing::debug!(dir = %control.display(), "cannot write the lease file");
+    }
 }
 
 /// The most metric samples a worker holds for the scheduler (when it cannot
@@ -196,6 +228,19 @@ impl State {
                 tracing::warn!("the scheduler is not taking metrics: the oldest are dropped (at most {MAX_PENDING_METRICS} are kept)");
             }
             self.metrics_dropped += over as u64;
+        }
+    }
+
+    /// Tells every job here until when its lease holds (its control
+    /// directory's `lease` file; [`blox_client::LEASE_FILE`]), so a job
+    /// stops itself when this worker cannot renew it, even a worker that
+    /// hangs.
+    fn publish_lease(&self, grace: Duration) {
+        let Some(until) = self.lease_until else {
+            return;
+        };
+        for l in self.launches.values() {
+            write_lease(&l.run.control, until, grace);
         }
     }
 
@@ -225,6 +270,7 @@ impl State {
 
 struct Shared {
     cfg: WorkerConfig,
+    job_user: Option<crate::process::JobUser>,
     gpus: Vec<GpuDevice>,
     address: String,
     state: Mutex<State>,
@@ -237,6 +283,34 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+/// Lets in only the scheduler this worker registered with: the cluster's
+/// token and this worker's own credential (which only that scheduler and
+/// this worker hold), checked before a request's body is decoded.
+#[derive(Clone)]
+struct FromScheduler {
+    token: crate::net::CheckToken,
+    shared: Arc<Shared>,
+}
+
+impl tonic::service::Interceptor for FromScheduler {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        self.token.verify(req.metadata(), "the workers' token")?;
+        let st = self.shared.lock();
+        let Some(mine) = st.secret.as_deref() else {
+            return Err(Status::unauthenticated(
+                "this worker has not registered yet: it takes calls only from the scheduler it registers with",
+            ));
+        };
+        match crate::net::credential_of(req.metadata()) {
+            Some(c) if crate::net::constant_time_eq(c.as_bytes(), mine.as_bytes()) => Ok(req),
+            _ => Err(Status::unauthenticated(format!(
+                "this call needs the credential this worker's scheduler issued (`{}`)",
+                crate::net::WORKER_CREDENTIAL
+            ))),
+        }
+    }
+}
+
 /// A running worker manager; dropping it (or [`WorkerHandle::shutdown`])
 /// stops its service and kills its jobs.
 pub struct WorkerHandle {
@@ -250,6 +324,12 @@ impl WorkerHandle {
     /// The worker id the scheduler gave, once registered.
     pub fn worker_id(&self) -> Option<String> {
         self.shared.lock().worker_id.clone()
+    }
+
+    /// The credential its scheduler issued at registration (what the
+    /// scheduler proves itself with on every call here), once registered.
+    pub fn credential(&self) -> Option<String> {
+        self.shared.lock().secret.clone()
     }
 
     /// Waits until the scheduler refuses this worker for a reason no retry
@@ -316,6 +396,33 @@ impl Drop for WorkerHandle {
 /// then registers and beats in the background (retrying while the scheduler
 /// is unreachable).
 pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
+    let job_user = match &cfg.job_user {
+        Some(name) => {
+            let u = crate::process::JobUser::lookup(name).map_err(WorkerError::Refused)?;
+            #[cfg(unix)]
+            if unsafe { libc::geteuid() } != 0 {
+                return Err(WorkerError::Refused(format!(
+                    "--job-user {name}: only a worker running as root can start jobs as another account"
+                )));
+            }
+            tracing::info!(user = %u.name, uid = u.uid, "jobs run as their own account");
+            Some(u)
+        }
+        None => {
+            #[cfg(unix)]
+            if unsafe { libc::geteuid() } == 0 {
+                if !cfg.allow_root_jobs {
+                    return Err(WorkerError::Refused(
+                        "this worker runs as root and would run jobs as root, where they can read its token and every other secret on the node: pass --job-user NAME (an unprivileged account jobs run as), or --allow-root-jobs on a single-user machine".into(),
+                    ));
+                }
+                tracing::warn!(
+                    "jobs run as root (--allow-root-jobs): they can read this worker's token"
+                );
+            }
+            None
+        }
+    };
     let gpus = discover_gpus(cfg.logical_gpus)?;
     std::fs::create_dir_all(&cfg.workdir)
         .map_err(|e| WorkerError::Io(format!("{}: {e}", cfg.workdir.display())))?;
@@ -340,8 +447,9 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     };
     let client = cfg.security.scheduler_client(&cfg.scheduler)?;
     let mut server = cfg.security.server()?;
-    let check = cfg.security.check();
+    let token = cfg.security.check();
     let shared = Arc::new(Shared {
+        job_user,
         gpus,
         address: address.clone(),
         cfg,
@@ -349,6 +457,10 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
         refused: tokio::sync::watch::channel(None).0,
     });
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let check = FromScheduler {
+        token,
+        shared: shared.clone(),
+    };
     let svc = WorkerServer::with_interceptor(Service(shared.clone()), check);
     let mut rx = stop_rx.clone();
     let serve = tokio::spawn(async move {

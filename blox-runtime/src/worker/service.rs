@@ -51,12 +51,19 @@ impl Worker for Service {
         }
         for (job, other) in &st.launches {
             if let Some(g) = r.gpus.iter().find(|g| other.gpus.contains(g)) {
-                return Err(Status::failed_precondition(format!(
+                // Not this job's fault: the scheduler's view is behind.
+                return Err(Status::resource_exhausted(format!(
                     "GPU {g} is held by job {job}"
                 )));
             }
         }
-        let dir = sh.cfg.workdir.join("jobs").join(l.job_id.to_string());
+        // Keyed by the job table it belongs to: a new table's job 1 never
+        // meets an old one's files.
+        let mut dir = sh.cfg.workdir.join("jobs");
+        if !r.cluster.is_empty() {
+            dir = dir.join(&r.cluster);
+        }
+        let dir = dir.join(l.job_id.to_string());
         let checkpoint = if r.checkpoint_dir.is_empty() {
             dir.join("checkpoint")
         } else {
@@ -71,6 +78,7 @@ impl Worker for Service {
                 .map(|g| sh.gpus[*g as usize].index.to_string())
                 .collect(),
             control: dir.join(format!("launch-{}", l.launch)),
+            job_user: sh.job_user.clone(),
             checkpoint,
             coord: (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir)),
             resume: r.resume,
@@ -90,6 +98,9 @@ impl Worker for Service {
         match Running::spawn(&spec) {
             Ok(run) => {
                 tracing::info!(job = l.job_id, launch = l.launch, gpus = ?r.gpus, "launched");
+                if let Some(until) = st.lease_until {
+                    write_lease(&run.control, until, st.fence_grace);
+                }
                 st.launches.insert(
                     l.job_id,
                     Launch {

@@ -52,9 +52,22 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                         };
                         probe_path = (!r.checkpoint_probe_path.is_empty())
                             .then(|| PathBuf::from(&r.checkpoint_probe_path));
+                        if r.worker_secret.is_empty() {
+                            refuse(
+                                &sh,
+                                "registering",
+                                &Status::failed_precondition(
+                                    "the scheduler issued no worker credential (an older scheduler): upgrade it",
+                                ),
+                            );
+                            return;
+                        }
                         let mut st = sh.lock();
                         st.worker_id = Some(r.worker_id);
+                        st.secret = Some(r.worker_secret);
                         st.lease_until = lease.map(|(l, _)| sent + l);
+                        st.fence_grace = lease.map_or(Duration::ZERO, |(_, g)| g);
+                        st.publish_lease(st.fence_grace);
                         warned = false;
                         // Beat at once: the first heartbeat carries the
                         // checkpoint probe that lets this worker in.
@@ -86,7 +99,10 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                 }
             }
             Some(id) => {
-                let running = sh.lock().running();
+                let (running, secret) = {
+                    let st = sh.lock();
+                    (st.running(), st.secret.clone().unwrap_or_default())
+                };
                 // Read on every beat until accepted: an operator may mount
                 // the storage meanwhile.
                 let checkpoint_probe = probe_path
@@ -96,18 +112,23 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
                     call_timeout,
-                    client.heartbeat(HeartbeatRequest {
-                        worker_id: id.clone(),
-                        running,
-                        checkpoint_probe,
-                    }),
+                    client.heartbeat(with_credential(
+                        HeartbeatRequest {
+                            worker_id: id.clone(),
+                            running,
+                            checkpoint_probe,
+                        },
+                        &secret,
+                    )),
                 )
                 .await
                 .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
                 match r {
                     Ok(r) => {
-                        if let Some((l, _)) = lease {
-                            sh.lock().lease_until = Some(sent + l);
+                        if let Some((l, g)) = lease {
+                            let mut st = sh.lock();
+                            st.lease_until = Some(sent + l);
+                            st.publish_lease(g);
                         }
                         // The scheduler checks the probe until it once
                         // matches; a new registration names it again.
@@ -124,6 +145,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                         // acknowledged heartbeat renewed: if registering
                         // takes longer, they are fenced.
                         st.worker_id = None;
+                        st.secret = None;
                         // Exits of launches before this point: the new
                         // registration reports what still runs instead.
                         st.exits.clear();
@@ -272,7 +294,7 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
 pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let (id, exits, metrics) = {
+        let ((id, secret), exits, metrics) = {
             let mut st = sh.lock();
             let st = &mut *st;
             let mut ended = Vec::new();
@@ -298,7 +320,10 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             }
             for (job, e, finished) in ended {
                 let l = st.launches.remove(&job).expect("listed above");
-                tracing::info!(job, launch = l.launch, code = ?e.code, finished, "exited");
+                // It stopped itself because its lease ran out (this worker
+                // could not renew it): not its fault.
+                let lapsed = !finished && st.lease_until.is_some_and(|t| e.at >= t);
+                tracing::info!(job, launch = l.launch, code = ?e.code, finished, lapsed, "exited");
                 st.exits.push((
                     ExitReport {
                         worker_id: String::new(),
@@ -308,19 +333,23 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         }),
                         code: e.code,
                         finished,
-                        reason: String::new(),
+                        reason: if lapsed {
+                            "fenced: it stopped itself when its lease ran out (its worker could not reach the scheduler)".into()
+                        } else {
+                            String::new()
+                        },
                         exited_s_ago: 0.0,
-                        fenced: false,
+                        fenced: lapsed,
                     },
                     e.at,
                 ));
             }
             st.bound_metrics();
-            let Some(id) = st.worker_id.clone() else {
+            let (Some(id), Some(secret)) = (st.worker_id.clone(), st.secret.clone()) else {
                 continue;
             };
             (
-                id,
+                (id, secret),
                 std::mem::take(&mut st.exits),
                 std::mem::take(&mut st.metrics),
             )
@@ -330,7 +359,10 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 worker_id: id.clone(),
                 samples: metrics,
             };
-            if let Err(e) = client.push_metrics(batch.clone()).await {
+            if let Err(e) = client
+                .push_metrics(with_credential(batch.clone(), &secret))
+                .await
+            {
                 tracing::debug!("metric push failed: {}", e.message());
                 let mut st = sh.lock();
                 // Keep them for the next try, newest last.
@@ -344,7 +376,10 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
         for (mut r, at) in exits {
             r.worker_id = id.clone();
             r.exited_s_ago = at.elapsed().as_secs_f64();
-            match client.report_exit(r.clone()).await {
+            match client
+                .report_exit(with_credential(r.clone(), &secret))
+                .await
+            {
                 Ok(_) => {}
                 // Refused as it is: sending it again cannot help.
                 Err(e) if e.code() == Code::InvalidArgument => {

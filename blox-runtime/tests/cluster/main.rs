@@ -62,7 +62,7 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     assert_eq!(crash.status, "finished", "{}", crash.reason);
     assert!(crash.launches >= 2, "{crash:?}");
     // The launch after the crash resumed from the checkpoint before it.
-    let ck = dir.path().join("checkpoints").join(ids[0].to_string());
+    let ck = keyed_dir(&dir.path().join("checkpoints"), ids[0]);
     let it: u64 =
         std::fs::read_to_string(blox_client::latest_checkpoint(&ck.join("iteration")).unwrap())
             .unwrap()
@@ -76,7 +76,7 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     let logs: String = ["w0", "w1"]
         .iter()
         .flat_map(|w| {
-            let jobdir = dir.path().join(w).join("jobs").join(ids[0].to_string());
+            let jobdir = job_dir(&dir.path().join(w), ids[0]);
             std::fs::read_dir(jobdir)
                 .into_iter()
                 .flatten()
@@ -121,8 +121,38 @@ fn a_worker_refuses_launches_it_cannot_honour() {
     let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
     let addr = c.workers[0].address.clone();
     let _rt = c.rt.enter();
-    let mut w = c.worker_security.worker_client(&addr).unwrap();
     let id = c.workers[0].worker_id().expect("registered");
+    // With the workers' token alone (what a job that stole it holds), a
+    // worker takes no call: only its scheduler holds its credential.
+    let mut thief = c.worker_security.worker_client(&addr).unwrap();
+    let steal = LaunchRequest {
+        launch: Some(LaunchRef {
+            job_id: 902,
+            launch: 1,
+        }),
+        command: toy(1.0, &[]),
+        gpus: vec![0],
+        worker_id: id.clone(),
+        ..Default::default()
+    };
+    let e = c.rt.block_on(thief.launch(steal)).unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    let e =
+        c.rt.block_on(thief.revoke(RevokeRequest {
+            launch: Some(LaunchRef {
+                job_id: 902,
+                launch: 1,
+            }),
+            grace_s: 1.0,
+            kill: true,
+        }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    let secret = c.workers[0].credential().expect("registered");
+    let mut w = c
+        .worker_security
+        .worker_client_as_scheduler(&addr, &secret)
+        .unwrap();
     let launch = |job: u64, gpus: Vec<u32>, command: Vec<String>| LaunchRequest {
         launch: Some(LaunchRef {
             job_id: job,
@@ -155,6 +185,13 @@ fn a_worker_refuses_launches_it_cannot_honour() {
         c.rt.block_on(w.launch(launch(900, vec![0], vec![])))
             .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
+    // The job table's identity names a directory under the workdir: nothing
+    // that walks out of it.
+    let mut l = launch(900, vec![0], toy(1.0, &[]));
+    l.cluster = "../../etc".into();
+    let e = c.rt.block_on(w.launch(l)).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("cluster:"), "{}", e.message());
     let e =
         c.rt.block_on(w.revoke(RevokeRequest {
             launch: Some(LaunchRef {
@@ -275,6 +312,29 @@ fn the_example_scheduler_config_parses_and_a_mistyped_runtime_key_names_its_line
     let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
     let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
     assert!(e.contains("grace_s") && e.contains("at most 86400"), "{e}");
+    // A lease and grace that outlast the worker timeout would let a cut-off
+    // job run beside its relaunch: refused at its line.
+    std::fs::write(
+        &bad,
+        "[run]\nround_s = 1\n[runtime]\nworker_timeout_s = 4\nlease_s = 3\nfence_grace_s = 1\n",
+    )
+    .unwrap();
+    let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
+    let e = RuntimeConfig::from_config(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("bad.toml:5") && e.contains("under `worker_timeout_s`"),
+        "{e}"
+    );
+    std::fs::write(
+        &bad,
+        "[run]\nround_s = 1\n[runtime]\nworker_timeout_s = 4\nlease_s = 2\nfence_grace_s = 1\n",
+    )
+    .unwrap();
+    let cfg = blox_sim::load_config(&bad, None, &[]).unwrap();
+    assert_eq!(
+        RuntimeConfig::from_config(&cfg).unwrap().lease(),
+        (2.0, 1.0)
+    );
     // Without [runtime], a config still needs its [cluster].
     std::fs::write(&bad, "[run]\nround_s = 1\n").unwrap();
     let e = blox_sim::load_config(&bad, None, &[])
@@ -313,20 +373,12 @@ fn the_ranks_of_a_job_on_two_workers_stop_and_resume_at_the_same_iteration() {
         r[&big]
     );
     let fixed = std::fs::read_to_string(
-        dir.path()
-            .join("checkpoints")
-            .join(big.to_string())
-            .join(".launch-1/exit_at"),
+        keyed_dir(&dir.path().join("checkpoints"), big).join(".launch-1/exit_at"),
     )
     .unwrap();
     let mut seen = Vec::new();
     for w in ["w0", "w1"] {
-        let d = dir
-            .path()
-            .join(w)
-            .join("jobs")
-            .join(big.to_string())
-            .join("launch-2");
+        let d = job_dir(&dir.path().join(w), big).join("launch-2");
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if name.starts_with("stderr.rank") {

@@ -6,9 +6,9 @@ use super::*;
 fn bad_requests_get_a_clear_status_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
     let worker_token_file = dir.path().join("worker-token");
-    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.token_file = Some(token_file.clone());
     cfg.worker_token_file = Some(worker_token_file.clone());
@@ -169,11 +169,23 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
         assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
         assert!(e.message().starts_with("labels"), "{}", e.message());
     }
+    // A worker is who its credential says: none is UNAUTHENTICATED, one
+    // this scheduler never issued NOT_FOUND (the worker registers again).
     let e = rt
         .block_on(client.heartbeat(HeartbeatRequest {
             worker_id: "nobody".into(),
             ..Default::default()
         }))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    let e = rt
+        .block_on(client.heartbeat(blox_runtime::net::with_credential(
+            HeartbeatRequest {
+                worker_id: "nobody".into(),
+                ..Default::default()
+            },
+            "not-a-credential",
+        )))
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{}", e.message());
     // Without the token, or with the wrong one: refused.
@@ -223,15 +235,18 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
         }))
         .unwrap()
         .into_inner();
-    rt.block_on(client.report_exit(ExitReport {
-        worker_id: fake.worker_id,
-        launch: Some(LaunchRef {
-            job_id: 999,
-            launch: 1,
-        }),
-        exited_s_ago: 1e300,
-        ..Default::default()
-    }))
+    rt.block_on(client.report_exit(blox_runtime::net::with_credential(
+        ExitReport {
+            worker_id: fake.worker_id,
+            launch: Some(LaunchRef {
+                job_id: 999,
+                launch: 1,
+            }),
+            exited_s_ago: 1e300,
+            ..Default::default()
+        },
+        &fake.worker_secret,
+    )))
     .unwrap();
     assert!(ctl.status(&[]).is_ok());
 }

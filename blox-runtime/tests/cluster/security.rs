@@ -8,9 +8,9 @@ use super::*;
 fn a_refused_worker_stops_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
     let worker_token_file = dir.path().join("worker-token");
-    std::fs::write(&worker_token_file, "w0rker-token\n").unwrap();
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.token_file = Some(token_file);
     cfg.worker_token_file = Some(worker_token_file);
@@ -35,6 +35,8 @@ fn a_refused_worker_stops_with_the_reason() {
                 workdir: dir.path().join(format!("refused-{i}")),
                 security: sec,
                 labels: Default::default(),
+                job_user: None,
+                allow_root_jobs: true,
             }))
             .unwrap();
         let why = c
@@ -64,6 +66,8 @@ fn a_refused_worker_stops_with_the_reason() {
             workdir: dir.path().join("patient"),
             security: c.worker_security.clone(),
             labels: Default::default(),
+            job_user: None,
+            allow_root_jobs: true,
         }))
         .unwrap();
     let waited =
@@ -129,4 +133,335 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
     let e = plain.status(&[]).unwrap_err().to_string();
     assert!(!e.is_empty() && !e.contains("Unauthenticated"), "{e}");
+}
+
+/// Issue 35: a job that stole the workers' token forges nothing. Without a
+/// worker's own credential it is UNAUTHENTICATED; as a worker it
+/// registered itself, it cannot speak for another worker (PERMISSION_DENIED)
+/// nor end, advance or crash a launch it does not hold (ignored).
+#[test]
+fn the_workers_token_alone_forges_no_report() {
+    use blox_runtime::net::with_credential;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(token_file);
+    cfg.worker_token_file = Some(worker_token_file);
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let mut ctl = c.ctl();
+    let victim = ctl.submit(job("victim", 1, toy(60.0, &[]), None)).unwrap();
+    wait_running(&c, &[victim]);
+    let holder = c.workers[0].worker_id().unwrap();
+    let running = ctl.status(&[victim]).unwrap().jobs[0].clone();
+    let launch = LaunchRef {
+        job_id: victim,
+        launch: running.launches,
+    };
+    let finish = |worker_id: &str| ExitReport {
+        worker_id: worker_id.into(),
+        launch: Some(launch),
+        code: Some(0),
+        finished: true,
+        ..Default::default()
+    };
+    let progress = |worker_id: &str| MetricBatch {
+        worker_id: worker_id.into(),
+        samples: vec![MetricSample {
+            launch: Some(launch),
+            key: "progress".into(),
+            value: 0.99,
+        }],
+    };
+    let mut thief = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = thief.parts();
+    // The token alone, naming the worker that holds the launch.
+    let e = rt
+        .block_on(client.report_exit(finish(&holder)))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    let e = rt
+        .block_on(client.push_metrics(progress(&holder)))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{}", e.message());
+    // A worker of its own: another worker's name is refused, its own
+    // reports of a launch it does not hold change nothing.
+    let rogue = rt
+        .block_on(client.register(RegisterRequest {
+            name: "rogue".into(),
+            address: "127.0.0.1:1".into(),
+            gpus: vec![GpuDevice {
+                index: 0,
+                name: "fake".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+        .unwrap()
+        .into_inner();
+    let e = rt
+        .block_on(client.report_exit(with_credential(finish(&holder), &rogue.worker_secret)))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    let e = rt
+        .block_on(client.push_metrics(with_credential(progress(&holder), &rogue.worker_secret)))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{}", e.message());
+    rt.block_on(client.report_exit(with_credential(finish(""), &rogue.worker_secret)))
+        .unwrap();
+    let crash = ExitReport {
+        code: Some(1),
+        finished: false,
+        ..finish("")
+    };
+    rt.block_on(client.report_exit(with_credential(crash, &rogue.worker_secret)))
+        .unwrap();
+    rt.block_on(client.push_metrics(with_credential(progress(""), &rogue.worker_secret)))
+        .unwrap();
+    // Rounds later the victim still runs its launch, uncrashed, and its
+    // progress is its own.
+    std::thread::sleep(Duration::from_millis(1500));
+    let now = ctl.status(&[victim]).unwrap().jobs[0].clone();
+    assert_eq!(now.phase(), JobPhase::Running, "{now:?}");
+    assert_eq!(now.launches, running.launches, "{now:?}");
+    assert!(now.progress < 0.5, "{now:?}");
+    assert!(now.reason.is_empty(), "{now:?}");
+    ctl.cancel(victim).unwrap();
+}
+
+/// Issue 35: a job run as an unprivileged account (`--job-user`) finds no
+/// credential: the token files, the worker's `/proc` environment and
+/// memory are closed to it (its command line names no token file: the
+/// worker here is in-process, as `blox worker` with BLOX_TOKEN_FILE is). Runs where the tests run as root and the system has `nobody`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_job_run_as_its_own_account_reads_no_credential() {
+    use std::os::unix::fs::PermissionsExt;
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run jobs as another account");
+        return;
+    }
+    if blox_runtime::process::JobUser::lookup("nobody").is_err() {
+        eprintln!("skipped: no `nobody` account");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The job's account walks to its own directories only.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let token_file = dir.path().join("token");
+    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.token_file = Some(token_file.clone());
+    cfg.worker_token_file = Some(worker_token_file.clone());
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
+    let w =
+        c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
+            scheduler: c.addr(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: "unprivileged".into(),
+            logical_gpus: Some(1),
+            workdir: dir.path().join("w"),
+            security: c.worker_security.clone(),
+            labels: Default::default(),
+            job_user: Some("nobody".into()),
+            allow_root_jobs: false,
+        }))
+        .unwrap();
+    c.workers.push(w);
+    c.wait_for_gpus(1);
+    let tf = worker_token_file.display().to_string();
+    let script = format!(
+        "id -u; env; \
+         cat {tf} 2>&1; cat {} 2>&1; \
+         cat /proc/$PPID/environ 2>&1; \
+         head -c 4096 /proc/$PPID/mem 2>&1; \
+         cat /proc/$PPID/cmdline 2>&1; echo; echo END",
+        token_file.display()
+    );
+    let mut ctl = c.ctl();
+    let id = ctl
+        .submit(job(
+            "thief",
+            1,
+            vec!["/bin/sh".into(), "-c".into(), script],
+            None,
+        ))
+        .unwrap();
+    let t = std::time::Instant::now();
+    let text = loop {
+        // (The job's directory appears with its first launch.)
+        let out = job_dir(&dir.path().join("w"), id).join("launch-1/stdout");
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("END") {
+            break text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{text} {:?}",
+            ctl.status(&[id]).unwrap().jobs
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = ctl.cancel(id);
+    let uid = text.lines().next().unwrap().trim().to_string();
+    assert_ne!(uid, "0", "the job ran as root: {text}");
+    for secret in ["s3cret-token", "w0rker-token", "BLOX_TOKEN_FILE"] {
+        assert!(!text.contains(secret), "the job read `{secret}`:\n{text}");
+    }
+    assert!(text.contains("Permission denied"), "{text}");
+}
+
+/// A worker running as root refuses to start jobs as root unless told to,
+/// and a token file others may read is refused, naming the file and the fix.
+#[cfg(unix)]
+#[test]
+fn a_root_worker_without_a_job_user_and_an_open_token_file_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open-token");
+    std::fs::write(&open, "tok\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = Security::token_from_file(&open).unwrap_err().to_string();
+    assert!(
+        e.contains("open-token") && e.contains("0644") && e.contains("chmod 600"),
+        "{e}"
+    );
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let start = |job_user: Option<&str>| {
+        rt.block_on(blox_runtime::worker::start(WorkerConfig {
+            scheduler: "127.0.0.1:1".into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: "root".into(),
+            logical_gpus: Some(1),
+            workdir: dir.path().join("w"),
+            security: Security::default(),
+            labels: Default::default(),
+            job_user: job_user.map(str::to_string),
+            allow_root_jobs: false,
+        }))
+    };
+    let e = start(None).err().expect("refused").to_string();
+    assert!(
+        e.contains("--job-user") && e.contains("--allow-root-jobs"),
+        "{e}"
+    );
+    let e = start(Some("no-such-account-here"))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("no such account"), "{e}");
+    let e = start(Some("root")).err().expect("refused").to_string();
+    assert!(e.contains("is root"), "{e}");
+}
+
+/// Issue 35: users are tenants. With a tokens file, a job's user is its
+/// token's; a user sees and cancels only their own jobs (another's is
+/// NOT_FOUND), an admin every job, a reader only the HTTP endpoints; keys
+/// are each user's own.
+#[test]
+fn tenants_see_and_cancel_only_their_own_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let hash = |t: &str| {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(t.as_bytes());
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        format!(
+            "# user role hash\nann user sha256:{}\nbob user sha256:{}\nops admin sha256:{}\nprom reader sha256:{}\n",
+            hash("ann-token"),
+            hash("bob-token"),
+            hash("ops-token"),
+            hash("prom-token")
+        ),
+    )
+    .unwrap();
+    let worker_token_file = dir.path().join("worker-token");
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.tokens_file = Some(tokens.clone());
+    cfg.worker_token_file = Some(worker_token_file);
+    cfg.metrics_listen = Some("127.0.0.1:0".into());
+    let as_ = |t: &str| Security {
+        token: Some(Arc::from(t)),
+        tls: None,
+    };
+    let c = Cluster::start_as(
+        dir.path(),
+        cfg.clone(),
+        policies("fifo"),
+        1,
+        Default::default(),
+        as_("ops-token"),
+    );
+    let ctl = |t: &str| Ctl::connect(&c.addr(), &as_(t)).unwrap();
+    let (mut ann, mut bob, mut ops, mut prom) = (
+        ctl("ann-token"),
+        ctl("bob-token"),
+        ctl("ops-token"),
+        ctl("prom-token"),
+    );
+    let keyed = |name: &str| {
+        let mut j = job(name, 1, toy(60.0, &[]), None);
+        j.idempotency_key = "same-key".into();
+        j
+    };
+    let a = ann.submit(keyed("a")).unwrap();
+    // The same key is another key for another user.
+    let b = bob.submit(keyed("b")).unwrap();
+    assert_ne!(a, b);
+    // Nobody submits as someone else, but an admin.
+    let mut forged = job("forged", 1, toy(1.0, &[]), None);
+    forged.user = Some("bob".into());
+    let e = ann.submit(forged.clone()).unwrap_err();
+    assert_eq!(e.code(), Some(Code::PermissionDenied), "{e}");
+    let o = ops.submit(forged).unwrap();
+    // Each user sees their own; the admin all.
+    let seen =
+        |c: &mut Ctl| -> Vec<u64> { c.status(&[]).unwrap().jobs.iter().map(|j| j.id).collect() };
+    assert_eq!(seen(&mut ann), vec![a]);
+    assert_eq!(seen(&mut bob), vec![b, o]);
+    assert_eq!(seen(&mut ops), vec![a, b, o]);
+    let e = bob.status(&[a]).unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    let e = bob.cancel(a).unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    // A reader reads the HTTP endpoints only; a user not those.
+    let e = prom.status(&[]).unwrap_err();
+    assert_eq!(e.code(), Some(Code::PermissionDenied), "{e}");
+    assert!(prom.submit(job("p", 1, toy(1.0, &[]), None)).is_err());
+    let m = c.sched.as_ref().unwrap().metrics_address.unwrap();
+    assert!(http_get(m, "/metrics", Some("prom-token"))
+        .0
+        .contains("200"));
+    assert!(http_get(m, "/metrics", Some("ann-token")).0.contains("401"));
+    assert!(http_get(m, "/metrics", None).0.contains("401"));
+    // No token, or one nobody has: refused before anything is read.
+    for sec in [Security::default(), as_("nobody's")] {
+        let e = Ctl::connect(&c.addr(), &sec)
+            .unwrap()
+            .status(&[])
+            .unwrap_err();
+        assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    }
+    // Owners and admins cancel.
+    ann.cancel(a).unwrap();
+    ops.cancel(b).unwrap();
+    ops.cancel(o).unwrap();
+    // A tokens file with a token in plain text, and one beside token_file,
+    // are refused naming the file and line.
+    std::fs::write(&tokens, "ann user ann-token\n").unwrap();
+    let e = cfg.access().unwrap_err().to_string();
+    assert!(e.contains("tokens:1") && e.contains("plain-text"), "{e}");
 }

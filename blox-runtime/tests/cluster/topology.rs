@@ -37,6 +37,8 @@ fn workers_place_themselves_by_label_and_bad_labels_are_refused() {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            job_user: None,
+            allow_root_jobs: true,
         }))
         .unwrap()
     };

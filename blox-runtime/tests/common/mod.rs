@@ -86,6 +86,19 @@ impl Cluster {
         extras: blox_runtime::scheduler::Extras,
     ) -> Cluster {
         let security = cfg.security().unwrap();
+        Self::start_as(dir, cfg, policies, workers, extras, security)
+    }
+
+    /// [`Cluster::start_built`], its clients presenting `users` (a tenant's
+    /// token where the config has a tokens file).
+    pub fn start_as(
+        dir: &Path,
+        cfg: RuntimeConfig,
+        policies: Policies,
+        workers: usize,
+        extras: blox_runtime::scheduler::Extras,
+        security: Security,
+    ) -> Cluster {
         let worker_security = cfg.worker_security().unwrap();
         let sched = blox_runtime::scheduler::start_with(cfg, policies, 1.0, extras).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -129,6 +142,8 @@ impl Cluster {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            job_user: None,
+            allow_root_jobs: true,
         };
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);
@@ -335,4 +350,27 @@ pub fn preemption_trace() -> Trace {
         (2.5, 1, 2.3),
         (3.5, 2, 2.8),
     ]
+}
+
+/// Job `job`'s directory under `base` (a worker's `jobs/` or the shared
+/// checkpoint directory): under the job table's identity
+/// (`base/c<16 hex>/<job>`), where every test's fresh table puts it.
+pub fn keyed_dir(base: &Path, job: u64) -> std::path::PathBuf {
+    let keyed = std::fs::read_dir(base)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|e| {
+            let n = e.file_name().to_string_lossy().to_string();
+            (n.len() == 17 && n.starts_with('c')).then(|| e.path())
+        });
+    match keyed {
+        Some(k) => k.join(job.to_string()),
+        None => base.join(job.to_string()),
+    }
+}
+
+/// A worker's directory of job `job` (its launches' `launch-<n>`).
+pub fn job_dir(worker_dir: &Path, job: u64) -> std::path::PathBuf {
+    keyed_dir(&worker_dir.join("jobs"), job)
 }

@@ -135,19 +135,22 @@ impl LaunchMechanism for ClusterBackend {
         } else {
             parts.len() as u32
         };
-        let ckpt = self
-            .cfg
-            .checkpoint_dir
+        // The job's shared directory, under the job table's identity: a new
+        // table's job 1 never resumes an old one's checkpoint.
+        let shared = self.cfg.checkpoint_dir.as_ref().map(|d| {
+            match &self.cluster_key {
+                Some(k) => d.join(k),
+                None => d.clone(),
+            }
+            .join(id.0.to_string())
+        });
+        let ckpt = shared
             .as_ref()
-            .map(|d| d.join(id.0.to_string()).display().to_string())
+            .map(|d| d.display().to_string())
             .unwrap_or_default();
         // Ranks on several nodes agree on where to stop through shared storage.
-        let coord = match (&self.cfg.checkpoint_dir, parts.len() > 1) {
-            (Some(d), true) => d
-                .join(id.0.to_string())
-                .join(format!(".launch-{launch}"))
-                .display()
-                .to_string(),
+        let coord = match (&shared, parts.len() > 1) {
+            (Some(d), true) => d.join(format!(".launch-{launch}")).display().to_string(),
             (None, true) => {
                 tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
                 String::new()
@@ -174,6 +177,7 @@ impl LaunchMechanism for ClusterBackend {
                 coord_dir: coord.clone(),
                 generation: self.generation_base + u64::from(launch).min(GENERATIONS_PER_RUN - 1),
                 worker_id: p.worker.clone(),
+                cluster: self.cluster_key.clone().unwrap_or_default(),
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32
@@ -221,8 +225,14 @@ impl LaunchMechanism for ClusterBackend {
             let blame = match e.code() {
                 // The job's own: its program, its GPUs, its arguments.
                 tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => true,
-                // The worker's: fenced, or restarted as another worker.
-                tonic::Code::Unavailable | tonic::Code::Aborted => false,
+                // Not the job's: its worker is fenced, restarted as
+                // another worker, still runs an earlier launch or holds the
+                // GPUs for another job, or no longer knows this scheduler.
+                tonic::Code::Unavailable
+                | tonic::Code::Aborted
+                | tonic::Code::AlreadyExists
+                | tonic::Code::ResourceExhausted
+                | tonic::Code::Unauthenticated => false,
                 _ => workers_alive,
             };
             // Bounded: the worker's message may carry a huge argv.

@@ -124,7 +124,7 @@ pub(in crate::scheduler) fn handler(
     hub: SharedHub,
     view: Arc<Mutex<View>>,
     stats: Arc<Mutex<RoundStats>>,
-    token: Option<Arc<str>>,
+    access: crate::auth::Access,
 ) -> Handler {
     Arc::new(move |req: &Request| {
         if req.method != "GET" {
@@ -140,7 +140,7 @@ pub(in crate::scheduler) fn handler(
         if !req.path.starts_with("/api/") {
             return Response::text(404, "the dashboard is at / and its API at /api/\n");
         }
-        if !req.authorized(token.as_deref()) {
+        if !req.authorized(&access) {
             return Response::unauthorized();
         }
         match req.path.as_str() {
@@ -214,11 +214,13 @@ fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Resp
         }
     }
     let q = req.param("q").unwrap_or_default().to_lowercase();
+    // The dashboard lists the first page of workers (up to 1000).
     let r = StatusRequest {
         job_ids: Vec::new(),
         limit,
         after_id,
         phases,
+        ..Default::default()
     };
     let (p50, p99) = {
         let s = stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -227,7 +229,12 @@ fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Resp
     let (reply, errors) = {
         let h = lock(hub);
         (
-            status::reply_matching(&h, &r, (!q.is_empty()).then_some(q.as_str())),
+            status::reply_matching(
+                &h,
+                &r,
+                (!q.is_empty()).then_some(q.as_str()),
+                &crate::auth::Principal::anyone(),
+            ),
             h.forecasts.mean_errors(),
         )
     };
