@@ -1,0 +1,205 @@
+//! Faults a shared cluster meets (issue 35) against real processes: a
+//! worker that hangs under its job, and a scheduler whose disk is full.
+
+use super::*;
+
+/// Issue 35: a worker that hangs (SIGSTOP) under a running job must not let
+/// the job run beside its relaunch. The job holds the lease too: it stops
+/// itself when its hung worker stops renewing it, before the scheduler
+/// declares the worker gone and relaunches it elsewhere; the hung worker's
+/// late report, once it wakes, neither ends the job nor frees its GPU.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let journal = d.join("journal");
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
+         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\ngrace_s = 2\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &[
+            "scheduler",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &d.join("scheduler.log"),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    let mut job = toy_submission(&toy, "steady", 8.0, None);
+    job.command.extend([
+        "--checkpoint-every".to_string(),
+        "5".into(),
+        "--journal".into(),
+        journal.display().to_string(),
+    ]);
+    let id = Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    wait_until("the job runs on a", Duration::from_secs(30), || {
+        status(&addr, &sec)
+            .iter()
+            .any(|j| j.id == id && j.status == "running" && j.progress > 0.05)
+    });
+    // Somewhere to go, then a hangs for longer than the worker timeout.
+    procs.worker(&addr, d, "b", 1, &[]);
+    wait_for_workers(&addr, &sec, 2);
+    procs.signal("a", "STOP");
+    wait_until("the job runs again, on b", Duration::from_secs(20), || {
+        status(&addr, &sec).iter().any(|j| {
+            j.id == id && j.status == "running" && j.gpus.iter().any(|g| g.starts_with("b-"))
+        })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    procs.signal("a", "CONT");
+    let mut last = Vec::new();
+    wait_until("the job finished", Duration::from_secs(60), || {
+        last = status(&addr, &sec);
+        last.iter().any(|j| j.id == id && j.status == "finished")
+    });
+    let j = last.iter().find(|j| j.id == id).unwrap();
+    assert!(j.launches >= 2, "{j:?}");
+    // Never two launches at once, and no checkpoint went backwards.
+    let seen = blox_runtime::soak::journal::check(&journal).unwrap();
+    assert!(seen.launches >= 2, "{seen:?}");
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    assert!(seen.bad_lines.is_empty(), "{seen:?}");
+    // The job on a stopped itself at a boundary (its lease ran out),
+    // checkpointed, and the launch on b resumed from there.
+    let err = std::fs::read_to_string(keyed_dir(&d.join("a/jobs"), id).join("launch-1/stderr"))
+        .unwrap_or_default();
+    assert!(err.contains("lease revoked; checkpointed"), "{err}");
+}
+
+/// Issue 35: a job table that cannot grow (a full disk; here the
+/// scheduler's file-size limit, set from outside with `prlimit`) refuses new
+/// submissions with UNAVAILABLE and nothing else: the scheduler keeps
+/// running, its running job keeps running, and once the disk takes writes
+/// again, submissions are accepted and every job finishes.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_disk_refuses_submissions_and_stops_nothing() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("skipped: no prlimit (util-linux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
+         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &[
+            "scheduler",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &d.join("scheduler.log"),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    let mut ctl = Ctl::connect(&addr, &sec).unwrap();
+    let long = ctl.submit(toy_submission(&toy, "long", 6.0, None)).unwrap();
+    wait_until("the long job runs", Duration::from_secs(30), || {
+        status(&addr, &sec)
+            .iter()
+            .any(|j| j.id == long && j.status == "running")
+    });
+    // The disk is full: no file of the scheduler grows any more.
+    let pid = procs.pid("scheduler").to_string();
+    let limit = |v: &str| {
+        let ok = Command::new("prlimit")
+            .args(["--pid", &pid, &format!("--fsize={v}:")])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "prlimit --fsize={v}:");
+    };
+    let size = std::fs::metadata(d.join("state.redb")).unwrap().len();
+    limit(&size.to_string());
+    // Submissions with 100 KB argvs until the table must grow.
+    let big = |i: usize| {
+        let mut j = toy_submission(&toy, &format!("big-{i}"), 0.5, None);
+        // The toy job behind a shell that ignores its last, 100 KB argument.
+        j.command = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "exec \"$0\" --duration-s 0.5 --iteration-s 0.02".into(),
+            toy.display().to_string(),
+            "x".repeat(100_000),
+        ];
+        j
+    };
+    let mut accepted = Vec::new();
+    let mut refused = None;
+    for i in 0..200 {
+        match ctl.submit(big(i)) {
+            Ok(id) => accepted.push(id),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let e = refused.expect("a full job table refused a submission");
+    assert_eq!(e.code(), Some(tonic::Code::Unavailable), "{e}");
+    assert!(e.to_string().contains("job table"), "{e}");
+    // Rounds go on: the scheduler lives, answers, and the long job runs on.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        procs.alive("scheduler"),
+        "the scheduler died of a full disk"
+    );
+    let now = status(&addr, &sec);
+    let l = now.iter().find(|j| j.id == long).unwrap();
+    assert!(matches!(l.status.as_str(), "running" | "finished"), "{l:?}");
+    // The disk has room again: submissions are accepted, every job ends.
+    limit("unlimited");
+    let mut again = None;
+    wait_until(
+        "a submission is accepted again",
+        Duration::from_secs(20),
+        || {
+            again = Ctl::connect(&addr, &sec)
+                .ok()
+                .and_then(|mut c| c.submit(toy_submission(&toy, "after", 0.5, None)).ok());
+            again.is_some()
+        },
+    );
+    accepted.push(long);
+    accepted.push(again.unwrap());
+    let mut last = Vec::new();
+    wait_until(
+        "every accepted job finished",
+        Duration::from_secs(120),
+        || {
+            last = status(&addr, &sec);
+            accepted
+                .iter()
+                .all(|id| last.iter().any(|j| j.id == *id && j.status == "finished"))
+        },
+    );
+    assert!(procs.alive("scheduler"));
+}
