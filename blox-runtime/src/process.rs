@@ -17,10 +17,13 @@
 //! what is killed: a cancel, a revocation past its grace or a failed rank
 //! ends whatever the job forked too, and when a job's process exits, what it
 //! left running in its group is killed before the process is reaped (the
-//! zombie keeps the group's id from being reused meanwhile). What a job
-//! forks into a group of its own, or what survives a worker killed with
-//! `SIGKILL` (only the job's direct process gets the death signal), is
-//! beyond this; a cgroup per launch would hold that too.
+//! zombie keeps the group's id from being reused meanwhile). On Linux the
+//! group is led by a small *guardian* (the forked child, before it would
+//! `exec`: [`guard`]) that forks the job and waits for it: when the worker
+//! dies, even by `SIGKILL`, the guardian kills the whole group, so nothing
+//! the job forked outlives its worker. What a job moves into a process
+//! group of its own (`setsid`) is beyond this; a cgroup per launch would
+//! hold that too.
 
 use blox_client::env;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -459,14 +462,11 @@ fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
-        // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+        let worker = std::process::id() as libc::pid_t;
+        // SAFETY: `guard` makes only async-signal-safe calls (prctl, fork,
+        // sigaction, waitpid, kill, close, _exit) and allocates nothing.
         unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || guard(worker));
         }
     }
     let tx = SPAWNER.get_or_init(|| {
@@ -488,6 +488,84 @@ fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
     rx.recv()
         .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
+}
+
+/// Runs in the forked child, before `exec` (Linux): the child becomes the
+/// launch's *guardian* and forks the job, which goes on to `exec`. The
+/// guardian leads the launch's process group and waits for the job, exiting
+/// as it exits; when the worker dies (even by `SIGKILL`), the kernel sends
+/// the guardian `SIGTERM` (`PR_SET_PDEATHSIG`), and it kills its whole
+/// group, whatever the job forked into it. The job itself gets `SIGKILL`
+/// if its guardian dies.
+#[cfg(target_os = "linux")]
+fn guard(worker: libc::pid_t) -> std::io::Result<()> {
+    extern "C" fn worker_died(_: libc::c_int) {
+        // SAFETY: kill(2) is async-signal-safe; 0 is this process group.
+        unsafe {
+            libc::kill(0, libc::SIGKILL);
+        }
+    }
+    // SAFETY: every call below is async-signal-safe and touches only the
+    // plain data on this stack.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = worker_died as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut()) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The worker died before the death signal was armed.
+        if libc::getppid() != worker {
+            libc::kill(0, libc::SIGKILL);
+            libc::_exit(1);
+        }
+        let job = libc::fork();
+        if job < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if job == 0 {
+            // The job: default SIGTERM again, and killed with its guardian.
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() == 1 {
+                libc::_exit(1);
+            }
+            return Ok(());
+        }
+        // The guardian holds no file of the worker's (the pipe that reports
+        // a failed exec must close with the job's exec).
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            for fd in 3..4096 {
+                libc::close(fd);
+            }
+        }
+        let mut status: libc::c_int = 0;
+        loop {
+            let r = libc::waitpid(job, &mut status, 0);
+            if r == job {
+                break;
+            }
+            if r < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        let sig = libc::WTERMSIG(status);
+        // Dies as the job died (the worker reads the signal).
+        libc::signal(sig, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+        libc::_exit(128 + sig)
+    }
 }
 
 /// `SIGKILL` to the process group led by `pid` (Unix; elsewhere nothing).

@@ -203,3 +203,58 @@ fn a_full_disk_refuses_submissions_and_stops_nothing() {
     );
     assert!(procs.alive("scheduler"));
 }
+
+/// Issue 35: a worker killed with SIGKILL takes its jobs' whole process
+/// trees with it, also what they forked (`sh -c 'sleep … & sleep …'`): the
+/// launch's guardian kills its group when the worker dies.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_killed_worker_leaves_nothing_its_jobs_forked() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = d.join("scheduler.toml");
+    std::fs::write(
+        &cfg,
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[runtime]\nstate = \"state.redb\"\n\
+         heartbeat_s = 0.2\nworker_timeout_s = 2.0\n",
+    )
+    .unwrap();
+    let mut procs = Procs::default();
+    let addr = procs.start(
+        "scheduler",
+        &[
+            "scheduler",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &d.join("scheduler.log"),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    let job = blox_runtime::proto::JobSubmission {
+        name: "forks".into(),
+        gpus: 1,
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "sleep 1111 & sleep 1112 & wait".into(),
+        ],
+        ..Default::default()
+    };
+    Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    // The shell and both sleeps run (they carry the launch's environment).
+    wait_until(
+        "the job and what it forked run",
+        Duration::from_secs(30),
+        || job_processes_under(&d.join("a")).len() >= 3,
+    );
+    procs.kill("a");
+    wait_until(
+        "nothing of the job outlives its worker",
+        Duration::from_secs(5),
+        || job_processes_under(&d.join("a")).is_empty(),
+    );
+}
