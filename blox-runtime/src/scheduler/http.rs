@@ -125,11 +125,57 @@ pub(super) type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
 
 /// Binds `addr` (the `[runtime]` key `key` names it) and serves `handler`
 /// there on `rt` until the runtime stops; the address bound.
+/// TLS for an HTTP endpoint: the scheduler's certificate and key, as its
+/// gRPC API serves them (`[runtime] tls_cert`, `tls_key`).
+#[derive(Clone, Default)]
+pub(super) struct HttpTls(#[cfg(feature = "tls")] Option<tokio_rustls::TlsAcceptor>);
+
+impl HttpTls {
+    /// From the scheduler's security settings: TLS when it has a
+    /// certificate and key, plain HTTP otherwise.
+    pub(super) fn of(security: &crate::net::Security) -> Result<HttpTls, crate::net::NetError> {
+        #[cfg(feature = "tls")]
+        {
+            use tokio_rustls::rustls::pki_types::pem::PemObject;
+            use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+            let Some((cert, key)) = security
+                .tls
+                .as_ref()
+                .and_then(|t| Some((t.cert.as_ref()?, t.key.as_ref()?)))
+            else {
+                return Ok(HttpTls(None));
+            };
+            let bad = |what: &std::path::Path, e: String| crate::net::NetError::File {
+                path: what.display().to_string(),
+                message: e,
+            };
+            let certs = CertificateDer::pem_file_iter(cert)
+                .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| bad(cert, e.to_string()))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad(key, e.to_string()))?;
+            let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+            let cfg = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .and_then(|b| b.with_no_client_auth().with_single_cert(certs, key))
+                .map_err(|e| crate::net::NetError::Tls(format!("HTTPS endpoints: {e}")))?;
+            Ok(HttpTls(Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                cfg,
+            )))))
+        }
+        #[cfg(not(feature = "tls"))]
+        {
+            let _ = security;
+            Ok(HttpTls())
+        }
+    }
+}
+
 pub(super) fn listen(
     rt: &tokio::runtime::Runtime,
     addr: &str,
     key: &str,
     handler: Handler,
+    tls: HttpTls,
 ) -> Result<std::net::SocketAddr, crate::net::NetError> {
     let failed = |message: String| crate::net::NetError::Listen {
         addr: addr.to_string(),
@@ -139,13 +185,14 @@ pub(super) fn listen(
         .block_on(tokio::net::TcpListener::bind(addr))
         .map_err(|e| failed(format!("[runtime] {key}: {e}")))?;
     let bound = l.local_addr().map_err(|e| failed(e.to_string()))?;
-    rt.spawn(serve(l, handler));
+    rt.spawn(serve(l, handler, tls));
     Ok(bound)
 }
 
-/// Serves `listener` until the runtime stops: each connection by hyper's
-/// HTTP/1.1 server, each request answered by `handler`.
-async fn serve(listener: tokio::net::TcpListener, handler: Handler) {
+/// Serves `listener` until the runtime stops: each connection (after its
+/// TLS handshake, with TLS) by hyper's HTTP/1.1 server, each request
+/// answered by `handler`.
+async fn serve(listener: tokio::net::TcpListener, handler: Handler, tls: HttpTls) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -156,28 +203,49 @@ async fn serve(listener: tokio::net::TcpListener, handler: Handler) {
             continue;
         };
         let handler = handler.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
-                let target = req
-                    .uri()
-                    .path_and_query()
-                    .map_or("/", |p| p.as_str())
-                    .to_string();
-                let (parts, _body) = req.into_parts();
-                let r = Request::new(parts.method.as_str(), &target, parts.headers);
-                let reply = handler(&r).into_hyper();
-                async move { Ok::<_, std::convert::Infallible>(reply) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(REQUEST_TIMEOUT)
-                .max_buf_size(MAX_REQUEST_BYTES)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(conn), service)
-                .await;
+            #[cfg(feature = "tls")]
+            if let Some(acceptor) = &tls.0 {
+                // The handshake within the request timeout, or nothing.
+                if let Ok(Ok(s)) =
+                    tokio::time::timeout(REQUEST_TIMEOUT, acceptor.accept(conn)).await
+                {
+                    answer(s, handler).await;
+                }
+                drop(slot);
+                return;
+            }
+            let _ = &tls;
+            answer(conn, handler).await;
             drop(slot);
         });
     }
+}
+
+/// One connection's request, answered by `handler`.
+async fn answer<S>(conn: S, handler: Handler)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
+        let target = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let (parts, _body) = req.into_parts();
+        let r = Request::new(parts.method.as_str(), &target, parts.headers);
+        let reply = handler(&r).into_hyper();
+        async move { Ok::<_, std::convert::Infallible>(reply) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_BYTES)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(conn), service)
+        .await;
 }
 
 #[cfg(test)]

@@ -423,6 +423,8 @@ pub fn start_with(
     let hub = Arc::new(Mutex::new(hub));
     let stats = Arc::new(Mutex::new(RoundStats::default()));
     let metrics = Arc::new(metrics::Metrics::new());
+    // The HTTP endpoints serve TLS when the gRPC API does.
+    let http_tls = http::HttpTls::of(&security)?;
     let metrics_address = match &cfg.metrics_listen {
         None => None,
         Some(addr) => {
@@ -430,7 +432,7 @@ pub fn start_with(
             let render: Arc<dyn Fn() -> String + Send + Sync> =
                 Arc::new(move || m.render(&lock(&h)));
             let handler = metrics::handler(access.clone(), render);
-            let bound = http::listen(&rt, addr, "metrics_listen", handler)?;
+            let bound = http::listen(&rt, addr, "metrics_listen", handler, http_tls.clone())?;
             tracing::info!(address = %bound, "Prometheus metrics at /metrics");
             Some(bound)
         }
@@ -441,7 +443,7 @@ pub fn start_with(
         Some(addr) => {
             let handler =
                 dashboard::handler(hub.clone(), view.clone(), stats.clone(), access.clone());
-            let bound = http::listen(&rt, addr, "dashboard_listen", handler)?;
+            let bound = http::listen(&rt, addr, "dashboard_listen", handler, http_tls.clone())?;
             tracing::info!(address = %bound, "dashboard at http://{bound}/");
             Some(bound)
         }

@@ -116,6 +116,8 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     cfg.tls_cert = server.cert.clone();
     cfg.tls_key = server.key.clone();
     cfg.tls_ca = server.ca.clone();
+    cfg.metrics_listen = Some("127.0.0.1:0".into());
+    let ca = server.ca.clone().unwrap();
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
     // Workers serve TLS too and trust the same CA.
     c.worker_security = Security {
@@ -133,6 +135,60 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
     let e = plain.status(&[]).unwrap_err().to_string();
     assert!(!e.is_empty() && !e.contains("Unauthenticated"), "{e}");
+    // The HTTP endpoints serve TLS with the same certificate (issue 35:
+    // they stayed plain HTTP), and answer nothing in plain text.
+    let m = c.sched.as_ref().unwrap().metrics_address.unwrap();
+    #[cfg(feature = "tls")]
+    {
+        let got = https_get(m, &ca, "/metrics");
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+        assert!(got.contains("blox_rounds_total"), "{got}");
+    }
+    let _ = &ca;
+    let plain = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(m).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    assert!(!plain.contains("blox_rounds_total"), "{plain}");
+}
+
+/// One HTTPS GET of `path` on `addr`, trusting the CA in `ca` (PEM); the
+/// whole answer.
+#[cfg(feature = "tls")]
+fn https_get(addr: std::net::SocketAddr, ca: &Path, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let cfg = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    })
 }
 
 /// Issue 35: a job that stole the workers' token forges nothing. Without a
