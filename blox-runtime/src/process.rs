@@ -19,7 +19,7 @@
 //! left running in its group is killed before the process is reaped (the
 //! zombie keeps the group's id from being reused meanwhile). On Linux the
 //! group is led by a small *guardian* (the forked child, before it would
-//! `exec`: [`guard`]) that forks the job and waits for it: when the worker
+//! `exec`: `guard`) that forks the job and waits for it: when the worker
 //! dies, even by `SIGKILL`, the guardian kills the whole group, so nothing
 //! the job forked outlives its worker. What a job moves into a process
 //! group of its own (`setsid`) is beyond this; a cgroup per launch would

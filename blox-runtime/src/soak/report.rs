@@ -86,6 +86,9 @@ pub struct SoakReport {
     pub duplicated: usize,
     pub overlapping_runs: usize,
     pub checkpoint_regressions: usize,
+    /// Job processes (or what they forked) still alive once every worker
+    /// was killed at the end.
+    pub leftover_processes: usize,
     pub launches: usize,
     pub submit_p50_s: f64,
     pub submit_p99_s: f64,
@@ -107,6 +110,7 @@ impl SoakReport {
             && self.duplicated == 0
             && self.overlapping_runs == 0
             && self.checkpoint_regressions == 0
+            && self.leftover_processes == 0
     }
 }
 
@@ -124,14 +128,15 @@ impl fmt::Display for SoakReport {
         };
         writeln!(
             f,
-            "soak: accepted {}, finished {}, failed {}{reasons}, lost {}, duplicated {}, overlapping runs {}, checkpoint regressions {}",
+            "soak: accepted {}, finished {}, failed {}{reasons}, lost {}, duplicated {}, overlapping runs {}, checkpoint regressions {}, leftover job processes {}",
             self.accepted,
             self.finished,
             self.failed,
             self.lost,
             self.duplicated,
             self.overlapping_runs,
-            self.checkpoint_regressions
+            self.checkpoint_regressions,
+            self.leftover_processes
         )?;
         if self.unfinished > 0 {
             writeln!(

@@ -365,8 +365,21 @@ worker_timeout_s = 4
         c.scheduler.kill();
     }
     let (accepted, latencies, refused, faults, all, round, quota_waits) = outcome?;
+    // With every worker gone, nothing a job started may be left (a
+    // launch's guardian kills its group when its worker dies).
+    let leftover = {
+        let t = Instant::now();
+        loop {
+            let n = job_processes_under(&dir);
+            if n == 0 || t.elapsed() > Duration::from_secs(5) {
+                break n;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
     let seen = journal::check(&journal_file).map_err(err)?;
     let mut report = tally(accepted, latencies, refused, all, &seen);
+    report.leftover_processes = leftover;
     report.round_p50_s = round.0;
     report.round_p99_s = round.1;
     report.faults = faults;
@@ -410,6 +423,9 @@ fn plan_faults(cfg: &SoakConfig, rng: &mut Rng) -> Vec<Fault> {
     faults
 }
 
+/// One job in this many forks a `sleep` into its process group.
+const FORKING_EVERY: usize = 20;
+
 /// Each client's share of the jobs (`(index, submission)`), round robin:
 /// toy jobs of the mix's duration that journal their runs, some crashing
 /// half-way.
@@ -438,6 +454,17 @@ fn submissions(
                     ];
                     if *crash {
                         command.extend(["--fail-at".into(), "0.5".into()]);
+                    }
+                    // One job in 20 forks a child that outlives it unless
+                    // its process group is killed (issue 35).
+                    if k % FORKING_EVERY == FORKING_EVERY / 2 {
+                        let mut wrapped = vec![
+                            "/bin/sh".to_string(),
+                            "-c".into(),
+                            "sleep 3600 & exec \"$0\" \"$@\"".into(),
+                        ];
+                        wrapped.extend(command);
+                        command = wrapped;
                     }
                     let name = format!("soak-{k}");
                     (
@@ -691,4 +718,22 @@ async fn all_jobs(client: &mut SchedulerClient) -> Result<Vec<JobInfo>, SoakErro
         }
     }
     Err(err("the scheduler did not answer Status at the end"))
+}
+
+/// Live processes whose environment names a control directory under `dir`
+/// (job processes and what they forked; Linux, elsewhere 0).
+fn job_processes_under(dir: &std::path::Path) -> usize {
+    let needle = format!("BLOX_CONTROL_DIR={}", dir.display());
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read(e.path().join("environ")).is_ok_and(|env| {
+                env.split(|b| *b == 0)
+                    .any(|v| v.starts_with(needle.as_bytes()))
+            })
+        })
+        .count()
 }
