@@ -394,7 +394,9 @@ impl Running {
 impl Drop for Running {
     /// No job process outlives its handle.
     fn drop(&mut self) {
-        if self.exit().is_none() {
+        // (A launch that could not start its first process has none to wait
+        // for: it waited 2 s here, holding its worker meanwhile.)
+        if !self.ranks.is_empty() && self.exit().is_none() {
             self.kill();
             let _ = self.wait(Duration::from_secs(2));
         }

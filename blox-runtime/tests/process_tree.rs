@@ -94,3 +94,20 @@ fn what_a_job_leaves_running_in_its_group_ends_when_it_exits() {
         || alive(&format!("sleep {a}")) == 0,
     );
 }
+
+/// A program that cannot start fails at once: nothing to wait for (it
+/// held its worker for 2 s, and the worker's heartbeats with it).
+#[test]
+fn a_program_that_cannot_start_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec(dir.path(), "true");
+    s.argv = vec!["/nonexistent/blox-job".into()];
+    let t = Instant::now();
+    let e = Running::spawn(&s).err().expect("refused");
+    assert!(e.to_string().contains("cannot start"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+}

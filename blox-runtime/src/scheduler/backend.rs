@@ -147,6 +147,13 @@ pub(super) fn generation_base(unix_s: f64) -> u64 {
 }
 
 impl ClusterBackend {
+    /// How long a worker may be silent and still count as beating: its
+    /// lease (by then its jobs stop themselves), and at least three
+    /// heartbeats (a busy worker's beats come late).
+    pub(super) fn fresh(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.lease().0.max(self.cfg.heartbeat_s * 3.0))
+    }
+
     pub(super) fn now(&self) -> f64 {
         self.start.elapsed().as_secs_f64()
     }
@@ -218,10 +225,10 @@ impl ClusterBackend {
                 // The worker answers once the job exited (within the grace,
                 // then it kills): no answer well past it is a lost worker.
                 let limit = Duration::from_secs_f64(grace) + RPC_SLACK;
+                let fresh = self.fresh();
                 self.rt.spawn(async move {
-                    let r = tokio::time::timeout(limit, c.revoke(req))
-                        .await
-                        .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+                    let r =
+                        while_beating(&hub, &worker, fresh, limit, c.revoke(req)).await;
                     match r {
                         Ok(r) => Some(r.into_inner()),
                         Err(e) => {
@@ -237,6 +244,38 @@ impl ClusterBackend {
                 })
             })
             .collect()
+    }
+}
+
+/// Waits for `call` to a worker, at most `limit`, and no longer than the
+/// worker keeps beating (it was heard from within `fresh`): a worker whose
+/// heartbeats stopped (hung, cut off) will not answer, and waiting for it
+/// would stall the round.
+pub(super) async fn while_beating<T>(
+    hub: &super::SharedHub,
+    worker: &str,
+    fresh: Duration,
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    let deadline = tokio::time::Instant::now() + limit;
+    tokio::pin!(call);
+    loop {
+        tokio::select! {
+            r = &mut call => return r,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                let silent = lock(hub)
+                    .workers
+                    .get(worker)
+                    .is_none_or(|w| w.last_seen.elapsed() > fresh);
+                if silent {
+                    return Err(Status::deadline_exceeded("the worker stopped beating"));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(Status::deadline_exceeded("no reply"));
+                }
+            }
+        }
     }
 }
 
