@@ -353,8 +353,15 @@ fn the_ranks_of_a_job_on_two_workers_stop_and_resume_at_the_same_iteration() {
     cfg.process_per_gpu = true;
     let c = Cluster::start(dir.path(), cfg, "las", 2);
     let mut ctl = c.ctl();
-    // Long enough that the preemption comes before its end on a loaded machine.
-    let big = ctl.submit(job("big", 4, toy(6.0, &[]), None)).unwrap();
+    // Long enough that the preemption comes before its end on a loaded
+    // machine. Its ranks, unlike a real job's, share no collective that
+    // keeps them within an iteration of each other: 100 ms iterations keep
+    // them there on a loaded machine (20 ms ones drifted apart in one CI
+    // run, and a rank already past the agreed boundary stopped later).
+    let mut command = toy(6.0, &[]);
+    let at = command.iter().position(|a| a == "--iteration-s").unwrap();
+    command[at + 1] = "0.1".into();
+    let big = ctl.submit(job("big", 4, command, None)).unwrap();
     let t = Instant::now();
     while ctl.status(&[big]).unwrap().jobs[0].progress < 0.1 {
         assert!(
