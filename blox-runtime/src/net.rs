@@ -296,31 +296,6 @@ impl Interceptor for CheckToken {
     }
 }
 
-/// Refuses, before its body is decoded, a call that carries none of the
-/// tokens the service knows, each named by its role ("the users' token");
-/// each handler then checks the one its call needs.
-#[derive(Clone)]
-pub struct CheckAnyToken(pub Vec<(CheckToken, &'static str)>);
-
-impl Interceptor for CheckAnyToken {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        if self.0.iter().any(|(c, _)| c.0.is_none()) {
-            return Ok(req);
-        }
-        let roles: Vec<&str> = self.0.iter().map(|(_, r)| *r).collect();
-        let roles = roles.join(" or ");
-        for (c, _) in &self.0 {
-            if c.verify(req.metadata(), &roles).is_ok() {
-                return Ok(req);
-            }
-        }
-        match self.0.first() {
-            Some((c, _)) => c.verify(req.metadata(), &roles).map(|_| req),
-            None => Ok(req),
-        }
-    }
-}
-
 /// `n` bytes from the operating system's random source.
 fn random_bytes(n: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read;

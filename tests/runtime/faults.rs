@@ -3,6 +3,25 @@
 
 use super::*;
 
+/// A FIFO scheduler (0.5 s rounds, 0.2 s heartbeats, a 2 s worker timeout,
+/// `runtime` added to its `[runtime]`) and worker `a` with 1 GPU, both
+/// processes; the scheduler's address and the (empty) client credentials.
+fn scheduler_and_worker(d: &Path, runtime: &str) -> (Procs, String, Security) {
+    let mut procs = Procs::default();
+    let addr = procs.scheduler(
+        &d.join("scheduler.toml"),
+        &format!(
+            "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
+             [runtime]\nlisten = \"127.0.0.1:0\"\nstate = \"state.redb\"\n\
+             heartbeat_s = 0.2\nworker_timeout_s = 2.0\n{runtime}"
+        ),
+    );
+    let sec = Security::default();
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_for_workers(&addr, &sec, 1);
+    (procs, addr, sec)
+}
+
 /// Issue 35: a worker that hangs (SIGSTOP) under a running job must not let
 /// the job run beside its relaunch. The job holds the lease too: it stops
 /// itself when its hung worker stops renewing it, before the scheduler
@@ -15,29 +34,8 @@ fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
     let d = dir.path();
     let toy = toy_job();
     let journal = d.join("journal");
-    let cfg = d.join("scheduler.toml");
-    std::fs::write(
-        &cfg,
-        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
-         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\n\
-         heartbeat_s = 0.2\nworker_timeout_s = 2.0\ngrace_s = 2\n",
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let addr = procs.start(
-        "scheduler",
-        &[
-            "scheduler",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &d.join("scheduler.log"),
-    );
-    let sec = Security::default();
-    procs.worker(&addr, d, "a", 1, &[]);
-    wait_for_workers(&addr, &sec, 1);
+    let (mut procs, addr, sec) =
+        scheduler_and_worker(d, "checkpoint_dir = \"checkpoints\"\ngrace_s = 2\n");
     let mut job = toy_submission(&toy, "steady", 8.0, None);
     job.command.extend([
         "--checkpoint-every".to_string(),
@@ -97,29 +95,10 @@ fn a_full_disk_refuses_submissions_and_stops_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
-    let cfg = d.join("scheduler.toml");
-    std::fs::write(
-        &cfg,
-        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[placement]\npolicy = \"consolidated\"\n\
-         [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n\
-         heartbeat_s = 0.2\nworker_timeout_s = 2.0\n",
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let addr = procs.start(
-        "scheduler",
-        &[
-            "scheduler",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &d.join("scheduler.log"),
+    let (mut procs, addr, sec) = scheduler_and_worker(
+        d,
+        "checkpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n",
     );
-    let sec = Security::default();
-    procs.worker(&addr, d, "a", 1, &[]);
-    wait_for_workers(&addr, &sec, 1);
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();
     let long = ctl.submit(toy_submission(&toy, "long", 6.0, None)).unwrap();
     wait_until("the long job runs", Duration::from_secs(30), || {
@@ -212,28 +191,7 @@ fn a_full_disk_refuses_submissions_and_stops_nothing() {
 fn a_killed_worker_leaves_nothing_its_jobs_forked() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cfg = d.join("scheduler.toml");
-    std::fs::write(
-        &cfg,
-        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"fifo\"\n[runtime]\nstate = \"state.redb\"\n\
-         heartbeat_s = 0.2\nworker_timeout_s = 2.0\n",
-    )
-    .unwrap();
-    let mut procs = Procs::default();
-    let addr = procs.start(
-        "scheduler",
-        &[
-            "scheduler",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        &d.join("scheduler.log"),
-    );
-    let sec = Security::default();
-    procs.worker(&addr, d, "a", 1, &[]);
-    wait_for_workers(&addr, &sec, 1);
+    let (mut procs, addr, sec) = scheduler_and_worker(d, "");
     let job = blox_runtime::proto::JobSubmission {
         name: "forks".into(),
         gpus: 1,

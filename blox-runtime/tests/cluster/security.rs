@@ -2,18 +2,25 @@
 
 use super::*;
 
+/// The test cluster's config with a users' token (`s3cret-token`) and a
+/// workers' token (`w0rker-token`), each in a 0600 file in `dir`.
+fn with_tokens(dir: &Path) -> RuntimeConfig {
+    let token_file = dir.join("token");
+    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
+    let worker_token_file = dir.join("worker-token");
+    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
+    let mut cfg = runtime_config(dir);
+    cfg.token_file = Some(token_file);
+    cfg.worker_token_file = Some(worker_token_file);
+    cfg
+}
+
 /// A worker the scheduler refuses for good (the users' token, a wrong one,
 /// none) stops trying and says why; an unreachable scheduler is retried.
 #[test]
 fn a_refused_worker_stops_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
-    let worker_token_file = dir.path().join("worker-token");
-    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
-    let mut cfg = runtime_config(dir.path());
-    cfg.token_file = Some(token_file);
-    cfg.worker_token_file = Some(worker_token_file);
+    let cfg = with_tokens(dir.path());
     let c = Cluster::start(dir.path(), cfg, "fifo", 1);
     let users = c.security.clone();
     let wrong = Security {
@@ -199,13 +206,7 @@ fn https_get(addr: std::net::SocketAddr, ca: &Path, path: &str) -> String {
 fn the_workers_token_alone_forges_no_report() {
     use blox_runtime::net::with_credential;
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
-    let worker_token_file = dir.path().join("worker-token");
-    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
-    let mut cfg = runtime_config(dir.path());
-    cfg.token_file = Some(token_file);
-    cfg.worker_token_file = Some(worker_token_file);
+    let cfg = with_tokens(dir.path());
     let c = Cluster::start(dir.path(), cfg, "fifo", 1);
     let mut ctl = c.ctl();
     let victim = ctl.submit(job("victim", 1, toy(60.0, &[]), None)).unwrap();
@@ -306,13 +307,9 @@ fn a_job_run_as_its_own_account_reads_no_credential() {
     let dir = tempfile::tempdir().unwrap();
     // The job's account walks to its own directories only.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let token_file = dir.path().join("token");
-    blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
-    let worker_token_file = dir.path().join("worker-token");
-    blox_runtime::net::write_private(&worker_token_file, "w0rker-token\n").unwrap();
-    let mut cfg = runtime_config(dir.path());
-    cfg.token_file = Some(token_file.clone());
-    cfg.worker_token_file = Some(worker_token_file.clone());
+    let cfg = with_tokens(dir.path());
+    let token_file = cfg.token_file.clone().unwrap();
+    let worker_token_file = cfg.worker_token_file.clone().unwrap();
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
     let w =
         c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
