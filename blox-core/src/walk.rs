@@ -8,7 +8,10 @@
 //!    are free, running jobs *below it in the order* are preempted from the bottom
 //!    up until it fits (none are preempted if even that would not make room);
 //! 4. a job that still cannot be placed stops the walk (no backfilling), unless
-//!    `backfill = true`.
+//!    `backfill = true`, or unless it asks for more GPUs than are online at
+//!    all (nodes away: a lost worker, a failed node): no amount of waiting
+//!    for other jobs places it, so it waits for the nodes without holding
+//!    the jobs behind it.
 //!
 //! A placement policy built on it only chooses GPUs:
 //!
@@ -250,7 +253,7 @@ pub fn priority_walk(
                     host: None,
                 });
             }
-            None if params.backfill => continue,
+            None if params.backfill || d.gpus > cluster.num_gpus() => continue,
             None => break,
         }
     }

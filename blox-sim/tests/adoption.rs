@@ -188,3 +188,40 @@ fn an_adoption_that_cannot_hold_is_an_error_of_the_backend() {
     );
     assert_eq!(lp.cluster.free_gpus().count(), 1);
 }
+
+/// Not an adoption, but the same scripted cluster: a node that leaves under a
+/// job as large as the whole cluster leaves that job waiting for it, and the
+/// policy that still lists it at its own size made no invalid decision, and
+/// the walk goes past it (first-free does not backfill, but no wait for other
+/// jobs would place it); the smaller jobs run. Before, every round's decision
+/// was refused until the node came back: one lost worker stopped a live
+/// cluster.
+#[test]
+fn a_job_larger_than_the_cluster_after_a_node_left_waits_and_blocks_no_one() {
+    let mut lp = looped("las");
+    let mut b = Scripted {
+        events: vec![
+            vec![
+                ClusterEvent::NodeAdded(NodeSpec::with_gpus(4)),
+                ClusterEvent::NodeAdded(NodeSpec::with_gpus(4)),
+            ],
+            vec![],
+            vec![ClusterEvent::NodeRemoved(NodeId(1))],
+        ],
+        submit: vec![
+            JobSpec::new(1, 0.0, 8).with_duration(1000.0),
+            JobSpec::new(2, 0.0, 1).with_duration(1000.0),
+        ],
+        ..Default::default()
+    };
+    lp.run_round(&mut b).unwrap();
+    lp.run_round(&mut b).unwrap();
+    assert_eq!(lp.jobs.get(JobId(1)).unwrap().status, JobStatus::Running);
+    for _ in 0..3 {
+        let r = lp.run_round(&mut b).expect("no invalid decision");
+        assert_eq!(r.busy_gpus, 1, "{r:?}");
+    }
+    assert_eq!(lp.jobs.get(JobId(1)).unwrap().status, JobStatus::Queued);
+    assert_eq!(lp.jobs.get(JobId(2)).unwrap().status, JobStatus::Running);
+    assert!(b.launched.iter().any(|(id, _)| *id == JobId(2)));
+}

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 impl RoundLoop {
     /// Checks a schedule before anything acts on it: every entry names an
     /// admitted, runnable job once, none is also terminated, and no demand
-    /// exceeds the cluster.
+    /// exceeds both the cluster and the job's own request.
     pub(super) fn validate_schedule(&self, s: &Schedule) -> Result<(), LoopError> {
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "scheduling",
@@ -71,7 +71,11 @@ impl RoundLoop {
             if terminated.contains(&id) {
                 return Err(bad(format!("both terminates and schedules {id}")));
             }
-            if d.gpus > cap {
+            // A job's own request was accepted when it fitted; asking for it
+            // while nodes are away (a worker lost, a node failed) is no
+            // error of the policy: the job waits for them to return.
+            let own = || self.jobs.get(id).map_or(0, |j| j.requested_gpus());
+            if d.gpus > cap && d.gpus > own() {
                 return Err(bad(format!(
                     "asks for {} GPUs for {id}, but the cluster has {cap}",
                     d.gpus
