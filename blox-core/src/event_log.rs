@@ -599,6 +599,18 @@ mod tests {
                 node: 4,
                 gpus: 8,
                 worker: Some("w4".into()),
+                spec: None,
+            },
+            What::NodeJoined {
+                node: 5,
+                gpus: 4,
+                worker: None,
+                spec: Some(Box::new({
+                    let mut s = crate::NodeSpec::with_gpus(4);
+                    s.gpu_type = "A100".into();
+                    s.labels.insert("rack".into(), "r1".into());
+                    s
+                })),
             },
             What::NodeLeft { node: 4 },
         ];

@@ -6,8 +6,8 @@ use crate::say;
 use anyhow::{bail, Context, Result};
 use blox_core::round::events::GpuPlace;
 use blox_core::*;
-use blox_runtime::proto::{JobInfo, JobPhase, StatusReply};
-use blox_sim::whatif::{self, Comparison, History, Work};
+use blox_runtime::proto::{JobInfo, JobPhase, StatusReply, WorkerInfo};
+use blox_sim::whatif::{self, Comparison, History, HistoryNode, Work};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -211,10 +211,12 @@ pub fn history_of(r: &StatusReply, now: f64) -> History {
         at_s: now - origin,
         ..History::default()
     };
-    // Workers in the cluster are its nodes, in order; a GPU is
+    // Workers in the cluster are its nodes, in the order they joined it (a
+    // scheduler before `WorkerInfo.node`: the reply's order); a GPU is
     // "worker:local-index".
-    let alive: Vec<_> = r.workers.iter().filter(|w| w.alive).collect();
-    h.nodes = Some(alive.iter().map(|w| w.gpus.len() as u32).collect());
+    let mut alive: Vec<_> = r.workers.iter().filter(|w| w.alive).collect();
+    alive.sort_by_key(|w| w.node.unwrap_or(u32::MAX));
+    h.nodes = Some(alive.iter().map(|w| Some(node_of(w))).collect());
     let place = |g: &str| -> Option<GpuPlace> {
         let (w, i) = g.rsplit_once(':')?;
         let node = alive.iter().position(|x| x.id == w)? as u32;
@@ -257,6 +259,35 @@ pub fn history_of(r: &StatusReply, now: f64) -> History {
         ));
     }
     h
+}
+
+/// A worker as the node it is: its GPUs' type and memory (the first GPU's,
+/// as the scheduler takes them), host and topology labels; there from the
+/// replay's start on.
+fn node_of(w: &WorkerInfo) -> HistoryNode {
+    let mut spec = NodeSpec::with_gpus(w.gpus.len() as u32);
+    if let Some(g) = w.gpus.first() {
+        spec.gpu_type = g.name.clone();
+        if g.memory_gb > 0.0 {
+            spec.gpu_mem_gb = g.memory_gb;
+        }
+    }
+    if w.cpus > 0 {
+        spec.cpus = w.cpus;
+    }
+    if w.host_mem_gb > 0.0 {
+        spec.host_mem_gb = w.host_mem_gb;
+    }
+    spec.labels = w
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    HistoryNode {
+        spec,
+        joined_s: f64::NEG_INFINITY,
+        left_s: None,
+    }
 }
 
 fn job_of(j: &JobInfo, origin: f64) -> Job {

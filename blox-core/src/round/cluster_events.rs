@@ -13,12 +13,14 @@ impl RoundLoop {
         match ev {
             ClusterEvent::NodeAdded(spec) => {
                 let gpus = spec.gpus;
+                let logged = self.events.on().then(|| Box::new(spec.clone()));
                 let id = self.cluster.add_node(spec);
                 tracing::info!(node = %id, "node joined");
                 let what = What::NodeJoined {
                     node: id.0,
                     gpus,
                     worker: None,
+                    spec: logged,
                 };
                 self.events.other(what);
             }

@@ -84,12 +84,16 @@ pub enum What {
     /// Policy synthesis swapped the policies (`admission/scheduling/placement`).
     PolicySwitched { from: String, to: String },
     /// A node joined with this many GPUs; `worker` names it, where
-    /// the backend knows it (the runtime fills it in).
+    /// the backend knows it (the runtime fills it in); `spec` is what it
+    /// offers (GPU type, memory, host, topology labels), so a replay of the
+    /// log rebuilds the cluster it ran on (logs before it lack it).
     NodeJoined {
         node: u32,
         gpus: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worker: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<Box<crate::NodeSpec>>,
     },
     /// A node left (failure or scale-down).
     NodeLeft { node: u32 },
@@ -201,8 +205,16 @@ impl std::fmt::Display for Event {
             What::Cancelled => write!(f, "cancelled"),
             What::Waiting { reason, .. } => write!(f, "waiting: {reason}"),
             What::PolicySwitched { from, to } => write!(f, "policies switched: {from} -> {to}"),
-            What::NodeJoined { node, gpus, worker } => {
+            What::NodeJoined {
+                node,
+                gpus,
+                worker,
+                spec,
+            } => {
                 write!(f, "node {node} joined with {gpus} GPUs")?;
+                if let Some(s) = spec {
+                    write!(f, " of type {}", s.gpu_type)?;
+                }
                 match worker {
                     Some(n) => write!(f, " (worker {n})"),
                     None => Ok(()),

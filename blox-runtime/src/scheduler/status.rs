@@ -120,6 +120,10 @@ pub(super) fn reply_matching(
                 } else {
                     String::new()
                 },
+                labels: w.labels.clone().into_iter().collect(),
+                cpus: w.cpus,
+                host_mem_gb: w.host_mem_gb,
+                node: w.node.map(|n| n.0),
             };
             let len = info.encoded_len();
             if workers.len() >= MAX_PAGE_WORKERS

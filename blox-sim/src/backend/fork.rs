@@ -93,4 +93,13 @@ impl SimBackend {
         self.t0 = t;
         self.tick = 0;
     }
+
+    /// Nodes that join (`NodeAdded`, numbered after every node before) and
+    /// leave (`NodeRemoved`) at these times, on the replay's clock: a
+    /// history's cluster as it changed.
+    pub fn plan_nodes(&mut self, mut changes: Vec<(f64, ClusterEvent)>) {
+        // Stable: nodes joining at one time keep their order.
+        changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.planned = changes.into();
+    }
 }

@@ -56,6 +56,9 @@ pub struct SimBackend {
     alloc: HashMap<JobId, Vec<GpuId>>,
     /// Cluster changes to report at the next round (auto-scaling).
     events: Vec<ClusterEvent>,
+    /// Nodes that join or leave at given times (a replayed history's), in
+    /// time order ([`SimBackend::plan_nodes`]).
+    planned: std::collections::VecDeque<(f64, ClusterEvent)>,
     online_nodes: Vec<NodeId>,
     next_node: u32,
     node_template: NodeSpec,
@@ -102,6 +105,7 @@ impl SimBackend {
             gpu_node,
             alloc: HashMap::default(),
             events: Vec::new(),
+            planned: Default::default(),
             online_nodes: cluster
                 .nodes()
                 .iter()
@@ -129,6 +133,19 @@ impl SimBackend {
                 .map(|n| n.spec.clone())
                 .unwrap_or_else(|| NodeSpec::with_gpus(4)),
         }
+    }
+
+    /// The next node id, its GPUs and type, for a node the loop is told of
+    /// (its GPUs are numbered after every node's before it).
+    fn track_added(&mut self, spec: &NodeSpec) -> NodeId {
+        let id = NodeId(self.next_node);
+        self.next_node += 1;
+        self.node_type.insert(id, spec.gpu_type.clone());
+        self.node_prop.insert(id, spec.proportional_share());
+        self.gpu_node
+            .extend(std::iter::repeat_n(id, spec.gpus as usize));
+        self.online_nodes.push(id);
+        id
     }
 
     /// Takes a job off its GPUs, keeping its progress (preemption, lost node).
@@ -221,7 +238,7 @@ impl SimBackend {
     /// True while something will happen without any policy acting: an
     /// arrival still to come, or a cluster change to report.
     pub fn has_pending_events(&self) -> bool {
-        self.next < self.trace.len() || !self.events.is_empty()
+        self.next < self.trace.len() || !self.events.is_empty() || !self.planned.is_empty()
     }
 
     fn now(&self) -> f64 {
@@ -301,7 +318,24 @@ impl SimBackend {
 }
 
 impl ClusterManager for SimBackend {
-    fn cluster_events(&mut self, _round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
+    fn cluster_events(&mut self, round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
+        while self
+            .planned
+            .front()
+            .is_some_and(|(t, _)| *t <= round.now_s + 1e-9)
+        {
+            let Some((_, ev)) = self.planned.pop_front() else {
+                break;
+            };
+            match &ev {
+                ClusterEvent::NodeAdded(spec) => {
+                    self.track_added(spec);
+                }
+                ClusterEvent::NodeRemoved(id) => self.online_nodes.retain(|x| x != id),
+                _ => {}
+            }
+            self.events.push(ev);
+        }
         let events = std::mem::take(&mut self.events);
         for ev in &events {
             let ClusterEvent::NodeRemoved(id) = ev else {
@@ -332,18 +366,9 @@ impl ClusterManager for SimBackend {
         let nodes = nodes.clamp(1, self.max_nodes.max(1));
         if nodes as usize > online.len() {
             for _ in online.len()..nodes as usize {
-                let id = NodeId(self.next_node);
-                self.next_node += 1;
-                self.node_type
-                    .insert(id, self.node_template.gpu_type.clone());
-                self.node_prop
-                    .insert(id, self.node_template.proportional_share());
-                for _ in 0..self.node_template.gpus {
-                    self.gpu_node.push(id);
-                }
-                self.online_nodes.push(id);
-                self.events
-                    .push(ClusterEvent::NodeAdded(self.node_template.clone()));
+                let spec = self.node_template.clone();
+                self.track_added(&spec);
+                self.events.push(ClusterEvent::NodeAdded(spec));
             }
         } else {
             for id in online.iter().rev().take(online.len() - nodes as usize) {
@@ -616,7 +641,11 @@ impl RoundClock for SimBackend {
         self.advance(start, self.now());
         if idle && self.running.is_empty() && self.next < self.trace.len() {
             // Nothing admitted or running: jump to the round of the next arrival.
-            let arrival = self.trace[self.next].spec.arrival_s;
+            // (No further than a planned node change.)
+            let mut arrival = self.trace[self.next].spec.arrival_s;
+            if let Some((t, _)) = self.planned.front() {
+                arrival = arrival.min(*t);
+            }
             let tick = ((arrival - self.t0) / self.round_s).ceil().max(0.0) as u64;
             self.tick = self.tick.max(tick);
         }

@@ -13,6 +13,15 @@ pub struct Work {
     pub from: &'static str,
 }
 
+/// A node of the history's cluster: what it offers and when it was there
+/// (the history's clock).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryNode {
+    pub spec: NodeSpec,
+    pub joined_s: f64,
+    pub left_s: Option<f64>,
+}
+
 /// What happened to a job in the history (after the replay's start).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Actual {
@@ -43,9 +52,12 @@ pub struct History {
     pub future: Vec<JobSpec>,
     /// Each job's work, where known.
     pub work: HashMap<JobId, Work>,
-    /// GPUs of each node, where the history knows the cluster (a live
-    /// scheduler's workers); `None`: each config's `[cluster]`.
-    pub nodes: Option<Vec<u32>>,
+    /// The cluster's nodes by id, where the history knows them (a live
+    /// scheduler's workers, a log's `node_joined` events); `None`: each
+    /// config's `[cluster]`. A node the history does not show (`None`: a
+    /// log that starts after it joined, or a simulation's starting nodes)
+    /// is the config's node of that id.
+    pub nodes: Option<Vec<Option<HistoryNode>>>,
     /// What happened to each job after the start, where the history shows it.
     pub actual: HashMap<JobId, Actual>,
     /// What the history lacks (a log cut short or rotated, …).
@@ -143,17 +155,40 @@ impl History {
         };
         let mut jobs: BTreeMap<JobId, Tracked> = BTreeMap::new();
         let mut unknown: BTreeMap<JobId, usize> = BTreeMap::new();
-        let mut nodes: Vec<u32> = Vec::new();
+        let mut nodes: Vec<Option<HistoryNode>> = Vec::new();
+        let mut typeless = 0;
         let mut last_t = first_t;
         for e in events {
             last_t = last_t.max(e.time_s);
-            if let What::NodeJoined { node, gpus, .. } = &e.what {
-                let n = *node as usize;
-                if nodes.len() <= n {
-                    nodes.resize(n + 1, 0);
+            match &e.what {
+                What::NodeJoined {
+                    node, gpus, spec, ..
+                } => {
+                    let n = *node as usize;
+                    if nodes.len() <= n {
+                        nodes.resize(n + 1, None);
+                    }
+                    let spec = match spec {
+                        Some(s) => (**s).clone(),
+                        None => {
+                            typeless += 1;
+                            NodeSpec::with_gpus(*gpus)
+                        }
+                    };
+                    nodes[n] = Some(HistoryNode {
+                        spec,
+                        joined_s: e.time_s,
+                        left_s: None,
+                    });
+                    continue;
                 }
-                nodes[n] = *gpus;
-                continue;
+                What::NodeLeft { node } => {
+                    if let Some(Some(n)) = nodes.get_mut(*node as usize) {
+                        n.left_s = Some(e.time_s);
+                    }
+                    continue;
+                }
+                _ => {}
             }
             let Some(id) = e.job else { continue };
             if let What::Submitted { spec } = &e.what {
@@ -168,6 +203,13 @@ impl History {
                 continue;
             };
             t.apply(e, at, overheads);
+        }
+        if typeless > 0 {
+            let d = NodeSpec::with_gpus(1);
+            h.notes.push(format!(
+                "{typeless} nodes joined without their GPU type or labels in the log (a log from before blox recorded them): replayed as `{}` GPUs of {} GiB with no topology labels",
+                d.gpu_type, d.gpu_mem_gb
+            ));
         }
         if !nodes.is_empty() {
             h.nodes = Some(nodes);

@@ -13,7 +13,7 @@
 mod history;
 mod table;
 
-pub use history::{Actual, History, Work};
+pub use history::{Actual, History, HistoryNode, Work};
 pub use table::{write_predictions, Comparison, Row};
 
 use crate::backend::SimConfig;
@@ -66,15 +66,9 @@ pub fn replay(
     };
     let round_s = cfg.run.round_s.get();
     let mut notes = Vec::new();
-    let mut cluster = match &h.nodes {
-        Some(nodes) => {
-            let mut c = ClusterState::new();
-            for &gpus in nodes {
-                c.add_node(NodeSpec::with_gpus(gpus));
-            }
-            c
-        }
-        None => cfg.cluster_state()?,
+    let (mut cluster, planned) = match &h.nodes {
+        Some(nodes) => history_cluster(nodes, h.at_s, cfg)?,
+        None => (cfg.cluster_state()?, Vec::new()),
     };
     let work = |j: &JobSpec| h.work_of(j.id).map_or(UNKNOWN_WORK_S, |w| w.duration_s);
     // Jobs still to be admitted, and those arriving later, arrive in order.
@@ -128,6 +122,7 @@ pub fn replay(
     }
     let mut backend = crate::SimBackend::new(sim, round_s, trace, &cluster);
     backend.start_at(h.at_s);
+    backend.plan_nodes(planned);
     for j in jobs.active() {
         backend.adopt(j, work(&j.spec), h.at_s);
     }
@@ -165,4 +160,54 @@ pub fn replay(
         notes,
         events,
     })
+}
+
+/// The cluster a history ran on, as it was at `at_s` (nodes that left by
+/// then are there, offline, so node ids stay the history's), and the nodes
+/// that join or leave after it, at their times. A node the history does not
+/// show is the config's node of that id (a simulation logs only the nodes
+/// that joined after its start). The config's `[cluster.topology]` levels
+/// place nodes by their labels.
+fn history_cluster(
+    nodes: &[Option<HistoryNode>],
+    at_s: f64,
+    cfg: &Config,
+) -> Result<(ClusterState, Vec<(f64, ClusterEvent)>), SimError> {
+    let base = if nodes.iter().any(Option::is_none) {
+        Some(cfg.cluster_state()?)
+    } else {
+        None
+    };
+    let mut c = ClusterState::new();
+    if let Some(levels) = cfg.topology_levels()? {
+        c.set_topology(blox_core::topology::Topology::empty(levels).ok());
+    }
+    let mut planned = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let id = NodeId(i as u32);
+        let (spec, joined, left) = match n {
+            Some(n) => (n.spec.clone(), n.joined_s, n.left_s),
+            None => {
+                let spec = base
+                    .as_ref()
+                    .and_then(|b| b.nodes().get(i))
+                    .map_or_else(|| NodeSpec::with_gpus(0), |n| n.spec.clone());
+                (spec, f64::NEG_INFINITY, None)
+            }
+        };
+        if joined > at_s {
+            planned.push((joined, ClusterEvent::NodeAdded(spec)));
+        } else {
+            c.add_node(spec);
+        }
+        match left {
+            Some(t) if t <= at_s && joined <= at_s => {
+                // Just added: it exists.
+                let _ = c.remove_node(id);
+            }
+            Some(t) => planned.push((t, ClusterEvent::NodeRemoved(id))),
+            None => {}
+        }
+    }
+    Ok((c, planned))
 }
