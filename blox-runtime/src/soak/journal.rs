@@ -11,9 +11,13 @@ use std::path::Path;
 pub struct LaunchSeen {
     pub job: u64,
     pub generation: u64,
-    /// When its first rank started, and the iteration rank 0 resumed at.
+    /// When its first rank started, and the iteration rank 0 resumed at
+    /// (`None`: rank 0 never started, e.g. its part was on a worker that
+    /// hung, the launch failed and its other ranks were killed at once; a
+    /// rank past 0 resumes from its own per-rank file, which a launch of
+    /// another shape never wrote, so its 0 says nothing of the job's).
     pub start_s: f64,
-    pub resumed_at: u64,
+    pub resumed_at: Option<u64>,
     /// When its last rank wrote `end` (`None`: killed before it could).
     pub end_s: Option<f64>,
     /// Its last event of any kind.
@@ -81,7 +85,7 @@ pub fn check_text(text: &str) -> JournalReport {
             "start" => {
                 l.start_s = l.start_s.min(t);
                 if rank == 0 {
-                    l.resumed_at = iteration;
+                    l.resumed_at = Some(iteration);
                 }
             }
             "ckpt" if rank == 0 => l.checkpoints.push((t, iteration)),
@@ -105,16 +109,17 @@ pub fn check_text(text: &str) -> JournalReport {
             }
         }
         for b in &ls {
+            let Some(resumed_at) = b.resumed_at else {
+                continue;
+            };
             let reached = ls
                 .iter()
                 .flat_map(|a| a.checkpoints.iter())
                 .filter(|(t, _)| *t < b.start_s)
                 .map(|(_, it)| *it)
                 .max();
-            if let Some(r) = reached.filter(|r| b.resumed_at < *r) {
-                report
-                    .regressions
-                    .push((job, b.generation, b.resumed_at, r));
+            if let Some(r) = reached.filter(|r| resumed_at < *r) {
+                report.regressions.push((job, b.generation, resumed_at, r));
             }
         }
     }
@@ -139,6 +144,14 @@ mod tests {
         let regress = "start 2 10 0 100.0 0\nckpt 2 10 0 101.0 30\nend 2 10 0 101.5 31\n\
                        start 2 11 0 103.0 0\n";
         assert_eq!(check_text(regress).regressions, vec![(2, 11, 0, 30)]);
+        // Generation 11's rank 0 never started (its part failed, the other
+        // ranks were killed): rank 1 at 0 is not the job resuming at 0.
+        // Counted as a regression before (a soak with a hung worker).
+        let partial = "start 2 10 0 100.0 0\nckpt 2 10 0 101.0 30\nend 2 10 0 101.5 31\n\
+                       start 2 11 1 103.0 0\nstart 2 12 0 104.0 30\n";
+        let r = check_text(partial);
+        assert!(r.regressions.is_empty() && r.overlaps.is_empty(), "{r:?}");
+        assert_eq!(r.launches, 3);
         let bad = check_text("start 1 x 0 1 0\nfoo\n");
         assert_eq!(bad.bad_lines.len(), 2);
     }
