@@ -62,6 +62,31 @@ pub struct LaunchSpec {
     /// The account the job runs as (`blox worker --job-user`); `None`: the
     /// worker's own.
     pub job_user: Option<JobUser>,
+    /// The worker's lease (until, grace), where it holds one: written to the
+    /// control directory before any process starts, and checked again in
+    /// each forked process before `exec`. A worker stopped (hung) while it
+    /// started the launch thereby starts no job once it wakes past its
+    /// lease, and one started just before holds a lease that runs out.
+    pub lease: Option<(std::time::Instant, std::time::Duration)>,
+}
+
+/// Writes a launch's lease file: `until` and `grace` in seconds of the
+/// node's monotonic clock, replaced atomically (a job never reads half).
+pub fn write_lease(control: &Path, until: std::time::Instant, grace: std::time::Duration) {
+    let Some(now) = blox_client::monotonic_s() else {
+        return;
+    };
+    let left = until
+        .saturating_duration_since(std::time::Instant::now())
+        .as_secs_f64();
+    let tmp = control.join(".lease.tmp");
+    let text = format!("{:.3} {:.3}\n", now + left, grace.as_secs_f64());
+    if std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, control.join(blox_client::LEASE_FILE)))
+        .is_err()
+    {
+        tracing::debug!(dir = %control.display(), "cannot write the lease file");
+    }
 }
 
 /// An unprivileged account jobs run as (`blox worker --job-user NAME`): it
@@ -193,6 +218,9 @@ impl Running {
                 give_to(d, u)?;
             }
         }
+        if let Some((until, grace)) = spec.lease {
+            write_lease(&spec.control, until, grace);
+        }
         let out = |name: &str| -> Result<std::fs::File, StartError> {
             let p = spec.control.join(name);
             std::fs::File::create(&p)
@@ -260,7 +288,7 @@ impl Running {
                 .stdin(Stdio::null())
                 .stdout(out(&format!("stdout{suffix}"))?)
                 .stderr(out(&format!("stderr{suffix}"))?);
-            match spawn_child(cmd) {
+            match spawn_child(cmd, spec.lease.map(|l| l.0)) {
                 Ok(child) => {
                     let exit = Arc::new(Mutex::new(None));
                     let kill = Arc::new(AtomicBool::new(false));
@@ -453,7 +481,10 @@ pub fn argv_summary(argv: &[String]) -> String {
 /// Starts `cmd` from one long-lived thread. On Linux the child is killed when
 /// the thread that forked it ends (`PR_SET_PDEATHSIG`), so children are
 /// forked from a thread that lives as long as the process.
-fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
+fn spawn_child(
+    mut cmd: Command,
+    lease_until: Option<std::time::Instant>,
+) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     #[cfg(unix)]
     {
@@ -466,9 +497,16 @@ fn spawn_child(mut cmd: Command) -> std::io::Result<Child> {
         use std::os::unix::process::CommandExt;
         let worker = std::process::id() as libc::pid_t;
         // SAFETY: `guard` makes only async-signal-safe calls (prctl, fork,
-        // sigaction, waitpid, kill, close, _exit) and allocates nothing.
+        // sigaction, waitpid, kill, close, _exit) and allocates nothing;
+        // reading the monotonic clock (clock_gettime) is safe too, and the
+        // error is built from an errno, without allocating.
         unsafe {
-            cmd.pre_exec(move || guard(worker));
+            cmd.pre_exec(move || {
+                if lease_until.is_some_and(|t| std::time::Instant::now() > t) {
+                    return Err(std::io::Error::from_raw_os_error(libc::ETIME));
+                }
+                guard(worker)
+            });
         }
     }
     let tx = SPAWNER.get_or_init(|| {
@@ -679,6 +717,7 @@ mod tests {
             world_size: None,
             generation: 2,
             job_user: None,
+            lease: None,
         };
         let run = Running::spawn(&spec).unwrap();
         let t = Instant::now();

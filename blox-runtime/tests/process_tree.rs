@@ -23,6 +23,7 @@ fn spec(dir: &std::path::Path, script: &str) -> LaunchSpec {
         world_size: None,
         generation: 1,
         job_user: None,
+        lease: None,
     }
 }
 
@@ -110,4 +111,38 @@ fn a_program_that_cannot_start_fails_at_once() {
         "{:?}",
         t.elapsed()
     );
+}
+
+/// Issue 35: a launch whose worker's lease ran out before its process could
+/// `exec` (the worker was stopped, hung, while it started the launch) runs
+/// nothing; one within its lease finds the lease file in its control
+/// directory from its first instruction on, so it stops itself on time even
+/// if its worker hangs just after forking it.
+#[test]
+fn a_launch_past_its_lease_runs_nothing_and_one_within_it_holds_the_lease_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let mut late = spec(dir.path(), &format!("touch {}", ran.display()));
+    let past = Instant::now()
+        .checked_sub(Duration::from_millis(10))
+        .unwrap();
+    late.lease = Some((past, Duration::from_secs(1)));
+    let e = Running::spawn(&late).err().expect("refused");
+    assert!(e.to_string().contains("cannot start"), "{e}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!ran.exists(), "the job ran past its lease");
+    let script = format!(
+        "cd \"$BLOX_CONTROL_DIR\" && test -f lease && touch {}",
+        ran.display()
+    );
+    let mut fine = spec(&dir.path().join("b"), &script);
+    fine.lease = Some((
+        Instant::now() + Duration::from_secs(30),
+        Duration::from_secs(1),
+    ));
+    let run = Running::spawn(&fine).unwrap();
+    wait_until("the job ran", Duration::from_secs(10), || {
+        run.exit().is_some()
+    });
+    assert!(ran.exists(), "no lease file when the job started");
 }

@@ -80,6 +80,68 @@ fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
     assert!(err.contains("lease revoked; checkpointed"), "{err}");
 }
 
+/// Issue 35: a launch sent to a worker just as it hangs neither stalls the
+/// rounds (the scheduler stops waiting once the worker is silent past its
+/// lease, where it waited up to 10 s) nor runs when the worker wakes: the
+/// worker refuses a launch sent before its lease ran out (its lease epoch),
+/// and the job runs once, elsewhere.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_launch_sent_to_a_hanging_worker_stalls_no_round_and_never_runs_late() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toy = toy_job();
+    let journal = d.join("journal");
+    let (mut procs, addr, sec) =
+        scheduler_and_worker(d, "checkpoint_dir = \"checkpoints\"\ngrace_s = 2\n");
+    let rounds = || -> u64 {
+        Ctl::connect(&addr, &sec)
+            .and_then(|mut c| c.status(&[]))
+            .map_or(0, |s| s.rounds)
+    };
+    procs.signal("a", "STOP");
+    let mut job = toy_submission(&toy, "late", 2.0, None);
+    job.command.extend([
+        "--checkpoint-every".to_string(),
+        "5".into(),
+        "--journal".into(),
+        journal.display().to_string(),
+    ]);
+    let id = Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    let r0 = rounds();
+    std::thread::sleep(Duration::from_secs(5));
+    let r1 = rounds();
+    // 0.5 s rounds: about 10 in 5 s; a round waiting on the hung worker's
+    // launch until it wakes (below) would allow at most 2.
+    assert!(r1 >= r0 + 4, "rounds {r0} -> {r1} in 5 s");
+    procs.worker(&addr, d, "b", 1, &[]);
+    wait_until("the job runs on b", Duration::from_secs(20), || {
+        status(&addr, &sec).iter().any(|j| {
+            j.id == id && j.status == "running" && j.gpus.iter().any(|g| g.starts_with("b-"))
+        })
+    });
+    procs.signal("a", "CONT");
+    let mut last = Vec::new();
+    wait_until("the job finished", Duration::from_secs(60), || {
+        last = status(&addr, &sec);
+        last.iter().any(|j| j.id == id && j.status == "finished")
+    });
+    // a never started it: no launch of it there, one run in the journal.
+    std::thread::sleep(Duration::from_secs(1));
+    let on_a = keyed_dir(&d.join("a/jobs"), id);
+    assert!(
+        !on_a.join("launch-1/stderr").exists(),
+        "the hung worker ran it: {}",
+        on_a.display()
+    );
+    let seen = blox_runtime::soak::journal::check(&journal).unwrap();
+    assert_eq!(seen.launches, 1, "{seen:?}");
+    assert!(
+        seen.overlaps.is_empty() && seen.regressions.is_empty(),
+        "{seen:?}"
+    );
+}
+
 /// Issue 35: a job table that cannot grow (a full disk; here the
 /// scheduler's file-size limit, set from outside with `prlimit`) refuses new
 /// submissions with UNAVAILABLE and nothing else: the scheduler keeps

@@ -332,6 +332,8 @@ impl LaunchMechanism for LocalBackend {
             // The local backend runs jobs as whoever runs it (one user, no
             // cluster credential to guard).
             job_user: None,
+            // No scheduler to lose: no lease.
+            lease: None,
         };
         match Running::spawn(&spec) {
             Ok(run) => {

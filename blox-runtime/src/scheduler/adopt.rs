@@ -216,6 +216,7 @@ impl ClusterBackend {
                         worker: w.clone(),
                         client: e.client.clone(),
                         gpus,
+                        lease_epoch: e.lease_epoch,
                     });
                 }
             }
@@ -276,6 +277,7 @@ impl ClusterBackend {
                         worker: w.clone(),
                         client: e.client.clone(),
                         gpus: r.gpus.clone(),
+                        lease_epoch: e.lease_epoch,
                     });
                 }
             }

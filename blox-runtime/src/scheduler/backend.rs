@@ -22,6 +22,8 @@ pub(super) struct Part {
     pub(super) worker: String,
     pub(super) client: WorkerClient,
     pub(super) gpus: Vec<u32>,
+    /// The worker's lease epoch when the launch was sent (or adopted).
+    pub(super) lease_epoch: u64,
 }
 
 /// A launch running on its workers.

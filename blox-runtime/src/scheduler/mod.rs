@@ -102,6 +102,10 @@ struct WorkerEntry {
     reported: Vec<RunningLaunch>,
     /// Where it sits in the topology (`--labels`).
     labels: BTreeMap<String, String>,
+    /// Its lease epoch as its last heartbeat gave it (0: none yet): named
+    /// in every launch, which the worker refuses once its lease ran out
+    /// since (`LaunchRequest.lease_epoch`).
+    lease_epoch: u64,
 }
 
 /// What the gRPC handlers and the round loop share.

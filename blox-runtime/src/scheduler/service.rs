@@ -433,6 +433,7 @@ impl Scheduler for Service {
                 client,
                 reported: r.running,
                 labels,
+                lease_epoch: 0,
             },
         );
         // A cut-off worker stops its jobs (lease, then grace) before this
@@ -460,6 +461,7 @@ impl Scheduler for Service {
         r.worker_id = caller(&h, &md, &r.worker_id)?;
         let w = worker_known(&mut h, &r.worker_id)?;
         w.last_seen = Instant::now();
+        w.lease_epoch = r.lease_epoch;
         if !w.verified {
             let (path, token) = self.probe.as_ref().expect("unverified only with a probe");
             if r.checkpoint_probe != *token {

@@ -194,26 +194,13 @@ struct State {
     lease_until: Option<Instant>,
     /// The grace a fenced job gets (from the scheduler, with the lease).
     fence_grace: Duration,
+    /// Grows each time a heartbeat gets through after the lease ran out:
+    /// a launch sent under an earlier epoch (before this worker hung or
+    /// was cut off) is refused, as the scheduler may have given up on it.
+    lease_epoch: u64,
 }
 
-/// Writes a launch's lease file: `until` and `grace` in seconds of the
-/// node's monotonic clock, replaced atomically (a job never reads half).
-fn write_lease(control: &std::path::Path, until: Instant, grace: Duration) {
-    let Some(now) = blox_client::monotonic_s() else {
-        return;
-    };
-    let left = until
-        .saturating_duration_since(Instant::now())
-        .as_secs_f64();
-    let tmp = control.join(".lease.tmp");
-    let text = format!("{:.3} {:.3}\n", now + left, grace.as_secs_f64());
-    if std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, control.join(blox_client::LEASE_FILE)))
-        .is_err()
-    {
-        tracing::debug!(dir = %control.display(), "cannot write the lease file");
-    }
-}
+use crate::process::write_lease;
 
 /// The most metric samples a worker holds for the scheduler (when it cannot
 /// reach it); older ones are dropped.
@@ -453,7 +440,11 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
         gpus,
         address: address.clone(),
         cfg,
-        state: Mutex::new(State::default()),
+        state: Mutex::new(State {
+            // 0 is "unknown" to a launch: the first epoch is 1.
+            lease_epoch: 1,
+            ..State::default()
+        }),
         refused: tokio::sync::watch::channel(None).0,
     });
     let (stop, stop_rx) = tokio::sync::watch::channel(false);

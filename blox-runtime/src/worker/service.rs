@@ -37,6 +37,12 @@ impl Worker for Service {
                 "this worker's lease ran out (its heartbeats do not reach the scheduler): it runs no job until they do",
             ));
         }
+        if r.lease_epoch != 0 && r.lease_epoch != st.lease_epoch {
+            return Err(Status::unavailable(format!(
+                "lease_epoch: this launch was sent under this worker's lease epoch {}, which ran out since (now {}): the scheduler may have placed the job elsewhere meanwhile",
+                r.lease_epoch, st.lease_epoch
+            )));
+        }
         if let Some(g) = r.gpus.iter().find(|g| **g as usize >= sh.gpus.len()) {
             return Err(Status::invalid_argument(format!(
                 "gpus: this worker has {} GPUs; there is no GPU {g}",
@@ -89,6 +95,7 @@ impl Worker for Service {
             first_rank: r.first_rank,
             world_size: (r.world_size > 0).then_some(r.world_size),
             generation: r.generation,
+            lease: st.lease_until.map(|u| (u, st.fence_grace)),
         };
         let ranks = if r.process_per_gpu {
             r.gpus.len() as u32
@@ -98,9 +105,6 @@ impl Worker for Service {
         match Running::spawn(&spec) {
             Ok(run) => {
                 tracing::info!(job = l.job_id, launch = l.launch, gpus = ?r.gpus, "launched");
-                if let Some(until) = st.lease_until {
-                    write_lease(&run.control, until, st.fence_grace);
-                }
                 st.launches.insert(
                     l.job_id,
                     Launch {
@@ -121,6 +125,15 @@ impl Worker for Service {
                     },
                 );
                 Ok(Response::new(Ack {}))
+            }
+            // The lease ran out while the launch started (this worker was
+            // stopped meanwhile): no process of it ran past `exec`, and it
+            // is not the job's fault.
+            Err(e) if st.fenced() => {
+                tracing::warn!(job = l.job_id, "{e}: the lease ran out while it started");
+                Err(Status::unavailable(format!(
+                    "this worker's lease ran out while it started the launch (it was stopped or starved meanwhile): {e}"
+                )))
             }
             Err(e) => {
                 tracing::warn!(job = l.job_id, "{e}");

@@ -99,9 +99,13 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                 }
             }
             Some(id) => {
-                let (running, secret) = {
+                let (running, secret, lease_epoch) = {
                     let st = sh.lock();
-                    (st.running(), st.secret.clone().unwrap_or_default())
+                    (
+                        st.running(),
+                        st.secret.clone().unwrap_or_default(),
+                        st.lease_epoch,
+                    )
                 };
                 // Read on every beat until accepted: an operator may mount
                 // the storage meanwhile.
@@ -117,6 +121,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                             worker_id: id.clone(),
                             running,
                             checkpoint_probe,
+                            lease_epoch,
                         },
                         &secret,
                     )),
@@ -127,6 +132,12 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                     Ok(r) => {
                         if let Some((l, g)) = lease {
                             let mut st = sh.lock();
+                            // Through again after the lease ran out: what
+                            // the scheduler sent before is stale.
+                            if st.fenced() {
+                                st.lease_epoch += 1;
+                                tracing::info!(epoch = st.lease_epoch, "heard from the scheduler again after the lease ran out: launches sent before are refused");
+                            }
                             st.lease_until = Some(sent + l);
                             st.publish_lease(g);
                         }

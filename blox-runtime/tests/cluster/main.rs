@@ -192,6 +192,14 @@ fn a_worker_refuses_launches_it_cannot_honour() {
     let e = c.rt.block_on(w.launch(l)).unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
     assert!(e.message().starts_with("cluster:"), "{}", e.message());
+    // A launch sent under a lease epoch of this worker's that ran out
+    // since (it hung or was cut off meanwhile; the scheduler may have given
+    // up on the launch) runs nothing. This worker never lapsed: epoch 1.
+    let mut l = launch(900, vec![0], toy(1.0, &[]));
+    l.lease_epoch = 7;
+    let e = c.rt.block_on(w.launch(l)).unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{}", e.message());
+    assert!(e.message().starts_with("lease_epoch:"), "{}", e.message());
     let e =
         c.rt.block_on(w.revoke(RevokeRequest {
             launch: Some(LaunchRef {

@@ -125,6 +125,7 @@ impl LaunchMechanism for ClusterBackend {
                     worker: wid.clone(),
                     client: w.client.clone(),
                     gpus: idx,
+                    lease_epoch: w.lease_epoch,
                 });
                 h.expected.entry(wid).or_default().insert((id.0, launch));
             }
@@ -178,6 +179,7 @@ impl LaunchMechanism for ClusterBackend {
                 generation: self.generation_base + u64::from(launch).min(GENERATIONS_PER_RUN - 1),
                 worker_id: p.worker.clone(),
                 cluster: self.cluster_key.clone().unwrap_or_default(),
+                lease_epoch: p.lease_epoch,
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32
@@ -185,10 +187,14 @@ impl LaunchMechanism for ClusterBackend {
                 1
             };
             let mut c = p.client.clone();
+            let (hub, worker, fresh) = (self.hub.clone(), p.worker.clone(), self.fresh());
+            // A worker that stops beating (hung, cut off) is not waited for:
+            // once it is silent past its lease it refuses this launch if the
+            // request reaches it later (`lease_epoch`), and the failure
+            // below leaves the launch in doubt until it shows what it runs.
             calls.push(self.rt.spawn(async move {
-                tokio::time::timeout(RPC_SLACK * 2, c.launch(req))
+                super::while_beating(&hub, &worker, fresh, RPC_SLACK * 2, c.launch(req))
                     .await
-                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
                     .map(|_| ())
             }));
         }
