@@ -198,7 +198,7 @@ pub struct ScaleArgs {
 #[derive(Args, Debug, Default)]
 pub struct SoakArgs {
     /// soak: the CI size (500 jobs, 100 clients, 2 worker kills, 1
-    /// scheduler restart, 1 cut); the flags below override it.
+    /// scheduler restart, 1 cut, 1 hang); the flags below override it.
     #[arg(long)]
     pub reduced: bool,
     /// soak: jobs submitted in all.

@@ -86,6 +86,7 @@ fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {
     assert_eq!(faults.matches("killed").count(), 2, "{faults}");
     assert!(faults.contains("scheduler restarted"), "{faults}");
     assert!(faults.contains("cut off"), "{faults}");
+    assert!(faults.contains("stopped (SIGSTOP)"), "{faults}");
     // The journal saw more launches than jobs (preemptions, faults).
     let launches: usize = faults
         .split(" launches")

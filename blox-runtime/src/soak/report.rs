@@ -58,15 +58,14 @@ impl SoakConfig {
     }
 
     /// The CI run: 500 jobs from 100 clients, 2 worker kills, 1 scheduler
-    /// restart, 1 cut (no hang: `--hangs 1` adds one; see RELIABILITY.md for
-    /// what it still shows).
+    /// restart, 1 cut and 1 hang.
     pub fn reduced(mut self) -> Self {
         self.jobs = 500;
         self.clients = 100;
         self.worker_kills = 2;
         self.scheduler_restarts = 1;
         self.cuts = 1;
-        self.hangs = 0;
+        self.hangs = 1;
         self
     }
 }
