@@ -4,10 +4,9 @@
 use crate::cli::{Connect, WhatifArgs};
 use crate::say;
 use anyhow::{bail, Context, Result};
-use blox_core::round::events::GpuPlace;
 use blox_core::*;
 use blox_runtime::proto::{JobInfo, JobPhase, StatusReply, WorkerInfo};
-use blox_sim::whatif::{self, Comparison, History, HistoryNode, Work};
+use blox_sim::whatif::{self, Comparison, History, LiveJob, LivePhase, LiveWorker};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -200,71 +199,26 @@ fn live_history(c: &Connect) -> Result<History> {
     Ok(history_of(&r, blox_runtime::ctl::unix_now()))
 }
 
-/// [`History`] of a Status reply taken at Unix time `now`.
+/// [`History`] of a Status reply taken at Unix time `now`
+/// ([`History::from_live`]): its jobs, and its workers in the cluster.
 pub fn history_of(r: &StatusReply, now: f64) -> History {
-    let origin = r
-        .jobs
+    let workers: Vec<LiveWorker> = r
+        .workers
         .iter()
-        .map(|j| j.submitted_unix_s)
-        .fold(now, f64::min);
-    let mut h = History {
-        at_s: now - origin,
-        ..History::default()
-    };
-    // Workers in the cluster are its nodes, in the order they joined it (a
-    // scheduler before `WorkerInfo.node`: the reply's order); a GPU is
-    // "worker:local-index".
-    let mut alive: Vec<_> = r.workers.iter().filter(|w| w.alive).collect();
-    alive.sort_by_key(|w| w.node.unwrap_or(u32::MAX));
-    h.nodes = Some(alive.iter().map(|w| Some(node_of(w))).collect());
-    let place = |g: &str| -> Option<GpuPlace> {
-        let (w, i) = g.rsplit_once(':')?;
-        let node = alive.iter().position(|x| x.id == w)? as u32;
-        let gpu = i.parse().ok()?;
-        Some(GpuPlace { node, gpu })
-    };
-    for j in &r.jobs {
-        let job = job_of(j, origin);
-        if let Some(w) = work_of(j) {
-            h.work.insert(job.id(), w);
-        }
-        match j.phase() {
-            JobPhase::Submitted => h.waiting.push(job),
-            JobPhase::Running => {
-                // Past its start-up, running since now as far as the
-                // replay is concerned.
-                let mut job = job;
-                job.last_launch_s = Some(h.at_s);
-                job.first_iteration_s = Some(h.at_s);
-                let places: Option<Vec<GpuPlace>> = j.gpus.iter().map(|g| place(g)).collect();
-                h.active.push((job, places.unwrap_or_default()));
-            }
-            _ => h.active.push((job, Vec::new())),
-        }
-    }
-    let no_start = r
-        .jobs
-        .iter()
-        .filter(|j| j.launches > 0 && j.first_start_unix_s.is_none())
-        .count();
-    if no_start > 0 {
-        h.notes.push(format!(
-            "{no_start} jobs that ran have no first start in the scheduler's reply (a scheduler older than first_start_unix_s): their waits are taken as 0"
-        ));
-    }
-    let unknown = h.unknown_work();
-    if unknown > 0 {
-        h.notes.push(format!(
-            "{unknown} jobs gave no duration_s and have not reported enough progress: their work is unknown, they run on in the replays"
-        ));
-    }
-    h
+        .filter(|w| w.alive)
+        .map(|w| LiveWorker {
+            id: w.id.clone(),
+            node: w.node,
+            spec: node_of(w),
+        })
+        .collect();
+    let jobs: Vec<LiveJob> = r.jobs.iter().map(job_of).collect();
+    History::from_live(&jobs, &workers, now)
 }
 
 /// A worker as the node it is: its GPUs' type and memory (the first GPU's,
-/// as the scheduler takes them), host and topology labels; there from the
-/// replay's start on.
-fn node_of(w: &WorkerInfo) -> HistoryNode {
+/// as the scheduler takes them), host and topology labels.
+fn node_of(w: &WorkerInfo) -> NodeSpec {
     let mut spec = NodeSpec::with_gpus(w.gpus.len() as u32);
     if let Some(g) = w.gpus.first() {
         spec.gpu_type = g.name.clone();
@@ -283,52 +237,39 @@ fn node_of(w: &WorkerInfo) -> HistoryNode {
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    HistoryNode {
-        spec,
-        joined_s: f64::NEG_INFINITY,
-        left_s: None,
+    spec
+}
+
+/// A job of the reply; a GPU it holds is named `worker:index`.
+fn job_of(j: &JobInfo) -> LiveJob {
+    LiveJob {
+        id: j.id,
+        name: j.name.clone(),
+        requested_gpus: j.requested_gpus,
+        phase: match j.phase() {
+            JobPhase::Submitted => LivePhase::Submitted,
+            JobPhase::Running => LivePhase::Running,
+            _ => LivePhase::Queued,
+        },
+        submitted_unix_s: j.submitted_unix_s,
+        first_start_unix_s: j.first_start_unix_s,
+        duration_s: j.duration_s,
+        progress: j.progress,
+        attained_gpu_s: j.attained_gpu_s,
+        lost_work_gpu_s: j.lost_work_gpu_s,
+        startup_gpu_s: j.startup_gpu_s,
+        launches: j.launches,
+        preemptions: j.preemptions,
+        // All or none: a GPU it does not name clearly, and the replay
+        // starts it queued (saying so).
+        gpus: j
+            .gpus
+            .iter()
+            .map(|g| {
+                let (w, i) = g.rsplit_once(':')?;
+                Some((w.to_string(), i.parse().ok()?))
+            })
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     }
-}
-
-fn job_of(j: &JobInfo, origin: f64) -> Job {
-    let mut spec = JobSpec::new(j.id, j.submitted_unix_s - origin, j.requested_gpus);
-    spec.name = j.name.clone();
-    spec.expected_duration_s = j.duration_s;
-    let mut job = Job::new(spec);
-    job.status = match j.phase() {
-        JobPhase::Running => JobStatus::Running,
-        JobPhase::Submitted => JobStatus::Submitted,
-        _ => JobStatus::Queued,
-    };
-    job.progress = j.progress.clamp(0.0, 1.0);
-    job.attained_service_gpu_s = j.attained_gpu_s;
-    job.startup_gpu_s = j.startup_gpu_s;
-    job.launches = j.launches;
-    job.preemptions = j.preemptions;
-    // Its real first start (a scheduler before `first_start_unix_s`
-    // existed: none, and a job that ran is taken to have started on
-    // submission, waiting 0, never less).
-    job.first_start_s = match j.first_start_unix_s {
-        Some(t) => Some((t - origin).max(job.spec.arrival_s)),
-        None => (j.launches > 0).then_some(job.spec.arrival_s),
-    };
-    job
-}
-
-/// Its run time at its requested GPUs, as the scheduler's forecasts compute
-/// it ([`DurationFrom::from_parts`], the default `min_progress` of 0.01):
-/// `duration_s`, else its productive rate (lost work not counted).
-fn work_of(j: &JobInfo) -> Option<Work> {
-    let (d, from) = blox_core::DurationFrom::from_parts(
-        j.duration_s.filter(|d| *d > 0.0),
-        j.attained_gpu_s,
-        j.lost_work_gpu_s,
-        j.progress,
-        j.requested_gpus,
-        0.01,
-    );
-    d.map(|duration_s| Work {
-        duration_s,
-        from: from.as_str(),
-    })
 }

@@ -11,9 +11,11 @@
 //! reproduced decision for decision (`tests/whatif.rs`).
 
 mod history;
+mod live;
 mod table;
 
 pub use history::{Actual, History, HistoryNode, Work};
+pub use live::{LiveJob, LivePhase, LiveWorker};
 pub use table::{write_predictions, Comparison, Row};
 
 use crate::backend::SimConfig;
