@@ -22,6 +22,24 @@ fn scheduler_and_worker(d: &Path, runtime: &str) -> (Procs, String, Security) {
     (procs, addr, sec)
 }
 
+/// A toy job of `secs` that checkpoints every 5 iterations and writes its
+/// launches' starts, checkpoints and ends to `journal`.
+fn journaled(
+    toy: &Path,
+    name: &str,
+    secs: f64,
+    journal: &Path,
+) -> blox_runtime::proto::JobSubmission {
+    let mut job = toy_submission(toy, name, secs, None);
+    job.command.extend([
+        "--checkpoint-every".to_string(),
+        "5".into(),
+        "--journal".into(),
+        journal.display().to_string(),
+    ]);
+    job
+}
+
 /// Issue 35: a worker that hangs (SIGSTOP) under a running job must not let
 /// the job run beside its relaunch. The job holds the lease too: it stops
 /// itself when its hung worker stops renewing it, before the scheduler
@@ -36,13 +54,7 @@ fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
     let journal = d.join("journal");
     let (mut procs, addr, sec) =
         scheduler_and_worker(d, "checkpoint_dir = \"checkpoints\"\ngrace_s = 2\n");
-    let mut job = toy_submission(&toy, "steady", 8.0, None);
-    job.command.extend([
-        "--checkpoint-every".to_string(),
-        "5".into(),
-        "--journal".into(),
-        journal.display().to_string(),
-    ]);
+    let job = journaled(&toy, "steady", 8.0, &journal);
     let id = Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
     wait_until("the job runs on a", Duration::from_secs(30), || {
         status(&addr, &sec)
@@ -100,13 +112,7 @@ fn a_launch_sent_to_a_hanging_worker_stalls_no_round_and_never_runs_late() {
             .map_or(0, |s| s.rounds)
     };
     procs.signal("a", "STOP");
-    let mut job = toy_submission(&toy, "late", 2.0, None);
-    job.command.extend([
-        "--checkpoint-every".to_string(),
-        "5".into(),
-        "--journal".into(),
-        journal.display().to_string(),
-    ]);
+    let job = journaled(&toy, "late", 2.0, &journal);
     let id = Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
     let r0 = rounds();
     std::thread::sleep(Duration::from_secs(5));
