@@ -29,6 +29,22 @@ pub struct Snapshot {
     pub cluster: ClusterState,
     /// The loop's start-up rules (the forecast follows them too).
     pub startup: StartupRules,
+    /// What launching costs on this cluster, as its backend measured it
+    /// (none in a simulation, or before the first launch).
+    pub launch_costs: LaunchCosts,
+}
+
+/// Seconds from the start of a round to a launch's spawn, as a live backend
+/// measured them lately: the launch call and, for a relaunch onto GPUs
+/// whose jobs were just preempted, the wait for those jobs to checkpoint
+/// and exit. Known as soon as a launch is spawned, before it reports its
+/// first iteration; a forecast charges at least this to every launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LaunchCosts {
+    /// The median over recent first launches of a job.
+    pub launch_wait_s: Option<f64>,
+    /// The median over recent relaunches.
+    pub relaunch_wait_s: Option<f64>,
 }
 
 impl Snapshot {
@@ -50,6 +66,7 @@ impl Snapshot {
             waiting: lp.waiting().to_vec(),
             cluster: lp.cluster.clone(),
             startup: lp.startup,
+            launch_costs: LaunchCosts::default(),
         }
     }
 

@@ -39,7 +39,9 @@ pub use round::{
     RoundTimings, SelectorError, StartupRules,
 };
 
-pub use forecast::{DurationFrom, Forecast, ForecastError, Forecaster, Prediction, Snapshot};
+pub use forecast::{
+    DurationFrom, Forecast, ForecastError, Forecaster, LaunchCosts, Prediction, Snapshot,
+};
 pub use wait::WaitReason;
 pub use walk::{priority_walk, FreeGpus, WalkParams};
 

@@ -4,7 +4,7 @@
 //! checkpoint, or failed once it crashed more than `max_retries` times.
 
 use blox_core::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Launches, crashes and service of one job (over its ended launches).
 #[derive(Clone, Debug, Default)]
@@ -35,12 +35,17 @@ impl Record {
     }
 }
 
-/// One launch's time: when it started, how far it is accounted, and when it
-/// passed its first iteration (from the [`blox_client::STARTUP_METRIC`] it
-/// reports). Until then its time is start-up.
+/// One launch's time: when the round gave it its GPUs, when its process was
+/// spawned, how far it is accounted, and when it passed its first iteration
+/// (from the [`blox_client::STARTUP_METRIC`] it reports, measured from its
+/// spawn). Until then its time is start-up: waiting for the GPUs' previous
+/// jobs to checkpoint and exit, the launch call, and the job's own start.
 #[derive(Clone, Debug)]
 pub(crate) struct LaunchClock {
+    /// When the round that launched it began: its GPUs are its from then.
     pub launched_s: f64,
+    /// When its process was spawned (at or after `launched_s`).
+    pub spawned_s: f64,
     pub accounted_s: f64,
     pub gpus: u32,
     pub first_iteration_s: Option<f64>,
@@ -51,9 +56,17 @@ pub(crate) struct LaunchClock {
 
 impl LaunchClock {
     pub fn new(now_s: f64, gpus: u32) -> Self {
+        Self::spawned(now_s, now_s, gpus)
+    }
+
+    /// A launch the round at `launched_s` decided, spawned at `spawned_s`
+    /// (after the revocations before it and the launch call).
+    pub fn spawned(launched_s: f64, spawned_s: f64, gpus: u32) -> Self {
+        let launched_s = launched_s.min(spawned_s);
         LaunchClock {
-            launched_s: now_s,
-            accounted_s: now_s,
+            launched_s,
+            spawned_s,
+            accounted_s: launched_s,
             gpus,
             first_iteration_s: None,
             checkpoint_s: None,
@@ -72,12 +85,12 @@ impl LaunchClock {
             && value.is_finite()
             && value >= 0.0
         {
-            // The job measured from its spawn, a little after `launched_s`;
-            // never later than when we learn of it.
-            self.first_iteration_s = Some((self.launched_s + value).min(now_s));
+            // The job measured from its spawn; never later than when we
+            // learn of it.
+            self.first_iteration_s = Some((self.spawned_s + value).min(now_s));
         }
         if key == blox_client::CHECKPOINT_METRIC && value.is_finite() && value >= 0.0 {
-            let at = (self.launched_s + value).min(now_s);
+            let at = (self.spawned_s + value).min(now_s);
             self.checkpoint_s = Some(self.checkpoint_s.map_or(at, |c| c.max(at)));
         }
     }
@@ -91,14 +104,14 @@ impl LaunchClock {
             tracing::debug!(
                 "a launch reported no start-up in {max_startup_s} s; its time counts as productive"
             );
-            self.first_iteration_s = Some(self.launched_s);
+            self.first_iteration_s = Some(self.spawned_s);
         }
     }
 
     /// A launch that finished its work without reporting its start-up did
     /// work all along: none of its time counts as starting.
     pub fn finished(&mut self) {
-        self.first_iteration_s.get_or_insert(self.launched_s);
+        self.first_iteration_s.get_or_insert(self.spawned_s);
     }
 
     /// (Seconds held, of which starting) so far.
@@ -114,6 +127,48 @@ impl LaunchClock {
     pub fn startup_s(&self) -> Option<f64> {
         self.first_iteration_s
             .map(|f| (f - self.launched_s).max(0.0))
+    }
+}
+
+/// The recent waits from a round's start to a launch's spawn, first
+/// launches and relaunches apart: what a forecast charges a launch at least
+/// ([`LaunchCosts`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct LaunchWaits {
+    first: VecDeque<f64>,
+    again: VecDeque<f64>,
+}
+
+impl LaunchWaits {
+    /// Launches remembered of each kind.
+    const KEEP: usize = 64;
+
+    /// A launch (a relaunch if `relaunch`) spawned `wait_s` after its
+    /// round began.
+    pub fn add(&mut self, relaunch: bool, wait_s: f64) {
+        if !wait_s.is_finite() {
+            return;
+        }
+        let q = if relaunch {
+            &mut self.again
+        } else {
+            &mut self.first
+        };
+        if q.len() == Self::KEEP {
+            q.pop_front();
+        }
+        q.push_back(wait_s.max(0.0));
+    }
+
+    pub fn costs(&self) -> LaunchCosts {
+        let median = |q: &VecDeque<f64>| {
+            let mut v: Vec<f64> = q.iter().copied().collect();
+            (!v.is_empty()).then(|| blox_core::stats::quantile(&mut v, 0.5))
+        };
+        LaunchCosts {
+            launch_wait_s: median(&self.first),
+            relaunch_wait_s: median(&self.again),
+        }
     }
 }
 
@@ -217,6 +272,11 @@ pub(crate) fn settle<'a>(
         job.startup_gpu_s += startup * g;
         if let (Some(f), Some(s)) = (c.first_iteration_s, c.startup_s()) {
             if job.is_running() && job.first_iteration_s.is_none() {
+                tracing::debug!(
+                    job = %id,
+                    "first iteration {s:.3} s after its round began ({:.3} s of it before the spawn)",
+                    c.spawned_s - c.launched_s
+                );
                 job.reached_first_iteration(f, s);
             }
         }

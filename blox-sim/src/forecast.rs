@@ -4,9 +4,16 @@
 //! the fork policy synthesis uses) and run until every job it knows has
 //! finished, or its reach ends. What `blox status --start` shows.
 //!
-//! A job's start-up is its own last one where it reported one, else the
-//! median of the last start-ups the admitted jobs reported (this cluster's),
-//! else `[sim]`'s `launch_overhead_s` / `restart_overhead_s`.
+//! A launch's start-up runs from the start of the round that launched it to
+//! its first iteration: waiting for the jobs it replaces to checkpoint and
+//! exit, the launch call, and the job's own start. A job's next one is its
+//! own last one where that was a relaunch, else at least this cluster's
+//! relaunch cost: the median of the last start-ups of the jobs launched more
+//! than once, and at least the recent wait from a round's start to a
+//! relaunch's spawn the live backend measured (`Snapshot::launch_costs`,
+//! known before any launch reports its first iteration); a first launch's
+//! likewise over the jobs launched once. Each stands in for the other where
+//! there is none, else `[sim]`'s `launch_overhead_s` / `restart_overhead_s`.
 //!
 //! A job's run time at its requested GPUs is its `duration_s` where given,
 //! else its measured rate (productive GPU-seconds per unit of progress, once
@@ -63,6 +70,24 @@ fn d_progress() -> Positive {
 /// Run time given to a job whose run time is unknown: it never finishes
 /// within any reach.
 const UNKNOWN_DURATION_S: f64 = 1e15;
+
+/// The medians of the last measured start-ups of the jobs launched once,
+/// and of those launched more than once.
+fn measured_startups(jobs: &JobState) -> (Option<f64>, Option<f64>) {
+    let mut first = Vec::new();
+    let mut again = Vec::new();
+    for j in jobs.active() {
+        if let Some(s) = j.last_startup_s.filter(|s| s.is_finite()) {
+            if j.launches > 1 {
+                again.push(s);
+            } else {
+                first.push(s);
+            }
+        }
+    }
+    let median = |mut v: Vec<f64>| (!v.is_empty()).then(|| blox_core::stats::quantile(&mut v, 0.5));
+    (median(first), median(again))
+}
 
 /// The simulator's forecaster (module docs).
 pub struct SimForecaster {
@@ -127,19 +152,34 @@ impl Forecaster for SimForecaster {
             waiting: &snap.waiting,
         };
         // Start-up as this cluster shows it: the median of the jobs' last
-        // measured start-ups, where any job reported one.
+        // measured start-ups, first launches and relaunches apart (a
+        // relaunch waits for the jobs it replaces to checkpoint and exit),
+        // each standing in for the other where it has none yet.
         let mut sim = self.sim.clone();
-        let mut measured: Vec<f64> = snap
-            .jobs
-            .active()
-            .filter_map(|j| j.last_startup_s)
-            .filter(|s| s.is_finite())
-            .collect();
-        if !measured.is_empty() {
-            let m = blox_core::stats::quantile(&mut measured, 0.5);
+        // A launch costs at least the wait for its spawn the backend saw
+        // lately (known before a launch reports its first iteration).
+        let (first, again) = measured_startups(&snap.jobs);
+        let c = snap.launch_costs;
+        let at_least = |m: Option<f64>, wait: Option<f64>| match (m, wait) {
+            (Some(m), Some(w)) => Some(m.max(w)),
+            (m, w) => m.or(w),
+        };
+        let first = at_least(first, c.launch_wait_s);
+        let again = at_least(again, c.relaunch_wait_s);
+        if let Some(m) = first.or(again) {
             sim.launch_overhead_s = m;
+        }
+        if let Some(m) = again.or(first) {
             sim.restart_overhead_s = m;
         }
+        tracing::debug!(
+            round = snap.round,
+            "forecast start-ups: {:.3} s to launch, {:.3} s to relaunch (waits for the spawn: {:?}, {:?})",
+            sim.launch_overhead_s,
+            sim.restart_overhead_s,
+            c.launch_wait_s,
+            c.relaunch_wait_s
+        );
         let (mut fork, mut backend) = fork_live(
             &sim,
             snap.startup,

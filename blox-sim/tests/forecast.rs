@@ -147,6 +147,65 @@ fn with_every_job_known_the_forecast_is_what_happens() {
     }
 }
 
+/// A relaunch on a live cluster first waits for the jobs it replaces to
+/// checkpoint and exit. The wait the backend measured
+/// (`Snapshot::launch_costs`) is charged to every relaunch the forecast
+/// makes, before any job has measured a relaunch of its own. Truth here: a
+/// simulation under LAS (which preempts every round) where a relaunch costs
+/// 30 s; the forecaster's config knows nothing of it.
+#[test]
+fn a_forecast_charges_relaunches_the_wait_the_cluster_measured() {
+    let jobs: Vec<SimJob> = (0..16)
+        .map(|i| {
+            job(
+                i,
+                [1, 2, 4, 1][i as usize % 4],
+                400.0 + 150.0 * i as f64,
+                true,
+            )
+        })
+        .collect();
+    let truth = config("las", "[sim]\nrestart_overhead_s = 30\n");
+    let (_, mut s) = forecaster_and_sim(&truth, jobs);
+    let fc = SimForecaster::from_config(&config("las", ""), &SimConfig::default())
+        .unwrap()
+        .unwrap();
+    s.step().unwrap();
+    let mut snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    assert!(
+        snap.jobs.active().all(|j| j.launches <= 1),
+        "no job relaunched yet"
+    );
+    let blind = fc.forecast(&snap).unwrap();
+    // As a live backend measures them: first launches onto free GPUs
+    // waited for nothing, relaunches for the jobs they replaced.
+    snap.launch_costs = LaunchCosts {
+        launch_wait_s: Some(0.0),
+        relaunch_wait_s: Some(30.0),
+    };
+    let told = fc.forecast(&snap).unwrap();
+    while !s.is_done() {
+        s.step().unwrap();
+    }
+    let result = s.finish();
+    assert!(
+        result.jobs.iter().map(|r| r.preemptions).sum::<u32>() > 16,
+        "LAS relaunches jobs"
+    );
+    let mut blind_off = 0.0f64;
+    for r in &result.jobs {
+        let fin = r.finish_s.unwrap();
+        let p = told.get(JobId(r.job_id)).unwrap().finish_s.unwrap();
+        assert!((p - fin).abs() < 1e-6, "job {}: {p} vs {fin}", r.job_id);
+        let b = blind.get(JobId(r.job_id)).unwrap().finish_s.unwrap();
+        blind_off = blind_off.max(fin - b);
+    }
+    assert!(
+        blind_off > 60.0,
+        "without the wait, finishes come early ({blind_off} s at most)"
+    );
+}
+
 #[test]
 fn a_job_of_unknown_run_time_has_no_finish_and_blocks_what_waits_behind_it() {
     // FIFO: job 0 takes the whole cluster and says nothing of its run time.

@@ -8,6 +8,7 @@
 set -euo pipefail
 B=${BLOX:-blox}; TOY=${TOY:-blox-toy-job}
 sed "s/POLICY/${POLICY:-fifo}/" "$(dirname "$0")/live.toml.in" > live-run.toml
+rm -rf state.redb events.jsonl w-a w-b ckpt; mkdir -p ckpt
 $B scheduler --config live-run.toml > sched.log 2>&1 & S=$!
 sleep 1
 for w in a b; do $B worker --scheduler 127.0.0.1:50071 --gpus 2 --workdir w-$w --name $w --allow-root-jobs > w-$w.log 2>&1 & done

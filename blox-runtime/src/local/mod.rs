@@ -287,7 +287,7 @@ impl LocalBackend {
 impl LaunchMechanism for LocalBackend {
     fn launch(
         &mut self,
-        _round: &RoundInfo,
+        round: &RoundInfo,
         job: &Job,
         gpus: &[GpuId],
         batch_size: Option<u32>,
@@ -342,7 +342,7 @@ impl LaunchMechanism for LocalBackend {
                     id,
                     Proc {
                         run,
-                        clock: LaunchClock::new(now, gpus.len() as u32),
+                        clock: LaunchClock::spawned(round.now_s, now, gpus.len() as u32),
                     },
                 );
             }

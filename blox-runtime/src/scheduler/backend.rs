@@ -6,7 +6,7 @@
 use super::{lock, RuntimeConfig, SharedHub};
 use crate::net::WorkerClient;
 use crate::proto::*;
-use crate::record::{settle, Ended, LaunchClock, Record};
+use crate::record::{settle, Ended, LaunchClock, LaunchWaits, Record};
 use crate::store::Store;
 use blox_core::*;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -128,6 +128,9 @@ pub struct ClusterBackend {
     /// settled and the held jobs released in one round agree).
     pub(super) hold_over: bool,
     pub(super) metrics: Arc<super::metrics::Metrics>,
+    /// How long launches waited for their spawn lately (the forecast's
+    /// launch costs).
+    pub(super) waits: LaunchWaits,
 }
 
 /// The most launches of one job that get distinct generations in one run

@@ -156,9 +156,10 @@ impl ForecastHandle {
         lp: &RoundLoop,
         report: &RoundReport,
         now_s: f64,
-        hub: &SharedHub,
+        backend: &super::ClusterBackend,
         metrics: &super::metrics::Metrics,
     ) {
+        let hub = &backend.hub;
         if !report.launched.is_empty() || !report.ended.is_empty() {
             let mut h = lock(hub);
             let f = &mut h.forecasts;
@@ -203,7 +204,9 @@ impl ForecastHandle {
         {
             return;
         }
-        match self.tx.try_send(Snapshot::of(lp, now_s)) {
+        let mut snap = Snapshot::of(lp, now_s);
+        snap.launch_costs = backend.waits.costs();
+        match self.tx.try_send(snap) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.busy.store(false, Ordering::Release);

@@ -510,6 +510,7 @@ pub fn start_with(
         restored,
         hold_over: false,
         metrics: metrics.clone(),
+        waits: Default::default(),
     };
     // The wall-clock time of the loop's time 0.
     let unix0 = unix_now() - start.elapsed().as_secs_f64();
@@ -544,7 +545,7 @@ pub fn start_with(
                         .largest_placeable
                         .set(i64::from(report.largest_placeable));
                     if let Some(f) = &forecasts {
-                        f.after_round(&lp, &report, backend.now_s(), &backend.hub, &metrics);
+                        f.after_round(&lp, &report, backend.now_s(), &backend, &metrics);
                     }
                     if dashboard_address.is_some() {
                         let mut v = view.lock().unwrap_or_else(|e| e.into_inner());

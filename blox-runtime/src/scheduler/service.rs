@@ -436,6 +436,11 @@ impl Scheduler for Service {
                 lease_epoch: 0,
             },
         );
+        if self.probe.is_none() && h.workers.values().filter(|w| w.alive).count() == 2 {
+            tracing::warn!(
+                "two workers and no [runtime] checkpoint_dir: each keeps its jobs' checkpoints in its own --workdir, so a job moved to another worker resumes from that worker's (losing the work since); set checkpoint_dir on storage every worker mounts"
+            );
+        }
         // A cut-off worker stops its jobs (lease, then grace) before this
         // scheduler declares it gone (worker_timeout_s) and relaunches them.
         Ok(Response::new(RegisterReply {

@@ -22,7 +22,16 @@ impl SimBackend {
             startup_gpu_s: job.startup_gpu_s,
             startup_s: job.startup_s,
             run_time_s: job.run_time_s,
-            own_startup_s: job.last_startup_s,
+            // Its next launch is a relaunch: its own last one's start-up if
+            // that was a relaunch too, else at least what relaunches cost
+            // here (they wait for the jobs they replace to stop).
+            own_startup_s: job.last_startup_s.map(|s| {
+                if job.launches > 1 {
+                    s
+                } else {
+                    s.max(self.cfg.restart_overhead_s)
+                }
+            }),
             segment: None,
             finished_at: None,
             started: job.launches > 0,

@@ -63,7 +63,7 @@ impl ClusterBackend {
 impl LaunchMechanism for ClusterBackend {
     fn launch(
         &mut self,
-        _round: &RoundInfo,
+        round: &RoundInfo,
         job: &Job,
         gpus: &[GpuId],
         batch_size: Option<u32>,
@@ -212,7 +212,10 @@ impl LaunchMechanism for ClusterBackend {
             launch,
             parts_left: parts.len(),
             parts,
-            clock: LaunchClock::new(self.now(), gpus.len() as u32),
+            // Its GPUs are its from the round's start: the wait for their
+            // previous jobs to stop and the launch call count as start-up,
+            // as a relaunch costs them (the forecast learns it from there).
+            clock: LaunchClock::spawned(round.now_s, self.now(), gpus.len() as u32),
         };
         if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
             // Every failed launch counts against the job's retries unless its
@@ -252,6 +255,8 @@ impl LaunchMechanism for ClusterBackend {
             self.ended.push(e);
             return Ok(());
         }
+        self.waits
+            .add(launch > 1, live.clock.spawned_s - live.clock.launched_s);
         tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
         self.metrics.launches.inc();
         self.running.insert(id, live);
