@@ -6,13 +6,14 @@
 //! snapshots on the round thread and forecasts on a thread of its own, so a
 //! slow or failing forecast never holds a round back.
 
-use crate::{ClusterState, Job, JobId, JobState, RoundLoop, StartupRules};
+use crate::{ClusterState, Job, JobId, JobState, PolicyForks, RoundLoop, StartupRules};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 
 /// What the loop knows at the end of a round: the unfinished admitted jobs
 /// with their metrics, the jobs waiting for admission and the cluster. No
 /// future arrivals, and no finished jobs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Snapshot {
     /// The round just run.
     pub round: u64,
@@ -32,6 +33,9 @@ pub struct Snapshot {
     /// What launching costs on this cluster, as its backend measured it
     /// (none in a simulation, or before the first launch).
     pub launch_costs: LaunchCosts,
+    /// The loop's policies with their state ([`crate::Fork`]), for the
+    /// forecast to continue from (`None`: it builds them afresh).
+    pub policies: Option<Arc<Mutex<PolicyForks>>>,
 }
 
 /// Seconds from the start of a round to a launch's spawn, as a live backend
@@ -67,6 +71,7 @@ impl Snapshot {
             cluster: lp.cluster.clone(),
             startup: lp.startup,
             launch_costs: LaunchCosts::default(),
+            policies: Some(Arc::new(Mutex::new(lp.policies.fork()))),
         }
     }
 

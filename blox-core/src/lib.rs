@@ -31,12 +31,12 @@ pub use job_state::{JobMetrics, JobState, MetricStore};
 pub use module::{accepts_resizable, describe as describe_elasticity};
 pub use module::{
     AdmissionDecision, AdmissionPolicy, Assignment, Backend, BackendError, ClusterEvent,
-    ClusterManager, Demand, JobSource, LaunchMechanism, MetricCollector, Placement,
+    ClusterManager, Demand, Fork, JobSource, LaunchMechanism, MetricCollector, Placement,
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
 pub use round::{
-    error_chain, LoopError, OnInvalidDecision, Policies, PolicySelector, RoundLoop, RoundReport,
-    RoundTimings, SelectorError, StartupRules,
+    error_chain, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicySelector, RoundLoop,
+    RoundReport, RoundTimings, SelectorError, StartupRules,
 };
 
 pub use forecast::{

@@ -63,8 +63,42 @@ impl AdmissionDecision {
     }
 }
 
+/// What a policy hands a fork of the loop (a forecast, policy synthesis) so
+/// that the copy decides from here on as the policy itself would.
+pub enum Fork<T: ?Sized> {
+    /// It keeps no state beyond what the loop shows it each round: a fork
+    /// builds a fresh one from the config (the default).
+    Stateless,
+    /// A copy of it, its state included.
+    Copy(Box<T>),
+    /// It keeps state it cannot copy (why): a fork starts from a fresh one
+    /// and says so.
+    Unforkable(String),
+}
+
+impl<T: ?Sized> Fork<T> {
+    /// The copy, or why there is none: a policy that wraps another forks it
+    /// with this (`what` names the wrapped one in the reason).
+    pub fn into_copy(self, what: &str) -> Result<Box<T>, String> {
+        match self {
+            Fork::Copy(b) => Ok(b),
+            Fork::Stateless => Err(format!("{what} does not copy itself")),
+            Fork::Unforkable(why) => Err(why),
+        }
+    }
+}
+
 /// Admission policy: which submitted jobs enter the scheduler's view.
 pub trait AdmissionPolicy: Send {
+    /// A copy of this policy with its state, for a fork of the loop
+    /// ([`Fork`]). A policy that remembers anything between rounds (queues,
+    /// attained service of ended jobs, a model it fits, a random generator)
+    /// returns `Fork::Copy(Box::new(self.clone()))`; the default says it
+    /// remembers nothing.
+    fn fork(&self) -> Fork<dyn AdmissionPolicy> {
+        Fork::Stateless
+    }
+
     /// `waiting` is every submitted, not yet admitted job in submission order.
     fn admit(
         &mut self,
@@ -211,6 +245,15 @@ impl Schedule {
 
 /// Scheduling policy: who runs, in which order, with how many GPUs and which batch.
 pub trait SchedulingPolicy: Send {
+    /// A copy of this policy with its state, for a fork of the loop
+    /// ([`Fork`]). A policy that remembers anything between rounds (queues,
+    /// attained service of ended jobs, a model it fits, a random generator)
+    /// returns `Fork::Copy(Box::new(self.clone()))`; the default says it
+    /// remembers nothing.
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Stateless
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule;
 
     /// Whether the policy schedules `job` within its [`crate::Elasticity`]
@@ -356,6 +399,15 @@ pub struct Placement {
 
 /// Placement policy: which GPUs each scheduled job gets and whom to preempt.
 pub trait PlacementPolicy: Send {
+    /// A copy of this policy with its state, for a fork of the loop
+    /// ([`Fork`]). A policy that remembers anything between rounds (queues,
+    /// attained service of ended jobs, a model it fits, a random generator)
+    /// returns `Fork::Copy(Box::new(self.clone()))`; the default says it
+    /// remembers nothing.
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Stateless
+    }
+
     fn place(
         &mut self,
         round: &RoundInfo,

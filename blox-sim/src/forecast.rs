@@ -137,8 +137,19 @@ impl SimForecaster {
 impl Forecaster for SimForecaster {
     fn forecast(&self, snap: &Snapshot) -> Result<Forecast, ForecastError> {
         let started = Instant::now();
-        let policies = registry::build_policies(&self.admission, &self.scheduling, &self.placement)
-            .map_err(|e| ForecastError(e.to_string()))?;
+        // The loop's own policies with their state where they handed it over
+        // (Tiresias's queues, a team's attained service, ONES's predictor),
+        // fresh ones from the config otherwise.
+        let (policies, notes) = match &snap.policies {
+            Some(f) => f.lock().unwrap_or_else(|e| e.into_inner()).build(
+                &self.admission,
+                &self.scheduling,
+                &self.placement,
+            ),
+            None => registry::build_policies(&self.admission, &self.scheduling, &self.placement)
+                .map(|p| (p, Vec::new())),
+        }
+        .map_err(|e| ForecastError(e.to_string()))?;
         let round = RoundInfo {
             round: snap.round,
             now_s: snap.now_s,
@@ -266,7 +277,11 @@ impl Forecaster for SimForecaster {
             made_at_s: snap.now_s,
             reached_s: backend.now_s(),
             rounds,
-            stopped: stopped.to_string(),
+            stopped: if notes.is_empty() {
+                stopped.to_string()
+            } else {
+                format!("{stopped}; {}", notes.join("; "))
+            },
             predictions,
         })
     }

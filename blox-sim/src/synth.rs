@@ -261,8 +261,35 @@ impl Synthesizer {
     /// Forks the live state into a simulation under `c`, runs it ahead and
     /// returns its score (seconds; lower is better).
     pub fn evaluate(&self, c: &Candidate, live: &LiveView) -> Result<f64, SelectorError> {
+        self.evaluate_from(c, live, None)
+    }
+
+    /// [`Synthesizer::evaluate`], the candidate's policies continuing from
+    /// `state` where given (the active combination's, forked with its state:
+    /// a fork of what runs decides as it would).
+    pub fn evaluate_from(
+        &self,
+        c: &Candidate,
+        live: &LiveView,
+        state: Option<&std::sync::Mutex<PolicyForks>>,
+    ) -> Result<f64, SelectorError> {
         let now = live.round.now_s;
-        let policies = c.build()?;
+        let policies = match state {
+            Some(f) => {
+                let (mut p, _) = f.lock().unwrap_or_else(|e| e.into_inner()).build(
+                    &c.admission,
+                    &c.scheduling,
+                    &c.placement,
+                )?;
+                p.names = (
+                    module_label(&c.admission),
+                    module_label(&c.scheduling),
+                    module_label(&c.placement),
+                );
+                p
+            }
+            None => c.build()?,
+        };
         let (mut fork, mut backend) =
             fork_live(&self.sim, self.startup, policies, live, now, |j: &Job| {
                 self.estimate(j)
@@ -387,12 +414,14 @@ impl PolicySelector for Synthesizer {
             cluster,
             waiting,
         };
+        let current = active.label();
+        // The active combination goes on from its own state.
+        let state = std::sync::Mutex::new(active.fork());
         let scores: Vec<f64> = self
             .candidates
             .par_iter()
-            .map(|c| self.evaluate(c, &live))
+            .map(|c| self.evaluate_from(c, &live, (c.label() == current).then_some(&state)))
             .collect::<Result<_, _>>()?;
-        let current = active.label();
         let best = scores.iter().copied().fold(f64::INFINITY, f64::min);
         // The first best; the active combination if it is among the best.
         let pick = self

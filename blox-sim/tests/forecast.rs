@@ -287,3 +287,152 @@ proptest! {
         }
     }
 }
+
+/// The greatest gap between a forecast made after `rounds` rounds and what
+/// then happens, over every job's finish; `fresh`: the forecast builds its
+/// policies afresh instead of continuing from the loop's (their state lost).
+fn finish_gap(cfg: &Config, jobs: Vec<SimJob>, rounds: usize, fresh: bool) -> f64 {
+    let (fc, mut s) = forecaster_and_sim(cfg, jobs);
+    for _ in 0..rounds {
+        if s.is_done() {
+            break;
+        }
+        s.step().unwrap();
+    }
+    let mut snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    if fresh {
+        snap.policies = None;
+    }
+    let f = fc.forecast(&snap).unwrap();
+    assert!(!f.stopped.contains("could not be forked"), "{}", f.stopped);
+    let ids: Vec<JobId> = f.predictions.iter().map(|p| p.job).collect();
+    while !s.is_done() {
+        s.step().unwrap();
+    }
+    let result = s.finish();
+    ids.iter()
+        .map(|id| {
+            let row = result.jobs.iter().find(|r| r.job_id == id.0).unwrap();
+            let p = f.get(*id).unwrap().finish_s.unwrap_or(f64::INFINITY);
+            (p - row.finish_s.unwrap()).abs()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Two teams of unequal quotas over LAS: a team's attained service, its
+/// ended jobs' included, is the teams policy's own state.
+fn teams_config() -> Config {
+    let text = "[run]\nround_s = 60\n[cluster]\nnodes = 2\ngpus_per_node = 4\n\
+         [scheduling]\npolicy = \"teams\"\nwithin = { policy = \"las\" }\n\
+         teams = [ { name = \"a\", quota = 6 }, { name = \"b\", quota = 2 } ]\n\
+         [placement]\npolicy = \"first-free\"\n";
+    Config::parse(text, "teams.toml", std::path::Path::new("."), &[]).unwrap()
+}
+
+fn mixed_jobs(spec: &[(u32, f64, bool)]) -> Vec<SimJob> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, (g, d, b))| {
+            let mut j = job(i as u64, *g, *d, true);
+            j.spec.team = Some(if *b { "b" } else { "a" }.to_string());
+            j
+        })
+        .collect()
+}
+
+/// The policies' state goes into the forecast: a forecast made mid-run under
+/// a stateful policy is what then happens. Made from fresh policies, it is
+/// not: teams forget the service their ended jobs attained, Themis the
+/// contention its jobs saw (cases found by searching random mixes; Tiresias
+/// rebuilds its queues from the jobs' attained service, so a fresh one
+/// agrees).
+#[test]
+fn a_forecast_continues_from_the_policies_state() {
+    type Case<'a> = (Config, &'a [(u32, f64, bool)], usize);
+    let cases: [Case; 2] = [
+        (
+            teams_config(),
+            &[
+                (1, 2003.0, false),
+                (3, 785.0, false),
+                (1, 2951.0, false),
+                (2, 2522.0, true),
+                (2, 198.0, true),
+                (2, 1712.0, false),
+                (4, 499.0, true),
+                (3, 2244.0, false),
+                (3, 2289.0, false),
+            ],
+            5,
+        ),
+        (
+            config("themis", ""),
+            &[
+                (4, 126.0, false),
+                (2, 1086.0, false),
+                (1, 2605.0, false),
+                (4, 260.0, true),
+                (3, 111.0, false),
+                (3, 78.0, false),
+                (1, 2345.0, true),
+                (1, 2652.0, true),
+                (3, 227.0, true),
+            ],
+            9,
+        ),
+    ];
+    for (cfg, spec, rounds) in &cases {
+        let name = &cfg.scheduling.policy;
+        let forked = finish_gap(cfg, mixed_jobs(spec), *rounds, false);
+        assert!(forked < 1e-6, "{name}: {forked} s off");
+        let fresh = finish_gap(cfg, mixed_jobs(spec), *rounds, true);
+        assert!(fresh > 1.0, "{name} from scratch: {fresh} s off");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// Tiresias, Themis and teams over LAS, any mix of known jobs, a forecast
+    /// made after any round: every finish is what then happens.
+    #[test]
+    fn stateful_policies_forecast_what_happens(
+        spec in proptest::collection::vec((1u32..=4, 60.0f64..3000.0, any::<bool>()), 1..16),
+        rounds in 1usize..12,
+    ) {
+        for cfg in [config("tiresias", ""), config("themis", ""), teams_config()] {
+            let gap = finish_gap(&cfg, mixed_jobs(&spec), rounds, false);
+            prop_assert!(gap < 1e-6, "{}: {gap} s off", cfg.scheduling.policy);
+        }
+    }
+}
+
+/// A policy that keeps state it cannot copy: the forecast starts it afresh
+/// and says so in its status, rather than silently.
+#[test]
+fn a_policy_that_cannot_be_forked_is_named_in_the_forecast() {
+    struct Opaque(Box<dyn SchedulingPolicy>);
+    impl SchedulingPolicy for Opaque {
+        fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+            Fork::Unforkable("it holds a socket".into())
+        }
+        fn schedule(&mut self, r: &RoundInfo, j: &JobState, c: &ClusterState) -> Schedule {
+            self.0.schedule(r, j, c)
+        }
+    }
+    let jobs = (0..6).map(|i| job(i, 2, 600.0, true)).collect();
+    let (fc, mut s) = forecaster_and_sim(&config("fifo", ""), jobs);
+    let inner = registry::build_scheduling(&config("fifo", "").scheduling).unwrap();
+    s.round_loop.policies.scheduling = Box::new(Opaque(inner));
+    s.step().unwrap();
+    let f = fc
+        .forecast(&Snapshot::of(&s.round_loop, s.backend.now_s()))
+        .unwrap();
+    assert!(
+        f.stopped
+            .contains("`fifo` could not be forked (it holds a socket)"),
+        "{}",
+        f.stopped
+    );
+    // Still a forecast, from a fresh FIFO.
+    assert!(f.predictions.iter().all(|p| p.finish_s.is_some()));
+}

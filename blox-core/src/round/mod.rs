@@ -7,11 +7,13 @@ mod admission;
 mod checks;
 mod cluster_events;
 pub mod events;
+mod fork;
 mod startup;
 mod timings;
 mod wait;
 
 use events::{GpuPlace, Recorder, What};
+pub use fork::PolicyForks;
 pub use startup::StartupRules;
 use startup::Stopped;
 use timings::lap;

@@ -10,6 +10,10 @@ use serde::Deserialize;
 pub struct AcceptAll {}
 
 impl AdmissionPolicy for AcceptAll {
+    fn fork(&self) -> Fork<dyn AdmissionPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn admit(
         &mut self,
         _round: &RoundInfo,

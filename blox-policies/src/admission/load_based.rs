@@ -20,6 +20,10 @@ fn default_k() -> f64 {
 }
 
 impl AdmissionPolicy for LoadBased {
+    fn fork(&self) -> Fork<dyn AdmissionPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn admit(
         &mut self,
         _round: &RoundInfo,

@@ -58,6 +58,10 @@ fn user_of(j: &Job) -> &str {
 }
 
 impl AdmissionPolicy for Quota {
+    fn fork(&self) -> Fork<dyn AdmissionPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn admit(
         &mut self,
         _round: &RoundInfo,

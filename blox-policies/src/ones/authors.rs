@@ -111,6 +111,7 @@ pub struct Decision {
     pub sizes: BTreeMap<JobId, u32>,
 }
 
+#[derive(Clone)]
 pub struct Ones {
     params: OnesParams,
     rng: ChaCha8Rng,
@@ -403,6 +404,10 @@ pub fn read_history(path: &Path) -> Result<Vec<(Vec<LogPoint>, f64)>, String> {
 mod evolve;
 
 impl SchedulingPolicy for Ones {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(
         &mut self,
         _round: &RoundInfo,

@@ -76,6 +76,7 @@ pub struct Decision {
     pub limits: BTreeMap<JobId, u32>,
 }
 
+#[derive(Clone)]
 pub struct OnesLiteral {
     params: OnesParams,
     rng: ChaCha8Rng,
@@ -270,6 +271,10 @@ fn features(t: &Track, get: impl Fn(&str) -> Option<f64>) -> [f64; FEATURES] {
 }
 
 impl SchedulingPolicy for OnesLiteral {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         self.retire(jobs);
         let mut order: Vec<&Job> = jobs.runnable().collect();

@@ -102,6 +102,10 @@ pub fn choose(free: &FreeGpus, n: u32) -> Option<Vec<GpuId>> {
 }
 
 impl PlacementPolicy for BandwidthAware {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

@@ -47,6 +47,10 @@ pub fn fewest_nodes(free: &FreeGpus, n: u32) -> Option<Vec<GpuId>> {
 }
 
 impl PlacementPolicy for Consolidated {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

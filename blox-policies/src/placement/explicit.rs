@@ -12,6 +12,10 @@ use serde::Deserialize;
 pub struct Explicit {}
 
 impl PlacementPolicy for Explicit {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

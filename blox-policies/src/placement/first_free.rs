@@ -12,6 +12,10 @@ pub struct FirstFree {
 }
 
 impl PlacementPolicy for FirstFree {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

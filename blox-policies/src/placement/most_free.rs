@@ -30,6 +30,10 @@ pub enum Order {
 }
 
 impl PlacementPolicy for MostFree {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

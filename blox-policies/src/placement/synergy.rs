@@ -278,6 +278,10 @@ struct Snapshot {
 }
 
 impl PlacementPolicy for SynergyPlacement {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

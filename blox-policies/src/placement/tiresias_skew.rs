@@ -76,6 +76,10 @@ fn least_fragmenting(free: &FreeGpus, n: u32) -> Option<Vec<GpuId>> {
 }
 
 impl PlacementPolicy for TiresiasSkew {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

@@ -171,6 +171,10 @@ fn ring(free: &FreeGpus, mut nodes: Vec<NodeId>, n: u32, topo: Option<&Topology>
 }
 
 impl PlacementPolicy for TopologyPlacement {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn place(
         &mut self,
         _round: &RoundInfo,

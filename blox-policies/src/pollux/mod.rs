@@ -158,6 +158,7 @@ pub struct Decision {
     pub utility: f64,
 }
 
+#[derive(Clone)]
 pub struct PolluxSched {
     params: PolluxParams,
     /// Best goodput by (n, r) per job, reused while its model is unchanged.
@@ -516,6 +517,10 @@ impl PolluxSched {
 }
 
 impl SchedulingPolicy for PolluxSched {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         // By GPU time held, start-up included, then arrival: the artifact

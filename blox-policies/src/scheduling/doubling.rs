@@ -305,6 +305,7 @@ struct Track {
     explore_from: Option<f64>,
 }
 
+#[derive(Clone)]
 pub struct Doubling {
     params: DoublingParams,
     cache: Option<ProfileCache>,
@@ -440,6 +441,10 @@ struct Candidate {
 }
 
 impl SchedulingPolicy for Doubling {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(
         &mut self,
         _round: &RoundInfo,

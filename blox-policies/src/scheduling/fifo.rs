@@ -17,6 +17,10 @@ pub fn by_arrival(a: &Job, b: &Job) -> std::cmp::Ordering {
 pub struct Fifo {}
 
 impl SchedulingPolicy for Fifo {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| by_arrival(a, b));

@@ -11,6 +11,10 @@ use serde::Deserialize;
 pub struct Las {}
 
 impl SchedulingPolicy for Las {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| by_attained_service(a, b));

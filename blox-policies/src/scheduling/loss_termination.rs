@@ -60,6 +60,16 @@ impl LossTermination {
 }
 
 impl SchedulingPolicy for LossTermination {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        match self.inner.fork().into_copy("its inner policy") {
+            Ok(inner) => Fork::Copy(Box::new(LossTermination {
+                inner,
+                threshold: self.threshold,
+            })),
+            Err(why) => Fork::Unforkable(why),
+        }
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut s = self.inner.schedule(round, jobs, cluster);
         let done: Vec<(JobId, String)> = jobs

@@ -105,6 +105,7 @@ fn d_points() -> usize {
     4
 }
 
+#[derive(Clone)]
 pub struct Optimus {
     params: OptimusParams,
     cache: ProfileCache,
@@ -195,6 +196,10 @@ impl Optimus {
 }
 
 impl SchedulingPolicy for Optimus {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(
         &mut self,
         _round: &RoundInfo,

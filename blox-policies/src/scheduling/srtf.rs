@@ -12,6 +12,10 @@ use serde::Deserialize;
 pub struct Srtf {}
 
 impl SchedulingPolicy for Srtf {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| by_remaining_time(a, b));

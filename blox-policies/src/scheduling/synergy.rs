@@ -63,6 +63,10 @@ pub fn best_share(jobs: &JobState, job: JobId) -> Option<HostShare> {
 }
 
 impl SchedulingPolicy for Synergy {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         match self.order {

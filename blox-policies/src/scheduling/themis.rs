@@ -95,6 +95,10 @@ pub fn finish_time_fairness(job: &Job, now_s: f64, n: f64, gpus: u32) -> Option<
 }
 
 impl SchedulingPolicy for Themis {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let runnable: Vec<&Job> = jobs.runnable().collect();
         let n = runnable.len();

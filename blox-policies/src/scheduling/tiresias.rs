@@ -66,6 +66,10 @@ impl Tiresias {
 }
 
 impl SchedulingPolicy for Tiresias {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
         self.last_now = Some(round.now_s);

@@ -65,6 +65,7 @@ pub struct SiaDecision {
     pub solve_s: f64,
 }
 
+#[derive(Clone)]
 pub struct Sia {
     pub params: SiaParams,
     pub last: SiaDecision,
@@ -291,6 +292,10 @@ impl Sia {
 }
 
 impl SchedulingPolicy for Sia {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let t0 = Instant::now();
         let configs = Configs::of(cluster, self.params.max_gpus, &self.params.max_nodes);

@@ -95,7 +95,7 @@ impl Default for GavelParams {
 /// The pseudo GPU type of jobs larger than every single type.
 pub const MIXED: &str = "*mixed*";
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Gavel {
     pub params: GavelParams,
     /// Last allocation, keyed by the job set it was solved for.
@@ -313,6 +313,10 @@ impl Gavel {
 }
 
 impl SchedulingPolicy for Gavel {
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         order.sort_by(|a, b| super::fifo::by_arrival(a, b));

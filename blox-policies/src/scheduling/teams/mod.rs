@@ -221,6 +221,25 @@ impl Teams {
 }
 
 impl SchedulingPolicy for Teams {
+    /// The teams' attained service (ended jobs' included) goes with the
+    /// copy, and the inner policy's own state.
+    fn fork(&self) -> Fork<dyn SchedulingPolicy> {
+        match self.inner.fork().into_copy("its inner policy") {
+            Ok(inner) => Fork::Copy(Box::new(Teams {
+                inner,
+                teams: self.teams.clone(),
+                index: self.index.clone(),
+                default: self.default,
+                attained: self.attained.clone(),
+                by_type: self.by_type.clone(),
+                seen: self.seen.clone(),
+                reclaim: self.reclaim,
+                location: self.location.clone(),
+            })),
+            Err(why) => Fork::Unforkable(why),
+        }
+    }
+
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         self.account(jobs, cluster);
         let mut s = self.inner.schedule(round, jobs, cluster);
