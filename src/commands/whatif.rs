@@ -71,7 +71,16 @@ pub fn whatif(a: WhatifArgs) -> Result<ExitCode> {
             if events.is_empty() {
                 bail!("{}: no events", path.display());
             }
-            History::from_events(&events, a.at, &sim0, targets[0].cfg.run.round_s.get())?
+            // The first config is taken to be the one that ran: its
+            // checkpoint interval says what the log's stops rolled back.
+            let cfg0 = &targets[0].cfg;
+            History::from_events_checkpointed(
+                &events,
+                a.at,
+                &sim0,
+                cfg0.run.round_s.get(),
+                StartupRules::from_run(&cfg0.run).checkpoint_interval_s,
+            )?
         }
         (None, Some(addr)) => live_history(&Connect {
             scheduler: addr.clone(),

@@ -107,6 +107,21 @@ impl History {
         sim: &crate::SimConfig,
         round_s: f64,
     ) -> Result<History, EventLogError> {
+        Self::from_events_checkpointed(events, at_s, sim, round_s, None)
+    }
+
+    /// [`History::from_events`] for a log whose jobs saved a checkpoint
+    /// every `checkpoint_interval_s` from each launch's first iteration
+    /// (`[run] checkpoint_interval_s`; a job's own interval in its spec
+    /// comes first): a stop rolled a job back to its last one, so that
+    /// work does not count as its progress at the start.
+    pub fn from_events_checkpointed(
+        events: &[Event],
+        at_s: Option<f64>,
+        sim: &crate::SimConfig,
+        round_s: f64,
+        checkpoint_interval_s: Option<f64>,
+    ) -> Result<History, EventLogError> {
         let overheads = (sim.launch_overhead_s, sim.restart_overhead_s);
         // A scheduler that restarted starts its clock and rounds again: only
         // the log of its last run is one history.
@@ -195,7 +210,9 @@ impl History {
                 if e.time_s >= at {
                     h.future.push((**spec).clone());
                 }
-                jobs.insert(id, Tracked::new((**spec).clone(), e.time_s));
+                let mut t = Tracked::new((**spec).clone(), e.time_s);
+                t.every = t.job.checkpoint_interval_s().or(checkpoint_interval_s);
+                jobs.insert(id, t);
                 continue;
             }
             let Some(t) = jobs.get_mut(&id) else {
@@ -265,6 +282,11 @@ struct Tracked {
     /// Productive GPU-seconds before the start, and in all.
     attained_before: f64,
     attained_all: f64,
+    /// Of those, rolled back to a checkpoint by a stop.
+    lost_before: f64,
+    lost_all: f64,
+    /// Its checkpoint interval (none: it saves when stopped).
+    every: Option<f64>,
     /// Productive GPU-seconds the log's `finished` event gives.
     finished_attained: Option<f64>,
     ended_before: bool,
@@ -290,6 +312,9 @@ impl Tracked {
             progress_from: None,
             attained_before: 0.0,
             attained_all: 0.0,
+            lost_before: 0.0,
+            lost_all: 0.0,
+            every: None,
             finished_attained: None,
             ended_before: false,
             actual: Actual::default(),
@@ -304,12 +329,21 @@ impl Tracked {
         self.submitted_at >= at
     }
 
-    /// Closes the current launch at `t`: its productive time counts.
-    fn stop(&mut self, t: f64, at: f64) {
+    /// Closes the current launch at `t`: its productive time counts; a stop
+    /// that is not its end (`rollback`) loses the work since its last
+    /// checkpoint, as the loop counts it.
+    fn stop(&mut self, t: f64, at: f64, rollback: bool) {
         if let Some(from) = self.progress_from.take() {
             let gpus = f64::from(self.gpus);
             self.attained_all += (t - from).max(0.0) * gpus;
             self.attained_before += (t.min(at) - from).max(0.0) * gpus;
+            if let (true, Some(every)) = (rollback && t > from, self.every) {
+                let lost = (t - checkpoint_at(from, every, t)) * gpus;
+                self.lost_all += lost;
+                if t < at {
+                    self.lost_before += lost;
+                }
+            }
         }
     }
 
@@ -319,7 +353,7 @@ impl Tracked {
         match &e.what {
             What::Admitted if before => self.job.status = JobStatus::Queued,
             What::Launched { gpus, .. } | What::Adopted { gpus } => {
-                self.stop(e.time_s, at);
+                self.stop(e.time_s, at, true);
                 self.gpus = gpus.len() as u32;
                 let startup = if matches!(e.what, What::Adopted { .. }) {
                     0.0
@@ -346,7 +380,7 @@ impl Tracked {
                 }
             }
             What::Preempted { .. } | What::Requeued { .. } => {
-                self.stop(e.time_s, at);
+                self.stop(e.time_s, at, true);
                 if before {
                     self.job.status = JobStatus::Queued;
                     self.places.clear();
@@ -354,7 +388,7 @@ impl Tracked {
                 }
             }
             What::Finished { jct_s, .. } => {
-                self.stop(e.time_s, at);
+                self.stop(e.time_s, at, false);
                 self.finished_attained = e.what.finished_work_gpu_s();
                 // Its exact end, where the log gives its JCT (the round
                 // that saw it end comes after).
@@ -362,7 +396,7 @@ impl Tracked {
                 self.end(e.time_s, end, at, true);
             }
             What::Failed { .. } | What::Cancelled | What::Rejected { .. } => {
-                self.stop(e.time_s, at);
+                self.stop(e.time_s, at, false);
                 self.end(e.time_s, e.time_s, at, false);
             }
             What::Waiting { wait_kind, .. } if before => {
@@ -395,7 +429,7 @@ impl Tracked {
         }
         if self.actual.finish_s.is_some() && self.attained_all > 0.0 {
             return Some(Work {
-                duration_s: self.attained_all / gpus,
+                duration_s: (self.attained_all - self.lost_all).max(0.0) / gpus,
                 from: "the log",
             });
         }
@@ -426,9 +460,11 @@ impl Tracked {
         }
         let j = &mut self.job;
         j.attained_service_gpu_s = self.attained_before;
+        j.lost_work_gpu_s = self.lost_before;
         let gpus = f64::from(j.requested_gpus().max(1));
         if let Some(w) = work.filter(|w| *w > 0.0) {
-            j.progress = (self.attained_before / gpus / w).clamp(0.0, 1.0);
+            let done = (self.attained_before - self.lost_before).max(0.0);
+            j.progress = (done / gpus / w).clamp(0.0, 1.0);
         }
         if j.status == JobStatus::Running {
             j.allocation.clear();

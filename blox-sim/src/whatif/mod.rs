@@ -4,10 +4,12 @@
 //! what follows under other configs, in the simulator: the jobs active then
 //! carry on from their progress, the jobs that arrived later arrive again.
 //!
-//! A job's work is what it took where the history shows it (a finished
-//! job's productive GPU-seconds over its requested GPUs), else its
-//! `duration_s`, else unknown: it runs on in the replay and its JCT is not
-//! counted. Replayed under the config that ran, a simulation's log is
+//! A job's work is the trace's where the config's own `[workload]` has the
+//! job exactly as the history submitted it (a simulation's log: a
+//! profile-driven job keeps its model, batch and target), else what it took
+//! where the history shows it (a finished job's productive GPU-seconds over
+//! its requested GPUs), else its `duration_s`, else unknown: it runs on in
+//! the replay and its JCT is not counted. Replayed under the config that ran, a simulation's log is
 //! reproduced decision for decision (`tests/whatif.rs`).
 
 mod history;
@@ -73,18 +75,26 @@ pub fn replay(
         None => (cfg.cluster_state()?, Vec::new()),
     };
     let work = |j: &JobSpec| h.work_of(j.id).map_or(UNKNOWN_WORK_S, |w| w.duration_s);
+    // A job the config's own workload has, submitted exactly as the history
+    // shows it (a simulation's log replayed under the config that ran),
+    // keeps the trace's work: a profile-driven job its model, batch and
+    // target, not the GPU-seconds it took under the policy that ran.
+    let (traced, host) = traced_jobs(cfg, &cluster, h);
     // Jobs still to be admitted, and those arriving later, arrive in order.
     let mut trace: Vec<SimJob> = h
         .waiting
         .iter()
         .map(|j| &j.spec)
         .chain(&h.future)
-        .map(|spec| SimJob {
-            startup_s: None,
-            converge_at: None,
-            spec: spec.clone(),
-            work: WorkModel::Duration {
-                duration_s: work(spec),
+        .map(|spec| match traced.get(&spec.id.0) {
+            Some(j) => j.clone(),
+            None => SimJob {
+                startup_s: None,
+                converge_at: None,
+                spec: spec.clone(),
+                work: WorkModel::Duration {
+                    duration_s: work(spec),
+                },
             },
         })
         .collect();
@@ -95,8 +105,21 @@ pub fn replay(
     // The jobs active at the start keep their GPUs where the cluster has them.
     let mut jobs = JobState::new();
     let mut running = Vec::new();
+    let rules = StartupRules::from_run(&cfg.run);
     for (job, places) in &h.active {
         let mut job = job.clone();
+        // As the loop's intake does for every job it takes in: the config's
+        // checkpoint interval for jobs that name none, and the spec's
+        // metrics in the store the policies read.
+        if let Some(every) = rules.checkpoint_interval_s {
+            job.spec
+                .metrics
+                .entry(metric::CHECKPOINT_INTERVAL_S.to_string())
+                .or_insert(every);
+        }
+        for (k, v) in &job.spec.metrics {
+            jobs.metrics().set(job.id(), k, *v);
+        }
         if job.is_running() {
             let gpus: Option<Vec<GpuId>> = places
                 .iter()
@@ -123,6 +146,9 @@ pub fn replay(
         jobs.insert(job);
     }
     let mut backend = crate::SimBackend::new(sim, round_s, trace, &cluster);
+    if let Some(host) = host {
+        backend = backend.with_host_profiles(host);
+    }
     backend.start_at(h.at_s);
     backend.plan_nodes(planned);
     for j in jobs.active() {
@@ -131,7 +157,7 @@ pub fn replay(
     s.backend = backend;
     s.round_loop.jobs = jobs;
     s.round_loop.cluster = cluster;
-    s.round_loop.startup = StartupRules::from_run(&cfg.run);
+    s.round_loop.startup = rules;
     s.round_loop.policies.names = (
         cfg.admission.policy.clone(),
         cfg.scheduling.policy.clone(),
@@ -162,6 +188,46 @@ pub fn replay(
         notes,
         events,
     })
+}
+
+/// The jobs of `cfg`'s own workload that the history submitted exactly as
+/// the trace has them (same id, name, arrival, GPUs and every other field of
+/// the spec), by id, and the workload's host profiles when any job matched.
+/// A config whose workload does not load, or holds other jobs, gives none.
+fn traced_jobs(
+    cfg: &Config,
+    cluster: &ClusterState,
+    h: &History,
+) -> (
+    std::collections::HashMap<u64, SimJob>,
+    Option<crate::workload::host_profile::HostProfiles>,
+) {
+    let mut out = std::collections::HashMap::new();
+    if !cfg.has_section("workload") {
+        return (out, None);
+    }
+    let section = cfg.section("workload");
+    let Ok(jobs) = crate::workload::load_for(&section, cfg.run.seed, Some(cluster)) else {
+        return (out, None);
+    };
+    let specs: std::collections::HashMap<u64, &JobSpec> = h
+        .waiting
+        .iter()
+        .map(|j| &j.spec)
+        .chain(&h.future)
+        .map(|s| (s.id.0, s))
+        .collect();
+    for j in &jobs {
+        if specs.get(&j.spec.id.0).is_some_and(|s| **s == j.spec) {
+            out.insert(j.spec.id.0, j.clone());
+        }
+    }
+    let host = if out.is_empty() {
+        None
+    } else {
+        crate::workload::load_host_profiles(&section, &jobs).ok()
+    };
+    (out, host)
 }
 
 /// The cluster a history ran on, as it was at `at_s` (nodes that left by
