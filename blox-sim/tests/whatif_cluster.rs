@@ -14,9 +14,7 @@ use blox_policies as _;
 
 /// LAS over a topology placement. The `[cluster]` is a single 8-GPU node
 /// of the default type: a replay that took it (and not the history's
-/// nodes) could not make the history's decisions. (No `[sim] type_speed`:
-/// a history's work is what its jobs took on the GPUs they ran on, not yet
-/// normalised by their types' speeds; REPRODUCTION.md, what-if.)
+/// nodes) could not make the history's decisions.
 const CONFIG: &str = "[run]\nround_s = 60\n\
     [[cluster.node_groups]]\ncount = 1\ngpus = 8\nlabels = { rack = \"x\" }\n\
     [cluster.topology]\nlevels = [{ name = \"rack\", bandwidth_gbps = 50 }]\n\
@@ -65,7 +63,22 @@ fn history_log(cfg: &Config) -> Vec<Event> {
 
 #[test]
 fn a_history_of_typed_labelled_nodes_joining_and_leaving_is_replayed_decision_for_decision() {
-    let cfg = Config::parse(CONFIG, "whatif.toml", std::path::Path::new("."), &[]).unwrap();
+    replayed_decision_for_decision(CONFIG);
+}
+
+/// The same with the types' speeds (`[sim] type_speed`): a job's work in
+/// the history is the time it ran times the speed of the GPUs it held, so a
+/// replay that moves it to another type runs it at that type's speed (before,
+/// the time on a K80 counted as time on an A100, and decisions differed).
+#[test]
+fn a_history_on_gpus_of_different_speeds_is_replayed_decision_for_decision() {
+    replayed_decision_for_decision(&format!(
+        "{CONFIG}[sim]\ntype_speed = {{ A100 = 2.0, K80 = 0.5 }}\n"
+    ));
+}
+
+fn replayed_decision_for_decision(config: &str) {
+    let cfg = Config::parse(config, "whatif.toml", std::path::Path::new("."), &[]).unwrap();
     let log = history_log(&cfg);
     // The log carries each node's type and labels, and the join and leave.
     let joined: Vec<(u32, String, f64)> = log

@@ -219,6 +219,24 @@ impl History {
                 *unknown.entry(id).or_default() += 1;
                 continue;
             };
+            if let What::Launched { gpus, .. } | What::Adopted { gpus } = &e.what {
+                // Its speed on the GPUs it got (the slowest's type, by the
+                // config's `[sim]` speeds): its work is time at speed 1.
+                let default = NodeSpec::with_gpus(1).gpu_type;
+                t.speed = gpus
+                    .iter()
+                    .map(|g| {
+                        let ty = nodes
+                            .get(g.node as usize)
+                            .and_then(|n| n.as_ref())
+                            .map_or(default.as_str(), |n| n.spec.gpu_type.as_str());
+                        sim.speed(t.job.spec.model.as_deref(), ty)
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                if !t.speed.is_finite() || t.speed <= 0.0 {
+                    t.speed = 1.0;
+                }
+            }
             t.apply(e, at, overheads);
         }
         if typeless > 0 {
@@ -287,6 +305,12 @@ struct Tracked {
     lost_all: f64,
     /// Its checkpoint interval (none: it saves when stopped).
     every: Option<f64>,
+    /// The speed of its current launch's GPUs (`[sim]` speeds), and its
+    /// productive GPU-seconds before the start and in all weighted by the
+    /// speed they ran at: work at speed 1 is attained × weighted / attained.
+    speed: f64,
+    weighted_before: f64,
+    weighted_all: f64,
     /// Productive GPU-seconds the log's `finished` event gives.
     finished_attained: Option<f64>,
     ended_before: bool,
@@ -315,6 +339,9 @@ impl Tracked {
             lost_before: 0.0,
             lost_all: 0.0,
             every: None,
+            speed: 1.0,
+            weighted_before: 0.0,
+            weighted_all: 0.0,
             finished_attained: None,
             ended_before: false,
             actual: Actual::default(),
@@ -337,6 +364,8 @@ impl Tracked {
             let gpus = f64::from(self.gpus);
             self.attained_all += (t - from).max(0.0) * gpus;
             self.attained_before += (t.min(at) - from).max(0.0) * gpus;
+            self.weighted_all += (t - from).max(0.0) * gpus * self.speed;
+            self.weighted_before += (t.min(at) - from).max(0.0) * gpus * self.speed;
             if let (true, Some(every)) = (rollback && t > from, self.every) {
                 let lost = (t - checkpoint_at(from, every, t)) * gpus;
                 self.lost_all += lost;
@@ -418,8 +447,30 @@ impl Tracked {
         }
     }
 
+    /// Its productive time at speed 1 per second it ran (1 where every GPU
+    /// it held runs at the reference speed).
+    fn speed_factor(weighted: f64, attained: f64) -> f64 {
+        if attained > 0.0 && weighted > 0.0 {
+            weighted / attained
+        } else {
+            1.0
+        }
+    }
+
     /// Its work: what a finished job took, else its `duration_s`.
     fn work(&self) -> Option<Work> {
+        let w = self.work_raw()?;
+        if w.from == "duration_s" {
+            return Some(w);
+        }
+        Some(Work {
+            duration_s: w.duration_s * Self::speed_factor(self.weighted_all, self.attained_all),
+            from: w.from,
+        })
+    }
+
+    /// [`Tracked::work`] in the seconds it took on the GPUs it ran on.
+    fn work_raw(&self) -> Option<Work> {
         let gpus = f64::from(self.job.requested_gpus().max(1));
         if let Some(a) = self.finished_attained.filter(|a| *a > 0.0) {
             return Some(Work {
@@ -455,7 +506,9 @@ impl Tracked {
         if self.job.status == JobStatus::Running {
             // Progress of the launch running at the start, up to it.
             if let Some(from) = self.progress_from {
-                self.attained_before += (at - from).max(0.0) * f64::from(self.gpus);
+                let ran = (at - from).max(0.0) * f64::from(self.gpus);
+                self.attained_before += ran;
+                self.weighted_before += ran * self.speed;
             }
         }
         let j = &mut self.job;
@@ -463,7 +516,8 @@ impl Tracked {
         j.lost_work_gpu_s = self.lost_before;
         let gpus = f64::from(j.requested_gpus().max(1));
         if let Some(w) = work.filter(|w| *w > 0.0) {
-            let done = (self.attained_before - self.lost_before).max(0.0);
+            let done = (self.attained_before - self.lost_before).max(0.0)
+                * Self::speed_factor(self.weighted_before, self.attained_before);
             j.progress = (done / gpus / w).clamp(0.0, 1.0);
         }
         if j.status == JobStatus::Running {
