@@ -356,8 +356,14 @@ pub struct WorkerArgs {
     /// Run jobs as root when the worker runs as root without --job-user
     /// (tests, single-user machines); without it such a worker refuses to
     /// start.
-    #[arg(long, conflicts_with = "job_user")]
+    #[arg(long, conflicts_with_all = ["job_user", "job_uids"])]
     pub allow_root_jobs: bool,
+    /// Run each job as a uid of its own from FIRST-LAST (the worker runs as
+    /// root; no account may use them): jobs cannot read or write each
+    /// other's directories either. Job N runs as FIRST + N mod the range's
+    /// size on every worker.
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_uid_range, conflicts_with = "job_user")]
+    pub job_uids: Option<(u32, u32)>,
     /// This worker's TLS certificate and key (PEM).
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,
@@ -396,4 +402,17 @@ pub struct SubmitArgs {
     /// The program and its arguments (after `--`).
     #[arg(last = true)]
     pub command: Vec<String>,
+}
+
+/// `FIRST-LAST`: a range of uids.
+fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("`{s}`: give FIRST-LAST, e.g. 200000-265535"))?;
+    let n = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("`{s}`: `{v}` is not a uid ({e})"))
+    };
+    Ok((n(a)?, n(b)?))
 }

@@ -60,6 +60,7 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         labels: Default::default(),
         job_user: None,
         allow_root_jobs: true,
+        job_uids: None,
     };
     port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();

@@ -185,6 +185,7 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         labels: labels_of(&a.labels)?,
         job_user: a.job_user,
         allow_root_jobs: a.allow_root_jobs,
+        job_uids: a.job_uids,
     };
     blox_runtime::ctl::run_worker(cfg, |addr| {
         let _ = say!("blox worker: listening on {addr}");

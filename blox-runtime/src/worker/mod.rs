@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use tonic::{Code, Request, Response, Status};
 
 mod service;
+mod uids;
 mod upstream;
 
 use service::Service;
@@ -53,6 +54,9 @@ pub struct WorkerConfig {
     /// The unprivileged account jobs run as (`--job-user NAME`); `None`:
     /// the worker's own.
     pub job_user: Option<String>,
+    /// A uid of its own for every job, from this range (`--job-uids
+    /// FIRST-LAST`; instead of `job_user`; [`uids`]).
+    pub job_uids: Option<(u32, u32)>,
     /// Run jobs as root when the worker runs as root without a job user
     /// (`--allow-root-jobs`: tests, single-user machines). Without it such
     /// a worker refuses to start: a job running as root can read every
@@ -156,6 +160,18 @@ struct Launch {
     spawned: Instant,
     /// The start-up it reported ([`blox_client::STARTUP_METRIC`]).
     startup_s: Option<f64>,
+    /// The uid of its own it runs as (`--job-uids`), and the directories
+    /// it holds meanwhile (taken back when it is dropped).
+    uid: Option<u32>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        if self.uid.is_some() {
+            uids::hand_back(&self.dirs);
+        }
+    }
 }
 
 impl Launch {
@@ -258,6 +274,8 @@ impl State {
 struct Shared {
     cfg: WorkerConfig,
     job_user: Option<crate::process::JobUser>,
+    /// `--job-uids`, checked.
+    job_uids: Option<(u32, u32)>,
     gpus: Vec<GpuDevice>,
     address: String,
     state: Mutex<State>,
@@ -383,7 +401,28 @@ impl Drop for WorkerHandle {
 /// then registers and beats in the background (retrying while the scheduler
 /// is unreachable).
 pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
+    if let Some(range) = cfg.job_uids {
+        if cfg.job_user.is_some() {
+            return Err(WorkerError::Refused(
+                "--job-user and --job-uids: give one (a shared account, or a uid per job)".into(),
+            ));
+        }
+        uids::check_range(range).map_err(WorkerError::Refused)?;
+        #[cfg(unix)]
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(WorkerError::Refused(format!(
+                "--job-uids {}-{}: only a worker running as root can start jobs as other uids",
+                range.0, range.1
+            )));
+        }
+        tracing::info!(
+            first = range.0,
+            last = range.1,
+            "each job runs as a uid of its own"
+        );
+    }
     let job_user = match &cfg.job_user {
+        _ if cfg.job_uids.is_some() => None,
         Some(name) => {
             let u = crate::process::JobUser::lookup(name).map_err(WorkerError::Refused)?;
             #[cfg(unix)]
@@ -437,6 +476,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     let token = cfg.security.check();
     let shared = Arc::new(Shared {
         job_user,
+        job_uids: cfg.job_uids,
         gpus,
         address: address.clone(),
         cfg,

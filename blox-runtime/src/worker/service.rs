@@ -75,6 +75,30 @@ impl Worker for Service {
         } else {
             PathBuf::from(&r.checkpoint_dir)
         };
+        let control = dir.join(format!("launch-{}", l.launch));
+        let coord = (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir));
+        // A uid of its own (`--job-uids`), its checkpoints handed over.
+        let job_user = match sh.job_uids {
+            Some(range) => {
+                let held = st
+                    .launches
+                    .iter()
+                    .filter_map(|(j, x)| x.uid.map(|u| (*j, u)));
+                let u = super::uids::account_for(range, l.job_id, held, &control)?;
+                super::uids::hand_over(&checkpoint, &u).map_err(Status::internal)?;
+                Some(u)
+            }
+            None => sh.job_user.clone(),
+        };
+        let uid = sh.job_uids.and(job_user.as_ref().map(|u| u.uid));
+        let dirs: Vec<PathBuf> = [
+            Some(control.clone()),
+            Some(checkpoint.clone()),
+            coord.clone(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let spec = LaunchSpec {
             job: l.job_id,
             argv: r.command.clone(),
@@ -83,10 +107,10 @@ impl Worker for Service {
                 .iter()
                 .map(|g| sh.gpus[*g as usize].index.to_string())
                 .collect(),
-            control: dir.join(format!("launch-{}", l.launch)),
-            job_user: sh.job_user.clone(),
+            control,
+            job_user,
             checkpoint,
-            coord: (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir)),
+            coord,
             resume: r.resume,
             batch_size: r.batch_size,
             master_addr: r.master_addr.clone(),
@@ -102,7 +126,12 @@ impl Worker for Service {
         } else {
             1
         };
-        match Running::spawn(&spec) {
+        let spawned = Running::spawn(&spec);
+        if spawned.is_err() && uid.is_some() {
+            // Nothing runs: the directories go back to the worker now.
+            super::uids::hand_back(&dirs);
+        }
+        match spawned {
             Ok(run) => {
                 tracing::info!(job = l.job_id, launch = l.launch, gpus = ?r.gpus, "launched");
                 st.launches.insert(
@@ -122,6 +151,8 @@ impl Worker for Service {
                         batch_size: r.batch_size,
                         spawned: Instant::now(),
                         startup_s: None,
+                        uid,
+                        dirs,
                     },
                 );
                 Ok(Response::new(Ack {}))

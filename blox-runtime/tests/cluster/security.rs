@@ -44,6 +44,7 @@ fn a_refused_worker_stops_with_the_reason() {
                 labels: Default::default(),
                 job_user: None,
                 allow_root_jobs: true,
+                job_uids: None,
             }))
             .unwrap();
         let why = c
@@ -75,6 +76,7 @@ fn a_refused_worker_stops_with_the_reason() {
             labels: Default::default(),
             job_user: None,
             allow_root_jobs: true,
+            job_uids: None,
         }))
         .unwrap();
     let waited =
@@ -323,6 +325,7 @@ fn a_job_run_as_its_own_account_reads_no_credential() {
             labels: Default::default(),
             job_user: Some("nobody".into()),
             allow_root_jobs: false,
+            job_uids: None,
         }))
         .unwrap();
     c.workers.push(w);
@@ -400,6 +403,7 @@ fn a_root_worker_without_a_job_user_and_an_open_token_file_are_refused() {
             labels: Default::default(),
             job_user: job_user.map(str::to_string),
             allow_root_jobs: false,
+            job_uids: None,
         }))
     };
     let e = start(None).err().expect("refused").to_string();
@@ -517,4 +521,95 @@ fn tenants_see_and_cancel_only_their_own_jobs() {
     std::fs::write(&tokens, "ann user ann-token\n").unwrap();
     let e = cfg.access().unwrap_err().to_string();
     assert!(e.contains("tokens:1") && e.contains("plain-text"), "{e}");
+}
+
+/// `--job-uids`: each job runs as a uid of its own, so a job cannot write
+/// into another's control directory (forge its `done`, its metrics) or read
+/// it; its directories go back to the worker when it ends.
+#[cfg(unix)]
+#[test]
+fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run jobs as other uids");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Where the jobs leave notes for each other (anyone may write).
+    let notes = dir.path().join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let range = (1_900_000_000, 1_900_000_009);
+    let mut c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 0);
+    let w =
+        c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
+            scheduler: c.addr(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            advertise: None,
+            name: "uids".into(),
+            logical_gpus: Some(2),
+            workdir: dir.path().join("w"),
+            security: c.worker_security.clone(),
+            labels: Default::default(),
+            job_user: None,
+            allow_root_jobs: false,
+            job_uids: Some(range),
+        }))
+        .unwrap();
+    c.workers.push(w);
+    c.wait_for_gpus(2);
+    let n = notes.display();
+    let a = format!("echo $(id -u) $(pwd) > {n}/a.tmp; mv {n}/a.tmp {n}/a; sleep 3");
+    let b = format!(
+        "while [ ! -f {n}/a ]; do sleep 0.05; done; read u d < {n}/a; \
+         echo uid $(id -u) other $u; touch $d/done 2>&1; ls $d 2>&1; echo END"
+    );
+    let mut ctl = c.ctl();
+    let ja = ctl
+        .submit(job("a", 1, vec!["/bin/sh".into(), "-c".into(), a], None))
+        .unwrap();
+    let jb = ctl
+        .submit(job("b", 1, vec!["/bin/sh".into(), "-c".into(), b], None))
+        .unwrap();
+    let t = std::time::Instant::now();
+    let text = loop {
+        // (The job's directory appears with its first launch.)
+        let out = job_dir(&dir.path().join("w"), jb).join("launch-1/stdout");
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("END") {
+            break text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{text} {:?}",
+            ctl.status(&[ja, jb]).unwrap().jobs
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (ua, ub) = (range.0 + (ja % 10) as u32, range.0 + (jb % 10) as u32);
+    assert!(
+        text.contains(&format!("uid {ub} other {ua}")),
+        "each job runs as its own uid: {text}"
+    );
+    assert_eq!(
+        text.matches("Permission denied").count(),
+        2,
+        "b neither writes nor lists a's directory: {text}"
+    );
+    let a_dir = job_dir(&dir.path().join("w"), ja).join("launch-1");
+    assert!(!a_dir.join("done").exists());
+    // Once a's launch has ended, its directories are the worker's again.
+    // (The shell scripts end without saying they finished: each is
+    // launched again until it fails for good.)
+    let _ = ctl.cancel(ja);
+    let _ = ctl.cancel(jb);
+    let t = std::time::Instant::now();
+    while std::fs::metadata(&a_dir).unwrap().uid() != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "a's directory is still its uid's after it ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

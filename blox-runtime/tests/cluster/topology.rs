@@ -39,6 +39,7 @@ fn workers_place_themselves_by_label_and_bad_labels_are_refused() {
                 .collect(),
             job_user: None,
             allow_root_jobs: true,
+            job_uids: None,
         }))
         .unwrap()
     };

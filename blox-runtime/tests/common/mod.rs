@@ -144,6 +144,7 @@ impl Cluster {
                 .collect(),
             job_user: None,
             allow_root_jobs: true,
+            job_uids: None,
         };
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);

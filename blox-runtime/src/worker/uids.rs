@@ -1,0 +1,244 @@
+//! A uid of its own for every job (`blox worker --job-uids FIRST-LAST`):
+//! jobs run as different accounts, so one cannot read or write another's
+//! control directory (its lease, its `done` file, its metrics) or its
+//! checkpoints, as jobs sharing one `--job-user` can.
+//!
+//! Job N runs as `FIRST + N mod (LAST − FIRST + 1)` on every worker, so the
+//! ranks of a job on several nodes share its checkpoint and coordination
+//! directories. A worker refuses (without blame; the scheduler retries) a
+//! launch whose uid another job running here holds, a uid some process still
+//! runs as (one an earlier launch left behind), and a uid that is some
+//! account's. While the job runs, its directories are its uid's (its
+//! checkpoints handed over whole when an earlier launch left them to
+//! another); when its launch ends they go back to the worker, so a later job
+//! given the same uid cannot open them.
+
+use crate::process::JobUser;
+use std::path::{Path, PathBuf};
+use tonic::Status;
+
+/// The uid job `job` runs as, given the range.
+pub(super) fn uid_of(range: (u32, u32), job: u64) -> u32 {
+    let n = u64::from(range.1 - range.0) + 1;
+    range.0 + (job % n) as u32
+}
+
+/// The account of job `job`'s launch, its home the launch's control
+/// directory; refused where its uid is held (module docs). `held`: the uid
+/// of each other job running here.
+pub(super) fn account_for(
+    range: (u32, u32),
+    job: u64,
+    held: impl Iterator<Item = (u64, u32)>,
+    control: &Path,
+) -> Result<JobUser, Status> {
+    let uid = uid_of(range, job);
+    if let Some((other, _)) = held.into_iter().find(|(j, u)| *j != job && *u == uid) {
+        return Err(Status::resource_exhausted(format!(
+            "job uid {uid} is job {other}'s, which runs here: --job-uids {}-{} holds fewer uids than the jobs running at once",
+            range.0, range.1
+        )));
+    }
+    if let Some(name) = account_name(uid) {
+        return Err(Status::resource_exhausted(format!(
+            "job uid {uid} belongs to the account `{name}`: give --job-uids a range no account uses"
+        )));
+    }
+    if let Some(pid) = process_of(uid) {
+        return Err(Status::resource_exhausted(format!(
+            "process {pid} still runs as job uid {uid} (left by an earlier launch): the launch waits until it is gone"
+        )));
+    }
+    Ok(JobUser {
+        name: format!("blox-job-{uid}"),
+        uid,
+        gid: uid,
+        home: control.to_path_buf(),
+    })
+}
+
+/// Gives `dir` and everything in it to `u`, where it is not `u`'s already
+/// (checkpoints an earlier launch of the job wrote as another uid).
+pub(super) fn hand_over(dir: &Path, u: &JobUser) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::symlink_metadata(dir) else {
+            return Ok(()); // made by the launch
+        };
+        if meta.uid() == u.uid && meta.gid() == u.gid {
+            return Ok(());
+        }
+        chown_tree(dir, u.uid, u.gid)
+            .map_err(|e| format!("cannot give {} to job uid {}: {e}", dir.display(), u.uid))?;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    // Never follows links: a job's link to elsewhere is changed, not its
+    // target.
+    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
+    if std::fs::symlink_metadata(dir)?.is_dir() {
+        for e in std::fs::read_dir(dir)? {
+            chown_tree(&e?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// Takes a launch's directories back for the worker (their top level only:
+/// nothing below can be reached through them then).
+pub(super) fn hand_back(dirs: &[PathBuf]) {
+    #[cfg(unix)]
+    {
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        for d in dirs {
+            if let Err(e) = std::os::unix::fs::lchown(d, Some(uid), Some(gid)) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!("cannot take {} back from its job: {e}", d.display());
+                }
+            }
+        }
+    }
+}
+
+/// Checks a `--job-uids` range when the worker starts: not root's, not
+/// backwards, and no account's uid inside it (naming the first found).
+pub(super) fn check_range(range: (u32, u32)) -> Result<(), String> {
+    let (a, b) = range;
+    if a == 0 || a > b {
+        return Err(format!(
+            "--job-uids {a}-{b}: give FIRST-LAST with 0 < FIRST <= LAST (uid 0 is root)"
+        ));
+    }
+    #[cfg(unix)]
+    {
+        static WALK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = WALK.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the account database is walked by one thread at a time
+        // (`WALK`), from
+        // its start to its end; each entry is read before the next call.
+        let mut found = None;
+        unsafe {
+            libc::setpwent();
+            loop {
+                let pw = libc::getpwent();
+                if pw.is_null() {
+                    break;
+                }
+                let uid = (*pw).pw_uid;
+                if (a..=b).contains(&uid) {
+                    let name = std::ffi::CStr::from_ptr((*pw).pw_name);
+                    found = Some((uid, name.to_string_lossy().into_owned()));
+                    break;
+                }
+            }
+            libc::endpwent();
+        }
+        if let Some((uid, name)) = found {
+            return Err(format!(
+                "--job-uids {a}-{b}: uid {uid} is the account `{name}`'s; jobs must not run as a real account: choose a range no account uses"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The account name of `uid`, if it has one.
+fn account_name(uid: u32) -> Option<String> {
+    #[cfg(unix)]
+    {
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut buf = vec![0 as libc::c_char; 16 * 1024];
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf` outlives the
+        // read of `pw_name` below.
+        let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+        if rc == 0 && !out.is_null() {
+            // SAFETY: getpwuid_r filled `pw_name` with a NUL-terminated
+            // string inside `buf`.
+            let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+            return Some(name.to_string_lossy().into_owned());
+        }
+    }
+    let _ = uid;
+    None
+}
+
+/// A process whose real or effective uid is `uid`, if any runs.
+fn process_of(uid: u32) -> Option<u32> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let runs_as = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .map(|l| {
+                l.split_whitespace()
+                    .take(2)
+                    .any(|v| v.parse::<u32>().ok() == Some(uid))
+            })
+            .unwrap_or(false);
+        if runs_as {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_get_the_uid_of_their_id_within_the_range() {
+        assert_eq!(uid_of((60000, 60009), 0), 60000);
+        assert_eq!(uid_of((60000, 60009), 13), 60003);
+        assert_eq!(uid_of((60000, 60000), 7), 60000);
+        assert_eq!(
+            uid_of((1, u32::MAX), u64::MAX),
+            1 + (u64::MAX % u64::from(u32::MAX)) as u32
+        );
+    }
+
+    #[test]
+    fn a_uid_another_running_job_holds_is_refused() {
+        let d = Path::new("/nonexistent");
+        let e = account_for((70000, 70009), 13, [(3u64, 70003u32)].into_iter(), d).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.message().contains("job 3"), "{}", e.message());
+        // Its own earlier launch is no obstacle.
+        let u = account_for((70000, 70009), 13, [(13u64, 70003u32)].into_iter(), d);
+        assert!(u.is_ok() || process_of(70003).is_some(), "{u:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_range_with_root_or_an_account_in_it_is_refused_at_start() {
+        assert!(check_range((0, 10)).unwrap_err().contains("root"));
+        assert!(check_range((20, 10)).unwrap_err().contains("FIRST <= LAST"));
+        // `nobody` is an account on the machines this runs on (65534).
+        if account_name(65534).is_some() {
+            let e = check_range((65000, 65535)).unwrap_err();
+            assert!(e.contains("65534"), "{e}");
+        }
+        assert!(check_range((1_900_000_000, 1_900_000_100)).is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_uid_an_account_has_is_refused() {
+        // Root's uid, 0, is every system's.
+        let e = account_for((0, 0), 5, std::iter::empty(), Path::new("/")).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert!(e.message().contains("account"), "{}", e.message());
+    }
+}
