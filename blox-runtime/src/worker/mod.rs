@@ -55,7 +55,7 @@ pub struct WorkerConfig {
     /// the worker's own.
     pub job_user: Option<String>,
     /// A uid of its own for every job, from this range (`--job-uids
-    /// FIRST-LAST`; instead of `job_user`; [`uids`]).
+    /// FIRST-LAST`; instead of `job_user`; see docs/RUNTIME.md, Security).
     pub job_uids: Option<(u32, u32)>,
     /// Run jobs as root when the worker runs as root without a job user
     /// (`--allow-root-jobs`: tests, single-user machines). Without it such
