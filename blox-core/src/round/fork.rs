@@ -30,9 +30,9 @@ impl Policies {
     }
 }
 
-/// One module's policy for a fork: a copy of the forked one, else a fresh
-/// one from `m`, with a note when the policy kept state it could not hand
-/// over.
+/// One module's policy for a fork: a copy of the forked one (each fork
+/// copies the snapshot's copy again), else a fresh one, with a note when the
+/// policy kept state it could not hand over.
 fn one<T: ?Sized>(
     forked: &Fork<T>,
     again: impl Fn(&T) -> Fork<T>,
@@ -40,18 +40,14 @@ fn one<T: ?Sized>(
     name: &str,
     notes: &mut Vec<String>,
 ) -> Result<Box<T>, ConfigError> {
-    match forked {
+    let copy = match forked {
+        Fork::Copy(p) => again(p),
+        Fork::Stateless => Fork::Stateless,
+        Fork::Unforkable(why) => Fork::Unforkable(why.clone()),
+    };
+    match copy {
+        Fork::Copy(copy) => Ok(copy),
         Fork::Stateless => fresh(),
-        Fork::Copy(p) => match again(p) {
-            Fork::Copy(copy) => Ok(copy),
-            Fork::Stateless => fresh(),
-            Fork::Unforkable(why) => {
-                notes.push(format!(
-                    "`{name}` could not be forked ({why}): its fork starts afresh"
-                ));
-                fresh()
-            }
-        },
         Fork::Unforkable(why) => {
             notes.push(format!(
                 "`{name}` could not be forked ({why}): its fork starts afresh"

@@ -348,21 +348,7 @@ fn a_job_run_as_its_own_account_reads_no_credential() {
             None,
         ))
         .unwrap();
-    let t = std::time::Instant::now();
-    let text = loop {
-        // (The job's directory appears with its first launch.)
-        let out = job_dir(&dir.path().join("w"), id).join("launch-1/stdout");
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if text.contains("END") {
-            break text;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{text} {:?}",
-            ctl.status(&[id]).unwrap().jobs
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let text = first_output(&dir.path().join("w"), id, &mut ctl);
     let _ = ctl.cancel(id);
     let uid = text.lines().next().unwrap().trim().to_string();
     assert_ne!(uid, "0", "the job ran as root: {text}");
@@ -572,21 +558,7 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
     let jb = ctl
         .submit(job("b", 1, vec!["/bin/sh".into(), "-c".into(), b], None))
         .unwrap();
-    let t = std::time::Instant::now();
-    let text = loop {
-        // (The job's directory appears with its first launch.)
-        let out = job_dir(&dir.path().join("w"), jb).join("launch-1/stdout");
-        let text = std::fs::read_to_string(&out).unwrap_or_default();
-        if text.contains("END") {
-            break text;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{text} {:?}",
-            ctl.status(&[ja, jb]).unwrap().jobs
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let text = first_output(&dir.path().join("w"), jb, &mut ctl);
     let (ua, ub) = (range.0 + (ja % 10) as u32, range.0 + (jb % 10) as u32);
     assert!(
         text.contains(&format!("uid {ub} other {ua}")),
@@ -609,6 +581,26 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "a's directory is still its uid's after it ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What job `id`'s first launch on the worker in `worker_dir` printed, once
+/// it printed `END` (within 20 s).
+fn first_output(worker_dir: &Path, id: u64, ctl: &mut Ctl) -> String {
+    let t = std::time::Instant::now();
+    loop {
+        // (The job's directory appears with its first launch.)
+        let out = job_dir(worker_dir, id).join("launch-1/stdout");
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("END") {
+            return text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{text} {:?}",
+            ctl.status(&[id]).unwrap().jobs
         );
         std::thread::sleep(Duration::from_millis(50));
     }
