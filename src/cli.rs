@@ -198,7 +198,8 @@ pub struct ScaleArgs {
 #[derive(Args, Debug, Default)]
 pub struct SoakArgs {
     /// soak: the CI size (500 jobs, 100 clients, 2 worker kills, 1
-    /// scheduler restart, 1 cut, 1 hang); the flags below override it.
+    /// scheduler restart, 1 cut, 1 hang, 1 full disk, 1 clock step); the
+    /// flags below override it.
     #[arg(long)]
     pub reduced: bool,
     /// soak: jobs submitted in all.
@@ -224,6 +225,15 @@ pub struct SoakArgs {
     /// the worker timeout), then continued.
     #[arg(long)]
     pub hangs: Option<usize>,
+    /// soak: times no file of the scheduler may grow for 6 s (a full disk:
+    /// its file-size limit set to the job table's size).
+    #[arg(long)]
+    pub disk_fulls: Option<usize>,
+    /// soak: times the scheduler's wall clock steps back an hour across a
+    /// restart (through libfaketime: `apt-get install faketime`; skipped
+    /// and said without it).
+    #[arg(long)]
+    pub clock_steps: Option<usize>,
     /// soak: scheduling policy of the scheduler.
     #[arg(long)]
     pub policy: Option<String>,

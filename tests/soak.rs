@@ -19,6 +19,13 @@ fn soak(extra: &[&str]) -> String {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     toy_job();
     let dir = tempfile::tempdir().unwrap();
+    // Run as root, the soak's jobs run as uids of their own, which must
+    // reach its directory.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let out = Command::new(BLOX)
         .args(["bench", "soak", "--reduced"])
         .args(extra)
@@ -87,6 +94,37 @@ fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {
     assert!(faults.contains("scheduler restarted"), "{faults}");
     assert!(faults.contains("cut off"), "{faults}");
     assert!(faults.contains("stopped (SIGSTOP)"), "{faults}");
+    assert!(faults.contains("disk full for 6 s"), "{faults}");
+    // Through libfaketime, where it is installed (.ci/run installs it).
+    assert!(
+        faults.contains("clock stepped back 1 h across a restart")
+            || faults.contains("clock step skipped: no libfaketime"),
+        "{faults}"
+    );
+    // Attackers (when the soak, being root, runs jobs as their own uids)
+    // stole and forged nothing, and no job counted finished skipped its
+    // work.
+    let attacks = stdout
+        .lines()
+        .find(|l| l.starts_with("soak: attackers") || l.starts_with("soak: no attackers"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        attacks.contains("finished without their work 0"),
+        "{attacks}"
+    );
+    #[cfg(target_os = "linux")]
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0 {
+        assert!(
+            attacks.contains("credentials stolen 0, forged calls accepted 0 of"),
+            "{attacks}"
+        );
+        let n: usize = attacks
+            .strip_prefix("soak: attackers ")
+            .and_then(|s| s.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(n >= 5, "{attacks}");
+    }
     // The journal saw more launches than jobs (preemptions, faults).
     let launches: usize = faults
         .split(" launches")

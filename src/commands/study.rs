@@ -215,6 +215,8 @@ fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
     set(a.scheduler_restarts, &mut cfg.scheduler_restarts);
     set(a.cuts, &mut cfg.cuts);
     set(a.hangs, &mut cfg.hangs);
+    set(a.disk_fulls, &mut cfg.disk_fulls);
+    set(a.clock_steps, &mut cfg.clock_steps);
     if let Some(p) = &a.policy {
         cfg.policy = p.clone();
     }

@@ -14,9 +14,14 @@
 //!
 //!     start JOB GENERATION RANK UNIX_S ITERATION   resumed at ITERATION
 //!     ckpt  JOB GENERATION RANK UNIX_S ITERATION   checkpoint in place
+//!     done  JOB GENERATION RANK UNIX_S ITERATION   all work done, about to report it
 //!     end   JOB GENERATION RANK UNIX_S ITERATION   about to exit
 //!
-//! from which a soak test finds overlapping runs and checkpoint regressions.
+//! from which a soak test finds overlapping runs, checkpoint regressions and
+//! jobs the scheduler counts finished that never did their work.
+//! `--attack BACK` (with `--journal`) first plays an attacker on a shared
+//! cluster: it reads what credentials it can and forges reports for job
+//! `BLOX_JOB_ID − BACK` (`blox_runtime::soak::attack`), then trains as usual.
 //!
 //! Two ways to set the work:
 //!
@@ -55,15 +60,16 @@ fn fail(msg: impl std::fmt::Display, code: i32) -> ! {
     std::process::exit(code)
 }
 
-const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--startup-s SECONDS] [--checkpoint-every N] [--fail-at FRACTION] [--journal FILE]
+const USAGE: &str = "usage: blox-toy-job (--duration-s SECONDS [--iteration-s SECONDS] | --profile DIR --model NAME --iterations N [--time-scale S]) [--startup-s SECONDS] [--checkpoint-every N] [--fail-at FRACTION] [--journal FILE [--attack BACK]]
 
 Runs under a blox worker (blox_client's environment): trains in iterations,
 checks its lease at each boundary, checkpoints its iteration counter and
 resumes from it, and pushes `progress` and `iteration` metrics.";
 
 /// Flags that take a value.
-const FLAGS: [&str; 10] = [
+const FLAGS: [&str; 11] = [
     "--journal",
+    "--attack",
     "--duration-s",
     "--iteration-s",
     "--profile",
@@ -168,6 +174,23 @@ fn main() {
     let fail_at = arg(&args, "--fail-at");
     let every = arg(&args, "--checkpoint-every").unwrap_or(25.0).max(1.0) as u64;
     let job = Job::from_env().unwrap_or_else(|e| fail(e, 2));
+    #[cfg(unix)]
+    if let Some(back) = arg(&args, "--attack") {
+        let journal =
+            text_arg(&args, "--journal").unwrap_or_else(|| fail("`--attack` needs `--journal`", 2));
+        let attack = blox_runtime::soak::attack::Attack {
+            job: job.env.job_id,
+            victim: job.env.job_id.saturating_sub(back.max(0.0) as u64),
+            journal: journal.into(),
+            worker_addr: job.env.worker_addr.clone(),
+        };
+        // Once per job: its relaunches train only.
+        if job.env.rank == 0 && !job.env.resume {
+            if let Err(e) = attack.run() {
+                eprintln!("blox-toy-job: the attack's report: {e}");
+            }
+        }
+    }
     let mut batch = job.env.batch_size;
     let (total, mut step, profiled) = if let Some(dir) = text_arg(&args, "--profile") {
         let model = text_arg(&args, "--model").unwrap_or_else(|| fail(USAGE, 2));
@@ -267,6 +290,9 @@ fn main() {
         eprintln!("blox-toy-job: lease revoked; checkpointed at iteration {done}");
     }
     if !revoked && done >= total {
+        // Before the report: a job finished without this line never did
+        // its work (the soak counts them).
+        journal.write("done", done);
         if let Err(e) = job.finish() {
             eprintln!("blox-toy-job: {e}");
             journal.write("end", done);

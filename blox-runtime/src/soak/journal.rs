@@ -38,6 +38,8 @@ pub struct JournalReport {
     pub regressions: Vec<(u64, u64, u64, u64)>,
     /// Lines that could not be read (line number, text).
     pub bad_lines: Vec<(usize, String)>,
+    /// Jobs a launch of which did all its work (a `done` line).
+    pub done: std::collections::BTreeSet<u64>,
 }
 
 /// Reads and checks the journal at `path` (missing: nothing ran).
@@ -90,6 +92,9 @@ pub fn check_text(text: &str) -> JournalReport {
             }
             "ckpt" if rank == 0 => l.checkpoints.push((t, iteration)),
             "ckpt" => {}
+            "done" => {
+                report.done.insert(job);
+            }
             "end" => l.end_s = Some(l.end_s.map_or(t, |e: f64| e.max(t))),
             _ => report.bad_lines.push((i + 1, line.to_string())),
         }
@@ -152,6 +157,9 @@ mod tests {
         let r = check_text(partial);
         assert!(r.regressions.is_empty() && r.overlaps.is_empty(), "{r:?}");
         assert_eq!(r.launches, 3);
+        let finished =
+            check_text("start 3 10 0 100.0 0\ndone 3 10 0 101.0 20\nend 3 10 0 101.1 20\n");
+        assert_eq!(finished.done.into_iter().collect::<Vec<_>>(), vec![3]);
         let bad = check_text("start 1 x 0 1 0\nfoo\n");
         assert_eq!(bad.bad_lines.len(), 2);
     }

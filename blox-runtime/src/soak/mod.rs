@@ -2,8 +2,13 @@
 //! clients as real processes on loopback, with worker kills, scheduler
 //! restarts and network cuts ([`proxy::CutProxy`]) during the run; the
 //! journal of toy-job launches ([`journal`]) shows overlapping runs and
-//! checkpoint regressions. Figures: docs/RELIABILITY.md.
+//! checkpoint regressions; attacker jobs ([`attack`]) try to steal a
+//! credential and forge reports. Figures: docs/RELIABILITY.md.
 
+#[cfg(unix)]
+pub mod attack;
+mod faults;
+mod isolation;
 pub mod journal;
 pub mod ports;
 mod procs;
@@ -12,7 +17,7 @@ mod report;
 mod run;
 pub mod teams;
 
-pub use report::{SoakConfig, SoakReport};
+pub use report::{AttackReport, SoakConfig, SoakReport};
 pub use run::run;
 
 /// A soak that could not run (a binary missing, a port, a process).

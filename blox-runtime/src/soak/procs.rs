@@ -9,11 +9,22 @@ use std::process::{Child, Command, Stdio};
 pub(super) struct Proc {
     child: Option<Child>,
     argv: Vec<String>,
+    env: Vec<(String, String)>,
     log: PathBuf,
 }
 
 impl Proc {
     pub(super) fn spawn(exe: &Path, args: &[String], log: &Path) -> Result<Proc, SoakError> {
+        Proc::spawn_with_env(exe, args, &[], log)
+    }
+
+    /// [`Proc::spawn`] with `env` set too (kept for restarts).
+    pub(super) fn spawn_with_env(
+        exe: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        log: &Path,
+    ) -> Result<Proc, SoakError> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -23,6 +34,7 @@ impl Proc {
             .args(args)
             .env("RUST_LOG", "info")
             .env_remove("BLOX_TOKEN_FILE")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone().map_err(err)?)
             .stderr(out)
@@ -31,8 +43,14 @@ impl Proc {
         Ok(Proc {
             child: Some(child),
             argv: args.to_vec(),
+            env: env.to_vec(),
             log: log.to_path_buf(),
         })
+    }
+
+    /// Its pid while it runs.
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL, and reap.
@@ -58,7 +76,7 @@ impl Proc {
 
     pub(super) fn restart(&mut self, exe: &Path) -> Result<(), SoakError> {
         self.kill();
-        *self = Proc::spawn(exe, &self.argv, &self.log)?;
+        *self = Proc::spawn_with_env(exe, &self.argv, &self.env, &self.log)?;
         Ok(())
     }
 

@@ -19,6 +19,11 @@ pub struct SoakConfig {
     /// Workers stopped (SIGSTOP) for 6 s, longer than the worker timeout,
     /// then continued (SIGCONT): a hung node under running jobs.
     pub hangs: usize,
+    /// Times no file of the scheduler may grow for 6 s (a full disk).
+    pub disk_fulls: usize,
+    /// Times the scheduler's wall clock steps back an hour across a
+    /// restart (needs libfaketime; said and skipped without it).
+    pub clock_steps: usize,
     pub seed: u64,
     /// Scheduling policy of the scheduler (`las` preempts, `fifo` does not).
     pub policy: String,
@@ -47,6 +52,8 @@ impl SoakConfig {
             scheduler_restarts: 3,
             cuts: 2,
             hangs: 2,
+            disk_fulls: 2,
+            clock_steps: 1,
             seed: 1,
             policy: "las".into(),
             max_time_s: None,
@@ -58,7 +65,7 @@ impl SoakConfig {
     }
 
     /// The CI run: 500 jobs from 100 clients, 2 worker kills, 1 scheduler
-    /// restart, 1 cut and 1 hang.
+    /// restart, 1 cut, 1 hang, 1 full disk and 1 clock step.
     pub fn reduced(mut self) -> Self {
         self.jobs = 500;
         self.clients = 100;
@@ -66,6 +73,8 @@ impl SoakConfig {
         self.scheduler_restarts = 1;
         self.cuts = 1;
         self.hangs = 1;
+        self.disk_fulls = 1;
+        self.clock_steps = 1;
         self
     }
 }
@@ -82,6 +91,12 @@ pub struct SoakReport {
     pub lost: usize,
     /// Jobs that had not ended when the run stopped (its time bound).
     pub unfinished: usize,
+    /// Jobs the scheduler counts finished of which no launch did all its
+    /// work (the journal's `done`): an end someone forged.
+    pub finished_undone: usize,
+    /// What the attacker jobs achieved (`None`: none ran, the soak not
+    /// being root; docs of `isolation`).
+    pub attacks: Option<AttackReport>,
     /// Submissions that became more than one job (extra jobs).
     pub duplicated: usize,
     pub overlapping_runs: usize,
@@ -111,6 +126,11 @@ impl SoakReport {
             && self.overlapping_runs == 0
             && self.checkpoint_regressions == 0
             && self.leftover_processes == 0
+            && self.finished_undone == 0
+            && self
+                .attacks
+                .as_ref()
+                .is_none_or(|a| a.stolen == 0 && a.accepted == 0)
     }
 }
 
@@ -138,6 +158,18 @@ impl fmt::Display for SoakReport {
             self.checkpoint_regressions,
             self.leftover_processes
         )?;
+        match &self.attacks {
+            Some(a) => writeln!(
+                f,
+                "soak: attackers {}, credentials stolen {}, forged calls accepted {} of {}, finished without their work {}",
+                a.attempts, a.stolen, a.accepted, a.calls, self.finished_undone
+            )?,
+            None => writeln!(
+                f,
+                "soak: no attackers (jobs run as the soak's own user, who is not root: they could read its tokens), finished without their work {}",
+                self.finished_undone
+            )?,
+        }
         if self.unfinished > 0 {
             writeln!(
                 f,
@@ -165,4 +197,17 @@ impl fmt::Display for SoakReport {
         }
         Ok(())
     }
+}
+
+/// What the attacker jobs of a soak achieved (`soak::attack`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttackReport {
+    /// Attacker launches that wrote their lines.
+    pub attempts: usize,
+    /// Secrets read whose hash is one of `tokens`'.
+    pub stolen: usize,
+    /// Forged calls answered `ok`, and forged launches that ran.
+    pub accepted: usize,
+    /// Forged calls in all.
+    pub calls: usize,
 }

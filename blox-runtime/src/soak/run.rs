@@ -8,6 +8,8 @@
 //! run as two jobs, two launches of a job at once, a launch resuming from
 //! an older checkpoint than an earlier one wrote.
 
+use super::faults::{self, Cluster};
+use super::isolation::{self, Isolation, ATTACKER_EVERY};
 use super::journal;
 use super::ports::reserve_port;
 use super::procs::{raise_fd_limit, Proc};
@@ -17,16 +19,15 @@ use crate::net::{SchedulerClient, Security};
 use crate::proto::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::Code;
 
 /// splitmix64: the job mix and the faults follow the seed.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn next(&mut self) -> f64 {
+    pub(super) fn next(&mut self) -> f64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -48,20 +49,6 @@ fn job_mix(rng: &mut Rng) -> (u32, f64, bool) {
         8
     };
     (gpus, 1.0 + 3.0 * rng.next(), rng.next() < 0.05)
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Fault {
-    KillWorker(usize),
-    RestartScheduler,
-    Cut(usize),
-    Hang(usize),
-}
-
-struct Cluster {
-    scheduler: Proc,
-    workers: Vec<Proc>,
-    blox: PathBuf,
 }
 
 /// Runs the soak; `progress` gets a line now and then.
@@ -91,6 +78,16 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
     };
     secret("user-token", &format!("soak-user-{}\n", cfg.seed))?;
     secret("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
+    let journal_file = dir.join("journal");
+    let iso = isolation::prepare(&dir, &cfg.toy, &journal_file)?;
+    // The scheduler's wall clock, for clock steps (libfaketime).
+    let clock = match (cfg.clock_steps, faults::libfaketime()) {
+        (0, _) | (_, None) => None,
+        (_, Some(lib)) => {
+            write("clock", "+0\n")?;
+            Some((dir.join("clock"), lib))
+        }
+    };
     // Every port is reserved before any process starts and released just
     // before its process binds it (see `ports`).
     let mut sched_port = reserve_port().map_err(err)?;
@@ -137,7 +134,11 @@ worker_timeout_s = 4
         .map_err(err)?;
     let start = Instant::now();
     sched_port.release();
-    let scheduler = Proc::spawn(
+    let scheduler_env = clock
+        .as_ref()
+        .map(|(file, lib)| faults::faketime_env(lib, file))
+        .unwrap_or_default();
+    let scheduler = Proc::spawn_with_env(
         &cfg.blox,
         &[
             "scheduler".into(),
@@ -146,6 +147,7 @@ worker_timeout_s = 4
             "--log".into(),
             "info".into(),
         ],
+        &scheduler_env,
         &dir.join("scheduler.log"),
     )?;
     // Each worker reaches the scheduler, and is reached, through a proxy
@@ -180,12 +182,11 @@ worker_timeout_s = 4
             &name,
             "--workdir",
             &dir.join(&name).display().to_string(),
-            // The soak's toy jobs run as whoever runs it (root in CI).
-            "--allow-root-jobs",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(iso.worker_args.iter().cloned());
         if cfg.teams {
             args.extend(["--labels".to_string(), teams::labels(i)]);
         }
@@ -201,6 +202,8 @@ worker_timeout_s = 4
         scheduler,
         workers,
         blox: cfg.blox.clone(),
+        state: dir.join("state.redb"),
+        clock: clock.map(|(file, _)| file),
     }));
     let users = Security {
         token: Some(Security::token_from_file(&dir.join("user-token")).map_err(err)?),
@@ -226,7 +229,7 @@ worker_timeout_s = 4
     let max_time_s = cfg.max_time_s.unwrap_or(3.0 * expect_s + 120.0);
     // Submissions are spread over the first 60 % of it; faults over 10-70 %.
     let window_s = 0.6 * expect_s;
-    let faults = plan_faults(cfg, &mut rng);
+    let faults = faults::plan(cfg, &mut rng);
     progress(format!(
         "soak: {} jobs from {} clients (≈ {:.0} s of work on {} GPUs), {} faults, at most {:.0} s",
         cfg.jobs,
@@ -236,10 +239,9 @@ worker_timeout_s = 4
         faults.len(),
         max_time_s
     ));
-    let journal_file = dir.join("journal");
     let deadline = start + Duration::from_secs_f64(max_time_s);
     let journal_arg = journal_file.display().to_string();
-    let per_client = submissions(cfg, &jobs, &journal_arg);
+    let per_client = submissions(cfg, &iso, &jobs, &journal_arg);
     let pauses: Vec<Vec<f64>> = per_client
         .iter()
         .map(|js| {
@@ -296,7 +298,7 @@ worker_timeout_s = 4
                             expect_s * (0.1 + 0.6 * (i as f64 + 0.5) / n.max(1) as f64),
                         );
                     tokio::time::sleep_until(at.into()).await;
-                    let what = inject(f, &cluster, &proxies).await;
+                    let what = faults::inject(f, &cluster, &proxies).await;
                     done.lock().expect("not poisoned").push(what);
                 }
                 proxies
@@ -380,6 +382,14 @@ worker_timeout_s = 4
     let seen = journal::check(&journal_file).map_err(err)?;
     let mut report = tally(accepted, latencies, refused, all, &seen);
     report.leftover_processes = leftover;
+    #[cfg(unix)]
+    if iso.attackers {
+        let tokens: Vec<String> = ["user-token", "worker-token"]
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
+            .collect();
+        report.attacks = Some(super::attack::check(&dir, &tokens));
+    }
     report.round_p50_s = round.0;
     report.round_p99_s = round.1;
     report.faults = faults;
@@ -398,31 +408,6 @@ worker_timeout_s = 4
     Ok(report)
 }
 
-/// The faults to inject, in a random order: worker kills, scheduler
-/// restarts, network cuts and hung workers, as many as `cfg` asks for.
-fn plan_faults(cfg: &SoakConfig, rng: &mut Rng) -> Vec<Fault> {
-    let mut faults: Vec<Fault> = Vec::new();
-    for _ in 0..cfg.worker_kills {
-        faults.push(Fault::KillWorker(
-            (rng.next() * cfg.workers as f64) as usize,
-        ));
-    }
-    for _ in 0..cfg.scheduler_restarts {
-        faults.push(Fault::RestartScheduler);
-    }
-    for _ in 0..cfg.cuts {
-        faults.push(Fault::Cut((rng.next() * cfg.workers as f64) as usize));
-    }
-    for _ in 0..cfg.hangs {
-        faults.push(Fault::Hang((rng.next() * cfg.workers as f64) as usize));
-    }
-    for i in (1..faults.len()).rev() {
-        let j = (rng.next() * (i + 1) as f64) as usize;
-        faults.swap(i, j);
-    }
-    faults
-}
-
 /// One job in this many forks a `sleep` into its process group.
 const FORKING_EVERY: usize = 20;
 
@@ -431,10 +416,11 @@ const FORKING_EVERY: usize = 20;
 /// half-way.
 fn submissions(
     cfg: &SoakConfig,
+    iso: &Isolation,
     jobs: &[(u32, f64, bool)],
     journal_arg: &str,
 ) -> Vec<Vec<(usize, JobSubmission)>> {
-    let toy = cfg.toy.display().to_string();
+    let toy = iso.toy.display().to_string();
     (0..cfg.clients)
         .map(|c| {
             jobs.iter()
@@ -454,6 +440,10 @@ fn submissions(
                     ];
                     if *crash {
                         command.extend(["--fail-at".into(), "0.5".into()]);
+                    }
+                    // Attackers go for the job with the id before theirs.
+                    if iso.attackers && k % ATTACKER_EVERY == ATTACKER_EVERY / 2 + 1 {
+                        command.extend(["--attack".into(), "1".into()]);
                     }
                     // One job in 20 forks a child that outlives it unless
                     // its process group is killed (issue 35).
@@ -517,7 +507,10 @@ fn tally(
         match by_id.get(id) {
             None => report.lost += 1,
             Some(j) => match j.phase() {
-                JobPhase::Finished => report.finished += 1,
+                JobPhase::Finished => {
+                    report.finished += 1;
+                    report.finished_undone += !seen.done.contains(id) as usize;
+                }
                 JobPhase::Failed | JobPhase::Rejected | JobPhase::Cancelled => {
                     report.failed += 1;
                     *report.failed_reasons.entry(j.reason.clone()).or_default() += 1;
@@ -570,58 +563,6 @@ async fn submit(
             return Err("the run ended first".into());
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn inject(
-    f: Fault,
-    cluster: &Arc<Mutex<Cluster>>,
-    proxies: &Arc<Vec<(CutProxy, CutProxy)>>,
-) -> String {
-    match f {
-        Fault::KillWorker(i) => {
-            cluster.lock().expect("not poisoned").workers[i].kill();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let mut c = cluster.lock().expect("not poisoned");
-            let blox = c.blox.clone();
-            match c.workers[i].restart(&blox) {
-                Ok(()) => format!("worker w{i} killed"),
-                Err(e) => format!("worker w{i} killed, not restarted: {e}"),
-            }
-        }
-        Fault::RestartScheduler => {
-            cluster.lock().expect("not poisoned").scheduler.kill();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let mut c = cluster.lock().expect("not poisoned");
-            let blox = c.blox.clone();
-            match c.scheduler.restart(&blox) {
-                Ok(()) => "scheduler restarted".into(),
-                Err(e) => format!("scheduler killed, not restarted: {e}"),
-            }
-        }
-        Fault::Cut(i) => {
-            let (up, down) = &proxies[i];
-            up.cut();
-            down.cut();
-            // Longer than the worker timeout (4 s).
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            up.restore();
-            down.restore();
-            format!("w{i} cut off for 6 s")
-        }
-        Fault::Hang(i) => {
-            // Its jobs run on meanwhile and must stop themselves when their
-            // lease runs out: the scheduler relaunches them after 4 s.
-            #[cfg(unix)]
-            {
-                cluster.lock().expect("not poisoned").workers[i].signal(libc::SIGSTOP);
-                tokio::time::sleep(Duration::from_secs(6)).await;
-                cluster.lock().expect("not poisoned").workers[i].signal(libc::SIGCONT);
-                format!("w{i} stopped (SIGSTOP) for 6 s")
-            }
-            #[cfg(not(unix))]
-            format!("w{i}: no SIGSTOP here")
-        }
     }
 }
 
