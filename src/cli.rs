@@ -374,11 +374,17 @@ pub struct WorkerArgs {
     /// size on every worker.
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_uid_range, conflicts_with = "job_user")]
     pub job_uids: Option<(u32, u32)>,
-    /// This worker's TLS certificate and key (PEM).
+    /// This worker's TLS certificate and key (PEM); also its client
+    /// certificate where the scheduler asks for one (`tls_client_ca`).
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,
     #[arg(long)]
     pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: accept calls (launch, revoke, reconfigure) only from a
+    /// caller whose client certificate this authority signed (PEM): the
+    /// scheduler's own `tls_cert`.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Options of `blox submit`.

@@ -315,6 +315,9 @@ mod tests {
 pub struct SchedulerGate {
     pub access: Access,
     pub workers: crate::net::CheckToken,
+    /// Mutual TLS for workers (`tls_client_ca`): a holder of the workers'
+    /// token passes only with a verified client certificate.
+    pub worker_certs: bool,
 }
 
 impl tonic::service::Interceptor for SchedulerGate {
@@ -329,7 +332,14 @@ impl tonic::service::Interceptor for SchedulerGate {
                 req.extensions_mut().insert(p);
                 Ok(req)
             }
-            None if self.workers.verify(req.metadata(), "").is_ok() => Ok(req),
+            None if self.workers.verify(req.metadata(), "").is_ok() => {
+                if self.worker_certs && !crate::net::has_client_cert(&req) {
+                    return Err(tonic::Status::unauthenticated(
+                        "this scheduler requires workers to present a client certificate signed by its `tls_client_ca`",
+                    ));
+                }
+                Ok(req)
+            }
             None => Err(tonic::Status::unauthenticated(if header.is_some() {
                 "wrong token: this call needs a user's token or the workers' token"
             } else {

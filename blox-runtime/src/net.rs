@@ -31,6 +31,20 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
     /// Name to expect in the peer's certificate; the address's host if unset.
     pub domain: Option<String>,
+    /// Servers: ask callers for a certificate signed by this authority
+    /// (mutual TLS). A client with `cert` and `key` presents them.
+    pub client_auth: Option<ClientAuth>,
+}
+
+/// Client certificates a server asks for (mutual TLS).
+#[derive(Clone, Debug)]
+pub struct ClientAuth {
+    /// The authority that signed the callers' certificates (PEM).
+    pub ca: PathBuf,
+    /// Callers without a certificate may connect (the scheduler: users'
+    /// clients have none; its worker calls then require one); otherwise
+    /// the handshake fails without one (a worker: only the scheduler calls).
+    pub optional: bool,
 }
 
 /// How endpoints authenticate: a shared token (workers, clients and the
@@ -157,6 +171,10 @@ impl Security {
         if let Some(d) = &tls.domain {
             cfg = cfg.domain_name(d.clone());
         }
+        // Its own certificate, for servers that ask for one (mutual TLS).
+        if let (Some(c), Some(k)) = (&tls.cert, &tls.key) {
+            cfg = cfg.identity(tonic::transport::Identity::from_pem(read(c)?, read(k)?));
+        }
         let _ = url;
         ep.tls_config(cfg).map_err(|e| NetError::Tls(e.to_string()))
     }
@@ -179,18 +197,27 @@ impl Security {
 
     #[cfg(feature = "tls")]
     fn server_tls(&self, mut b: Server) -> Result<Server, NetError> {
-        use tonic::transport::{Identity, ServerTlsConfig};
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let Some(tls) = &self.tls else {
             return Ok(b);
         };
         match (&tls.cert, &tls.key) {
             (Some(c), Some(k)) => {
                 let id = Identity::from_pem(read(c)?, read(k)?);
+                let mut cfg = ServerTlsConfig::new().identity(id);
+                if let Some(auth) = &tls.client_auth {
+                    cfg = cfg
+                        .client_ca_root(Certificate::from_pem(read(&auth.ca)?))
+                        .client_auth_optional(auth.optional);
+                }
                 b = b
-                    .tls_config(ServerTlsConfig::new().identity(id))
+                    .tls_config(cfg)
                     .map_err(|e| NetError::Tls(e.to_string()))?;
                 Ok(b)
             }
+            (None, None) if tls.client_auth.is_some() => Err(NetError::Tls(
+                "client certificates need the server's own TLS certificate and key".into(),
+            )),
             (None, None) => Ok(b),
             _ => Err(NetError::Tls(
                 "TLS needs both a certificate and its key".into(),
@@ -201,9 +228,11 @@ impl Security {
     #[cfg(not(feature = "tls"))]
     fn server_tls(&self, b: Server) -> Result<Server, NetError> {
         match &self.tls {
-            Some(t) if t.cert.is_some() || t.key.is_some() => Err(NetError::Tls(
-                "this build has no TLS (build blox-runtime with the `tls` feature)".into(),
-            )),
+            Some(t) if t.cert.is_some() || t.key.is_some() || t.client_auth.is_some() => {
+                Err(NetError::Tls(
+                    "this build has no TLS (build blox-runtime with the `tls` feature)".into(),
+                ))
+            }
             _ => Ok(b),
         }
     }
@@ -221,6 +250,20 @@ impl Security {
     /// The server-side interceptor that checks it.
     pub fn check(&self) -> CheckToken {
         CheckToken(self.token.clone())
+    }
+}
+
+/// True when the caller presented a client certificate the server's
+/// authority verified (mutual TLS; never without the `tls` feature).
+pub fn has_client_cert<T>(req: &Request<T>) -> bool {
+    #[cfg(feature = "tls")]
+    {
+        req.peer_certs().is_some_and(|c| !c.is_empty())
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = req;
+        false
     }
 }
 

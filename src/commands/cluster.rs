@@ -28,6 +28,7 @@ fn security(c: &Connect, cert: Option<PathBuf>, key: Option<PathBuf>) -> Result<
         key,
         ca: c.tls_ca.clone(),
         domain: c.tls_domain.clone(),
+        client_auth: None,
     });
     Ok(Security { token, tls })
 }
@@ -169,7 +170,18 @@ fn labels_of(args: &[String]) -> Result<std::collections::BTreeMap<String, Strin
 }
 
 pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
-    let security = security(&a.connect, a.tls_cert.clone(), a.tls_key.clone())?;
+    let mut security = security(&a.connect, a.tls_cert.clone(), a.tls_key.clone())?;
+    if let Some(ca) = &a.tls_client_ca {
+        match &mut security.tls {
+            Some(tls) if tls.cert.is_some() && tls.key.is_some() => {
+                tls.client_auth = Some(blox_runtime::net::ClientAuth {
+                    ca: ca.clone(),
+                    optional: false,
+                })
+            }
+            _ => bail!("--tls-client-ca needs the worker's own --tls-cert and --tls-key"),
+        }
+    }
     let listen = a
         .listen
         .parse()

@@ -81,6 +81,11 @@ pub struct RuntimeConfig {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_ca: Option<PathBuf>,
+    /// Mutual TLS for workers: their calls (`Register`, `Heartbeat`,
+    /// `ReportExit`, `PushMetrics`) must present a client certificate this
+    /// authority signed (`blox worker --tls-cert/--tls-key`); users'
+    /// clients connect without one. Needs `tls_cert`/`tls_key`.
+    pub tls_client_ca: Option<PathBuf>,
     /// Where Prometheus scrapes `GET /metrics` (`host:port`; unset: no
     /// metrics endpoint). With `token_file`, scrapes need the users' token.
     pub metrics_listen: Option<String>,
@@ -250,6 +255,12 @@ impl RuntimeConfig {
                 "`tokens_file` needs `worker_token_file` too: workers authenticate with a token of their own",
             ));
         }
+        if r.tls_client_ca.is_some() && (r.tls_cert.is_none() || r.tls_key.is_none()) {
+            return Err(s.error_at(
+                "tls_client_ca",
+                "`tls_client_ca` (workers' client certificates) needs the scheduler's own `tls_cert` and `tls_key`",
+            ));
+        }
         if r.token_file.is_some() && r.tokens_file.is_some() {
             return Err(s.error_at(
                 "tokens_file",
@@ -263,6 +274,7 @@ impl RuntimeConfig {
             &mut r.tls_cert,
             &mut r.tls_key,
             &mut r.tls_ca,
+            &mut r.tls_client_ca,
         ]
         .into_iter()
         .flatten()
@@ -302,6 +314,10 @@ impl RuntimeConfig {
                 key: self.tls_key.clone(),
                 ca: self.tls_ca.clone(),
                 domain: None,
+                client_auth: self
+                    .tls_client_ca
+                    .clone()
+                    .map(|ca| crate::net::ClientAuth { ca, optional: true }),
             });
         Ok(Security { token, tls })
     }

@@ -455,6 +455,7 @@ pub fn start_with(
     let gate = crate::auth::SchedulerGate {
         access: access.clone(),
         workers: worker_security.check(),
+        worker_certs: cfg.tls_client_ca.is_some(),
     };
     let svc = Service {
         stats: stats.clone(),

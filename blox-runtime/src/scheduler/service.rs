@@ -84,6 +84,19 @@ pub(super) struct Service {
 
 const WORKER: &str = "the workers' token";
 
+impl Service {
+    /// Mutual TLS (`tls_client_ca`): a worker call without a client
+    /// certificate the authority verified is UNAUTHENTICATED.
+    fn worker_cert<T>(&self, req: &Request<T>) -> Result<(), Status> {
+        if self.cfg.tls_client_ca.is_some() && !crate::net::has_client_cert(req) {
+            return Err(Status::unauthenticated(
+                "this scheduler requires workers to present a client certificate signed by its `tls_client_ca` (blox worker --tls-cert/--tls-key)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A write the job table refused (a full disk): nothing was accepted.
 fn table_unavailable(e: crate::store::StoreError) -> Status {
     Status::unavailable(format!(
@@ -366,6 +379,7 @@ impl Scheduler for Service {
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterReply>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
+        self.worker_cert(&req)?;
         let r = req.into_inner();
         validate::register(&r)?;
         let secret = crate::net::random_secret()
@@ -459,6 +473,7 @@ impl Scheduler for Service {
         req: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
+        self.worker_cert(&req)?;
         let md = req.metadata().clone();
         let mut r = req.into_inner();
         validate::heartbeat(&r)?;
@@ -500,6 +515,7 @@ impl Scheduler for Service {
 
     async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
+        self.worker_cert(&req)?;
         let md = req.metadata().clone();
         let mut r = req.into_inner();
         validate::report_exit(&r)?;
@@ -532,6 +548,7 @@ impl Scheduler for Service {
 
     async fn push_metrics(&self, req: Request<MetricBatch>) -> Result<Response<Ack>, Status> {
         self.workers.verify(req.metadata(), WORKER)?;
+        self.worker_cert(&req)?;
         let md = req.metadata().clone();
         let mut r = req.into_inner();
         validate::push_metrics(&r)?;

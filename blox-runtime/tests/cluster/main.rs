@@ -8,6 +8,8 @@ mod checkpoints;
 #[path = "../common/mod.rs"]
 mod common;
 mod forecast;
+#[cfg(feature = "tls")]
+mod mtls;
 mod requests;
 mod security;
 mod teams;

@@ -4,7 +4,7 @@ use super::*;
 
 /// The test cluster's config with a users' token (`s3cret-token`) and a
 /// workers' token (`w0rker-token`), each in a 0600 file in `dir`.
-fn with_tokens(dir: &Path) -> RuntimeConfig {
+pub(super) fn with_tokens(dir: &Path) -> RuntimeConfig {
     let token_file = dir.join("token");
     blox_runtime::net::write_private(&token_file, "s3cret-token\n").unwrap();
     let worker_token_file = dir.join("worker-token");
@@ -86,7 +86,7 @@ fn a_refused_worker_stops_with_the_reason() {
 
 /// A test CA and a certificate for 127.0.0.1/localhost it signed, made in
 /// process with rcgen (test-only keys), as PEM files in `dir`.
-fn tls_files(dir: &Path) -> (TlsFiles, TlsFiles) {
+pub(super) fn tls_files(dir: &Path) -> (TlsFiles, TlsFiles) {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -107,12 +107,14 @@ fn tls_files(dir: &Path) -> (TlsFiles, TlsFiles) {
         key: Some(dir.join("node.key")),
         ca: Some(dir.join("ca.pem")),
         domain: Some("localhost".into()),
+        client_auth: None,
     };
     let client = TlsFiles {
         cert: None,
         key: None,
         ca: Some(dir.join("ca.pem")),
         domain: Some("localhost".into()),
+        client_auth: None,
     };
     (server, client)
 }
