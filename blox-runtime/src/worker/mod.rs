@@ -223,6 +223,16 @@ use crate::process::write_lease;
 const MAX_PENDING_METRICS: usize = 100_000;
 
 impl State {
+    /// After a launch that ran as `uid` ended: every process still running
+    /// as that uid is killed, unless a launch here holds it again.
+    fn sweep(&self, uid: Option<u32>) {
+        if let Some(u) = uid {
+            if !self.launches.values().any(|l| l.uid == Some(u)) {
+                uids::kill_all(u);
+            }
+        }
+    }
+
     fn bound_metrics(&mut self) {
         let over = self.metrics.len().saturating_sub(MAX_PENDING_METRICS);
         if over > 0 {
@@ -386,6 +396,10 @@ impl WorkerHandle {
             .collect();
         for l in &launches {
             l.run.kill();
+        }
+        // Nothing runs here any more: no uid is held.
+        for u in launches.iter().filter_map(|l| l.uid) {
+            uids::kill_all(u);
         }
         drop(launches);
     }

@@ -209,7 +209,11 @@ impl Worker for Service {
                 value: v,
             })
         });
-        self.0.lock().metrics.extend(samples);
+        {
+            let mut st = self.0.lock();
+            st.metrics.extend(samples);
+            st.sweep(launch.uid);
+        }
         tracing::info!(job, launch = l.launch, code = ?e.code, finished, "revoked");
         Ok(Response::new(reply(&e, finished)))
     }

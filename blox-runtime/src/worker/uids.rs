@@ -11,7 +11,9 @@
 //! account's. While the job runs, its directories are its uid's (its
 //! checkpoints handed over whole when an earlier launch left them to
 //! another); when its launch ends they go back to the worker, so a later job
-//! given the same uid cannot open them.
+//! given the same uid cannot open them, and every process still running as
+//! its uid is killed ([`kill_all`]): what it moved out of its process group
+//! (`setsid`) dies with it too.
 
 use crate::process::JobUser;
 use std::path::{Path, PathBuf};
@@ -86,6 +88,46 @@ fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// SIGKILLs every process that runs as `uid`: what a launch left behind,
+/// whatever process group or session it moved to (`setsid`). A child
+/// becomes `uid` and signals every process it may (`kill(-1)`), which the
+/// kernel does in one pass, so a process that forks meanwhile cannot slip
+/// out. Never for root (ranges exclude it).
+pub(super) fn kill_all(uid: u32) {
+    #[cfg(target_os = "linux")]
+    if uid != 0 {
+        // SAFETY: the child makes raw syscalls only (setgid, setuid, kill,
+        // _exit), which are async-signal-safe and allocate nothing; the
+        // parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                // Raw syscalls: this thread (the child's only one) changes.
+                if libc::syscall(libc::SYS_setgid, uid) != 0
+                    || libc::syscall(libc::SYS_setuid, uid) != 0
+                {
+                    libc::_exit(1);
+                }
+                libc::kill(-1, libc::SIGKILL);
+                libc::_exit(0);
+            }
+            if pid > 0 {
+                let mut status = 0;
+                while libc::waitpid(pid, &mut status, 0) < 0
+                    && *libc::__errno_location() == libc::EINTR
+                {}
+            } else {
+                tracing::warn!(
+                    "cannot sweep the processes of job uid {uid}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = uid;
 }
 
 /// Takes a launch's directories back for the worker (their top level only:

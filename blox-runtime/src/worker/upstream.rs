@@ -293,10 +293,12 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
     };
     if let Some(launch) = taken {
         tracing::info!(job = l.job_id, launch = l.launch, "revoking");
+        let uid = launch.uid;
         let _ = tokio::task::spawn_blocking(move || {
             launch.run.revoke_and_wait(grace, l.job_id);
         })
         .await;
+        sh.lock().sweep(uid);
     }
 }
 
@@ -331,6 +333,7 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             }
             for (job, e, finished) in ended {
                 let l = st.launches.remove(&job).expect("listed above");
+                st.sweep(l.uid);
                 // It stopped itself because its lease ran out (this worker
                 // could not renew it): not its fault.
                 let lapsed = !finished && st.lease_until.is_some_and(|t| e.at >= t);

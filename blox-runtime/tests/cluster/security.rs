@@ -548,7 +548,12 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
     c.workers.push(w);
     c.wait_for_gpus(2);
     let n = notes.display();
-    let a = format!("echo $(id -u) $(pwd) > {n}/a.tmp; mv {n}/a.tmp {n}/a; sleep 3");
+    // `a` also leaves a process in a session of its own (out of its
+    // process group), which must die with its launch all the same.
+    let a = format!(
+        "setsid sleep 3600 </dev/null >/dev/null 2>&1 & \
+         echo $(id -u) $(pwd) > {n}/a.tmp; mv {n}/a.tmp {n}/a; sleep 3"
+    );
     let b = format!(
         "while [ ! -f {n}/a ]; do sleep 0.05; done; read u d < {n}/a; \
          echo uid $(id -u) other $u; touch $d/done 2>&1; ls $d 2>&1; echo END"
@@ -586,6 +591,26 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // And nothing runs as its uid any more, its `setsid` sleep included.
+    let t = std::time::Instant::now();
+    while let Some(pid) = runs_as(ua) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "process {pid} still runs as a's uid {ua} after a ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A process whose real uid is `uid`, if any.
+#[cfg(unix)]
+fn runs_as(uid: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+        let real = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+        (real.split_whitespace().next()?.parse::<u32>().ok()? == uid).then_some(pid)
+    })
 }
 
 /// What job `id`'s first launch on the worker in `worker_dir` printed, once
