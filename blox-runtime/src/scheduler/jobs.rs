@@ -1,11 +1,43 @@
 //! The scheduler's job table in memory: every job's record by id, and an
 //! index of ids by phase kept in step with it, so that a `Status` filtered
 //! by phase (`blox status --phase running`, the dashboard's filters) and the
-//! per-state gauges walk only the jobs in those phases, not the whole table.
+//! per-state gauges walk only the jobs in those phases, not the whole table;
+//! and how a record reads on the API (its info, its wire status and phase).
 
-use crate::proto::{JobPhase, JobRecord};
+use crate::proto::{JobInfo, JobPhase, JobRecord};
+use blox_core::{Job, JobStatus};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::{Deref, DerefMut};
+
+pub(super) fn info_of(r: &JobRecord) -> &JobInfo {
+    r.info.as_ref().expect("records always carry their info")
+}
+
+/// The reason a cancelled job ends with.
+pub(super) const CANCELLED: &str = "cancelled";
+
+/// `JobInfo.status`, the word `blox.proto` documents: a cancelled job is
+/// "failed" there (with reason "cancelled"), so that clients that wait for
+/// finished, failed or rejected end; `phase` tells it apart.
+pub(super) fn wire_status(s: &JobStatus) -> &'static str {
+    match s {
+        JobStatus::Cancelled => JobStatus::Failed.as_str(),
+        other => other.as_str(),
+    }
+}
+
+/// The API's state of a job of the loop.
+pub(super) fn state_of(j: &Job) -> JobPhase {
+    match j.status {
+        JobStatus::Submitted => JobPhase::Submitted,
+        JobStatus::Queued => JobPhase::Queued,
+        JobStatus::Running => JobPhase::Running,
+        JobStatus::Finished => JobPhase::Finished,
+        JobStatus::Failed => JobPhase::Failed,
+        JobStatus::Rejected => JobPhase::Rejected,
+        JobStatus::Cancelled => JobPhase::Cancelled,
+    }
+}
 
 /// Job records by id, indexed by phase.
 #[derive(Debug, Default)]

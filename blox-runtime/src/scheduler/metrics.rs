@@ -9,7 +9,7 @@
 //! which Prometheus sends with `authorization.credentials_file`).
 
 use super::http::{Request, Response};
-use super::table::info_of;
+use super::jobs::info_of;
 use super::Hub;
 use crate::proto::JobPhase;
 use prometheus::{

@@ -3,7 +3,7 @@
 //! exit reports and metric pushes. Handlers only record what arrived in the
 //! shared [`Hub`]; the round driver acts on it.
 
-use super::table::{info_of, CANCELLED};
+use super::jobs::{info_of, CANCELLED};
 use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
 use crate::auth::{principal, Role};
 use crate::net::{CheckToken, Security};
@@ -345,7 +345,7 @@ impl Scheduler for Service {
             // the lock (an fsync must not stall heartbeats), and the status
             // view changes only once the write succeeded.
             let info = rec.info.as_mut().expect("records carry info");
-            info.status = super::table::wire_status(&JobStatus::Cancelled).into();
+            info.status = super::jobs::wire_status(&JobStatus::Cancelled).into();
             info.set_phase(JobPhase::Cancelled);
             info.reason = CANCELLED.into();
             let now = unix_now();

@@ -3,7 +3,7 @@
 //! with their last heartbeat, the rounds run, the active policies and the
 //! last invalid decision a policy made.
 
-use super::table::info_of;
+use super::jobs::info_of;
 use super::Hub;
 use crate::auth::Principal;
 use crate::proto::*;

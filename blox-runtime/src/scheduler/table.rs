@@ -3,6 +3,7 @@
 //! round from the loop's view (state changes at once, progress every 5 s).
 
 use super::backend::ClusterBackend;
+use super::jobs::{state_of, wire_status, CANCELLED};
 use super::{lock, spec_of, unix_now, Hub};
 use crate::proto::*;
 use crate::record::Record;
@@ -10,36 +11,6 @@ use crate::store::StoreError;
 use blox_core::*;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-pub(super) fn info_of(r: &JobRecord) -> &JobInfo {
-    r.info.as_ref().expect("records always carry their info")
-}
-
-/// The reason a cancelled job ends with.
-pub(super) const CANCELLED: &str = "cancelled";
-
-/// `JobInfo.status`, the word `blox.proto` documents: a cancelled job is
-/// "failed" there (with reason "cancelled"), so that clients that wait for
-/// finished, failed or rejected end; `phase` tells it apart.
-pub(super) fn wire_status(s: &JobStatus) -> &'static str {
-    match s {
-        JobStatus::Cancelled => JobStatus::Failed.as_str(),
-        other => other.as_str(),
-    }
-}
-
-/// The API's state of a job of the loop.
-pub(super) fn state_of(j: &Job) -> JobPhase {
-    match j.status {
-        JobStatus::Submitted => JobPhase::Submitted,
-        JobStatus::Queued => JobPhase::Queued,
-        JobStatus::Running => JobPhase::Running,
-        JobStatus::Finished => JobPhase::Finished,
-        JobStatus::Failed => JobPhase::Failed,
-        JobStatus::Rejected => JobPhase::Rejected,
-        JobStatus::Cancelled => JobPhase::Cancelled,
-    }
-}
 
 /// `job`'s wait reason as the Status RPC gives it, while it waits
 /// (`positions`: the last round's order, `RoundLoop::wait_positions`).
