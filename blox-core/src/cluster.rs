@@ -289,6 +289,32 @@ impl ClusterState {
         node
     }
 
+    /// Brings a node that went offline (removed, failed) back, its GPUs
+    /// free (a repaired node keeps its id, its place in the topology and
+    /// its history). A node online already is left as it is.
+    pub fn restore_node(&mut self, node: NodeId) -> Result<(), ClusterError> {
+        let n = self
+            .nodes
+            .get_mut(node.index())
+            .ok_or(ClusterError::NoSuchNode { node })?;
+        if n.online {
+            return Ok(());
+        }
+        n.online = true;
+        let mem = n.spec.gpu_mem_gb;
+        for gid in n.gpus.clone() {
+            let g = &mut self.gpus[gid.index()];
+            g.online = true;
+            g.job = None;
+            g.free_mem_gb = mem;
+            g.host_cpus = 0.0;
+            g.host_mem_gb = 0.0;
+            self.free += 1;
+            self.online += 1;
+        }
+        Ok(())
+    }
+
     /// Takes a node offline; returns the jobs that held GPUs on it (their GPUs are
     /// released here; the caller requeues them).
     pub fn remove_node(&mut self, node: NodeId) -> Result<Vec<JobId>, ClusterError> {

@@ -347,6 +347,13 @@ pub struct Job {
     /// lost with its node) after its last checkpoint, over all launches.
     #[serde(default)]
     pub lost_work_gpu_s: f64,
+    /// Times a node failure stopped it ([`crate::ClusterEvent::NodeFailed`]).
+    #[serde(default)]
+    pub interruptions: u32,
+    /// The part of `lost_work_gpu_s` lost to node failures (the rest was
+    /// lost to preemptions and moves).
+    #[serde(default)]
+    pub failure_lost_gpu_s: f64,
 }
 
 impl Job {
@@ -380,6 +387,8 @@ impl Job {
             wait_counted_s: None,
             checkpoint_s: None,
             lost_work_gpu_s: 0.0,
+            interruptions: 0,
+            failure_lost_gpu_s: 0.0,
         }
     }
 
@@ -447,6 +456,18 @@ impl Job {
     pub fn uncheckpointed_s(&self, now_s: f64) -> f64 {
         self.last_checkpoint_s(now_s)
             .map_or(0.0, |c| (now_s - c).max(0.0))
+    }
+
+    /// Productive seconds a failure under it at `now_s` loses: since its
+    /// last checkpoint, or, for a job that saves only when stopped (which a
+    /// failure does not let it), since its launch's first iteration.
+    pub fn unsaved_at_failure_s(&self, now_s: f64) -> f64 {
+        if self.checkpoint_interval_s().is_some() {
+            return self.uncheckpointed_s(now_s);
+        }
+        self.first_iteration_s
+            .filter(|_| self.is_running())
+            .map_or(0.0, |f| (now_s - f).max(0.0))
     }
 
     /// What stopping it at `now_s` costs, in GPU-seconds: the work since its

@@ -452,6 +452,11 @@ pub struct BackendError(pub String);
 pub enum ClusterEvent {
     NodeAdded(crate::cluster::NodeSpec),
     NodeRemoved(crate::ids::NodeId),
+    /// A node failed: it goes offline, and its jobs stop as with
+    /// `NodeRemoved`, counted as interruptions (`Job::interruptions`).
+    NodeFailed(crate::ids::NodeId),
+    /// A failed (or removed) node is back, its GPUs free.
+    NodeRepaired(crate::ids::NodeId),
     /// A job found already running on `gpus` (free GPUs of nodes already
     /// added), e.g. by a restarted scheduler whose workers kept their jobs:
     /// it joins the loop as admitted and running, without a launch. It must

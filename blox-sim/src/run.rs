@@ -1,5 +1,6 @@
 //! A whole simulation: a config in, job and round tables out.
 
+use crate::backend::failures::Failures;
 use crate::backend::{SimBackend, SimConfig};
 use crate::report::{RoundRow, SimResult, StopReason};
 use crate::workload::{self, SimJob, WorkloadError};
@@ -33,6 +34,18 @@ pub enum SimError {
         detail: String,
         policies: (String, String, String),
     },
+    /// A job keeps failing and never keeps any work (`[failures]`): its
+    /// time between interruptions is shorter than its checkpoint interval
+    /// plus restart, or than its whole run when it saves only when stopped.
+    #[error(
+        "no progress is possible at {time_h:.2} h: job {job} ({gpus} GPUs) was interrupted {interruptions} times by node failures without keeping any work; failures come faster than it can start and checkpoint (give it a shorter checkpoint_interval_s, fewer GPUs, or the nodes a longer gpu_mtbf_h)"
+    )]
+    NoProgress {
+        job: u64,
+        gpus: u32,
+        interruptions: u32,
+        time_h: f64,
+    },
     #[error(transparent)]
     Events(#[from] blox_core::event_log::EventLogError),
     #[error("{path}: {source}")]
@@ -47,6 +60,10 @@ pub enum SimError {
 /// run is declared stalled (a policy may hold jobs back for a round or two).
 pub const STALL_ROUNDS: u64 = 10;
 
+/// Interruptions in a row without any work kept after which a run stops
+/// ([`SimError::NoProgress`]).
+pub const FRUITLESS_INTERRUPTIONS: u32 = 50;
+
 /// A composed scheduler driving the simulator.
 pub struct Simulation {
     pub round_loop: RoundLoop,
@@ -58,6 +75,9 @@ pub struct Simulation {
     tracked_ended: usize,
     seen_ended: usize,
     stalled_rounds: u64,
+    /// Per job: its interruptions and useful GPU-seconds when it last kept
+    /// more work than before (`[failures]`; [`SimError::NoProgress`]).
+    kept_work: std::collections::HashMap<JobId, (u32, f64)>,
     /// Where the loop's decisions go, when [`Simulation::log_events`] was called.
     events: Option<blox_core::event_log::EventLog>,
     /// The decisions kept in memory, when [`Simulation::keep_events`] was called.
@@ -78,8 +98,9 @@ impl Simulation {
         let jobs = workload::load_for(&section, cfg.run.seed, Some(&cluster))?;
         let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
+        let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;
         let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
-        s.backend = s.backend.with_host_profiles(host);
+        s.backend = s.backend.with_host_profiles(host).with_failures(failures);
         if let Some(synth) = synth {
             // Name the starting policies the way the synthesizer names its
             // candidates, so the first decision recognises them.
@@ -101,7 +122,11 @@ impl Simulation {
         let policies =
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
         let sim = SimConfig::from_section(&cfg.section("sim"))?;
-        Self::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs)
+        let cluster = cfg.cluster_state()?;
+        let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;
+        let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
+        s.backend = s.backend.with_failures(failures);
+        Ok(s)
     }
 
     /// Builds a simulation from parts (for tests and custom drivers). The jobs
@@ -165,6 +190,7 @@ impl Simulation {
             tracked_ended: 0,
             seen_ended: 0,
             stalled_rounds: 0,
+            kept_work: Default::default(),
             events: None,
             kept: None,
             synth_decisions: None,
@@ -251,6 +277,9 @@ impl Simulation {
         if self.stalled_rounds >= STALL_ROUNDS {
             return Err(self.stalled(&r));
         }
+        if self.backend.failure_counts().is_some() {
+            self.check_progress(r.time_s)?;
+        }
         if let Some(k) = &mut self.kept {
             k.extend(r.events.iter().cloned());
         }
@@ -259,6 +288,31 @@ impl Simulation {
         }
         self.rounds.push(RoundRow::from(r));
         Ok(true)
+    }
+
+    /// Stops a run in which a job keeps failing without keeping work.
+    fn check_progress(&mut self, now_s: f64) -> Result<(), SimError> {
+        for j in self.round_loop.jobs.active() {
+            if j.interruptions == 0 {
+                continue;
+            }
+            let useful = j.attained_service_gpu_s - j.lost_work_gpu_s;
+            let mark = self
+                .kept_work
+                .entry(j.id())
+                .or_insert((j.interruptions, useful));
+            if useful > mark.1 + 1e-6 {
+                *mark = (j.interruptions, useful);
+            } else if j.interruptions >= mark.0 + FRUITLESS_INTERRUPTIONS {
+                return Err(SimError::NoProgress {
+                    job: j.id().0,
+                    gpus: j.requested_gpus(),
+                    interruptions: j.interruptions - mark.0,
+                    time_h: now_s / 3600.0,
+                });
+            }
+        }
+        Ok(())
     }
 
     fn stalled(&self, r: &RoundReport) -> SimError {

@@ -35,6 +35,9 @@ fn row(i: u64) -> JobRow {
         launches_without_progress: 0,
         wait_s: [i as f64, 0.0, 0.5, 0.0, 1.0],
         lost_work_gpu_seconds: (i % 5) as f64,
+        interruptions: (i % 3) as u32,
+        failure_lost_gpu_seconds: (i % 2) as f64,
+        ettr: (!i.is_multiple_of(4)).then_some(0.75),
     }
 }
 

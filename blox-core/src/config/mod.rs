@@ -222,6 +222,7 @@ pub const SECTIONS: &[&str] = &[
     "synthesizer",
     "forecast",
     "runtime",
+    "failures",
 ];
 
 /// What a config is read from: a file's text, plus whole sections supplied

@@ -27,29 +27,19 @@ impl RoundLoop {
             ClusterEvent::NodeRemoved(node) => {
                 let hit = self.cluster.remove_node(node)?;
                 tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
-                let what = What::NodeLeft { node: node.0 };
-                self.events.other(what);
-                for id in hit {
-                    self.note_stopped(id, Stopped::NodeLost);
-                    if let Some(job) = self.jobs.get(id) {
-                        let what = What::Requeued {
-                            reason: format!("{node} left"),
-                        };
-                        self.events.job(job, what);
-                    }
-                    if let Some(job) = self.jobs.get_mut(id) {
-                        // A job that saves every so often loses the work
-                        // since its last checkpoint (one that saves when
-                        // stopped is taken to lose nothing).
-                        job.lost_work_gpu_s +=
-                            job.uncheckpointed_s(info.now_s) * job.allocation.len() as f64;
-                        job.status = JobStatus::Queued;
-                        job.allocation.clear();
-                        job.host_share = None;
-                        job.restarts += 1;
-                        job.last_launch_s = Some(info.now_s);
-                    }
-                }
+                self.events.other(What::NodeLeft { node: node.0 });
+                self.requeue_lost(info, node, hit, "left", false);
+            }
+            ClusterEvent::NodeFailed(node) => {
+                let hit = self.cluster.remove_node(node)?;
+                tracing::debug!(node = %node, jobs = hit.len(), "node failed; its jobs go back to the queue");
+                self.events.other(What::NodeFailed { node: node.0 });
+                self.requeue_lost(info, node, hit, "failed", true);
+            }
+            ClusterEvent::NodeRepaired(node) => {
+                self.cluster.restore_node(node)?;
+                tracing::debug!(node = %node, "node repaired");
+                self.events.other(What::NodeRepaired { node: node.0 });
             }
             ClusterEvent::JobAdopted {
                 spec,
@@ -98,5 +88,51 @@ impl RoundLoop {
             }
         }
         Ok(())
+    }
+}
+
+impl RoundLoop {
+    /// Jobs that lost their GPUs with `node` (it left, or `failed`) go back
+    /// to the queue, each losing the work since its last checkpoint (one
+    /// that saves when stopped is taken to lose nothing).
+    fn requeue_lost(
+        &mut self,
+        info: &RoundInfo,
+        node: crate::NodeId,
+        hit: Vec<JobId>,
+        how: &str,
+        failed: bool,
+    ) {
+        for id in hit {
+            // What it loses, read before its launch is forgotten (its first
+            // iteration is where its checkpoints count from).
+            let lost = self.jobs.get(id).map_or(0.0, |job| {
+                let unsaved = if failed {
+                    job.unsaved_at_failure_s(info.now_s)
+                } else {
+                    job.uncheckpointed_s(info.now_s)
+                };
+                unsaved * job.allocation.len() as f64
+            });
+            self.note_stopped(id, Stopped::NodeLost);
+            if let Some(job) = self.jobs.get(id) {
+                let what = What::Requeued {
+                    reason: format!("{node} {how}"),
+                };
+                self.events.job(job, what);
+            }
+            if let Some(job) = self.jobs.get_mut(id) {
+                job.lost_work_gpu_s += lost;
+                if failed {
+                    job.interruptions += 1;
+                    job.failure_lost_gpu_s += lost;
+                }
+                job.status = JobStatus::Queued;
+                job.allocation.clear();
+                job.host_share = None;
+                job.restarts += 1;
+                job.last_launch_s = Some(info.now_s);
+            }
+        }
     }
 }

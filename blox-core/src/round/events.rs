@@ -95,8 +95,12 @@ pub enum What {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         spec: Option<Box<crate::NodeSpec>>,
     },
-    /// A node left (failure or scale-down).
+    /// A node left (scale-down, a worker gone).
     NodeLeft { node: u32 },
+    /// A node failed (a failure model's; its jobs were requeued) ...
+    NodeFailed { node: u32 },
+    /// ... and is back after its repair.
+    NodeRepaired { node: u32 },
 }
 
 /// A GPU by node and index inside the node (`CUDA_VISIBLE_DEVICES`).
@@ -157,6 +161,8 @@ impl What {
             What::PolicySwitched { .. } => "policy_switched",
             What::NodeJoined { .. } => "node_joined",
             What::NodeLeft { .. } => "node_left",
+            What::NodeFailed { .. } => "node_failed",
+            What::NodeRepaired { .. } => "node_repaired",
         }
     }
 }
@@ -221,6 +227,8 @@ impl std::fmt::Display for Event {
                 }
             }
             What::NodeLeft { node } => write!(f, "node {node} left"),
+            What::NodeFailed { node } => write!(f, "node {node} failed"),
+            What::NodeRepaired { node } => write!(f, "node {node} repaired"),
             What::Admitted => write!(f, "admitted"),
             What::Submitted { spec } => {
                 write!(f, "submitted for {} GPUs", spec.requested_gpus)?;

@@ -40,6 +40,7 @@ impl SimBackend {
             type_speed: 1.0,
             stopped_at: None,
             saved: None,
+            at_launch: None,
         };
         if job.is_running() && !job.allocation.is_empty() {
             st.type_speed = self.speed_factor(job, &job.allocation);

@@ -17,6 +17,7 @@
 //! The job completes at the target progress `P*`.
 
 mod config;
+pub mod failures;
 mod fork;
 mod progress;
 mod source;
@@ -72,6 +73,8 @@ pub struct SimBackend {
     host_profiles: HostProfiles,
     /// The proportional host share of every node.
     node_prop: HashMap<NodeId, HostShare>,
+    /// Nodes failing and coming back (`[failures]`).
+    failures: Option<failures::Failures>,
 }
 
 impl SimBackend {
@@ -132,6 +135,7 @@ impl SimBackend {
                 .first()
                 .map(|n| n.spec.clone())
                 .unwrap_or_else(|| NodeSpec::with_gpus(4)),
+            failures: None,
         }
     }
 
@@ -145,18 +149,32 @@ impl SimBackend {
         self.gpu_node
             .extend(std::iter::repeat_n(id, spec.gpus as usize));
         self.online_nodes.push(id);
+        let now = self.now();
+        if let Some(f) = &mut self.failures {
+            f.add_node(id, spec, now);
+        }
         id
     }
 
     /// Takes a job off its GPUs, keeping its progress (preemption, lost node).
     fn stop(&mut self, id: JobId) {
+        self.stop_as(id, false);
+    }
+
+    /// [`Self::stop`]; `failed`: its node failed under it, so even a job
+    /// that saves when stopped goes back (to where its launch began).
+    fn stop_as(&mut self, id: JobId, failed: bool) {
         self.running.remove(&id);
         self.alloc.remove(&id);
         let now = self.now();
         if let Some(s) = self.jobs.get_mut(&id) {
             // A job that saves every so often goes back to its last
             // checkpoint (one that saves when stopped loses nothing).
-            s.restore();
+            if failed {
+                s.restore_after_failure();
+            } else {
+                s.restore();
+            }
             self.dirty.push(id);
             s.segment = None;
             s.stopped_at = Some(now);
@@ -226,6 +244,17 @@ impl SimBackend {
         self
     }
 
+    /// Nodes fail and come back by `failures` (`[failures]`).
+    pub fn with_failures(mut self, failures: Option<failures::Failures>) -> Self {
+        self.failures = failures;
+        self
+    }
+
+    /// The failures so far, when a failure model runs.
+    pub fn failure_counts(&self) -> Option<failures::FailureCounts> {
+        self.failures.as_ref().map(|f| f.counts)
+    }
+
     pub fn config(&self) -> &SimConfig {
         &self.cfg
     }
@@ -238,7 +267,10 @@ impl SimBackend {
     /// True while something will happen without any policy acting: an
     /// arrival still to come, or a cluster change to report.
     pub fn has_pending_events(&self) -> bool {
-        self.next < self.trace.len() || !self.events.is_empty() || !self.planned.is_empty()
+        self.next < self.trace.len()
+            || !self.events.is_empty()
+            || !self.planned.is_empty()
+            || self.failures.as_ref().is_some_and(|f| f.any_down())
     }
 
     fn now(&self) -> f64 {
@@ -331,16 +363,35 @@ impl ClusterManager for SimBackend {
                 ClusterEvent::NodeAdded(spec) => {
                     self.track_added(spec);
                 }
-                ClusterEvent::NodeRemoved(id) => self.online_nodes.retain(|x| x != id),
+                ClusterEvent::NodeRemoved(id) => {
+                    self.online_nodes.retain(|x| x != id);
+                    if let Some(f) = &mut self.failures {
+                        f.remove_node(*id);
+                    }
+                }
                 _ => {}
             }
             self.events.push(ev);
         }
+        if let Some(f) = &mut self.failures {
+            for ev in f.due(round.now_s) {
+                match &ev {
+                    ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
+                    ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
+                        self.online_nodes.push(*id);
+                        self.online_nodes.sort_unstable();
+                    }
+                    _ => {}
+                }
+                self.events.push(ev);
+            }
+        }
         let events = std::mem::take(&mut self.events);
         for ev in &events {
-            let ClusterEvent::NodeRemoved(id) = ev else {
+            let (ClusterEvent::NodeRemoved(id) | ClusterEvent::NodeFailed(id)) = ev else {
                 continue;
             };
+            let failed = matches!(ev, ClusterEvent::NodeFailed(_));
             // Jobs on a released node stop (the loop requeues them).
             let hit: Vec<JobId> = self
                 .alloc
@@ -352,7 +403,7 @@ impl ClusterManager for SimBackend {
                 .map(|(j, _)| *j)
                 .collect();
             for j in hit {
-                self.stop(j);
+                self.stop_as(j, failed);
             }
         }
         Ok(events)

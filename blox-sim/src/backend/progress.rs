@@ -280,6 +280,9 @@ pub(super) struct SimJobState {
     /// Its last checkpoint, for a job that saves every so often (a stop
     /// goes back to it); `None`: it saves when stopped.
     pub(super) saved: Option<Saved>,
+    /// Its state when its current launch began: where a job that saves
+    /// only when stopped resumes after a failure, which gives it no chance.
+    pub(super) at_launch: Option<Saved>,
 }
 
 /// What a checkpoint holds: the work done when it was saved.
@@ -298,13 +301,18 @@ impl SimJobState {
     /// A checkpoint of its state now, at `at_s`, for a job that saves every
     /// `every_s` (none for a job that saves when stopped).
     pub(super) fn save(&mut self, every_s: Option<f64>, at_s: f64) {
-        self.saved = every_s.map(|every_s| Saved {
-            every_s,
+        let now = Saved {
+            every_s: f64::INFINITY,
             at_s,
             done_s: self.done_s,
             progress: self.profile.as_ref().map_or(0.0, |p| p.progress),
             samples: self.profile.as_ref().map_or(0.0, |p| p.samples),
+        };
+        self.saved = every_s.map(|every_s| Saved {
+            every_s,
+            ..now.clone()
         });
+        self.at_launch = Some(now);
     }
 
     /// Notes the checkpoints of a launch that reached its first iteration at
@@ -343,9 +351,22 @@ impl SimJobState {
     /// Goes back to its last checkpoint (a stop of a job that saves every
     /// so often).
     pub(super) fn restore(&mut self) {
-        let Some(saved) = &self.saved else {
+        let Some(saved) = self.saved.clone() else {
             return;
         };
+        self.go_back_to(&saved);
+    }
+
+    /// Goes back to where a failure leaves it: its last checkpoint, or,
+    /// for a job that saves only when stopped, where its launch began.
+    pub(super) fn restore_after_failure(&mut self) {
+        let Some(point) = self.saved.clone().or_else(|| self.at_launch.clone()) else {
+            return;
+        };
+        self.go_back_to(&point);
+    }
+
+    fn go_back_to(&mut self, saved: &Saved) {
         self.done_s = saved.done_s.min(self.done_s);
         if let Some(p) = self.profile.as_mut() {
             if saved.progress < p.progress {

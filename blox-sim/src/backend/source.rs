@@ -35,6 +35,7 @@ impl JobSource for SimBackend {
                     type_speed: 1.0,
                     stopped_at: None,
                     saved: None,
+                    at_launch: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
                         WorkModel::Profile { app, agent, types } => Some(ProfileRun {

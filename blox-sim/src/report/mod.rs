@@ -3,8 +3,10 @@
 //! and the plots and tables of a whole sweep ([`sweep`], `blox report`).
 
 pub mod plots;
+pub mod summary;
 pub mod sweep;
 pub mod tables;
 
+pub use summary::Summary;
 pub use sweep::report_sweep;
 pub use tables::*;

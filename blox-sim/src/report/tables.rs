@@ -1,8 +1,7 @@
 //! Result tables (`jobs.csv`, `rounds.csv`, also as Parquet) and the summary.
 
-use blox_core::stats::{mean, quantile_sorted};
+use super::summary::Summary;
 use blox_core::{Job, JobId, JobStatus, RoundLoop};
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Writing a result table or summary failed.
@@ -86,6 +85,22 @@ pub struct JobRow {
     /// Productive GPU-seconds lost when it was stopped after its last
     /// checkpoint (preempted, moved, lost with its node).
     pub lost_work_gpu_seconds: f64,
+    /// Node failures that stopped it, and the part of its lost work they
+    /// cost (`[failures]`).
+    pub interruptions: u32,
+    pub failure_lost_gpu_seconds: f64,
+    /// Effective training time ratio of a finished job: its useful
+    /// training time (productive GPU-seconds less those lost to stops, per
+    /// requested GPU) over the time since its submission (Kokolis et al.,
+    /// HPCA'25, arXiv 2410.21680: productive runtime over wall-clock time).
+    pub ettr: Option<f64>,
+}
+
+/// [`JobRow::ettr`] of `j`, once it finished.
+pub fn ettr_of(j: &Job) -> Option<f64> {
+    let wall = j.finish_s? - j.arrival_s();
+    let gpus = f64::from(j.requested_gpus().max(1));
+    (wall > 0.0).then(|| ((j.attained_service_gpu_s - j.lost_work_gpu_s) / gpus / wall).max(0.0))
 }
 
 impl JobRow {
@@ -119,6 +134,9 @@ impl JobRow {
             launches_without_progress: j.launches_without_progress,
             wait_s: j.wait_s,
             lost_work_gpu_seconds: j.lost_work_gpu_s,
+            interruptions: j.interruptions,
+            failure_lost_gpu_seconds: j.failure_lost_gpu_s,
+            ettr: ettr_of(j),
         }
     }
 
@@ -164,154 +182,6 @@ impl From<blox_core::RoundReport> for RoundRow {
     }
 }
 
-/// Headline numbers of a run (over the tracked jobs).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Summary {
-    pub policies: (String, String, String),
-    pub jobs_total: usize,
-    pub jobs_finished: usize,
-    pub jobs_rejected: usize,
-    pub avg_jct_s: f64,
-    pub p50_jct_s: f64,
-    pub p99_jct_s: f64,
-    pub avg_responsiveness_s: f64,
-    pub makespan_s: f64,
-    pub gpu_utilisation: f64,
-    pub preemptions: u64,
-    /// GPU-seconds of work lost to stops after the last checkpoint, and
-    /// held while starting (every launch's start-up), over all jobs.
-    pub lost_work_gpu_s: f64,
-    pub startup_gpu_s: f64,
-    pub rounds: u64,
-    pub sim_time_s: f64,
-    /// Tracked jobs that had not ended when the run stopped.
-    pub unfinished: usize,
-    /// The limit that stopped the run early, if one did.
-    pub stopped_by: Option<String>,
-}
-
-impl Summary {
-    pub fn compute(
-        tracked: &[&JobRow],
-        all: &[JobRow],
-        gpus: u32,
-        now_s: f64,
-        rounds: u64,
-        policies: (String, String, String),
-        stop: Option<StopReason>,
-    ) -> Self {
-        let mut jcts: Vec<f64> = tracked.iter().filter_map(|j| j.jct_s).collect();
-        jcts.sort_by(f64::total_cmp);
-        let resp: Vec<f64> = tracked.iter().filter_map(|j| j.responsiveness_s).collect();
-        let makespan_s = all.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
-        let gpu_s: f64 = all.iter().map(|j| j.gpu_seconds).sum();
-        // Utilisation over [0, makespan]: attained GPU-seconds / (GPUs × makespan);
-        // over [0, now] when a job that held GPUs has not ended (a run stopped
-        // early), whose GPU-seconds run past the makespan.
-        let cut_short = all
-            .iter()
-            .any(|j| j.finish_s.is_none() && j.gpu_seconds > 0.0);
-        let horizon = if cut_short {
-            makespan_s.max(now_s)
-        } else {
-            makespan_s
-        };
-        Summary {
-            policies,
-            jobs_total: tracked.len(),
-            jobs_finished: tracked.iter().filter(|j| j.is_finished()).count(),
-            jobs_rejected: tracked
-                .iter()
-                .filter(|j| j.status == JobStatus::Rejected)
-                .count(),
-            avg_jct_s: mean(&jcts),
-            p50_jct_s: quantile_sorted(&jcts, 0.5),
-            p99_jct_s: quantile_sorted(&jcts, 0.99),
-            avg_responsiveness_s: mean(&resp),
-            makespan_s,
-            gpu_utilisation: if horizon > 0.0 && gpus > 0 {
-                gpu_s / (gpus as f64 * horizon)
-            } else {
-                0.0
-            },
-            preemptions: tracked.iter().map(|j| j.preemptions as u64).sum(),
-            lost_work_gpu_s: all.iter().map(|j| j.lost_work_gpu_seconds).sum(),
-            startup_gpu_s: all
-                .iter()
-                .map(|j| j.gpu_seconds - j.productive_gpu_seconds)
-                .sum(),
-            rounds,
-            sim_time_s: now_s,
-            unfinished: tracked.iter().filter(|j| !j.status.is_terminal()).count(),
-            stopped_by: match stop {
-                Some(StopReason::Limit(l)) => Some(l),
-                _ => None,
-            },
-        }
-    }
-
-    /// True when a limit stopped the run with tracked jobs still unfinished.
-    pub fn stopped_early(&self) -> bool {
-        self.stopped_by.is_some() && self.unfinished > 0
-    }
-}
-
-fn hours(s: f64) -> String {
-    if s.is_nan() {
-        "n/a".into()
-    } else {
-        format!("{:.2} h", s / 3600.0)
-    }
-}
-
-impl fmt::Display for Summary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (a, s, p) = &self.policies;
-        writeln!(
-            f,
-            "policies           admission={a}  scheduling={s}  placement={p}"
-        )?;
-        writeln!(
-            f,
-            "jobs               {} finished of {} ({} rejected)",
-            self.jobs_finished, self.jobs_total, self.jobs_rejected
-        )?;
-        writeln!(f, "avg JCT            {}", hours(self.avg_jct_s))?;
-        writeln!(f, "p50 JCT            {}", hours(self.p50_jct_s))?;
-        writeln!(f, "p99 JCT            {}", hours(self.p99_jct_s))?;
-        writeln!(f, "avg responsiveness {}", hours(self.avg_responsiveness_s))?;
-        writeln!(f, "makespan           {}", hours(self.makespan_s))?;
-        writeln!(
-            f,
-            "GPU utilisation    {:.1} %",
-            self.gpu_utilisation * 100.0
-        )?;
-        writeln!(f, "preemptions        {}", self.preemptions)?;
-        if self.lost_work_gpu_s > 0.0 {
-            writeln!(
-                f,
-                "lost work          {:.1} GPU-h since checkpoints, {:.1} GPU-h starting",
-                self.lost_work_gpu_s / 3600.0,
-                self.startup_gpu_s / 3600.0
-            )?;
-        }
-        write!(
-            f,
-            "rounds             {} ({} simulated)",
-            self.rounds,
-            hours(self.sim_time_s)
-        )?;
-        if let (Some(by), true) = (&self.stopped_by, self.unfinished > 0) {
-            write!(
-                f,
-                "\nwarning            stopped by {by} with {} of {} jobs unfinished",
-                self.unfinished, self.jobs_total
-            )?;
-        }
-        Ok(())
-    }
-}
-
 /// Everything a simulation produces.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -347,6 +217,9 @@ pub const JOB_COLUMNS: &[&str] = &[
     "wait_preempted_s",
     "team",
     "lost_work_gpu_seconds",
+    "interruptions",
+    "failure_lost_gpu_seconds",
+    "ettr",
 ];
 
 /// The `jobs.csv` column of each kind of wait reason, in the order of
@@ -530,6 +403,20 @@ mod writer {
                 .map(|x| x.lost_work_gpu_seconds)
                 .collect::<Vec<_>>(),
         ));
+        columns.push(Column::new(
+            "interruptions".into(),
+            j.iter().map(|x| x.interruptions).collect::<Vec<_>>(),
+        ));
+        columns.push(Column::new(
+            "failure_lost_gpu_seconds".into(),
+            j.iter()
+                .map(|x| x.failure_lost_gpu_seconds)
+                .collect::<Vec<_>>(),
+        ));
+        columns.push(Column::new(
+            "ettr".into(),
+            j.iter().map(|x| x.ettr).collect::<Vec<_>>(),
+        ));
         DataFrame::new_infer_height(columns)
     }
 
@@ -659,12 +546,13 @@ mod writer {
                 j.launches_without_progress.to_string(),
             ];
             let waits = j.wait_s.iter().map(|s| s.to_string());
-            w.write_record(
-                fixed
-                    .into_iter()
-                    .chain(waits)
-                    .chain([j.team.clone(), j.lost_work_gpu_seconds.to_string()]),
-            )
+            w.write_record(fixed.into_iter().chain(waits).chain([
+                j.team.clone(),
+                j.lost_work_gpu_seconds.to_string(),
+                j.interruptions.to_string(),
+                j.failure_lost_gpu_seconds.to_string(),
+                opt(j.ettr),
+            ]))
             .map_err(ReportError::table(&jobs))?;
         }
         w.flush().map_err(ReportError::io(&jobs))?;
