@@ -407,21 +407,18 @@ impl Failures {
             return;
         };
         let until = t + repair;
-        match n.down_until {
-            Some(u) if u >= until => {}
-            Some(_) => {
-                // Down already (a domain failure on a failed node): longer.
-                n.down_until = Some(until);
-                n.gen += 1;
-                self.heap.push(Reverse((OrdF64(until), 1, id.0, n.gen)));
-            }
-            None => {
-                n.down_until = Some(until);
-                n.gen += 1;
-                self.heap.push(Reverse((OrdF64(until), 1, id.0, n.gen)));
-                self.counts.node_failures += 1;
-                out.push(ClusterEvent::NodeFailed(id));
-            }
+        // Down already until later: nothing changes.
+        if n.down_until.is_some_and(|u| u >= until) {
+            return;
+        }
+        // Down already (a domain failure on a failed node): down longer.
+        let was_up = n.down_until.is_none();
+        n.down_until = Some(until);
+        n.gen += 1;
+        self.heap.push(Reverse((OrdF64(until), 1, id.0, n.gen)));
+        if was_up {
+            self.counts.node_failures += 1;
+            out.push(ClusterEvent::NodeFailed(id));
         }
     }
 
