@@ -399,14 +399,14 @@ fn a_forecast_continues_from_the_policies_state() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
-    /// Tiresias, Themis and teams over LAS, any mix of known jobs, a forecast
+    /// Tiresias, Themis, teams over LAS and ONES, any mix of known jobs, a forecast
     /// made after any round: every finish is what then happens.
     #[test]
     fn stateful_policies_forecast_what_happens(
         spec in proptest::collection::vec((1u32..=4, 60.0f64..3000.0, any::<bool>()), 1..16),
         rounds in 1usize..12,
     ) {
-        for cfg in [config("tiresias", ""), config("themis", ""), teams_config()] {
+        for cfg in [config("tiresias", ""), config("themis", ""), teams_config(), explicit_config("ones")] {
             let gap = finish_gap(&cfg, mixed_jobs(&spec), rounds, false);
             prop_assert!(gap < 1e-6, "{}: {gap} s off", cfg.scheduling.policy);
         }
@@ -442,4 +442,24 @@ fn a_policy_that_cannot_be_forked_is_named_in_the_forecast() {
     );
     // Still a forecast, from a fresh FIFO.
     assert!(f.predictions.iter().all(|p| p.finish_s.is_some()));
+}
+
+fn explicit_config(policy: &str) -> Config {
+    let text = format!(
+        "[run]\nround_s = 60\nseed = 1\n[cluster]\nnodes = 2\ngpus_per_node = 4\n\
+         [admission]\npolicy = \"accept-all\"\n[scheduling]\npolicy = \"{policy}\"\n\
+         [placement]\npolicy = \"explicit\"\n[forecast]\nmax_wall_s = 600\n"
+    );
+    Config::parse(&text, "t.toml", std::path::Path::new("."), &[]).unwrap()
+}
+
+/// Pollux's state (its fits, its genetic algorithm's population and seed)
+/// is forked with it: a forecast made mid-run is what then happens. One
+/// small case: Pollux's search is slow in a debug build.
+#[test]
+fn a_pollux_forecast_is_what_happens() {
+    let spec: &[(u32, f64, bool)] = &[(1, 400.0, false), (2, 500.0, true), (4, 300.0, false)];
+    let cfg = explicit_config("pollux");
+    let gap = finish_gap(&cfg, mixed_jobs(spec), 2, false);
+    assert!(gap < 1e-6, "pollux: {gap} s off");
 }
