@@ -200,6 +200,9 @@ pub struct ClusterState {
     /// Levels above the nodes (racks, blocks), if the config gives them.
     #[serde(skip)]
     topology: Option<std::sync::Arc<crate::topology::Topology>>,
+    /// Failures seen, spares and quarantined nodes ([`crate::health`]).
+    #[serde(skip)]
+    health: crate::health::Health,
 }
 
 impl ClusterState {
@@ -240,6 +243,55 @@ impl ClusterState {
             .max()
             .unwrap_or(0);
         best_domain.max(per_node.iter().copied().max().unwrap_or(0))
+    }
+
+    /// Failures seen, the spare pool and quarantined nodes.
+    pub fn health(&self) -> &crate::health::Health {
+        &self.health
+    }
+
+    pub fn health_mut(&mut self) -> &mut crate::health::Health {
+        &mut self.health
+    }
+
+    /// Keeps `k` nodes, the highest ids, as hot spares: offline to the
+    /// scheduler until a failure calls one in ([`crate::health`]).
+    pub fn set_spares(&mut self, k: u32) -> Result<(), ClusterError> {
+        self.health.spares_target = k;
+        let online: Vec<NodeId> = self
+            .nodes
+            .iter()
+            .rev()
+            .filter(|n| n.online)
+            .map(|n| n.id)
+            .take(k as usize)
+            .collect();
+        for n in online {
+            self.to_pool(n)?;
+        }
+        Ok(())
+    }
+
+    /// Takes an idle node offline into the spare pool.
+    pub fn to_pool(&mut self, node: NodeId) -> Result<(), ClusterError> {
+        let hit = self.remove_node(node)?;
+        debug_assert!(hit.is_empty(), "a spare must be idle");
+        self.health.pool.insert(node);
+        Ok(())
+    }
+
+    /// GPUs of nodes that are up: online, spare or quarantined.
+    pub fn up_gpus(&self) -> u32 {
+        let kept: u32 = self
+            .health
+            .pool
+            .iter()
+            .chain(self.health.held.keys())
+            .filter(|n| !self.health.down.contains(n))
+            .filter_map(|n| self.node(*n))
+            .map(|n| n.spec.gpus)
+            .sum();
+        self.online + kept
     }
 
     /// `nodes` identical nodes of `gpus_per_node` GPUs each.
@@ -389,10 +441,21 @@ impl ClusterState {
         self.max_gpus = gpus;
     }
 
-    /// The most GPUs the cluster can have: its size now, or more if elastic.
-    /// A job asking for more can never run.
+    /// The most GPUs the cluster can have: its size now (counting nodes
+    /// down for repair or in quarantine, which come back; not the spares),
+    /// or more if elastic. A job asking for more can never run.
     pub fn max_gpus(&self) -> u32 {
-        self.max_gpus.unwrap_or(0).max(self.online)
+        let h = &self.health;
+        let returning: u32 = h
+            .down
+            .iter()
+            .chain(h.held.keys().filter(|n| !h.down.contains(n)))
+            .filter(|n| !h.pool.contains(n))
+            .filter_map(|n| self.node(*n))
+            .filter(|n| !n.online)
+            .map(|n| n.spec.gpus)
+            .sum();
+        self.max_gpus.unwrap_or(0).max(self.online + returning)
     }
 
     /// Online GPUs held by no job.

@@ -347,6 +347,10 @@ pub struct Job {
     /// lost with its node) after its last checkpoint, over all launches.
     #[serde(default)]
     pub lost_work_gpu_s: f64,
+    /// Its checkpoint interval is chosen at each launch by Young/Daly
+    /// (`[run] checkpoint = "young-daly"`; it named none of its own).
+    #[serde(default)]
+    pub auto_checkpoint: bool,
     /// Times a node failure stopped it ([`crate::ClusterEvent::NodeFailed`]).
     #[serde(default)]
     pub interruptions: u32,
@@ -387,6 +391,7 @@ impl Job {
             wait_counted_s: None,
             checkpoint_s: None,
             lost_work_gpu_s: 0.0,
+            auto_checkpoint: false,
             interruptions: 0,
             failure_lost_gpu_s: 0.0,
         }

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod event_log;
 pub mod forecast;
+pub mod health;
 pub mod ids;
 pub mod job;
 pub mod job_state;
@@ -23,7 +24,8 @@ pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{
-    Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig, Section,
+    CheckpointRule, Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig,
+    Section,
 };
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{checkpoint_at, Adaptivity, Elasticity, Job, JobSpec, JobStatus};

@@ -53,6 +53,8 @@ pub const ACCUM_STEPS: &str = "accum_steps";
 /// job's own; `[run] checkpoint_interval_s` otherwise). A stop loses the
 /// work since the last one ([`crate::Job::uncheckpointed_s`]).
 pub const CHECKPOINT_INTERVAL_S: &str = "checkpoint_interval_s";
+/// Seconds one checkpoint stalls the job (`[run] checkpoint_save_s`).
+pub const CHECKPOINT_SAVE_S: &str = "checkpoint_save_s";
 
 /// CPUs per GPU at which the job runs fastest (Synergy's profile).
 pub const BEST_CPUS_PER_GPU: &str = "best_cpus_per_gpu";

@@ -399,14 +399,14 @@ fn a_forecast_continues_from_the_policies_state() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
-    /// Tiresias, Themis, teams over LAS and ONES, any mix of known jobs, a forecast
+    /// Tiresias, Themis and teams over LAS, any mix of known jobs, a forecast
     /// made after any round: every finish is what then happens.
     #[test]
     fn stateful_policies_forecast_what_happens(
         spec in proptest::collection::vec((1u32..=4, 60.0f64..3000.0, any::<bool>()), 1..16),
         rounds in 1usize..12,
     ) {
-        for cfg in [config("tiresias", ""), config("themis", ""), teams_config(), explicit_config("ones")] {
+        for cfg in [config("tiresias", ""), config("themis", ""), teams_config()] {
             let gap = finish_gap(&cfg, mixed_jobs(&spec), rounds, false);
             prop_assert!(gap < 1e-6, "{}: {gap} s off", cfg.scheduling.policy);
         }

@@ -27,6 +27,21 @@ pub struct ClusterConfig {
     pub node_groups: Vec<toml::Table>,
     /// Levels above the nodes (`crate::topology`).
     pub topology: Option<toml::Table>,
+    /// Hot spares: this many nodes (the highest ids) are kept out of the
+    /// scheduler's reach until a failure calls one in (`crate::health`).
+    pub spares: Option<i64>,
+    /// `[cluster.quarantine]`: failing nodes kept out after their repair.
+    pub quarantine: Option<toml::Table>,
+}
+
+/// `[cluster.quarantine]` as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuarantineConfig {
+    /// More failures than this within the window quarantine a node.
+    failures: u32,
+    window_h: Positive,
+    probation_h: Positive,
 }
 
 /// `[cluster.topology]`'s levels.
@@ -190,6 +205,31 @@ impl Config {
                 "nodes",
                 "the cluster has no GPUs: set `nodes` and `gpus_per_node`, or [[cluster.node_groups]]",
             ));
+        }
+        if let Some(t) = &c.quarantine {
+            let sub = s.subsection("cluster.quarantine", "quarantine", t.clone());
+            let q: QuarantineConfig = sub.parse()?;
+            cluster.health_mut().quarantine = Some(crate::health::QuarantineRule {
+                failures: q.failures,
+                window_s: q.window_h.get() * 3600.0,
+                probation_s: q.probation_h.get() * 3600.0,
+            });
+        }
+        if let Some(k) = c.spares {
+            let nodes = cluster.nodes().len() as i64;
+            if k < 0 || k >= nodes {
+                return Err(s.error_at(
+                    "spares",
+                    format!(
+                        "`spares` must be from 0 to {} (the cluster has {nodes} nodes, and spares \
+                         leave the others for jobs)",
+                        nodes - 1
+                    ),
+                ));
+            }
+            cluster
+                .set_spares(k as u32)
+                .map_err(|e| s.error_at("spares", e.to_string()))?;
         }
         Ok(cluster)
     }

@@ -123,6 +123,30 @@ pub struct RunConfig {
     /// Such a job also keeps its GPUs until its first checkpoint of each
     /// launch (default true: every launch saves some work).
     pub min_run_until_checkpoint: Option<bool>,
+    /// `"young-daly"`: a job that names no interval of its own checkpoints
+    /// every √(2δM) + δ, chosen at each launch from what one checkpoint
+    /// costs it (δ, `checkpoint_save_s`) and its mean time to failure M,
+    /// the loop's estimate of the per-GPU MTBF over its GPU count (Young,
+    /// CACM 1974; Daly, FGCS 2006). Needs `checkpoint_save_s`; replaces
+    /// `checkpoint_interval_s`.
+    pub checkpoint: Option<CheckpointRule>,
+    /// Seconds of a job's time one checkpoint takes (training stalls while
+    /// it saves): the simulator charges it, Young/Daly weighs it.
+    pub checkpoint_save_s: Option<NonNegative>,
+    /// The per-GPU MTBF Young/Daly assumes before any failure is seen,
+    /// hours (default 50,700: Llama 3's, `blox_sim`'s `[failures]` docs);
+    /// the failures seen then move the estimate.
+    pub checkpoint_gpu_mtbf_h: Option<Positive>,
+}
+
+/// How jobs that name no checkpoint interval choose one (`[run] checkpoint`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointRule {
+    /// `checkpoint_interval_s`, or save only when stopped.
+    Fixed,
+    /// Young/Daly's interval for the job's size and the failure rate seen.
+    YoungDaly,
 }
 
 fn default_round_s() -> Positive {
@@ -147,6 +171,9 @@ impl Default for RunConfig {
             max_startup_s: None,
             checkpoint_interval_s: None,
             min_run_until_checkpoint: None,
+            checkpoint: None,
+            checkpoint_save_s: None,
+            checkpoint_gpu_mtbf_h: None,
         }
     }
 }
@@ -160,6 +187,34 @@ impl RunConfig {
                 return Err(s.error_at(
                     "track_jobs",
                     "track_jobs must be [first, last] with first <= last",
+                ));
+            }
+        }
+        if let (Some(every), Some(save)) = (self.checkpoint_interval_s, self.checkpoint_save_s) {
+            if save.get() >= every.get() {
+                return Err(s.error_at(
+                    "checkpoint_save_s",
+                    format!(
+                        "a checkpoint that takes {} s every {} s leaves no time to train",
+                        save.get(),
+                        every.get()
+                    ),
+                ));
+            }
+        }
+        if self.checkpoint == Some(CheckpointRule::YoungDaly) {
+            if self.checkpoint_interval_s.is_some() {
+                return Err(s.error_at(
+                    "checkpoint_interval_s",
+                    "`checkpoint = \"young-daly\"` chooses each job's interval: leave out \
+                     `checkpoint_interval_s`, or set `checkpoint = \"fixed\"`",
+                ));
+            }
+            if self.checkpoint_save_s.is_none_or(|v| v.get() <= 0.0) {
+                return Err(s.error_at(
+                    "checkpoint",
+                    "`checkpoint = \"young-daly\"` weighs what a checkpoint costs: set \
+                     `checkpoint_save_s` (seconds a job stalls to save, > 0)",
                 ));
             }
         }

@@ -23,6 +23,7 @@ impl RoundLoop {
                     spec: logged,
                 };
                 self.events.other(what);
+                self.maybe_spare(id)?;
             }
             ClusterEvent::NodeRemoved(node) => {
                 let hit = self.cluster.remove_node(node)?;
@@ -30,17 +31,8 @@ impl RoundLoop {
                 self.events.other(What::NodeLeft { node: node.0 });
                 self.requeue_lost(info, node, hit, "left", false);
             }
-            ClusterEvent::NodeFailed(node) => {
-                let hit = self.cluster.remove_node(node)?;
-                tracing::debug!(node = %node, jobs = hit.len(), "node failed; its jobs go back to the queue");
-                self.events.other(What::NodeFailed { node: node.0 });
-                self.requeue_lost(info, node, hit, "failed", true);
-            }
-            ClusterEvent::NodeRepaired(node) => {
-                self.cluster.restore_node(node)?;
-                tracing::debug!(node = %node, "node repaired");
-                self.events.other(What::NodeRepaired { node: node.0 });
-            }
+            ClusterEvent::NodeFailed(node) => self.on_node_failed(info, node)?,
+            ClusterEvent::NodeRepaired(node) => self.on_node_repaired(info.now_s, node)?,
             ClusterEvent::JobAdopted {
                 spec,
                 gpus,
@@ -95,7 +87,7 @@ impl RoundLoop {
     /// Jobs that lost their GPUs with `node` (it left, or `failed`) go back
     /// to the queue, each losing the work since its last checkpoint (one
     /// that saves when stopped is taken to lose nothing).
-    fn requeue_lost(
+    pub(super) fn requeue_lost(
         &mut self,
         info: &RoundInfo,
         node: crate::NodeId,
@@ -114,6 +106,11 @@ impl RoundLoop {
                 };
                 unsaved * job.allocation.len() as f64
             });
+            if failed {
+                if let Some(held) = self.jobs.get(id).map(|j| j.allocation.clone()) {
+                    self.note_failed_out(id, &held);
+                }
+            }
             self.note_stopped(id, Stopped::NodeLost);
             if let Some(job) = self.jobs.get(id) {
                 let what = What::Requeued {

@@ -101,6 +101,10 @@ pub enum What {
     NodeFailed { node: u32 },
     /// ... and is back after its repair.
     NodeRepaired { node: u32 },
+    /// A repaired node kept out until `until_s` (it failed too often).
+    NodeQuarantined { node: u32, until_s: f64 },
+    /// A spare node called in for a job hit by a failure (`[cluster] spares`).
+    SpareCalled { node: u32 },
 }
 
 /// A GPU by node and index inside the node (`CUDA_VISIBLE_DEVICES`).
@@ -163,6 +167,8 @@ impl What {
             What::NodeLeft { .. } => "node_left",
             What::NodeFailed { .. } => "node_failed",
             What::NodeRepaired { .. } => "node_repaired",
+            What::NodeQuarantined { .. } => "node_quarantined",
+            What::SpareCalled { .. } => "spare_called",
         }
     }
 }
@@ -229,6 +235,10 @@ impl std::fmt::Display for Event {
             What::NodeLeft { node } => write!(f, "node {node} left"),
             What::NodeFailed { node } => write!(f, "node {node} failed"),
             What::NodeRepaired { node } => write!(f, "node {node} repaired"),
+            What::NodeQuarantined { node, until_s } => {
+                write!(f, "node {node} quarantined until {until_s:.0} s")
+            }
+            What::SpareCalled { node } => write!(f, "spare node {node} called in"),
             What::Admitted => write!(f, "admitted"),
             What::Submitted { spec } => {
                 write!(f, "submitted for {} GPUs", spec.requested_gpus)?;

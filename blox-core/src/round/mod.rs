@@ -8,6 +8,7 @@ mod checks;
 mod cluster_events;
 pub mod events;
 mod fork;
+mod resilience;
 mod startup;
 mod timings;
 mod wait;
@@ -194,6 +195,9 @@ pub struct RoundLoop {
     /// Jobs held before admission because the placement could never place
     /// them, with its words.
     holds: HashMap<JobId, String>,
+    /// Jobs a node failure stopped this round, with the GPUs they held
+    /// (for the spares, `round/resilience.rs`).
+    failed_out: Vec<(JobId, Vec<GpuId>)>,
 }
 
 impl RoundLoop {
@@ -216,6 +220,7 @@ impl RoundLoop {
             round_s,
             last_start_s: None,
             holds: HashMap::new(),
+            failed_out: Vec::new(),
         }
     }
 
@@ -270,13 +275,17 @@ impl RoundLoop {
         let mut timings = RoundTimings::default();
         let mut clock = std::time::Instant::now();
 
-        // 1. Cluster management.
+        // 1. Cluster management: nodes joining, leaving, failing and
+        // repaired; quarantines ending; spares called in.
+        let up = self.cluster.up_gpus();
+        self.cluster.health_mut().count_uptime(info.now_s, up);
         for ev in b
             .cluster_events(&info)
             .map_err(backend("cluster management"))?
         {
             self.apply_cluster_event(&info, ev)?;
         }
+        self.end_probations(info.now_s)?;
         timings.cluster_s = lap(&mut clock);
         // 2. Metric collection.
         b.collect_metrics(&info, &mut self.jobs)
@@ -314,6 +323,9 @@ impl RoundLoop {
                 j.host_share = None;
             }
         }
+        // Jobs a failure stopped resume on spares (after the prune: a job
+        // that ended as its node failed is not relaunched).
+        self.call_spares(&info, b)?;
         // 4. Pop newly submitted jobs; impossible requests are rejected here.
         for spec in b
             .poll_submissions(&info)
@@ -338,12 +350,7 @@ impl RoundLoop {
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
             } else {
-                if let Some(every) = self.startup.checkpoint_interval_s {
-                    job.spec
-                        .metrics
-                        .entry(crate::metric::CHECKPOINT_INTERVAL_S.to_string())
-                        .or_insert(every);
-                }
+                self.checkpoint_rules(&mut job);
                 for (k, v) in &job.spec.metrics {
                     self.jobs.metrics().set(job.id(), k, *v);
                 }
@@ -587,34 +594,47 @@ impl RoundLoop {
                 }
                 continue;
             }
-            self.cluster.assign_with_host(a.job, &a.gpus, a.host)?;
-            self.jobs.get_mut(a.job).expect("checked above").host_share = a.host;
-            let job = self.jobs.get(a.job).expect("checked above");
-            b.launch(info, job, &a.gpus, a.batch_size)
-                .map_err(backend("launch"))?;
-            let job = self.jobs.get_mut(a.job).expect("checked above");
-            job.status = JobStatus::Running;
-            job.first_iteration_s = None;
-            job.checkpoint_s = None;
-            job.first_start_s.get_or_insert(info.now_s);
-            job.last_launch_s = Some(info.now_s);
-            job.launches += 1;
-            job.max_gpus_so_far = job.max_gpus_so_far.max(a.gpus.len() as u32);
-            if a.batch_size.is_some() {
-                job.current_batch_size = a.batch_size;
-            }
-            debug!(job = %a.job, gpus = ?a.gpus, "launch");
-            if self.events.on() {
-                let what = What::Launched {
-                    gpus: GpuPlace::of(&self.cluster, &a.gpus),
-                    batch_size: a.batch_size,
-                };
-                self.events.job(job, what);
-            }
-            job.allocation = a.gpus;
-            launched.push(a.job);
+            let id = a.job;
+            self.start(info, b, a)?;
+            launched.push(id);
         }
         Ok((launched, preempted))
+    }
+
+    /// Launches `a` (a validated job that is not running) on its GPUs.
+    fn start<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        b: &mut B,
+        a: crate::module::Assignment,
+    ) -> Result<(), LoopError> {
+        self.cluster.assign_with_host(a.job, &a.gpus, a.host)?;
+        self.choose_checkpoint(a.job, a.gpus.len());
+        self.jobs.get_mut(a.job).expect("validated").host_share = a.host;
+        let job = self.jobs.get(a.job).expect("validated");
+        b.launch(info, job, &a.gpus, a.batch_size)
+            .map_err(backend("launch"))?;
+        let job = self.jobs.get_mut(a.job).expect("validated");
+        job.status = JobStatus::Running;
+        job.first_iteration_s = None;
+        job.checkpoint_s = None;
+        job.first_start_s.get_or_insert(info.now_s);
+        job.last_launch_s = Some(info.now_s);
+        job.launches += 1;
+        job.max_gpus_so_far = job.max_gpus_so_far.max(a.gpus.len() as u32);
+        if a.batch_size.is_some() {
+            job.current_batch_size = a.batch_size;
+        }
+        debug!(job = %a.job, gpus = ?a.gpus, "launch");
+        if self.events.on() {
+            let what = What::Launched {
+                gpus: GpuPlace::of(&self.cluster, &a.gpus),
+                batch_size: a.batch_size,
+            };
+            self.events.job(job, what);
+        }
+        job.allocation = a.gpus;
+        Ok(())
     }
 
     /// Stops `ids` (validated running jobs) through the backend, all at

@@ -38,6 +38,11 @@ pub struct StartupRules {
     /// on): each launch then saves some work, so a policy that preempts
     /// every round cannot keep a job from ever finishing.
     pub until_checkpoint: bool,
+    /// `[run] checkpoint = "young-daly"`: the per-GPU MTBF assumed before
+    /// any failure is seen, seconds; `None`: intervals are fixed.
+    pub young_daly_prior_s: Option<f64>,
+    /// Seconds one checkpoint stalls a job that names no cost of its own.
+    pub checkpoint_save_s: Option<f64>,
 }
 
 impl StartupRules {
@@ -54,6 +59,8 @@ impl StartupRules {
             max_startup_s: (10.0 * round_s).max(600.0),
             checkpoint_interval_s: None,
             until_checkpoint: true,
+            young_daly_prior_s: None,
+            checkpoint_save_s: None,
         }
     }
 
@@ -69,6 +76,13 @@ impl StartupRules {
             max_startup_s: run.max_startup_s.map_or(d.max_startup_s, |v| v.get()),
             checkpoint_interval_s: run.checkpoint_interval_s.map(|v| v.get()),
             until_checkpoint: run.min_run_until_checkpoint.unwrap_or(true),
+            young_daly_prior_s: (run.checkpoint == Some(crate::config::CheckpointRule::YoungDaly))
+                .then(|| {
+                    run.checkpoint_gpu_mtbf_h
+                        .map_or(crate::health::LLAMA3_GPU_MTBF_H, |v| v.get())
+                        * 3600.0
+                }),
+            checkpoint_save_s: run.checkpoint_save_s.map(|v| v.get()).filter(|v| *v > 0.0),
         }
     }
 
@@ -81,6 +95,8 @@ impl StartupRules {
             max_startup_s: 0.0,
             checkpoint_interval_s: None,
             until_checkpoint: false,
+            young_daly_prior_s: None,
+            checkpoint_save_s: None,
         }
     }
 }

@@ -5,6 +5,7 @@
 pub mod bandwidth_aware;
 pub mod consolidated;
 pub mod explicit;
+pub mod failure_aware;
 pub mod first_free;
 pub mod most_free;
 pub mod synergy;

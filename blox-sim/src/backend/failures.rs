@@ -30,7 +30,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 /// Per-GPU mean time between failures by default, hours (module docs).
-pub const LLAMA3_GPU_MTBF_H: f64 = 50_700.0;
+pub use blox_core::health::LLAMA3_GPU_MTBF_H;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -40,6 +40,10 @@ pub struct Summary {
     /// size: (sizes, jobs, ETTR) for each size bucket that has jobs.
     pub ettr: Option<f64>,
     pub ettr_by_size: Vec<(String, usize, f64)>,
+    /// Spare nodes called in for jobs a failure stopped, and nodes put in
+    /// quarantine (`[cluster] spares`, `[cluster.quarantine]`).
+    pub spare_swaps: u64,
+    pub quarantines: u64,
 }
 
 /// Job sizes the summary gives ETTR for: (label, fewest, most GPUs).
@@ -134,6 +138,8 @@ impl Summary {
                     Some((label.to_string(), n, e?))
                 })
                 .collect(),
+            spare_swaps: 0,
+            quarantines: 0,
         }
     }
 
@@ -197,6 +203,13 @@ impl fmt::Display for Summary {
                 .collect();
             if let Some(e) = self.ettr {
                 writeln!(f, "ETTR               {e:.3}; {}", sizes.join(", "))?;
+            }
+            if self.spare_swaps + self.quarantines > 0 {
+                writeln!(
+                    f,
+                    "resilience         {} spare nodes called in, {} quarantines",
+                    self.spare_swaps, self.quarantines
+                )?;
             }
         }
         write!(

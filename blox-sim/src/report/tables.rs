@@ -96,11 +96,24 @@ pub struct JobRow {
     pub ettr: Option<f64>,
 }
 
-/// [`JobRow::ettr`] of `j`, once it finished.
+/// [`JobRow::ettr`] of `j`, once it finished: productive time (past
+/// start-up, less work lost to stops and the time spent saving checkpoints,
+/// δ of each interval; with Young/Daly, of its last launch's interval) over
+/// its time since submission.
 pub fn ettr_of(j: &Job) -> Option<f64> {
     let wall = j.finish_s? - j.arrival_s();
     let gpus = f64::from(j.requested_gpus().max(1));
-    (wall > 0.0).then(|| ((j.attained_service_gpu_s - j.lost_work_gpu_s) / gpus / wall).max(0.0))
+    let saving = match (
+        j.checkpoint_interval_s(),
+        j.spec.metrics.get(blox_core::metric::CHECKPOINT_SAVE_S),
+    ) {
+        (Some(every), Some(save)) if save.is_finite() && *save > 0.0 => {
+            (1.0 - save / every).max(0.0)
+        }
+        _ => 1.0,
+    };
+    let useful = (j.attained_service_gpu_s - j.lost_work_gpu_s) * saving / gpus;
+    (wall > 0.0).then(|| (useful / wall).max(0.0))
 }
 
 impl JobRow {
@@ -270,7 +283,7 @@ impl SimResult {
             .iter()
             .filter(|j| track.is_none_or(|[a, b]| (a..=b).contains(&JobId(j.job_id).0)))
             .collect();
-        let summary = Summary::compute(
+        let mut summary = Summary::compute(
             &tracked,
             &jobs,
             lp.cluster.num_gpus(),
@@ -279,6 +292,8 @@ impl SimResult {
             lp.policies.names.clone(),
             stop,
         );
+        summary.spare_swaps = lp.cluster.health().spare_swaps;
+        summary.quarantines = lp.cluster.health().quarantines;
         SimResult {
             jobs,
             rounds,
