@@ -157,7 +157,10 @@ fn write_out(
         .iter()
         .zip(targets)
         .zip(cmp.rows.iter().filter(|r| r.label != "actual"))
-        .map(|((r, t), row)| blox_sim::sweep::SweepRow {
+        .map(|((r, t), row)| {
+            let (interruptions, ettr, ettr_by_size) =
+                blox_sim::sweep::SweepRow::failure_columns(&r.result.summary);
+            blox_sim::sweep::SweepRow {
             grid: "whatif".into(),
             policy: r.label.clone(),
             admission: t.cfg.admission.policy.clone(),
@@ -181,6 +184,10 @@ fn write_out(
             preemptions: r.result.summary.preemptions,
             rounds: r.result.summary.rounds,
             wall_s: 0.0,
+            interruptions,
+            ettr,
+            ettr_by_size,
+        }
         })
         .collect();
     let sweep_csv = dir.join("sweep.csv");

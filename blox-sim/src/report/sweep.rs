@@ -5,8 +5,9 @@
 //! all the grid's cells pooled), and either `<grid>-jct-vs-load.svg` and
 //! `<grid>-resp-vs-load.svg` (grids with loads) or `<grid>-jct-by-workload.svg`
 //! (grids over workloads); GPU utilisation and queue length over time;
-//! the synthesizer's policy timeline where the policy changed; `summary.md`
-//! holds the tables. Every plot is written as SVG and PNG.
+//! the synthesizer's policy timeline where the policy changed; where nodes
+//! failed, `<grid>-ettr-by-size.svg` and a table of interruptions and ETTR
+//! by job size; `summary.md` holds the tables. Every plot is written as SVG and PNG.
 
 use super::plots::{
     downsample, line_chart, line_chart_scaled, timeline_chart, PlotError, PolicyPoint, Series,
@@ -306,6 +307,63 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                     m(|r| r.jobs as f64)
                 );
             }
+        }
+        // Failures: interruptions and ETTR, overall and by job size.
+        if rows.iter().any(|r| r.interruptions > 0) {
+            let sizes: Vec<&str> = crate::report::summary::SIZE_BUCKETS
+                .iter()
+                .map(|(l, _, _)| *l)
+                .filter(|l| rows.iter().any(|r| r.ettr_sizes().iter().any(|(x, _)| x == l)))
+                .collect();
+            let ettr_at = |at: &[&SweepRow], size: &str| -> Option<f64> {
+                let v: Vec<f64> = at
+                    .iter()
+                    .filter_map(|r| r.ettr_sizes().into_iter().find(|(x, _)| x == size))
+                    .map(|(_, e)| e)
+                    .collect();
+                (!v.is_empty()).then(|| mean(&v))
+            };
+            let _ = writeln!(
+                md,
+                "\nETTR (productive time over time since submission, GPU-time weighted; means over cells) by job size:\n"
+            );
+            let _ = writeln!(
+                md,
+                "| policy | interruptions | ETTR | {} |",
+                sizes.join(" | ")
+            );
+            let _ = writeln!(md, "|---|---|---|{}", "---|".repeat(sizes.len()));
+            let mut series: Series = Vec::new();
+            for p in &policies {
+                let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
+                let ints = mean(&at.iter().map(|r| r.interruptions as f64).collect::<Vec<_>>());
+                let all: Vec<f64> = at.iter().filter_map(|r| r.ettr).collect();
+                let fmt = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{e:.4}"));
+                let by: Vec<String> = sizes.iter().map(|sz| fmt(ettr_at(&at, sz))).collect();
+                let _ = writeln!(
+                    md,
+                    "| {p} | {ints:.0} | {} | {} |",
+                    fmt((!all.is_empty()).then(|| mean(&all))),
+                    by.join(" | ")
+                );
+                let pts = sizes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, sz)| ettr_at(&at, sz).map(|e| ((i + 1) as f64, e)))
+                    .collect();
+                series.push((p.clone(), pts));
+            }
+            let path = dir.join(format!("{}-ettr-by-size.svg", slug(grid)));
+            line_chart(
+                &path,
+                &format!("{grid}: ETTR by job size ({})", sizes.join(", ")),
+                "job size (bucket, smallest first)",
+                "ETTR",
+                &series,
+                false,
+            )
+            .map_err(plot_err(&path))?;
+            written.push(path);
         }
         // GPU utilisation and queue length over time: the highest load (or the
         // first workload) of each policy.

@@ -95,6 +95,38 @@ pub struct SweepRow {
     pub preemptions: u64,
     pub rounds: u64,
     pub wall_s: f64,
+    /// Node failures that stopped jobs (`[failures]`), and the ETTR of the
+    /// finished jobs (GPU-time weighted), overall and by job size
+    /// (`label:value` pairs joined by `;`, the summary's size buckets).
+    #[serde(default)]
+    pub interruptions: u64,
+    #[serde(default)]
+    pub ettr: Option<f64>,
+    #[serde(default)]
+    pub ettr_by_size: String,
+}
+
+impl SweepRow {
+    /// The failure columns of a run's summary.
+    pub fn failure_columns(s: &Summary) -> (u64, Option<f64>, String) {
+        let by_size: Vec<String> = s
+            .ettr_by_size
+            .iter()
+            .map(|(label, _, e)| format!("{label}:{e:.4}"))
+            .collect();
+        (s.interruptions, s.ettr, by_size.join(";"))
+    }
+
+    /// `ettr_by_size` read back: (size label, ETTR).
+    pub fn ettr_sizes(&self) -> Vec<(String, f64)> {
+        self.ettr_by_size
+            .split(';')
+            .filter_map(|p| {
+                let (l, v) = p.rsplit_once(':')?;
+                Some((l.to_string(), v.parse().ok()?))
+            })
+            .collect()
+    }
 }
 
 /// One simulation of a sweep: its labels, folder and complete config.
@@ -119,6 +151,7 @@ impl Cell {
     fn row(&self, s: &Summary, wall_s: f64) -> SweepRow {
         use crate::synth::module_label;
         let c = &self.config;
+        let (interruptions, ettr, ettr_by_size) = SweepRow::failure_columns(s);
         SweepRow {
             grid: self.grid.clone(),
             policy: self.policy.clone(),
@@ -143,6 +176,9 @@ impl Cell {
             preemptions: s.preemptions,
             rounds: s.rounds,
             wall_s,
+            interruptions,
+            ettr,
+            ettr_by_size,
         }
     }
 }
