@@ -49,7 +49,7 @@ impl RoundLoop {
         if h.held.contains_key(&node) {
             return Ok(());
         }
-        self.into_service(node)
+        self.return_to_service(node)
     }
 
     /// Quarantined nodes whose probation is over (and that are up) come
@@ -65,14 +65,14 @@ impl RoundLoop {
         for n in due {
             self.cluster.health_mut().held.remove(&n);
             tracing::info!(node = %n, "node back from quarantine");
-            self.into_service(n)?;
+            self.return_to_service(n)?;
         }
         Ok(())
     }
 
     /// A node back in service refills the spare pool if it is short, else
     /// goes online.
-    fn into_service(&mut self, node: NodeId) -> Result<(), LoopError> {
+    fn return_to_service(&mut self, node: NodeId) -> Result<(), LoopError> {
         let h = self.cluster.health_mut();
         if h.pool.len() < h.spares_target as usize {
             h.pool.insert(node);

@@ -168,6 +168,20 @@ impl RuntimeConfig {
         let mut r: RuntimeConfig = s.parse()?;
         r.startup = Some(StartupRules::from_run(&cfg.run));
         r.topology = cfg.topology_levels()?;
+        // The live scheduler sees a lost worker as gone, not as a failed
+        // node that comes back: spares and quarantine would never act.
+        let cluster = cfg.section("cluster");
+        for key in ["spares", "quarantine"] {
+            if cluster.table().contains_key(key) {
+                return Err(cluster.error_at(
+                    key,
+                    format!(
+                        "`{key}` acts on node failures, which only the simulator models so far \
+                         (a lost worker leaves the cluster): remove it from the scheduler's config"
+                    ),
+                ));
+            }
+        }
         for (key, v) in [
             ("grace_s", r.grace_s),
             ("heartbeat_s", r.heartbeat_s),

@@ -7,6 +7,7 @@
 mod checkpoints;
 #[path = "../common/mod.rs"]
 mod common;
+mod failures;
 mod forecast;
 #[cfg(feature = "tls")]
 mod mtls;

@@ -313,7 +313,10 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
             let sizes: Vec<&str> = crate::report::summary::SIZE_BUCKETS
                 .iter()
                 .map(|(l, _, _)| *l)
-                .filter(|l| rows.iter().any(|r| r.ettr_sizes().iter().any(|(x, _)| x == l)))
+                .filter(|l| {
+                    rows.iter()
+                        .any(|r| r.ettr_sizes().iter().any(|(x, _)| x == l))
+                })
                 .collect();
             let ettr_at = |at: &[&SweepRow], size: &str| -> Option<f64> {
                 let v: Vec<f64> = at
@@ -336,7 +339,11 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
             let mut series: Series = Vec::new();
             for p in &policies {
                 let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
-                let ints = mean(&at.iter().map(|r| r.interruptions as f64).collect::<Vec<_>>());
+                let ints = mean(
+                    &at.iter()
+                        .map(|r| r.interruptions as f64)
+                        .collect::<Vec<_>>(),
+                );
                 let all: Vec<f64> = at.iter().filter_map(|r| r.ettr).collect();
                 let fmt = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{e:.4}"));
                 let by: Vec<String> = sizes.iter().map(|sz| fmt(ettr_at(&at, sz))).collect();
