@@ -464,15 +464,20 @@ impl Job {
     }
 
     /// Productive seconds a failure under it at `now_s` loses: since its
-    /// last checkpoint, or, for a job that saves only when stopped (which a
+    /// last checkpoint (one it reported, on a cluster, even without an
+    /// interval), or, for a job that saves only when stopped (which a
     /// failure does not let it), since its launch's first iteration.
     pub fn unsaved_at_failure_s(&self, now_s: f64) -> f64 {
         if self.checkpoint_interval_s().is_some() {
             return self.uncheckpointed_s(now_s);
         }
-        self.first_iteration_s
-            .filter(|_| self.is_running())
-            .map_or(0.0, |f| (now_s - f).max(0.0))
+        let Some(first) = self.first_iteration_s.filter(|_| self.is_running()) else {
+            return 0.0;
+        };
+        let from = self
+            .checkpoint_s
+            .map_or(first, |c| c.clamp(first, now_s.max(first)));
+        (now_s - from).max(0.0)
     }
 
     /// What stopping it at `now_s` costs, in GPU-seconds: the work since its
@@ -482,6 +487,27 @@ impl Job {
     pub fn preemption_cost_gpu_s(&self, now_s: f64, startup_guess_s: f64) -> f64 {
         let restart = self.last_startup_s.unwrap_or(startup_guess_s);
         self.allocation.len() as f64 * (self.uncheckpointed_s(now_s) + restart)
+    }
+
+    /// Effective training time ratio, once it finished (Kokolis et al.,
+    /// HPCA'25, arXiv 2410.21680, §IV): productive time (past start-up, less
+    /// work lost to stops and the time spent saving checkpoints, δ of each
+    /// interval; with Young/Daly, of its last launch's interval) over its
+    /// time since submission.
+    pub fn ettr(&self) -> Option<f64> {
+        let wall = self.finish_s? - self.arrival_s();
+        let gpus = f64::from(self.requested_gpus().max(1));
+        let saving = match (
+            self.checkpoint_interval_s(),
+            self.spec.metrics.get(crate::metric::CHECKPOINT_SAVE_S),
+        ) {
+            (Some(every), Some(save)) if save.is_finite() && *save > 0.0 => {
+                (1.0 - save / every).max(0.0)
+            }
+            _ => 1.0,
+        };
+        let useful = (self.attained_service_gpu_s - self.lost_work_gpu_s) * saving / gpus;
+        (wall > 0.0).then(|| (useful / wall).max(0.0))
     }
 
     pub fn arrival_s(&self) -> f64 {

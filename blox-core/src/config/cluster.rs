@@ -206,18 +206,12 @@ impl Config {
                 "the cluster has no GPUs: set `nodes` and `gpus_per_node`, or [[cluster.node_groups]]",
             ));
         }
-        if let Some(t) = &c.quarantine {
-            let sub = s.subsection("cluster.quarantine", "quarantine", t.clone());
-            let q: QuarantineConfig = sub.parse()?;
-            cluster.health_mut().quarantine = Some(crate::health::QuarantineRule {
-                failures: q.failures,
-                window_s: q.window_h.get() * 3600.0,
-                probation_s: q.probation_h.get() * 3600.0,
-            });
-        }
-        if let Some(k) = c.spares {
+        let (spares, quarantine) = self.health_rules()?;
+        cluster.health_mut().quarantine = quarantine;
+        if let Some(k) = spares {
+            let k = i64::from(k);
             let nodes = cluster.nodes().len() as i64;
-            if k < 0 || k >= nodes {
+            if k >= nodes {
                 return Err(s.error_at(
                     "spares",
                     format!(
@@ -236,6 +230,39 @@ impl Config {
 }
 
 impl Config {
+    /// `[cluster] spares` and `[cluster.quarantine]` ([`crate::health`]),
+    /// checked alone (a scheduler's cluster has no nodes until workers
+    /// register; [`Config::cluster_state`] checks spares against the nodes).
+    pub fn health_rules(
+        &self,
+    ) -> Result<(Option<u32>, Option<crate::health::QuarantineRule>), ConfigError> {
+        let s = self.section("cluster");
+        let spares = match self.cluster.spares {
+            None => None,
+            Some(k) => Some(
+                u32::try_from(k)
+                    .ok()
+                    .filter(|k| *k <= MAX_NODES)
+                    .ok_or_else(|| {
+                        s.error_at("spares", format!("`spares` must be from 0 to {MAX_NODES}"))
+                    })?,
+            ),
+        };
+        let quarantine = match &self.cluster.quarantine {
+            None => None,
+            Some(t) => {
+                let sub = s.subsection("cluster.quarantine", "quarantine", t.clone());
+                let q: QuarantineConfig = sub.parse()?;
+                Some(crate::health::QuarantineRule {
+                    failures: q.failures,
+                    window_s: q.window_h.get() * 3600.0,
+                    probation_s: q.probation_h.get() * 3600.0,
+                })
+            }
+        };
+        Ok((spares, quarantine))
+    }
+
     /// `[cluster.topology]`'s levels, if the config has one (a scheduler's:
     /// its workers place themselves with `blox worker --labels`).
     pub fn topology_levels(&self) -> Result<Option<Vec<crate::topology::Level>>, ConfigError> {

@@ -26,6 +26,11 @@ impl RoundLoop {
                 self.maybe_spare(id)?;
             }
             ClusterEvent::NodeRemoved(node) => {
+                // Gone for good: no longer down, held or a spare.
+                let h = self.cluster.health_mut();
+                h.down.remove(&node);
+                h.held.remove(&node);
+                h.pool.remove(&node);
                 let hit = self.cluster.remove_node(node)?;
                 tracing::info!(node = %node, jobs = hit.len(), "node left; its jobs go back to the queue");
                 self.events.other(What::NodeLeft { node: node.0 });

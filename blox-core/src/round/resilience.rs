@@ -82,10 +82,12 @@ impl RoundLoop {
         Ok(())
     }
 
-    /// A node that joined while the spare pool is short becomes a spare.
+    /// A node that joined while the spare pool is short becomes a spare
+    /// (unless no other node is online: a cluster's first node runs jobs).
     pub(super) fn maybe_spare(&mut self, node: NodeId) -> Result<(), LoopError> {
         let h = self.cluster.health();
-        if h.pool.len() < h.spares_target as usize {
+        let own = self.cluster.node(node).map_or(0, |n| n.spec.gpus);
+        if h.pool.len() < h.spares_target as usize && self.cluster.num_gpus() > own {
             self.cluster.to_pool(node)?;
             tracing::info!(node = %node, "node kept as a spare");
         }

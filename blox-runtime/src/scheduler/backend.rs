@@ -131,6 +131,11 @@ pub struct ClusterBackend {
     /// How long launches waited for their spawn lately (the forecast's
     /// launch costs).
     pub(super) waits: LaunchWaits,
+    /// Nodes of workers declared gone, by the worker's address, with their
+    /// GPU count: a worker that registers again from that address with as
+    /// many GPUs is the node repaired (its history kept: quarantine), one
+    /// forgotten first has left for good.
+    pub(super) failed_nodes: HashMap<String, (NodeId, usize)>,
 }
 
 /// The most launches of one job that get distinct generations in one run
@@ -346,7 +351,12 @@ impl ClusterManager for ClusterBackend {
                         !parts.is_empty()
                     });
                     if let Some(n) = w.node {
-                        events.push(ClusterEvent::NodeRemoved(n));
+                        // A failed node: its jobs go back to their last
+                        // checkpoint, and it is the same node if it comes back.
+                        events.push(ClusterEvent::NodeFailed(n));
+                        self.metrics.failures.inc();
+                        self.failed_nodes
+                            .insert(w.address.clone(), (n, w.gpus.len()));
                         lost.push(id.clone());
                     }
                 }
@@ -359,8 +369,28 @@ impl ClusterManager for ClusterBackend {
         {
             let mut h = lock(&self.hub);
             let h = &mut *h;
+            let mut repaired = Vec::new();
             for (id, w) in h.workers.iter_mut() {
                 if w.alive && w.verified && w.node.is_none() && w.reported.is_empty() {
+                    if let Some((node, _)) = self
+                        .failed_nodes
+                        .get(&w.address)
+                        .copied()
+                        .filter(|(_, g)| *g == w.gpus.len())
+                    {
+                        // The node that failed, back: same id, same GPUs.
+                        self.failed_nodes.remove(&w.address);
+                        w.node = Some(node);
+                        self.nodes[node.index()] = id.clone();
+                        let mut local = w.gpus.iter().map(|g| g.index);
+                        for e in self.gpu_map.iter_mut().filter(|e| e.0 == node.index()) {
+                            e.1 = local.next().unwrap_or(e.1);
+                        }
+                        events.push(ClusterEvent::NodeRepaired(node));
+                        repaired.push(node);
+                        tracing::info!(worker = %id, node = %node, "worker back: its node rejoins the cluster");
+                        continue;
+                    }
                     let node = NodeId(self.nodes.len() as u32);
                     w.node = Some(node);
                     self.nodes.push(id.clone());
@@ -383,7 +413,29 @@ impl ClusterManager for ClusterBackend {
                     tracing::info!(worker = %id, node = %node, "worker joined the cluster");
                 }
             }
+            // The gone entry of a node that came back no longer holds it.
+            for w in h.workers.values_mut() {
+                if !w.alive && w.node.is_some_and(|n| repaired.contains(&n)) {
+                    w.node = None;
+                }
+            }
             let forget_after = self.cfg.forget_workers_after_s;
+            // A failed node whose worker is forgotten has left for good.
+            for w in h.workers.values() {
+                let forgotten = w
+                    .dead_since
+                    .is_some_and(|t| t.elapsed().as_secs_f64() >= forget_after);
+                if let (true, Some(n)) = (forgotten, w.node) {
+                    if self
+                        .failed_nodes
+                        .get(&w.address)
+                        .is_some_and(|(f, _)| *f == n)
+                    {
+                        self.failed_nodes.remove(&w.address);
+                        events.push(ClusterEvent::NodeRemoved(n));
+                    }
+                }
+            }
             h.workers.retain(|_, w| {
                 w.dead_since
                     .is_none_or(|t| t.elapsed().as_secs_f64() < forget_after)

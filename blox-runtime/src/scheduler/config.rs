@@ -111,6 +111,13 @@ pub struct RuntimeConfig {
     /// in it with `blox worker --labels`.
     #[serde(skip)]
     pub topology: Option<Vec<blox_core::topology::Level>>,
+    /// `[cluster] spares` and `[cluster.quarantine]`: workers kept back for
+    /// jobs a failure stops, and workers that keep failing kept out
+    /// (`blox_core::health`).
+    #[serde(skip)]
+    pub spares: u32,
+    #[serde(skip)]
+    pub quarantine: Option<blox_core::health::QuarantineRule>,
 }
 
 fn default_listen() -> String {
@@ -168,20 +175,9 @@ impl RuntimeConfig {
         let mut r: RuntimeConfig = s.parse()?;
         r.startup = Some(StartupRules::from_run(&cfg.run));
         r.topology = cfg.topology_levels()?;
-        // The live scheduler sees a lost worker as gone, not as a failed
-        // node that comes back: spares and quarantine would never act.
-        let cluster = cfg.section("cluster");
-        for key in ["spares", "quarantine"] {
-            if cluster.table().contains_key(key) {
-                return Err(cluster.error_at(
-                    key,
-                    format!(
-                        "`{key}` acts on node failures, which only the simulator models so far \
-                         (a lost worker leaves the cluster): remove it from the scheduler's config"
-                    ),
-                ));
-            }
-        }
+        let (spares, quarantine) = cfg.health_rules()?;
+        r.spares = spares.unwrap_or(0);
+        r.quarantine = quarantine;
         for (key, v) in [
             ("grace_s", r.grace_s),
             ("heartbeat_s", r.heartbeat_s),

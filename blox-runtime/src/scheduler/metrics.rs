@@ -34,6 +34,11 @@ pub struct Metrics {
     pub adopted: IntCounter,
     pub heartbeats: IntCounter,
     pub workers_lost: IntCounter,
+    /// Node failures the round loop saw (a worker declared gone is a
+    /// failed node until it registers again or is forgotten).
+    pub failures: IntCounter,
+    /// ETTR of each job that ended (`Job::ettr`).
+    pub job_ettr: Histogram,
     pub rounds: IntCounter,
     pub round_seconds: Histogram,
     /// A round's parts (`RoundTimings::parts`), by `part`.
@@ -171,6 +176,17 @@ impl Metrics {
                 &r,
                 "blox_workers_lost_total",
                 "Workers declared gone (no heartbeat for worker_timeout_s)",
+            ),
+            failures: counter(
+                &r,
+                "blox_failures_total",
+                "Node failures: workers declared gone, their jobs back to their last checkpoint",
+            ),
+            job_ettr: histogram(
+                &r,
+                "blox_job_ettr",
+                "Effective training time ratio of each job that finished: productive time (less start-ups, lost work, checkpoint stalls) over time since submission",
+                vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0],
             ),
             rounds: counter(&r, "blox_rounds_total", "Rounds of the scheduling loop"),
             round_seconds: histogram(

@@ -164,6 +164,9 @@ struct Hub {
     /// check a new worker's labels), and how many did.
     topology: Option<topology::Topology>,
     labelled: u32,
+    /// Nodes the loop keeps out on purpose, with why (a spare, quarantined):
+    /// `Status` shows it as the worker's problem.
+    node_notes: HashMap<u32, String>,
 }
 
 type SharedHub = Arc<Mutex<Hub>>;
@@ -407,6 +410,7 @@ pub fn start_with(
             .clone()
             .and_then(|l| topology::Topology::empty(l).ok()),
         labelled: 0,
+        node_notes: HashMap::new(),
     };
     let (seeded, n_restored) = table::restore(&mut hub, records);
     let restored = seeded.keys().copied().collect();
@@ -512,6 +516,7 @@ pub fn start_with(
         hold_over: false,
         metrics: metrics.clone(),
         waits: Default::default(),
+        failed_nodes: HashMap::new(),
     };
     // The wall-clock time of the loop's time 0.
     let unix0 = unix_now() - start.elapsed().as_secs_f64();
@@ -524,12 +529,15 @@ pub fn start_with(
         None => None,
     };
     let topo_levels = backend.cfg.topology.clone();
+    let (spares, quarantine) = (backend.cfg.spares, backend.cfg.quarantine);
     let stop3 = stop.clone();
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())
         .spawn(move || {
             let mut cluster = ClusterState::new();
             cluster.set_topology(topo_levels.and_then(|l| topology::Topology::empty(l).ok()));
+            cluster.health_mut().spares_target = spares;
+            cluster.health_mut().quarantine = quarantine;
             let mut lp = RoundLoop::new(policies, cluster, round_s);
             lp.selector = selector;
             if let Some(rules) = startup {

@@ -117,6 +117,12 @@ pub(super) fn reply_matching(
                     "not in the cluster: it has not shown it sees the shared checkpoint storage (checkpoint_probe)".into()
                 } else if w.alive && !w.reported.is_empty() {
                     format!("not in the cluster yet: it registered again with {} running launches, which are adopted once every rank of them is reported, or revoked when the restart hold ends", w.reported.len())
+                } else if let Some(note) = w
+                    .node
+                    .filter(|_| w.alive)
+                    .and_then(|n| h.node_notes.get(&n.0))
+                {
+                    format!("not in the cluster: {note}")
                 } else {
                     String::new()
                 },

@@ -47,11 +47,32 @@ impl ClusterBackend {
         let mut h = lock(&self.hub);
         h.rounds = lp.rounds();
         h.policy = lp.policies.label();
+        let health = lp.cluster.health();
+        let now_s = self.now();
+        h.node_notes = health
+            .pool
+            .iter()
+            .map(|n| {
+                (
+                    n.0,
+                    "a spare: kept out until a node failure stops a job ([cluster] spares)"
+                        .to_string(),
+                )
+            })
+            .chain(health.held.iter().map(|(n, until)| {
+                (
+                    n.0,
+                    format!(
+                        "quarantined: it failed too often ([cluster.quarantine]); back in {:.0} s",
+                        (until - now_s).max(0.0)
+                    ),
+                )
+            }))
+            .collect();
         let mut urgent: Vec<u64> = Vec::new();
         let mut ended: Vec<(u64, f64)> = Vec::new();
         let mut dirty: Vec<u64> = Vec::new();
         let now_unix = unix_now();
-        let now_s = self.now();
         let finished = lp.jobs.finished();
         let fresh = &finished[self.finished_seen.min(finished.len())..];
         self.finished_seen = finished.len();
@@ -104,6 +125,7 @@ impl ClusterBackend {
                 || info.attained_gpu_s != j.attained_service_gpu_s
                 || info.startup_gpu_s != j.startup_gpu_s
                 || info.lost_work_gpu_s != j.lost_work_gpu_s
+                || info.interruptions != j.interruptions
                 || (info.first_start_unix_s.is_none() && j.first_start_s.is_some());
             if !changed {
                 continue;
@@ -119,6 +141,7 @@ impl ClusterBackend {
             info.startup_s = j.startup_s;
             info.startup_gpu_s = j.startup_gpu_s;
             info.lost_work_gpu_s = j.lost_work_gpu_s;
+            info.interruptions = j.interruptions;
             info.warning = warning;
             if info.first_start_unix_s.is_none() {
                 info.first_start_unix_s = j.first_start_s.map(|f| now_unix - (now_s - f).max(0.0));
@@ -127,7 +150,11 @@ impl ClusterBackend {
                 let at = now_unix - (now_s - f).max(0.0);
                 if info.finished_unix_s.is_none() {
                     ended.push((id, at));
+                    if let Some(e) = j.ettr().filter(|_| j.status == JobStatus::Finished) {
+                        self.metrics.job_ettr.observe(e);
+                    }
                 }
+                info.ettr = j.ettr().filter(|_| j.status == JobStatus::Finished);
                 info.finished_unix_s = Some(at);
                 info.jct_s = Some((f - j.spec.arrival_s).max(0.0));
             }

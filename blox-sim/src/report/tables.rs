@@ -96,24 +96,9 @@ pub struct JobRow {
     pub ettr: Option<f64>,
 }
 
-/// [`JobRow::ettr`] of `j`, once it finished: productive time (past
-/// start-up, less work lost to stops and the time spent saving checkpoints,
-/// δ of each interval; with Young/Daly, of its last launch's interval) over
-/// its time since submission.
+/// [`JobRow::ettr`] of `j`, once it finished ([`Job::ettr`]).
 pub fn ettr_of(j: &Job) -> Option<f64> {
-    let wall = j.finish_s? - j.arrival_s();
-    let gpus = f64::from(j.requested_gpus().max(1));
-    let saving = match (
-        j.checkpoint_interval_s(),
-        j.spec.metrics.get(blox_core::metric::CHECKPOINT_SAVE_S),
-    ) {
-        (Some(every), Some(save)) if save.is_finite() && *save > 0.0 => {
-            (1.0 - save / every).max(0.0)
-        }
-        _ => 1.0,
-    };
-    let useful = (j.attained_service_gpu_s - j.lost_work_gpu_s) * saving / gpus;
-    (wall > 0.0).then(|| (useful / wall).max(0.0))
+    j.ettr()
 }
 
 impl JobRow {
