@@ -497,7 +497,16 @@ impl Job {
     pub fn ettr(&self) -> Option<f64> {
         let wall = self.finish_s? - self.arrival_s();
         let gpus = f64::from(self.requested_gpus().max(1));
-        let saving = match (
+        let useful =
+            (self.attained_service_gpu_s - self.lost_work_gpu_s) * self.unsaving_share() / gpus;
+        (wall > 0.0).then(|| (useful / wall).max(0.0))
+    }
+
+    /// The share of its running time not spent saving checkpoints: 1 − δ/τ
+    /// for a job whose checkpoints (every τ) each take δ
+    /// (`checkpoint_save_s`), else 1.
+    pub fn unsaving_share(&self) -> f64 {
+        match (
             self.checkpoint_interval_s(),
             self.spec.metrics.get(crate::metric::CHECKPOINT_SAVE_S),
         ) {
@@ -505,9 +514,7 @@ impl Job {
                 (1.0 - save / every).max(0.0)
             }
             _ => 1.0,
-        };
-        let useful = (self.attained_service_gpu_s - self.lost_work_gpu_s) * saving / gpus;
-        (wall > 0.0).then(|| (useful / wall).max(0.0))
+        }
     }
 
     pub fn arrival_s(&self) -> f64 {

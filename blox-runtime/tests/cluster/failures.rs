@@ -50,19 +50,8 @@ fn a_schedulers_spares_and_quarantine_are_read_and_checked() {
 fn restart(c: &mut Cluster, dir: &std::path::Path, i: usize, name: &str) {
     let address = c.workers[i].address.clone();
     c.workers[i].shutdown();
-    let cfg = WorkerConfig {
-        scheduler: c.addr(),
-        listen: address.parse().unwrap(),
-        advertise: None,
-        name: name.into(),
-        logical_gpus: Some(2),
-        workdir: dir.join(name),
-        security: c.worker_security.clone(),
-        labels: Default::default(),
-        job_user: None,
-        allow_root_jobs: true,
-        job_uids: None,
-    };
+    let mut cfg = c.worker_config(dir, name);
+    cfg.listen = address.parse().unwrap();
     // Its port is free again once the old service stopped.
     let t = Instant::now();
     let w = loop {

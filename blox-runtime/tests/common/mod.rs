@@ -128,9 +128,10 @@ impl Cluster {
         self.add_labelled_worker(dir, name, &[]);
     }
 
-    /// A worker of 2 logical GPUs that registers with `labels`.
-    pub fn add_labelled_worker(&mut self, dir: &Path, name: &str, labels: &[(&str, &str)]) {
-        let cfg = WorkerConfig {
+    /// The config of a worker of 2 logical GPUs named `name` (its workdir
+    /// under `dir`), listening on any free loopback port.
+    pub fn worker_config(&self, dir: &Path, name: &str) -> WorkerConfig {
+        WorkerConfig {
             scheduler: self.addr(),
             listen: "127.0.0.1:0".parse().unwrap(),
             advertise: None,
@@ -138,14 +139,20 @@ impl Cluster {
             logical_gpus: Some(2),
             workdir: dir.join(name),
             security: self.worker_security.clone(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            labels: Default::default(),
             job_user: None,
             allow_root_jobs: true,
             job_uids: None,
-        };
+        }
+    }
+
+    /// A worker of 2 logical GPUs that registers with `labels`.
+    pub fn add_labelled_worker(&mut self, dir: &Path, name: &str, labels: &[(&str, &str)]) {
+        let mut cfg = self.worker_config(dir, name);
+        cfg.labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let w = self.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();
         self.workers.push(w);
     }

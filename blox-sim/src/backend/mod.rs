@@ -644,16 +644,8 @@ impl SimBackend {
     /// its speed with the CPUs and memory it got (host profiles), times the
     /// share of its time not spent saving checkpoints (δ of every interval).
     fn speed_factor(&self, job: &Job, gpus: &[GpuId]) -> f64 {
-        let saving = match (
-            job.checkpoint_interval_s(),
-            job.spec.metrics.get(blox_core::metric::CHECKPOINT_SAVE_S),
-        ) {
-            (Some(every), Some(save)) if save.is_finite() && *save > 0.0 => {
-                (1.0 - save / every).max(0.01)
-            }
-            _ => 1.0,
-        };
-        saving * self.hardware_speed(job, gpus)
+        // (At least 1 %: a job's own metrics may save longer than they run.)
+        job.unsaving_share().max(0.01) * self.hardware_speed(job, gpus)
     }
 
     fn hardware_speed(&self, job: &Job, gpus: &[GpuId]) -> f64 {
