@@ -245,6 +245,21 @@ impl Simulation {
         None
     }
 
+    /// What a forecast forks from now: the loop's state, with the metrics
+    /// the simulator already holds for jobs submitted this round (their
+    /// epoch size, per-type speeds) though the loop collects them only next
+    /// round. Without those, a fork of a policy that reads them (ONES's
+    /// predictor) learns from other features than the run itself.
+    pub fn snapshot(&self) -> blox_core::forecast::Snapshot {
+        let snap = blox_core::forecast::Snapshot::of(&self.round_loop, self.backend.now_s());
+        for (id, k, v) in self.backend.pending_metrics() {
+            if snap.jobs.get(*id).is_some() {
+                snap.jobs.metrics().set(*id, k, *v);
+            }
+        }
+        snap
+    }
+
     /// True once the run's stop condition holds.
     pub fn is_done(&self) -> bool {
         self.stop_reason().is_some()

@@ -72,7 +72,7 @@ fn predicted_and_actual(
     for _ in 0..rounds {
         s.step().unwrap();
     }
-    let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let snap = s.snapshot();
     let unstarted: Vec<JobId> = snap
         .jobs
         .active()
@@ -178,7 +178,7 @@ fn a_forecast_charges_relaunches_the_wait_the_cluster_measured() {
         .unwrap()
         .unwrap();
     s.step().unwrap();
-    let mut snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let mut snap = s.snapshot();
     assert!(
         snap.jobs.active().all(|j| j.launches <= 1),
         "no job relaunched yet"
@@ -242,7 +242,7 @@ fn a_running_jobs_rate_stands_in_for_its_run_time() {
     for _ in 0..20 {
         s.step().unwrap();
     }
-    let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let snap = s.snapshot();
     let f = fc.forecast(&snap).unwrap();
     let p0 = f.get(JobId(0)).unwrap();
     assert_eq!(p0.duration_from, DurationFrom::ProgressRate);
@@ -306,7 +306,7 @@ fn finish_gap(cfg: &Config, jobs: Vec<SimJob>, rounds: usize, fresh: bool) -> f6
         }
         s.step().unwrap();
     }
-    let mut snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+    let mut snap = s.snapshot();
     if fresh {
         snap.policies = None;
     }
@@ -399,14 +399,17 @@ fn a_forecast_continues_from_the_policies_state() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
-    /// Tiresias, Themis and teams over LAS, any mix of known jobs, a forecast
-    /// made after any round: every finish is what then happens.
+    /// Tiresias, Themis, teams over LAS and ONES, any mix of known jobs, a
+    /// forecast made after any round: every finish is what then happens.
+    /// (ONES's predictor learns from each job's epoch size, which the
+    /// simulator reports the round after submission: the snapshot carries
+    /// it, or the fork's predictor fits other features.)
     #[test]
     fn stateful_policies_forecast_what_happens(
         spec in proptest::collection::vec((1u32..=4, 60.0f64..3000.0, any::<bool>()), 1..16),
         rounds in 1usize..12,
     ) {
-        for cfg in [config("tiresias", ""), config("themis", ""), teams_config()] {
+        for cfg in [config("tiresias", ""), config("themis", ""), teams_config(), explicit_config("ones")] {
             let gap = finish_gap(&cfg, mixed_jobs(&spec), rounds, false);
             prop_assert!(gap < 1e-6, "{}: {gap} s off", cfg.scheduling.policy);
         }
@@ -431,9 +434,7 @@ fn a_policy_that_cannot_be_forked_is_named_in_the_forecast() {
     let inner = registry::build_scheduling(&config("fifo", "").scheduling).unwrap();
     s.round_loop.policies.scheduling = Box::new(Opaque(inner));
     s.step().unwrap();
-    let f = fc
-        .forecast(&Snapshot::of(&s.round_loop, s.backend.now_s()))
-        .unwrap();
+    let f = fc.forecast(&s.snapshot()).unwrap();
     assert!(
         f.stopped
             .contains("`fifo` could not be forked (it holds a socket)"),

@@ -431,6 +431,15 @@ impl ClusterManager for SimBackend {
     }
 }
 
+impl SimBackend {
+    /// Metrics fixed at submission and not yet collected: a job popped this
+    /// round reports them at the next round's collection. A snapshot taken
+    /// between the two must carry them ([`crate::Simulation::snapshot`]).
+    pub fn pending_metrics(&self) -> &[(JobId, String, f64)] {
+        &self.static_metrics
+    }
+}
+
 impl MetricCollector for SimBackend {
     fn collect_metrics(
         &mut self,

@@ -49,7 +49,7 @@ pub(super) fn forecast(repeat: usize, out: Out) -> Result<()> {
                 Simulation::new(policies, cfg.cluster_state()?, cfg.run.clone(), sim, jobs())?;
             s.step()?;
             let t = Instant::now();
-            let snap = Snapshot::of(&s.round_loop, s.backend.now_s());
+            let snap = s.snapshot();
             let snap_s = t.elapsed().as_secs_f64();
             let mut best = f64::INFINITY;
             let mut last = None;
