@@ -185,6 +185,24 @@ fn a_sia_run_is_replayed_decision_for_decision() {
         &dir,
     );
     assert!(m > 100 && d == 0, "{m} as in the log, {d} not");
+    // From the middle, the jobs running then lose their goodput models'
+    // state (the log does not keep it): the what-if says so.
+    let log = dir.join("sim").join("events.jsonl");
+    let (ok, t) = whatif(&[
+        "--events",
+        log.to_str().unwrap(),
+        "--at",
+        "7200",
+        "--config",
+        "examples/configs/sia/sia.toml",
+        "--set",
+        "workload.num_jobs=40",
+    ]);
+    assert!(ok, "{t}");
+    assert!(
+        t.contains("7 job(s) active at 7200 s ran on goodput profiles"),
+        "{t}"
+    );
 }
 
 /// Teams over LAS with gang placement on a two-level topology (Philly's

@@ -145,6 +145,24 @@ pub fn replay(
         }
         jobs.insert(job);
     }
+    // A profile-driven job active at the start continues as a job of the
+    // work it took (its goodput model and batch tuner's state are not in
+    // the log): a policy that reads goodput decides otherwise for it.
+    let profiled = h
+        .active
+        .iter()
+        .filter(|(j, _)| {
+            traced
+                .get(&j.id().0)
+                .is_some_and(|t| matches!(t.work, WorkModel::Profile { .. }))
+        })
+        .count();
+    if profiled > 0 {
+        notes.push(format!(
+            "{profiled} job(s) active at {:.0} s ran on goodput profiles: the log does not keep their models' state (progress per epoch, batch tuner, throughput fits), so they carry on as jobs of the GPU time they still need at their requested size; decisions about them can differ from the log's. Replay from the log's start (no --at) to keep their profiles",
+            h.at_s
+        ));
+    }
     let mut backend = crate::SimBackend::new(sim, round_s, trace, &cluster);
     if let Some(host) = host {
         backend = backend.with_host_profiles(host);
@@ -192,7 +210,7 @@ pub fn replay(
 
 /// The jobs of `cfg`'s own workload that the history submitted exactly as
 /// the trace has them (same id, name, arrival, GPUs and every other field of
-/// the spec), by id, and the workload's host profiles when any job matched.
+/// the spec), active at the start or later, by id, and the workload's host profiles when any job matched.
 /// A config whose workload does not load, or holds other jobs, gives none.
 fn traced_jobs(
     cfg: &Config,
@@ -215,6 +233,7 @@ fn traced_jobs(
         .iter()
         .map(|j| &j.spec)
         .chain(&h.future)
+        .chain(h.active.iter().map(|(j, _)| &j.spec))
         .map(|s| (s.id.0, s))
         .collect();
     for j in &jobs {
