@@ -21,6 +21,55 @@ pub enum NetError {
     Listen { addr: String, message: String },
 }
 
+/// How long [`listen`] waits for an address in use to come free.
+pub const LISTEN_RETRY_S: f64 = 5.0;
+
+/// Binds `addr` to listen on. An address in use is tried again every 50 ms
+/// for up to [`LISTEN_RETRY_S`] seconds before giving up: a process
+/// restarted on its port (a worker after a crash, under systemd or a
+/// supervisor) can find it held for a moment by what the last one left, and
+/// on a busy host the soak's workers met a port taken for a few
+/// milliseconds between its reservation's release and their bind (issue
+/// 36). Any other error, or one still there after the wait, is returned
+/// naming the address.
+pub async fn listen(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, NetError> {
+    let start = std::time::Instant::now();
+    let mut warned = false;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                if warned {
+                    tracing::info!(
+                        %addr,
+                        waited_s = start.elapsed().as_secs_f64(),
+                        "the address came free"
+                    );
+                }
+                return Ok(l);
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && start.elapsed().as_secs_f64() < LISTEN_RETRY_S =>
+            {
+                if !warned {
+                    tracing::warn!(
+                        %addr,
+                        "address in use; trying again for up to {LISTEN_RETRY_S} s"
+                    );
+                    warned = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                return Err(NetError::Listen {
+                    addr: addr.to_string(),
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
 /// TLS files, PEM encoded.
 #[derive(Clone, Debug, Default)]
 pub struct TlsFiles {

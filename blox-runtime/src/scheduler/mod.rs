@@ -364,12 +364,7 @@ pub fn start_with(
         addr: cfg.listen.clone(),
         message: format!("{e}"),
     })?;
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind(listen))
-        .map_err(|e| NetError::Listen {
-            addr: cfg.listen.clone(),
-            message: e.to_string(),
-        })?;
+    let listener = rt.block_on(crate::net::listen(listen))?;
     let address = listener.local_addr().map_err(|e| NetError::Listen {
         addr: cfg.listen.clone(),
         message: e.to_string(),

@@ -466,12 +466,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     let gpus = discover_gpus(cfg.logical_gpus)?;
     std::fs::create_dir_all(&cfg.workdir)
         .map_err(|e| WorkerError::Io(format!("{}: {e}", cfg.workdir.display())))?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| NetError::Listen {
-            addr: cfg.listen.to_string(),
-            message: e.to_string(),
-        })?;
+    let listener = crate::net::listen(cfg.listen).await?;
     let bound = listener.local_addr().map_err(|e| NetError::Listen {
         addr: cfg.listen.to_string(),
         message: e.to_string(),
