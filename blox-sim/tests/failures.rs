@@ -137,3 +137,54 @@ fn a_job_that_failures_never_let_finish_stops_the_run_with_the_reason() {
         "{e}"
     );
 }
+
+/// What a failure costs a job is what the loop counts: for every finished
+/// job, the GPU-seconds it trained less those its stops rolled back are its
+/// work, exactly. The case that broke it: a node failing one round after a
+/// job's launch, before the loop had heard of the launch's first iteration
+/// (it counted 0 lost where the job lost the round's work). LAS preempts
+/// every few rounds and launches every round, so failures hit fresh launches
+/// often; some jobs checkpoint every 30 minutes, the others only when
+/// stopped (a failure costs them their whole launch).
+#[test]
+fn every_finished_jobs_productive_time_less_its_lost_work_is_its_work() {
+    let text = "[run]\nround_s = 300\ncheckpoint_interval_s = 1800\n\
+        [sim]\nrestart_overhead_s = 30\n[cluster]\nnodes = 8\ngpus_per_node = 8\n\
+        [scheduling]\npolicy = \"las\"\n[placement]\npolicy = \"first-free\"\n\
+        [failures]\ngpu_mtbf_h = 150\nrepair_h = 1\nseed = 5\n";
+    let cfg = Config::parse(text, "lost.toml", std::path::Path::new("."), &[]).unwrap();
+    let jobs: Vec<SimJob> = (0..40u64)
+        .map(|i| {
+            let gpus = [1, 2, 4, 8][(i % 4) as usize];
+            let d = 3600.0 * (2.0 + (i * 7 % 11) as f64);
+            let mut spec = JobSpec::new(i, 600.0 * i as f64, gpus).with_duration(d);
+            if i % 3 == 0 {
+                // Saves only when stopped.
+                spec.metrics
+                    .insert(metric::CHECKPOINT_INTERVAL_S.to_string(), f64::INFINITY);
+            }
+            SimJob::of_duration(spec, d)
+        })
+        .collect();
+    let mut s = Simulation::with_jobs(&cfg, jobs.clone()).unwrap();
+    while !s.is_done() {
+        s.step().unwrap();
+    }
+    let rows = s.finish().jobs;
+    let failed: u32 = rows.iter().map(|j| j.interruptions).sum();
+    assert!(failed > 30, "{failed} interruptions");
+    for spec in &jobs {
+        let j = rows.iter().find(|r| r.job_id == spec.spec.id.0).unwrap();
+        assert!(j.is_finished(), "job {}", j.job_id);
+        let work = spec.spec.expected_duration_s.unwrap() * f64::from(spec.spec.requested_gpus);
+        let kept = j.productive_gpu_seconds - j.lost_work_gpu_seconds;
+        assert!(
+            (kept - work).abs() < 1e-6 * work,
+            "job {}: trained {} less lost {} = {kept}, its work {work} ({} interruptions)",
+            j.job_id,
+            j.productive_gpu_seconds,
+            j.lost_work_gpu_seconds,
+            j.interruptions
+        );
+    }
+}

@@ -101,6 +101,11 @@ impl RoundLoop {
         failed: bool,
     ) {
         for id in hit {
+            // A job that ended before its node went (the collection before
+            // this reported it) is pruned as any ended job.
+            if self.jobs.get(id).is_some_and(|j| j.status.is_terminal()) {
+                continue;
+            }
             // What it loses, read before its launch is forgotten (its first
             // iteration is where its checkpoints count from).
             let lost = self.jobs.get(id).map_or(0.0, |job| {

@@ -41,6 +41,7 @@ impl SimBackend {
             stopped_at: None,
             saved: None,
             at_launch: None,
+            unreported_first: None,
         };
         if job.is_running() && !job.allocation.is_empty() {
             st.type_speed = self.speed_factor(job, &job.allocation);

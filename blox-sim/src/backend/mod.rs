@@ -176,6 +176,16 @@ impl SimBackend {
                 s.restore();
             }
             self.dirty.push(id);
+            s.unreported_first = s
+                .segment
+                .as_ref()
+                .filter(|seg| seg.first_iteration_s <= now + 1e-9)
+                .map(|seg| {
+                    (
+                        seg.first_iteration_s,
+                        seg.first_iteration_s - seg.held_since_s,
+                    )
+                });
             s.segment = None;
             s.stopped_at = Some(now);
             if let Some(p) = s.profile.as_mut() {
@@ -369,6 +379,12 @@ impl ClusterManager for SimBackend {
                         f.remove_node(*id);
                     }
                 }
+                // A replayed history's failures and repairs.
+                ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
+                ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
+                    self.online_nodes.push(*id);
+                    self.online_nodes.sort_unstable();
+                }
                 _ => {}
             }
             self.events.push(ev);
@@ -532,6 +548,11 @@ impl MetricCollector for SimBackend {
                     let started = seg.first_iteration_s - seg.held_since_s;
                     job.reached_first_iteration(seg.first_iteration_s, started);
                 }
+            } else if let Some((first, started)) = s.unreported_first {
+                // Its node went under it; the loop still has it running.
+                if job.is_running() {
+                    job.reached_first_iteration(first, started);
+                }
             }
             if let Some(t) = s.finished_at {
                 job.status = JobStatus::Finished;
@@ -597,6 +618,7 @@ impl LaunchMechanism for SimBackend {
             (true, _, _, None) => self.cfg.restart_overhead_s,
         };
         s.started = true;
+        s.unreported_first = None;
         s.type_speed = type_speed;
         if let Some(p) = s.profile.as_mut() {
             let held: Vec<&str> = held.iter().map(|t| t.as_str()).collect();

@@ -283,6 +283,10 @@ pub(super) struct SimJobState {
     /// Its state when its current launch began: where a job that saves
     /// only when stopped resumes after a failure, which gives it no chance.
     pub(super) at_launch: Option<Saved>,
+    /// The first iteration (time, start-up) of a launch a node's loss
+    /// stopped before the loop heard of it: reported at the next
+    /// collection, which the loop makes before counting what the job lost.
+    pub(super) unreported_first: Option<(f64, f64)>,
 }
 
 /// What a checkpoint holds: the work done when it was saved.

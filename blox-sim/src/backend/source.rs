@@ -36,6 +36,7 @@ impl JobSource for SimBackend {
                     stopped_at: None,
                     saved: None,
                     at_launch: None,
+                    unreported_first: None,
                     profile: match &j.work {
                         WorkModel::Duration { .. } => None,
                         WorkModel::Profile { app, agent, types } => Some(ProfileRun {

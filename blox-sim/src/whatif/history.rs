@@ -22,6 +22,15 @@ pub struct HistoryNode {
     pub left_s: Option<f64>,
 }
 
+/// A node's failure in the history: when it failed and when it was
+/// repaired (`None`: not by the end of the log).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outage {
+    pub node: u32,
+    pub failed_s: f64,
+    pub repaired_s: Option<f64>,
+}
+
 /// What happened to a job in the history (after the replay's start).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Actual {
@@ -58,6 +67,11 @@ pub struct History {
     /// log that starts after it joined, or a simulation's starting nodes)
     /// is the config's node of that id.
     pub nodes: Option<Vec<Option<HistoryNode>>>,
+    /// Node failures and repairs, in the log's order (facts of the cluster
+    /// a replay keeps, whatever its policies).
+    pub outages: Vec<Outage>,
+    /// The log's first time (its first round).
+    pub first_s: f64,
     /// What happened to each job after the start, where the history shows it.
     pub actual: HashMap<JobId, Actual>,
     /// What the history lacks (a log cut short or rotated, …).
@@ -163,6 +177,7 @@ impl History {
         }
         let mut h = History {
             at_s: at,
+            first_s: first_t,
             start_round,
             tail: events[from..].to_vec(),
             notes,
@@ -200,6 +215,25 @@ impl History {
                 What::NodeLeft { node } => {
                     if let Some(Some(n)) = nodes.get_mut(*node as usize) {
                         n.left_s = Some(e.time_s);
+                    }
+                    continue;
+                }
+                What::NodeFailed { node } => {
+                    h.outages.push(Outage {
+                        node: *node,
+                        failed_s: e.time_s,
+                        repaired_s: None,
+                    });
+                    continue;
+                }
+                What::NodeRepaired { node } => {
+                    if let Some(o) = h
+                        .outages
+                        .iter_mut()
+                        .rev()
+                        .find(|o| o.node == *node && o.repaired_s.is_none())
+                    {
+                        o.repaired_s = Some(e.time_s);
                     }
                     continue;
                 }
@@ -358,16 +392,23 @@ impl Tracked {
 
     /// Closes the current launch at `t`: its productive time counts; a stop
     /// that is not its end (`rollback`) loses the work since its last
-    /// checkpoint, as the loop counts it.
-    fn stop(&mut self, t: f64, at: f64, rollback: bool) {
+    /// checkpoint, as the loop counts it, and a node's failure under a job
+    /// that saves only when stopped (which a failure does not let it) all
+    /// the launch's work.
+    fn stop(&mut self, t: f64, at: f64, rollback: bool, failed: bool) {
         if let Some(from) = self.progress_from.take() {
             let gpus = f64::from(self.gpus);
             self.attained_all += (t - from).max(0.0) * gpus;
             self.attained_before += (t.min(at) - from).max(0.0) * gpus;
             self.weighted_all += (t - from).max(0.0) * gpus * self.speed;
             self.weighted_before += (t.min(at) - from).max(0.0) * gpus * self.speed;
-            if let (true, Some(every)) = (rollback && t > from, self.every) {
-                let lost = (t - checkpoint_at(from, every, t)) * gpus;
+            let saved = match self.every {
+                Some(every) => Some(checkpoint_at(from, every, t)),
+                None if failed => Some(from),
+                None => None,
+            };
+            if let (true, Some(saved)) = (rollback && t > from, saved) {
+                let lost = (t - saved) * gpus;
                 self.lost_all += lost;
                 if t < at {
                     self.lost_before += lost;
@@ -382,7 +423,7 @@ impl Tracked {
         match &e.what {
             What::Admitted if before => self.job.status = JobStatus::Queued,
             What::Launched { gpus, .. } | What::Adopted { gpus } => {
-                self.stop(e.time_s, at, true);
+                self.stop(e.time_s, at, true, false);
                 self.gpus = gpus.len() as u32;
                 let startup = if matches!(e.what, What::Adopted { .. }) {
                     0.0
@@ -409,7 +450,10 @@ impl Tracked {
                 }
             }
             What::Preempted { .. } | What::Requeued { .. } => {
-                self.stop(e.time_s, at, true);
+                // The loop requeues a failed node's jobs as "node N failed".
+                let failed =
+                    matches!(&e.what, What::Requeued { reason } if reason.ends_with(" failed"));
+                self.stop(e.time_s, at, true, failed);
                 if before {
                     self.job.status = JobStatus::Queued;
                     self.places.clear();
@@ -417,7 +461,7 @@ impl Tracked {
                 }
             }
             What::Finished { jct_s, .. } => {
-                self.stop(e.time_s, at, false);
+                self.stop(e.time_s, at, false, false);
                 self.finished_attained = e.what.finished_work_gpu_s();
                 // Its exact end, where the log gives its JCT (the round
                 // that saw it end comes after).
@@ -425,7 +469,7 @@ impl Tracked {
                 self.end(e.time_s, end, at, true);
             }
             What::Failed { .. } | What::Cancelled | What::Rejected { .. } => {
-                self.stop(e.time_s, at, false);
+                self.stop(e.time_s, at, false, false);
                 self.end(e.time_s, e.time_s, at, false);
             }
             What::Waiting { wait_kind, .. } if before => {

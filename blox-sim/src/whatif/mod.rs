@@ -16,7 +16,7 @@ mod history;
 mod live;
 mod table;
 
-pub use history::{Actual, History, HistoryNode, Work};
+pub use history::{Actual, History, HistoryNode, Outage, Work};
 pub use live::{LiveJob, LivePhase, LiveWorker};
 pub use table::{write_predictions, Comparison, Row};
 
@@ -70,10 +70,11 @@ pub fn replay(
     };
     let round_s = cfg.run.round_s.get();
     let mut notes = Vec::new();
-    let (mut cluster, planned) = match &h.nodes {
+    let (mut cluster, mut planned) = match &h.nodes {
         Some(nodes) => history_cluster(nodes, h.at_s, cfg)?,
         None => (cfg.cluster_state()?, Vec::new()),
     };
+    outages(h, cfg, &mut cluster, &mut planned, &mut notes);
     let work = |j: &JobSpec| h.work_of(j.id).map_or(UNKNOWN_WORK_S, |w| w.duration_s);
     // A job the config's own workload has, submitted exactly as the history
     // shows it (a simulation's log replayed under the config that ran),
@@ -247,6 +248,95 @@ fn traced_jobs(
         crate::workload::load_host_profiles(&section, &jobs).ok()
     };
     (out, host)
+}
+
+/// The history's node failures, kept whatever the replay's policies: those
+/// before the start are in the cluster's health (its failure record for
+/// quarantine and the failure rate Young/Daly reads; nodes still down then
+/// start offline), the later ones, and the repairs, come at their times. A
+/// config's `[failures]` draws none in a replay (said in a note): the
+/// cluster fails as it did.
+fn outages(
+    h: &History,
+    cfg: &Config,
+    cluster: &mut ClusterState,
+    planned: &mut Vec<(f64, ClusterEvent)>,
+    notes: &mut Vec<String>,
+) {
+    if cfg.has_section("failures") {
+        notes.push(if h.outages.is_empty() {
+            "[failures] draws no failures in a what-if: nodes fail as in the history, which shows none".to_string()
+        } else {
+            format!(
+                "[failures] draws no failures in a what-if: the history's {} node failures come at their times",
+                h.outages.len()
+            )
+        });
+    }
+    if h.outages.is_empty() {
+        return;
+    }
+    let at = h.at_s;
+    // GPUs up before the start, for the failure rate the loop estimates:
+    // each node's GPUs from its join (the log's start for the config's
+    // nodes) to its leave, less its outages.
+    let mut changes: Vec<(f64, f64)> = Vec::new();
+    for n in cluster.nodes() {
+        let gpus = n.gpus.len() as f64;
+        let hn = h
+            .nodes
+            .as_ref()
+            .and_then(|v| v.get(n.id.index()))
+            .and_then(|x| x.as_ref());
+        let (joined, left) = hn.map_or((h.first_s, None), |x| (x.joined_s, x.left_s));
+        changes.push((joined.max(h.first_s), gpus));
+        if let Some(l) = left {
+            changes.push((l, -gpus));
+        }
+    }
+    for o in &h.outages {
+        let gpus = cluster
+            .nodes()
+            .get(o.node as usize)
+            .map_or(0.0, |n| n.gpus.len() as f64);
+        changes.push((o.failed_s, -gpus));
+        if let Some(r) = o.repaired_s {
+            changes.push((r, gpus));
+        }
+    }
+    changes.retain(|(t, _)| *t < at);
+    changes.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let health = cluster.health_mut();
+    let mut up = 0.0f64;
+    for (t, d) in changes {
+        health.count_uptime(t, up.max(0.0) as u32);
+        up += d;
+    }
+    health.count_uptime(at, up.max(0.0) as u32);
+    for o in &h.outages {
+        let node = NodeId(o.node);
+        if o.failed_s < at {
+            cluster.health_mut().note_failure(node, o.failed_s);
+            match o.repaired_s {
+                Some(r) if r < at => {
+                    cluster.health_mut().down.remove(&node);
+                }
+                _ => {
+                    if cluster.remove_node(node).is_err() {
+                        notes.push(format!(
+                            "the history's node {} was down at the start, but the replay's cluster has no such node",
+                            o.node
+                        ));
+                    }
+                }
+            }
+        } else {
+            planned.push((o.failed_s, ClusterEvent::NodeFailed(node)));
+        }
+        if let Some(r) = o.repaired_s.filter(|r| *r >= at) {
+            planned.push((r, ClusterEvent::NodeRepaired(node)));
+        }
+    }
 }
 
 /// The cluster a history ran on, as it was at `at_s` (nodes that left by
