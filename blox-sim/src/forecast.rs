@@ -140,7 +140,7 @@ impl Forecaster for SimForecaster {
         // The loop's own policies with their state where they handed it over
         // (Tiresias's queues, a team's attained service, ONES's predictor),
         // fresh ones from the config otherwise.
-        let (policies, notes) = match &snap.policies {
+        let (policies, mut notes) = match &snap.policies {
             Some(f) => f.lock().unwrap_or_else(|e| e.into_inner()).build(
                 &self.admission,
                 &self.scheduling,
@@ -150,6 +150,14 @@ impl Forecaster for SimForecaster {
                 .map(|p| (p, Vec::new())),
         }
         .map_err(|e| ForecastError(e.to_string()))?;
+        // A forecast knows no failure to come, nor when a failed node
+        // returns: it says so where that matters now.
+        let down = snap.cluster.health().down.len();
+        if down > 0 {
+            notes.push(format!(
+                "{down} failed node(s) taken to stay down (a forecast knows neither repairs nor further failures)"
+            ));
+        }
         let round = RoundInfo {
             round: snap.round,
             now_s: snap.now_s,

@@ -464,3 +464,44 @@ fn a_pollux_forecast_is_what_happens() {
     let gap = finish_gap(&cfg, mixed_jobs(spec), 2, false);
     assert!(gap < 1e-6, "pollux: {gap} s off");
 }
+
+/// A node down when the forecast is made: the forecast plans without it
+/// and says that it takes it to stay down, since it knows no repair time.
+#[test]
+fn a_forecast_with_a_node_down_says_it_stays_down() {
+    let jobs = (0..6).map(|i| job(i, 4, 600.0, true)).collect();
+    let (fc, mut s) = forecaster_and_sim(&config("fifo", ""), jobs);
+    s.step().unwrap();
+    let mut snap = s.snapshot();
+    let f = fc.forecast(&snap).unwrap();
+    assert!(!f.stopped.contains("down"), "{}", f.stopped);
+    let lost = snap.cluster.remove_node(NodeId(1)).unwrap();
+    snap.cluster
+        .health_mut()
+        .note_failure(NodeId(1), snap.now_s);
+    // The jobs that ran there go back to the queue, as the loop would.
+    for id in lost {
+        let j = snap.jobs.get_mut(id).unwrap();
+        j.status = JobStatus::Queued;
+        j.allocation.clear();
+    }
+    let down = fc.forecast(&snap).unwrap();
+    assert!(
+        down.stopped.contains("1 failed node(s) taken to stay down"),
+        "{}",
+        down.stopped
+    );
+    // Half the GPUs: the last job finishes later than with both nodes.
+    let last = |f: &Forecast| {
+        f.predictions
+            .iter()
+            .filter_map(|p| p.finish_s)
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        last(&down) > last(&f) + 500.0,
+        "{} vs {}",
+        last(&down),
+        last(&f)
+    );
+}
