@@ -158,3 +158,54 @@ fn a_lost_worker_is_a_failed_node_and_one_that_keeps_failing_is_quarantined() {
     assert!(text.contains("blox_failures_total 2"), "{text}");
     assert!(text.contains("blox_job_ettr_count"), "{text}");
 }
+
+/// `[cluster] spares = 1` on a live cluster: of three workers one is kept
+/// aside (Status says why); a 4-GPU gang that loses one of its two workers
+/// resumes at once on the survivor and the spare (with the spare held back,
+/// two GPUs would be left and the gang could never run again), and the
+/// spare is then an ordinary worker.
+#[test]
+fn a_gang_that_loses_a_worker_resumes_on_the_spare() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.spares = 1;
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 3);
+    let mut ctl = c.ctl();
+    let s = wait_status(&c, "one worker kept as a spare", |s| {
+        s.workers
+            .iter()
+            .filter(|w| w.alive && w.problem.contains("a spare"))
+            .count()
+            == 1
+    });
+    let spare = s
+        .workers
+        .iter()
+        .find(|w| w.problem.contains("a spare"))
+        .unwrap()
+        .address
+        .clone();
+    let gang = ctl
+        .submit(job("gang", 4, toy(6.0, &["--checkpoint-every", "5"]), None))
+        .unwrap();
+    wait_running(&c, &[gang]);
+    let s = ctl.status(&[gang]).unwrap();
+    let on = s.jobs[0].gpus[0].rsplit_once(':').unwrap().0.to_string();
+    let i = (0..3)
+        .find(|i| c.workers[*i].worker_id().as_deref() == Some(on.as_str()))
+        .unwrap();
+    assert_ne!(c.workers[i].address, spare, "the gang runs on the spare");
+    c.workers[i].shutdown();
+    let r = c.wait_all(&[gang], Duration::from_secs(60));
+    let g = &r[&gang];
+    assert_eq!(g.status, "finished", "{g:?}");
+    assert_eq!(g.interruptions, 1, "{g:?}");
+    let s = wait_status(&c, "the spare called in", |s| {
+        worker_at(s, &spare).is_some_and(|w| w.alive && w.problem.is_empty())
+    });
+    assert!(
+        s.workers.iter().all(|w| !w.problem.contains("a spare")),
+        "{:?}",
+        s.workers
+    );
+}
