@@ -89,6 +89,36 @@ impl RoundLoop {
 }
 
 impl RoundLoop {
+    /// Step 1 of a round: the backend's cluster events (nodes joining,
+    /// leaving, failing, repaired), quarantines ending.
+    pub(super) fn manage_cluster<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        b: &mut B,
+    ) -> Result<(), LoopError> {
+        let up = self.cluster.up_gpus();
+        self.cluster.health_mut().count_uptime(info.now_s, up);
+        let events = b
+            .cluster_events(info)
+            .map_err(super::backend("cluster management"))?;
+        // A node lost under running jobs: what they reported since the last
+        // round (a launch's first iteration, a checkpoint) is read before
+        // the loop counts the work each loses.
+        if events.iter().any(|e| {
+            matches!(
+                e,
+                ClusterEvent::NodeFailed(_) | ClusterEvent::NodeRemoved(_)
+            )
+        }) {
+            b.collect_metrics(info, &mut self.jobs)
+                .map_err(super::backend("metric collection"))?;
+        }
+        for ev in events {
+            self.apply_cluster_event(info, ev)?;
+        }
+        self.end_probations(info.now_s)
+    }
+
     /// Jobs that lost their GPUs with `node` (it left, or `failed`) go back
     /// to the queue, each losing the work since its last checkpoint (one
     /// that saves when stopped is taken to lose nothing).

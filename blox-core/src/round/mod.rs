@@ -277,27 +277,7 @@ impl RoundLoop {
 
         // 1. Cluster management: nodes joining, leaving, failing and
         // repaired; quarantines ending; spares called in.
-        let up = self.cluster.up_gpus();
-        self.cluster.health_mut().count_uptime(info.now_s, up);
-        let events = b
-            .cluster_events(&info)
-            .map_err(backend("cluster management"))?;
-        // A node lost under running jobs: what they reported since the last
-        // round (a launch's first iteration, a checkpoint) is read before
-        // the loop counts the work each loses.
-        if events.iter().any(|e| {
-            matches!(
-                e,
-                ClusterEvent::NodeFailed(_) | ClusterEvent::NodeRemoved(_)
-            )
-        }) {
-            b.collect_metrics(&info, &mut self.jobs)
-                .map_err(backend("metric collection"))?;
-        }
-        for ev in events {
-            self.apply_cluster_event(&info, ev)?;
-        }
-        self.end_probations(info.now_s)?;
+        self.manage_cluster(&info, b)?;
         timings.cluster_s = lap(&mut clock);
         // 2. Metric collection.
         b.collect_metrics(&info, &mut self.jobs)

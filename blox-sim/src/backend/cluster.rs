@@ -1,0 +1,94 @@
+//! The simulated cluster's management: nodes planned to join, leave, fail
+//! and come back (a replayed history's), the failure model's failures and
+//! repairs, the jobs a lost node stops, and an elastic cloud's nodes.
+
+use super::SimBackend;
+use blox_core::*;
+
+impl ClusterManager for SimBackend {
+    fn cluster_events(&mut self, round: &RoundInfo) -> Result<Vec<ClusterEvent>, BackendError> {
+        while self
+            .planned
+            .front()
+            .is_some_and(|(t, _)| *t <= round.now_s + 1e-9)
+        {
+            let Some((_, ev)) = self.planned.pop_front() else {
+                break;
+            };
+            match &ev {
+                ClusterEvent::NodeAdded(spec) => {
+                    self.track_added(spec);
+                }
+                ClusterEvent::NodeRemoved(id) => {
+                    self.online_nodes.retain(|x| x != id);
+                    if let Some(f) = &mut self.failures {
+                        f.remove_node(*id);
+                    }
+                }
+                // A replayed history's failures and repairs.
+                ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
+                ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
+                    self.online_nodes.push(*id);
+                    self.online_nodes.sort_unstable();
+                }
+                _ => {}
+            }
+            self.events.push(ev);
+        }
+        if let Some(f) = &mut self.failures {
+            for ev in f.due(round.now_s) {
+                match &ev {
+                    ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
+                    ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
+                        self.online_nodes.push(*id);
+                        self.online_nodes.sort_unstable();
+                    }
+                    _ => {}
+                }
+                self.events.push(ev);
+            }
+        }
+        let events = std::mem::take(&mut self.events);
+        for ev in &events {
+            let (ClusterEvent::NodeRemoved(id) | ClusterEvent::NodeFailed(id)) = ev else {
+                continue;
+            };
+            let failed = matches!(ev, ClusterEvent::NodeFailed(_));
+            // Jobs on a released node stop (the loop requeues them).
+            let hit: Vec<JobId> = self
+                .alloc
+                .iter()
+                .filter(|(_, gpus)| {
+                    gpus.iter()
+                        .any(|g| self.gpu_node.get(g.index()) == Some(id))
+                })
+                .map(|(j, _)| *j)
+                .collect();
+            for j in hit {
+                self.stop_as(j, failed);
+            }
+        }
+        Ok(events)
+    }
+
+    /// A simulated elastic cloud: nodes are provisioned (like the first node)
+    /// or released (highest ids first) by the next round, between 1 and
+    /// `[cluster] max_nodes` (default: the starting size).
+    fn request_nodes(&mut self, _round: &RoundInfo, nodes: u32) -> Result<(), BackendError> {
+        let online: Vec<NodeId> = self.online_nodes.clone();
+        let nodes = nodes.clamp(1, self.max_nodes.max(1));
+        if nodes as usize > online.len() {
+            for _ in online.len()..nodes as usize {
+                let spec = self.node_template.clone();
+                self.track_added(&spec);
+                self.events.push(ClusterEvent::NodeAdded(spec));
+            }
+        } else {
+            for id in online.iter().rev().take(online.len() - nodes as usize) {
+                self.online_nodes.retain(|x| x != id);
+                self.events.push(ClusterEvent::NodeRemoved(*id));
+            }
+        }
+        Ok(())
+    }
+}
