@@ -214,6 +214,11 @@ struct State {
     /// a launch sent under an earlier epoch (before this worker hung or
     /// was cut off) is refused, as the scheduler may have given up on it.
     lease_epoch: u64,
+    /// The end of the last lease that ran out before a heartbeat renewed
+    /// it: a job that stopped itself then (its lease file said so) exits
+    /// within the grace after it, and is reported fenced, not crashed,
+    /// though the lease holds again by the time it exits.
+    lapsed_at: Option<Instant>,
 }
 
 use crate::process::write_lease;
@@ -260,6 +265,26 @@ impl State {
     /// True when the lease ran out: the worker must not run jobs.
     fn fenced(&self) -> bool {
         self.lease_until.is_some_and(|t| Instant::now() > t)
+    }
+
+    /// Renews the lease until `until`; one that had run out is noted
+    /// ([`State::stopped_by_lease`]).
+    fn renew_lease(&mut self, until: Instant) {
+        if self.fenced() {
+            self.lapsed_at = self.lease_until;
+        }
+        self.lease_until = Some(until);
+    }
+
+    /// Whether a launch that exited at `at` without finishing stopped
+    /// because its lease ran out: now, or in a lapse since renewed (it
+    /// exits within the grace after its lease's end; a second of slack).
+    fn stopped_by_lease(&self, at: Instant) -> bool {
+        let window = self.fence_grace + Duration::from_secs(1);
+        self.lease_until.is_some_and(|t| at >= t)
+            || self
+                .lapsed_at
+                .is_some_and(|t| at >= t && at <= t + window)
     }
 
     /// The launches running here, as reported when registering again.
@@ -547,5 +572,35 @@ mod tests {
             // Without them: the message says how to go on.
             Err(e) => assert!(e.to_string().contains("--gpus N"), "{e}"),
         }
+    }
+
+    /// A job that stopped itself because its lease ran out is fenced even
+    /// when a late heartbeat renewed the lease before it exited (a worker
+    /// starved of CPU: the job read the lease file's end, the renewal came
+    /// after). Before, such an exit read as a crash, blamed on the job.
+    #[test]
+    fn a_job_stopped_by_a_lapsed_lease_is_fenced_after_the_renewal_too() {
+        let now = Instant::now();
+        let mut st = State {
+            lease_until: Some(now - Duration::from_millis(500)),
+            fence_grace: Duration::from_secs(2),
+            ..State::default()
+        };
+        assert!(st.fenced() && st.stopped_by_lease(now));
+        st.renew_lease(now + Duration::from_secs(10));
+        assert!(!st.fenced());
+        // Its exit, within the grace after the lapsed lease's end.
+        assert!(st.stopped_by_lease(now));
+        assert!(st.stopped_by_lease(now + Duration::from_secs(2)));
+        // Later, an exit without a finish is the job's own.
+        assert!(!st.stopped_by_lease(now + Duration::from_secs(4)));
+        // A renewal in time notes no lapse.
+        let mut calm = State {
+            lease_until: Some(now + Duration::from_secs(1)),
+            fence_grace: Duration::from_secs(2),
+            ..State::default()
+        };
+        calm.renew_lease(now + Duration::from_secs(10));
+        assert!(!calm.stopped_by_lease(now + Duration::from_secs(1)));
     }
 }

@@ -65,7 +65,10 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                         let mut st = sh.lock();
                         st.worker_id = Some(r.worker_id);
                         st.secret = Some(r.worker_secret);
-                        st.lease_until = lease.map(|(l, _)| sent + l);
+                        match lease {
+                            Some((l, _)) => st.renew_lease(sent + l),
+                            None => st.lease_until = None,
+                        }
                         st.fence_grace = lease.map_or(Duration::ZERO, |(_, g)| g);
                         st.publish_lease(st.fence_grace);
                         warned = false;
@@ -138,7 +141,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                                 st.lease_epoch += 1;
                                 tracing::info!(epoch = st.lease_epoch, "heard from the scheduler again after the lease ran out: launches sent before are refused");
                             }
-                            st.lease_until = Some(sent + l);
+                            st.renew_lease(sent + l);
                             st.publish_lease(g);
                         }
                         // The scheduler checks the probe until it once
@@ -336,7 +339,7 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 st.sweep(l.uid);
                 // It stopped itself because its lease ran out (this worker
                 // could not renew it): not its fault.
-                let lapsed = !finished && st.lease_until.is_some_and(|t| e.at >= t);
+                let lapsed = !finished && st.stopped_by_lease(e.at);
                 tracing::info!(job, launch = l.launch, code = ?e.code, finished, lapsed, "exited");
                 st.exits.push((
                     ExitReport {
