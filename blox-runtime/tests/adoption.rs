@@ -30,7 +30,13 @@ fn restart_scheduler(c: &mut Cluster, mut cfg: blox_runtime::scheduler::RuntimeC
 #[test]
 fn a_restarted_scheduler_adopts_the_running_jobs_instead_of_restarting_them() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config(dir.path());
+    let mut cfg = config(dir.path());
+    // Lease 15 s here: beside two CPU hogs the 1-GPU job was adopted and
+    // then relaunched once (launches 2, no preemption, nothing lost), most
+    // likely stopped by its own lease running out while the restart (slow
+    // on a loaded machine) kept its worker from renewing a 5 s lease, which
+    // fencing requires; this test is about adoption.
+    cfg.worker_timeout_s = 30.0;
     let mut c = Cluster::start(dir.path(), cfg.clone(), "fifo", 2);
     let journal_file = dir.path().join("journal");
     let mut ctl = c.ctl();

@@ -282,9 +282,7 @@ impl State {
     fn stopped_by_lease(&self, at: Instant) -> bool {
         let window = self.fence_grace + Duration::from_secs(1);
         self.lease_until.is_some_and(|t| at >= t)
-            || self
-                .lapsed_at
-                .is_some_and(|t| at >= t && at <= t + window)
+            || self.lapsed_at.is_some_and(|t| at >= t && at <= t + window)
     }
 
     /// The launches running here, as reported when registering again.
