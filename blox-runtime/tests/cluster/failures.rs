@@ -87,6 +87,22 @@ fn worker_at<'a>(s: &'a StatusReply, address: &str) -> Option<&'a WorkerInfo> {
         .max_by_key(|w| w.alive)
 }
 
+/// Submits a 4-GPU gang that checkpoints every 5 iterations and waits
+/// until it runs; returns it and the index of a worker it runs on.
+fn start_gang(c: &Cluster) -> (u64, usize) {
+    let mut ctl = c.ctl();
+    let gang = ctl
+        .submit(job("gang", 4, toy(6.0, &["--checkpoint-every", "5"]), None))
+        .unwrap();
+    wait_running(c, &[gang]);
+    let s = ctl.status(&[gang]).unwrap();
+    let on = s.jobs[0].gpus[0].rsplit_once(':').unwrap().0.to_string();
+    let i = (0..c.workers.len())
+        .find(|i| c.workers[*i].worker_id().as_deref() == Some(on.as_str()))
+        .unwrap();
+    (gang, i)
+}
+
 /// A worker lost under a gang is a failed node: the gang resumes on the
 /// other workers (an interruption, counted), and the worker that comes
 /// back from the same address is the same node. Failing a second time
@@ -104,16 +120,8 @@ fn a_lost_worker_is_a_failed_node_and_one_that_keeps_failing_is_quarantined() {
     cfg.metrics_listen = Some("127.0.0.1:0".into());
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 3);
     let mut ctl = c.ctl();
-    let gang = ctl
-        .submit(job("gang", 4, toy(6.0, &["--checkpoint-every", "5"]), None))
-        .unwrap();
-    wait_running(&c, &[gang]);
     // One of the workers the gang runs on fails.
-    let s = ctl.status(&[gang]).unwrap();
-    let on = s.jobs[0].gpus[0].rsplit_once(':').unwrap().0.to_string();
-    let i = (0..3)
-        .find(|i| c.workers[*i].worker_id().as_deref() == Some(on.as_str()))
-        .unwrap();
+    let (gang, i) = start_gang(&c);
     let address = c.workers[i].address.clone();
     let name = format!("w{i}");
     c.workers[i].shutdown();
@@ -170,7 +178,6 @@ fn a_gang_that_loses_a_worker_resumes_on_the_spare() {
     let mut cfg = runtime_config(dir.path());
     cfg.spares = 1;
     let mut c = Cluster::start(dir.path(), cfg, "fifo", 3);
-    let mut ctl = c.ctl();
     let s = wait_status(&c, "one worker kept as a spare", |s| {
         s.workers
             .iter()
@@ -185,15 +192,7 @@ fn a_gang_that_loses_a_worker_resumes_on_the_spare() {
         .unwrap()
         .address
         .clone();
-    let gang = ctl
-        .submit(job("gang", 4, toy(6.0, &["--checkpoint-every", "5"]), None))
-        .unwrap();
-    wait_running(&c, &[gang]);
-    let s = ctl.status(&[gang]).unwrap();
-    let on = s.jobs[0].gpus[0].rsplit_once(':').unwrap().0.to_string();
-    let i = (0..3)
-        .find(|i| c.workers[*i].worker_id().as_deref() == Some(on.as_str()))
-        .unwrap();
+    let (gang, i) = start_gang(&c);
     assert_ne!(c.workers[i].address, spare, "the gang runs on the spare");
     c.workers[i].shutdown();
     let r = c.wait_all(&[gang], Duration::from_secs(60));

@@ -26,27 +26,17 @@ impl ClusterManager for SimBackend {
                     }
                 }
                 // A replayed history's failures and repairs.
-                ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
-                ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
-                    self.online_nodes.push(*id);
-                    self.online_nodes.sort_unstable();
-                }
-                _ => {}
+                other => self.note_up_or_down(other),
             }
             self.events.push(ev);
         }
-        if let Some(f) = &mut self.failures {
-            for ev in f.due(round.now_s) {
-                match &ev {
-                    ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
-                    ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
-                        self.online_nodes.push(*id);
-                        self.online_nodes.sort_unstable();
-                    }
-                    _ => {}
-                }
-                self.events.push(ev);
-            }
+        let due = match &mut self.failures {
+            Some(f) => f.due(round.now_s),
+            None => Vec::new(),
+        };
+        for ev in due {
+            self.note_up_or_down(&ev);
+            self.events.push(ev);
         }
         let events = std::mem::take(&mut self.events);
         for ev in &events {
@@ -90,5 +80,20 @@ impl ClusterManager for SimBackend {
             }
         }
         Ok(())
+    }
+}
+
+impl SimBackend {
+    /// Keeps the online nodes in step with a node that failed or was
+    /// repaired (the failure model's, or a replayed history's).
+    fn note_up_or_down(&mut self, ev: &ClusterEvent) {
+        match ev {
+            ClusterEvent::NodeFailed(id) => self.online_nodes.retain(|x| x != id),
+            ClusterEvent::NodeRepaired(id) if !self.online_nodes.contains(id) => {
+                self.online_nodes.push(*id);
+                self.online_nodes.sort_unstable();
+            }
+            _ => {}
+        }
     }
 }
