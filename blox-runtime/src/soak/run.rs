@@ -534,6 +534,7 @@ async fn submit(
     job: JobSubmission,
     deadline: Instant,
 ) -> Result<(u64, f64), String> {
+    let first = Instant::now();
     loop {
         let t = Instant::now();
         let call = client.submit(SubmitRequest {
@@ -542,13 +543,17 @@ async fn submit(
         let r = tokio::time::timeout(Duration::from_secs(10), call)
             .await
             .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no reply in 10 s")));
-        match r {
+        // A retryable refusal, for the report should the run end first.
+        let last = match r {
             Ok(reply) => return Ok((reply.into_inner().job_id, t.elapsed().as_secs_f64())),
             // Workers still registering after a restart.
             Err(e)
                 if e.code() == Code::FailedPrecondition
                     || (e.code() == Code::InvalidArgument
-                        && e.message().contains("the cluster has")) => {}
+                        && e.message().contains("the cluster has")) =>
+            {
+                format!("{:?}: {}", e.code(), e.message())
+            }
             Err(e)
                 if matches!(
                     e.code(),
@@ -557,10 +562,13 @@ async fn submit(
             {
                 return Err(format!("{:?}: {}", e.code(), e.message()));
             }
-            Err(_) => {}
-        }
+            Err(e) => format!("{:?}: {}", e.code(), e.message()),
+        };
         if Instant::now() >= deadline {
-            return Err("the run ended first".into());
+            return Err(format!(
+                "the run ended first (tried for {:.0} s; last answer {last})",
+                first.elapsed().as_secs_f64()
+            ));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
