@@ -247,29 +247,41 @@ impl Scheduler for Service {
             run_time_s: 0.0,
         };
         // Durable before it is acknowledged or scheduled; written outside the
-        // hub's lock (an fsync must not stall heartbeats).
-        let (store, rec) = (self.store.clone(), rec);
-        let timer = self.metrics.table_write_seconds.start_timer();
-        let written =
-            tokio::task::spawn_blocking(move || store.write(&[&rec], Some(id + 1)).map(|_| rec))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))
-                .and_then(|r| r.map_err(table_unavailable));
-        let mut h = lock(&self.hub);
-        let rec = match written {
-            Ok(rec) => rec,
-            Err(e) => {
-                if let Some(k) = &key {
-                    h.keys.remove(k);
+        // hub's lock (an fsync must not stall heartbeats). In a task of its
+        // own: a caller that gives up (its deadline passes, its connection
+        // drops) drops this handler, but the write and its outcome in the
+        // hub still complete. Else the key would stay held by a job neither
+        // written nor refused, and every retry be told "being written".
+        let (store, hub, metrics) = (self.store.clone(), self.hub.clone(), self.metrics.clone());
+        let commit = tokio::spawn(async move {
+            let timer = metrics.table_write_seconds.start_timer();
+            let written = tokio::task::spawn_blocking(move || {
+                store.write(&[&rec], Some(id + 1)).map(|_| rec)
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))
+            .and_then(|r| r.map_err(table_unavailable));
+            let mut h = lock(&hub);
+            match written {
+                Ok(rec) => {
+                    timer.observe_duration();
+                    h.jobs.insert(id, rec);
+                    h.submissions.push_back(spec);
+                    metrics.submissions.inc();
+                    tracing::info!(job = id, "submitted");
+                    Ok(id)
                 }
-                return Err(e);
+                Err(e) => {
+                    if let Some(k) = &key {
+                        h.keys.remove(k);
+                    }
+                    Err(e)
+                }
             }
-        };
-        timer.observe_duration();
-        h.jobs.insert(id, rec);
-        h.submissions.push_back(spec);
-        self.metrics.submissions.inc();
-        tracing::info!(job = id, "submitted");
+        });
+        let id = commit
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(SubmitReply { job_id: id }))
     }
 

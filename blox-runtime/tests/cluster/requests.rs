@@ -250,3 +250,51 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     .unwrap();
     assert!(ctl.status(&[]).is_ok());
 }
+
+/// A client that gives up on a submission while the scheduler writes it
+/// (its deadline passes, its connection drops) leaves the idempotency key
+/// usable: the retry gets the one job, never "being written" for good.
+/// (The soak found a key held so for 171 s after a client's 10 s deadline
+/// passed during a slow write.)
+#[test]
+fn a_submission_abandoned_mid_write_can_be_retried_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let addr = c.addr();
+    let ids: Vec<u64> = c.rt.block_on(async {
+        let mut client = c.security.scheduler_client(&addr).unwrap();
+        let mut ids = Vec::new();
+        for i in 0..40u64 {
+            let mut j = job(&format!("abandoned-{i}"), 1, toy(0.1, &[]), None);
+            j.idempotency_key = format!("key-{i}");
+            let req = || blox_runtime::proto::SubmitRequest {
+                job: Some(j.clone()),
+            };
+            // Cut off after 0-2 ms: before, during or after the write.
+            let cut = Duration::from_micros(i * 50);
+            let _ = tokio::time::timeout(cut, client.submit(req())).await;
+            // The retry: accepted within seconds.
+            let t = std::time::Instant::now();
+            let id = loop {
+                match client.submit(req()).await {
+                    Ok(r) => break r.into_inner().job_id,
+                    Err(e) if e.code() == Code::Unavailable => {
+                        assert!(
+                            t.elapsed() < Duration::from_secs(10),
+                            "job {i}: still {e:?} after 10 s"
+                        );
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Err(e) => panic!("job {i}: {e:?}"),
+                }
+            };
+            ids.push(id);
+        }
+        ids
+    });
+    // One job per key.
+    let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 40);
+    let all = c.ctl().status(&[]).unwrap().jobs;
+    assert_eq!(all.len(), 40, "{all:?}");
+}
