@@ -229,12 +229,22 @@ const MAX_PENDING_METRICS: usize = 100_000;
 
 impl State {
     /// After a launch that ran as `uid` ended: every process still running
-    /// as that uid is killed, unless a launch here holds it again.
+    /// as that uid is killed, unless a launch here holds it again or another
+    /// worker on this machine runs a part of the job as it (that worker's
+    /// sweep, at its part's end, kills what is left).
     fn sweep(&self, uid: Option<u32>) {
         if let Some(u) = uid {
-            if !self.launches.values().any(|l| l.uid == Some(u)) {
-                uids::kill_all(u);
+            if self.launches.values().any(|l| l.uid == Some(u)) {
+                return;
             }
+            if uids::held_by_another_worker(u) {
+                tracing::debug!(
+                    uid = u,
+                    "job uid also runs under another worker here: its sweep is left to that worker"
+                );
+                return;
+            }
+            uids::kill_all(u);
         }
     }
 

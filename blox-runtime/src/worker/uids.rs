@@ -211,29 +211,72 @@ fn account_name(uid: u32) -> Option<String> {
 
 /// A process whose real or effective uid is `uid`, if any runs.
 fn process_of(uid: u32) -> Option<u32> {
-    let dir = std::fs::read_dir("/proc").ok()?;
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
-            continue;
-        };
-        let runs_as = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .map(|l| {
-                l.split_whitespace()
-                    .take(2)
-                    .any(|v| v.parse::<u32>().ok() == Some(uid))
-            })
-            .unwrap_or(false);
-        if runs_as {
-            return Some(pid);
+    processes_of(uid).next()
+}
+
+/// The processes that run as `uid` (real or effective).
+fn processes_of(uid: u32) -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(move |e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            let runs_as = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .is_some_and(|l| {
+                    l.split_whitespace()
+                        .take(2)
+                        .any(|v| v.parse::<u32>().ok() == Some(uid))
+                });
+            runs_as.then_some(pid)
+        })
+}
+
+/// Whether a process that runs as `uid` is another worker's on this
+/// machine: its nearest ancestor running this program (`/proc/PID/exe`) is
+/// not this process. Several workers on one machine (the soak's sixteen)
+/// give the ranks of a job on each the same uid; a sweep then waits for the
+/// last of them, whose own sweep kills what is left. A process cannot move
+/// itself under another worker, and one orphaned (its worker gone) has no
+/// such ancestor, so neither escapes the sweep this way.
+pub(super) fn held_by_another_worker(uid: u32) -> bool {
+    let Ok(me) = std::fs::read_link("/proc/self/exe") else {
+        return false;
+    };
+    let own = std::process::id();
+    processes_of(uid).any(|pid| nearest_running(pid, &me).is_some_and(|a| a != own))
+}
+
+/// The nearest ancestor of `pid` that runs the program `exe`.
+fn nearest_running(pid: u32, exe: &Path) -> Option<u32> {
+    let mut p = parent_of(pid);
+    // Ancestry is finite; the bound guards against a racing reuse of pids.
+    for _ in 0..64 {
+        match p {
+            None | Some(0) => return None,
+            Some(a) => {
+                if std::fs::read_link(format!("/proc/{a}/exe")).is_ok_and(|e| e == exe) {
+                    return Some(a);
+                }
+                if a == 1 {
+                    return None;
+                }
+                p = parent_of(a);
+            }
         }
     }
     None
+}
+
+/// A process's parent, from `/proc/PID/stat` (the field after the command
+/// name, which may hold spaces and parentheses itself).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -249,6 +292,65 @@ mod tests {
             uid_of((1, u32::MAX), u64::MAX),
             1 + (u64::MAX % u64::from(u32::MAX)) as u32
         );
+    }
+
+    /// Run by the test below as a process of its own: starts a `sleep`,
+    /// prints its pid, and waits for it.
+    #[test]
+    #[ignore = "a helper the next test runs as a child process"]
+    fn helper_a_worker_with_a_job() {
+        let mut c = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        println!("job pid {}", c.id());
+        use std::io::Write;
+        std::io::stdout().flush().unwrap();
+        let _ = c.wait();
+    }
+
+    /// A sweep tells a process under this worker from one under another
+    /// worker (a second process of this program) on the same machine.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_job_process_is_told_to_be_under_this_worker_or_another() {
+        use std::io::BufRead;
+        let me = std::fs::read_link("/proc/self/exe").unwrap();
+        // A job of ours: its nearest process of this program is us.
+        let mut own = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(nearest_running(own.id(), &me), Some(std::process::id()));
+        assert_eq!(parent_of(own.id()), Some(std::process::id()));
+        // Another "worker" (this program again) with a job of its own.
+        let mut other = std::process::Command::new(&me)
+            .args([
+                "--ignored",
+                "--exact",
+                "worker::uids::tests::helper_a_worker_with_a_job",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(other.stdout.take().unwrap());
+        let job: u32 = out
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.split("job pid ").nth(1)?.trim().parse().ok())
+            .expect("the helper prints its job's pid");
+        assert_eq!(nearest_running(job, &me), Some(other.id()));
+        for c in [&mut own, &mut other] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::process::Command::new("kill")
+            .arg(job.to_string())
+            .status();
+        // A process of no such program (pid 1's children) has none.
+        assert_eq!(nearest_running(1, &me), None);
     }
 
     #[test]
