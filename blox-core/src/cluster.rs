@@ -203,6 +203,10 @@ pub struct ClusterState {
     /// Failures seen, spares and quarantined nodes ([`crate::health`]).
     #[serde(skip)]
     health: crate::health::Health,
+    /// Per-GPU slowdown factors by application class, if the config gives
+    /// them ([`crate::variability`]).
+    #[serde(skip)]
+    variability: Option<std::sync::Arc<crate::variability::Variability>>,
 }
 
 impl ClusterState {
@@ -218,6 +222,16 @@ impl ClusterState {
     /// Sets the topology (shared by the cluster's copies).
     pub fn set_topology(&mut self, t: Option<crate::topology::Topology>) {
         self.topology = t.map(std::sync::Arc::new);
+    }
+
+    /// Per-GPU slowdown factors, if any ([`crate::variability`]).
+    pub fn variability(&self) -> Option<&crate::variability::Variability> {
+        self.variability.as_deref()
+    }
+
+    /// Sets the slowdown factors (shared by the cluster's copies).
+    pub fn set_variability(&mut self, v: Option<crate::variability::Variability>) {
+        self.variability = v.map(std::sync::Arc::new);
     }
 
     /// The most free GPUs under one domain of the topology's innermost

@@ -19,6 +19,7 @@ pub mod registry;
 pub mod round;
 pub mod stats;
 pub mod topology;
+pub mod variability;
 pub mod wait;
 pub mod walk;
 

@@ -416,6 +416,13 @@ pub trait PlacementPolicy: Send {
         cluster: &ClusterState,
     ) -> Placement;
 
+    /// Whether it orders GPUs by their per-class slowdown factors
+    /// ([`crate::variability`]), so that a cluster without them cannot run
+    /// it (`pm-first`, `pal`). Checked when a simulation is built.
+    fn requires_variability(&self) -> bool {
+        false
+    }
+
     /// Why this policy could never place `job` on `cluster` as it is (even
     /// empty), if so: e.g. a job that must stay within one rack asking more
     /// GPUs than any rack has. The loop holds such a job before admission

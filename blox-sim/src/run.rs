@@ -86,6 +86,25 @@ pub struct Simulation {
     pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
 
+/// A placement that orders GPUs by speed needs the cluster's factors.
+fn check_variability(
+    policies: &Policies,
+    cluster: &ClusterState,
+    at: &str,
+) -> Result<(), SimError> {
+    if policies.placement.requires_variability() && cluster.variability().is_none() {
+        return Err(ConfigError::Incompatible {
+            at: at.to_string(),
+            message: format!(
+                "[placement] policy `{}` orders GPUs by their per-class slowdown factors, and the cluster has none: give them in [cluster.variability] (`factors = \"file.csv\"`, `default_class`; docs/RESULTS.md, PAL)",
+                policies.names.2
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 impl Simulation {
     /// Builds policies, cluster and workload from a config. Module names are checked
     /// first, so a bad name fails before the workload is read.
@@ -95,6 +114,7 @@ impl Simulation {
         let sim = SimConfig::from_section(&cfg.section("sim"))?;
         let section = cfg.section("workload");
         let cluster = cfg.cluster_state()?;
+        check_variability(&policies, &cluster, &cfg.placement.location())?;
         let jobs = workload::load_for(&section, cfg.run.seed, Some(&cluster))?;
         let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
@@ -123,6 +143,7 @@ impl Simulation {
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
         let sim = SimConfig::from_section(&cfg.section("sim"))?;
         let cluster = cfg.cluster_state()?;
+        check_variability(&policies, &cluster, &cfg.placement.location())?;
         let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;
         let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
         s.backend = s.backend.with_failures(failures);
@@ -148,6 +169,7 @@ impl Simulation {
                 ))));
             }
         }
+        check_variability(&policies, &cluster, "the placement policy")?;
         if let Err(why) = policies.placement.fits_cluster(&cluster) {
             return Err(SimError::Workload(WorkloadError::Invalid(format!(
                 "placement policy `{}` does not fit the cluster: {why}",

@@ -32,6 +32,24 @@ pub struct ClusterConfig {
     pub spares: Option<i64>,
     /// `[cluster.quarantine]`: failing nodes kept out after their repair.
     pub quarantine: Option<toml::Table>,
+    /// `[cluster.variability]`: per-GPU slowdown factors by application
+    /// class (`crate::variability`).
+    pub variability: Option<toml::Table>,
+}
+
+/// `[cluster.variability]` as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VariabilityConfig {
+    /// The factor table (CSV: `GPU_ID`, optional `Node_ID`,
+    /// `PerfVar_<class>`...), relative to the config file.
+    factors: std::path::PathBuf,
+    /// A model's class (`{ resnet50 = "classA", ... }`).
+    #[serde(default)]
+    classes: std::collections::BTreeMap<String, String>,
+    /// The class of models `classes` does not name (and of jobs without a
+    /// model).
+    default_class: String,
 }
 
 /// `[cluster.quarantine]` as written.
@@ -205,6 +223,20 @@ impl Config {
                 "nodes",
                 "the cluster has no GPUs: set `nodes` and `gpus_per_node`, or [[cluster.node_groups]]",
             ));
+        }
+        if let Some(t) = &c.variability {
+            let sub = s.subsection("cluster.variability", "variability", t.clone());
+            let v: VariabilityConfig = sub.parse()?;
+            let path = sub.resolve_path(&v.factors);
+            let node_of: Vec<u32> = cluster.gpus().iter().map(|g| g.node.0).collect();
+            let table = crate::variability::Variability::read_csv(
+                &path,
+                &node_of,
+                v.classes,
+                v.default_class,
+            )
+            .map_err(|e| sub.error_at("factors", e))?;
+            cluster.set_variability(Some(table));
         }
         let (spares, quarantine) = self.health_rules()?;
         cluster.health_mut().quarantine = quarantine;

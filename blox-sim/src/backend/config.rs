@@ -58,6 +58,16 @@ pub struct SimConfig {
     /// jobs do, instead of one model per type.
     #[serde(default)]
     pub merge_type_fits: bool,
+    /// A job whose GPUs span more than one node runs this many times
+    /// slower (the PAL artifact's constant inter-node locality penalty,
+    /// `--locality-penalty`, 1.7 there; PAL SC'24 Fig. 12 sweeps 1.0-3.0).
+    /// 1: no penalty.
+    #[serde(default = "d_locality_penalty")]
+    pub locality_penalty: f64,
+}
+
+fn d_locality_penalty() -> f64 {
+    1.0
 }
 
 impl SimConfig {
@@ -88,6 +98,12 @@ impl SimConfig {
             return Err(s.error_at(
                 "interference",
                 "`interference` must be a fraction in [0, 1)",
+            ));
+        }
+        if !(c.locality_penalty >= 1.0 && c.locality_penalty.is_finite()) {
+            return Err(s.error_at(
+                "locality_penalty",
+                "`locality_penalty` must be a finite factor of at least 1 (1: no penalty)",
             ));
         }
         for (m, v) in &c.model_startup_s {
@@ -154,6 +170,7 @@ impl Default for SimConfig {
             model_startup_s: Default::default(),
             model_type_speed: Default::default(),
             merge_type_fits: false,
+            locality_penalty: 1.0,
         }
     }
 }

@@ -76,6 +76,8 @@ pub struct SimBackend {
     node_prop: HashMap<NodeId, HostShare>,
     /// Nodes failing and coming back (`[failures]`).
     failures: Option<failures::Failures>,
+    /// Per-GPU slowdown factors by class, if the cluster has them.
+    variability: Option<std::sync::Arc<blox_core::variability::Variability>>,
 }
 
 impl SimBackend {
@@ -137,6 +139,7 @@ impl SimBackend {
                 .map(|n| n.spec.clone())
                 .unwrap_or_else(|| NodeSpec::with_gpus(4)),
             failures: None,
+            variability: cluster.variability().cloned().map(std::sync::Arc::new),
         }
     }
 
@@ -619,10 +622,31 @@ impl SimBackend {
                 .fold(f64::INFINITY, f64::min),
             None => 1.0,
         };
-        if host_speed.is_finite() {
-            type_speed * host_speed
+        let host_speed = if host_speed.is_finite() {
+            host_speed
         } else {
-            type_speed
+            1.0
+        };
+        type_speed * host_speed / self.variability_slowdown(job, gpus)
+    }
+
+    /// How many times slower than the median GPU `job` runs on `gpus`: its
+    /// slowest GPU's factor for its class ([`blox_core::variability`]),
+    /// times `locality_penalty` when they span nodes (the PAL artifact's
+    /// `per_iter_time = pm_penalty × locality_penalty × iteration_time`).
+    fn variability_slowdown(&self, job: &Job, gpus: &[GpuId]) -> f64 {
+        let pm = self.variability.as_ref().map_or(1.0, |v| {
+            v.slowest(gpus, v.class_of(job.spec.model.as_deref()))
+        });
+        let spans = self.cfg.locality_penalty != 1.0 && {
+            let mut nodes = gpus.iter().filter_map(|g| self.gpu_node.get(g.index()));
+            let first = nodes.next();
+            nodes.any(|n| Some(n) != first)
+        };
+        if spans {
+            pm * self.cfg.locality_penalty
+        } else {
+            pm
         }
     }
 }

@@ -74,7 +74,7 @@ pub enum WorkloadKind {
     /// `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user]`.
     Csv(NoKeys),
     /// Blox's toy traces: `job_id,num_gpus,submit_time,duration,model,batch_size`.
-    BloxCsv(NoKeys),
+    BloxCsv(BloxCsvKeys),
     /// The Pollux artifact's workloads.
     Pollux(PolluxKeys),
     /// The Philly digest, re-timed with Poisson arrivals.
@@ -119,6 +119,18 @@ pub struct PaiKeys {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NoKeys {}
+
+/// `kind = "blox-csv"`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BloxCsvKeys {
+    /// Seconds per iteration by model: `duration` then counts iterations
+    /// (the PAL artifact's Sia-Philly traces, whose simulator multiplies
+    /// them by a per-model iteration time, `workload.py`'s
+    /// `get_per_iter_time`). Unset: `duration` is seconds.
+    #[serde(default)]
+    pub iteration_s: std::collections::BTreeMap<String, Positive>,
+}
 
 /// `kind = "pollux"`.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -203,7 +215,7 @@ pub fn keys_of_other_kinds<'a>(table: &'a toml::Table, kind: &str) -> Vec<&'a st
 /// Kinds and the keys only they accept.
 const KIND_KEYS: &[(&str, &[&str])] = &[
     ("csv", &[]),
-    ("blox-csv", &[]),
+    ("blox-csv", &["iteration_s"]),
     (
         "pollux",
         &[

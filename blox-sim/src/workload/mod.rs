@@ -3,7 +3,7 @@
 //! | `kind` | file | what it gives |
 //! |---|---|---|
 //! | `csv` | `job_id,arrival_s,num_gpus,duration_s[,model,batch_size,user,team]` | jobs as written |
-//! | `blox-csv` | `job_id,num_gpus,submit_time,duration,model,batch_size` (Blox's toy traces) | jobs as written |
+//! | `blox-csv` | `job_id,num_gpus,submit_time,duration,model,batch_size` (Blox's toy traces; the PAL artifact's Sia-Philly traces without `batch_size`) | jobs as written; with `iteration_s = { model = seconds }`, `duration` counts iterations of that many seconds |
 //! | `pollux` | `name,time,application,num_replicas,batch_size` (Pollux artifact) | durations derived from the per-model profiles ([`pollux`]) |
 //! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` (Philly digest) | Poisson re-timed arrivals at `jobs_per_hour`, each job's GPU count kept, its `cluster` (virtual cluster) as its team; `sample = "joint"` draws any number of jobs from the rows' joint (GPU count, duration) distribution |
 //! | `blox-recipe` | the Philly digest | Blox's Philly-Trace recipe: 1-GPU jobs, Gavel-style durations ([`philly`]) |
@@ -220,7 +220,7 @@ pub fn load_for(
     let path = &cfg.path;
     let mut jobs = match &cfg.kind {
         WorkloadKind::Csv(_) => trace::read_generic(&CsvTable::read(path)?)?,
-        WorkloadKind::BloxCsv(_) => trace::read_blox(&CsvTable::read(path)?)?,
+        WorkloadKind::BloxCsv(k) => trace::read_blox(&CsvTable::read(path)?, &k.iteration_s)?,
         WorkloadKind::Pollux(p) => {
             let traces = match &p.traces_dir {
                 Some(d) => section.resolve_path(d),

@@ -137,7 +137,7 @@ impl CsvTable {
         Ok(())
     }
 
-    fn err(&self, line: u64, column: &str, message: String) -> WorkloadError {
+    pub(crate) fn err(&self, line: u64, column: &str, message: String) -> WorkloadError {
         WorkloadError::Field {
             path: self.path.clone(),
             line,

@@ -61,11 +61,29 @@ pub fn read_generic(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
 }
 
 /// Blox's own toy trace format: `job_id,num_gpus,submit_time,duration,model,batch_size`.
-pub fn read_blox(t: &CsvTable) -> Result<Vec<SimJob>, WorkloadError> {
+pub fn read_blox(
+    t: &CsvTable,
+    iteration_s: &std::collections::BTreeMap<String, blox_core::Positive>,
+) -> Result<Vec<SimJob>, WorkloadError> {
     t.require(&["job_id", "num_gpus", "submit_time", "duration"])?;
     let mut jobs = Vec::with_capacity(t.rows.len());
     for r in 0..t.rows.len() {
-        let duration_s = t.f64(r, "duration")?;
+        let mut duration_s = t.f64(r, "duration")?;
+        if !iteration_s.is_empty() {
+            // `duration` counts iterations of the model's time.
+            let model = t.str(r, "model")?;
+            let Some(s) = iteration_s.get(model) else {
+                return Err(t.err(
+                    t.line(r),
+                    "model",
+                    format!(
+                        "`{model}` has no `iteration_s` (given for {})",
+                        iteration_s.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            };
+            duration_s *= s.get();
+        }
         let mut spec = JobSpec::new(
             t.u64(r, "job_id")?,
             t.f64(r, "submit_time")?,
