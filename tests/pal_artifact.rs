@@ -1,0 +1,192 @@
+//! PAL's setting (PAL, SC'24; `examples/configs/pal/`, `data/pal/`): GPUs
+//! whose speed varies per GPU and application class, placed by the
+//! artifact's Packed-Sticky and PM-First, job for job against the
+//! artifact's own runs (`data/pal/NOTE.md` has the command), and bad input.
+
+mod shared;
+
+use shared::{blox_err, blox_ok};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `blox sim` of a PAL config on a workload; each job's JCT by id.
+fn run(tag: &str, config: &str, workload: &str, extra: &[&str]) -> BTreeMap<u64, f64> {
+    let out = std::env::temp_dir().join(format!("blox-pal-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args: Vec<String> = vec![
+        "sim".into(),
+        format!("examples/configs/pal/{config}.toml"),
+        "--workload".into(),
+        workload.into(),
+        "--out".into(),
+        out.display().to_string(),
+        "--quiet".into(),
+    ];
+    for e in extra {
+        args.push("--set".into());
+        args.push(e.to_string());
+    }
+    blox_ok(&args);
+    let mut r = csv::Reader::from_path(out.join("jobs.csv")).unwrap();
+    let h = r.headers().unwrap().clone();
+    let col = |n: &str| h.iter().position(|c| c == n).unwrap();
+    let (id, jct) = (col("job_id"), col("jct_s"));
+    let jobs = r
+        .records()
+        .map(|row| {
+            let row = row.unwrap();
+            (row[id].parse().unwrap(), row[jct].parse().unwrap())
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    jobs
+}
+
+/// The artifact's JCTs (`data/pal/results/philly-N-placement.csv`).
+fn artifact(workload: u32, placement: &str) -> BTreeMap<u64, f64> {
+    let p = format!("data/pal/results/philly-{workload}-{placement}.csv");
+    let mut r = csv::Reader::from_path(Path::new(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    r.records()
+        .map(|row| {
+            let row = row.unwrap();
+            (row[0].parse().unwrap(), row[3].parse().unwrap())
+        })
+        .collect()
+}
+
+fn mean(m: &BTreeMap<u64, f64>) -> f64 {
+    m.values().sum::<f64>() / m.len() as f64
+}
+
+/// The bar: mean JCT within 1 % and at least 90 % of jobs within
+/// 1 % of the artifact's, on every workload the artifact was run on.
+#[test]
+fn packed_sticky_and_pm_first_match_the_artifact_job_for_job() {
+    let mut checked = 0;
+    for w in 1..=8u32 {
+        for (config, placement) in [
+            ("philly-packed-sticky", "packed-sticky"),
+            ("philly-pm-first", "pm-first"),
+        ] {
+            let f = format!("data/pal/results/philly-{w}-{placement}.csv");
+            if !Path::new(&f).exists() {
+                continue;
+            }
+            let want = artifact(w, placement);
+            let got = run(
+                &format!("{w}-{placement}"),
+                config,
+                &format!("data/pal/workloads/philly/workload-{w}.csv"),
+                &[],
+            );
+            assert_eq!(got.len(), want.len(), "workload {w} {placement}: jobs");
+            let (a, b) = (mean(&want), mean(&got));
+            assert!(
+                (b / a - 1.0).abs() <= 0.01,
+                "workload {w} {placement}: mean JCT {b:.1} s, the artifact's {a:.1} s"
+            );
+            let close = want
+                .iter()
+                .filter(|(id, j)| {
+                    got.get(id)
+                        .is_some_and(|g| (g - *j).abs() <= 0.01 * j.max(1.0))
+                })
+                .count();
+            assert!(
+                close * 10 >= want.len() * 9,
+                "workload {w} {placement}: {close} of {} jobs within 1 %",
+                want.len()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "no artifact results found");
+}
+
+/// PM-First's defining property on its own setting: placing each job on
+/// the fastest GPUs for its class beats Packed-Sticky, which ignores the
+/// variability (the artifact: 14 % lower mean JCT on workload 1).
+#[test]
+fn pm_first_beats_packed_sticky_where_gpus_vary() {
+    let w = "data/pal/workloads/philly/workload-1.csv";
+    let packed = mean(&run("gain-packed", "philly-packed-sticky", w, &[]));
+    let pm = mean(&run("gain-pm", "philly-pm-first", w, &[]));
+    assert!(
+        pm < 0.9 * packed,
+        "PM-First {pm:.0} s, Packed-Sticky {packed:.0} s"
+    );
+}
+
+#[test]
+fn variability_needs_its_table_and_refuses_bad_factors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::env::current_dir().unwrap();
+    // A speed-ordering placement on a cluster without factors.
+    let e = blox_err(&[
+        "sim",
+        "examples/configs/pal/philly-pm-first.toml",
+        "--unset",
+        "cluster.variability",
+    ]);
+    assert!(
+        e.contains("pm-first")
+            && e.contains("[cluster.variability]")
+            && e.contains("philly-pm-first.toml:"),
+        "{e}"
+    );
+    // A table missing a GPU, and a factor that is not positive.
+    let short = dir.path().join("short.csv");
+    let table = std::fs::read_to_string(root.join("data/pal/factors/sim-16x4.csv")).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    std::fs::write(&short, lines[..lines.len() - 1].join("\n")).unwrap();
+    let e = blox_err(&[
+        "sim",
+        "examples/configs/pal/philly-packed-sticky.toml",
+        "--set",
+        &format!("cluster.variability.factors={}", short.display()),
+    ]);
+    assert!(
+        e.contains("no factors for GPU 63 (node 15, GPU 3 of it)") && e.contains("short.csv"),
+        "{e}"
+    );
+    let zero = dir.path().join("zero.csv");
+    // GPU 5 (line 7) gets a class A factor of 0.
+    let bad: Vec<String> = table
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split(',').collect();
+            if f[0] == "5" {
+                f[2] = "0";
+            }
+            f.join(",")
+        })
+        .collect();
+    std::fs::write(&zero, bad.join("\n")).unwrap();
+    let e = blox_err(&[
+        "sim",
+        "examples/configs/pal/philly-packed-sticky.toml",
+        "--set",
+        &format!("cluster.variability.factors={}", zero.display()),
+    ]);
+    assert!(
+        e.contains("zero.csv:7") && e.contains("PerfVar_classA = 0"),
+        "{e}"
+    );
+    // A model the iteration table does not know.
+    let odd = dir.path().join("odd.csv");
+    std::fs::write(
+        &odd,
+        "job_id,num_gpus,submit_time,duration,model\n0,1,0,10,vgg19\n1,1,5,10,llama\n",
+    )
+    .unwrap();
+    let e = blox_err(&[
+        "sim",
+        "examples/configs/pal/philly-packed-sticky.toml",
+        "--workload",
+        &odd.display().to_string(),
+    ]);
+    assert!(
+        e.contains("odd.csv:3") && e.contains("`llama` has no `iteration_s`"),
+        "{e}"
+    );
+}
