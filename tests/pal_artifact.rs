@@ -1,6 +1,6 @@
 //! PAL's setting (PAL, SC'24; `examples/configs/pal/`, `data/pal/`): GPUs
 //! whose speed varies per GPU and application class, placed by the
-//! artifact's Packed-Sticky and PM-First, job for job against the
+//! artifact's Packed-Sticky, PM-First and PAL, job for job against the
 //! artifact's own runs (`data/pal/NOTE.md` has the command), and bad input.
 
 mod shared;
@@ -61,12 +61,13 @@ fn mean(m: &BTreeMap<u64, f64>) -> f64 {
 /// The bar: mean JCT within 1 % and at least 90 % of jobs within
 /// 1 % of the artifact's, on every workload the artifact was run on.
 #[test]
-fn packed_sticky_and_pm_first_match_the_artifact_job_for_job() {
+fn packed_sticky_pm_first_and_pal_match_the_artifact_job_for_job() {
     let mut checked = 0;
     for w in 1..=8u32 {
         for (config, placement) in [
             ("philly-packed-sticky", "packed-sticky"),
             ("philly-pm-first", "pm-first"),
+            ("philly-pal", "pal"),
         ] {
             let f = format!("data/pal/results/philly-{w}-{placement}.csv");
             if !Path::new(&f).exists() {
@@ -100,7 +101,7 @@ fn packed_sticky_and_pm_first_match_the_artifact_job_for_job() {
             checked += 1;
         }
     }
-    assert!(checked >= 2, "no artifact results found");
+    assert!(checked >= 3, "no artifact results found");
 }
 
 /// PM-First's defining property on its own setting: placing each job on

@@ -3,12 +3,14 @@
 //! placements share; each policy only chooses GPUs.
 
 pub mod bandwidth_aware;
+pub mod class_walk;
 pub mod consolidated;
 pub mod explicit;
 pub mod failure_aware;
 pub mod first_free;
 pub mod gpu_classes;
 pub mod most_free;
+pub mod pal;
 pub mod pm_first;
 pub mod synergy;
 pub mod tiresias_skew;

@@ -1,27 +1,17 @@
 //! PM-First (PAL, SC'24, §IV-A, "performance-variability-aware placement,
 //! fastest GPUs first"), as the authors' artifact runs it
-//! (`hal-uw/blox-pal`, branch `artifact`, `placement/pmfirst.py`):
-//!
-//! 1. every running job gives its GPUs back (the placement is not sticky: a
-//!    job is moved when its best GPUs change; one that gets the same GPUs
-//!    keeps running);
-//! 2. the jobs at the head of the order that fit the cluster together (up
-//!    to the first whose GPUs would exceed it) are re-ordered by their
-//!    application class — the classes in the factor table's order, the
-//!    most variability-sensitive first — and the rest follow in order;
-//! 3. each job in turn takes the free GPUs of lowest classed factor for its
-//!    class ([`super::gpu_classes`]); among equal factors, those on a node
-//!    where the number of such free GPUs is closest to the job's size
-//!    (best-match locality), then the lowest GPU ids;
-//! 4. the first job that finds too few free GPUs ends the round's
-//!    placement.
+//! (`hal-uw/blox-pal`, branch `artifact`, `placement/pmfirst.py`), on the
+//! walk it shares with PAL ([`super::class_walk`]: not sticky, the head of
+//! the order by class, no backfill). Each job takes the free GPUs of lowest
+//! classed factor for its class ([`super::gpu_classes`]); among equal
+//! factors, those on a node where the number of such free GPUs is closest
+//! to the job's size (best-match locality), then the lowest GPU ids.
 //!
 //! Parameters: `clusters` (a factor table in the cluster's layout whose
 //! factors are already classed, e.g. the artifact's own clustering; default:
 //! classes computed from the cluster's factors).
 
-use super::gpu_classes::class_factors;
-use blox_core::variability::Variability;
+use super::class_walk::{class_walk, ClassedFactors};
 use blox_core::*;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -36,44 +26,7 @@ struct Params {
 /// Fastest GPUs first, per application class.
 #[derive(Clone, Debug, Default)]
 pub struct PmFirst {
-    /// Classed factors given by the config, if any.
-    given: Option<std::sync::Arc<Variability>>,
-    /// Classed factors by class, for a cluster of this many GPUs.
-    classed: Option<(usize, HashMap<String, Vec<f64>>)>,
-}
-
-impl PmFirst {
-    /// Classed factors for `class` on `cluster` (computed once per size).
-    fn factors(&mut self, cluster: &ClusterState, class: &str) -> Vec<f64> {
-        let n = cluster.num_gpus() as usize;
-        if self.classed.as_ref().is_none_or(|(m, _)| *m != n) {
-            let mut by_class = HashMap::new();
-            if let Some(v) = cluster.variability() {
-                for c in v.classes() {
-                    let given = self
-                        .given
-                        .as_ref()
-                        .filter(|g| g.gpus() >= n)
-                        .and_then(|g| g.column(c));
-                    let f = match given {
-                        Some(mut f) => {
-                            f.truncate(n);
-                            f
-                        }
-                        None => {
-                            let mut raw = v.column(c).unwrap_or_default();
-                            raw.resize(n, 1.0);
-                            class_factors(&raw)
-                        }
-                    };
-                    by_class.insert(c.clone(), f);
-                }
-            }
-            self.classed = Some((n, by_class));
-        }
-        let (_, by_class) = self.classed.as_ref().expect("set above");
-        by_class.get(class).cloned().unwrap_or_else(|| vec![1.0; n])
-    }
+    classes: ClassedFactors,
 }
 
 /// The `n` free GPUs of lowest factor `sf` (by GPU id), best-match
@@ -121,117 +74,21 @@ impl PlacementPolicy for PmFirst {
         jobs: &JobState,
         cluster: &ClusterState,
     ) -> Placement {
-        let mut out = Placement::default();
-        let Some(v) = cluster.variability() else {
-            // Refused when the simulation is built; a live cluster whose
-            // workers report no speeds places nothing.
-            return out;
-        };
-        // 1. Every GPU that is online and not held by a job the order
-        // keeps out is free; running jobs give theirs back.
-        let listed: std::collections::HashSet<JobId> =
-            schedule.entries.iter().map(|d| d.job).collect();
-        let mut free = vec![false; cluster.gpus().len()];
-        for g in cluster.gpus() {
-            free[g.id.index()] = g.online && cluster.node(g.node).is_some_and(|n| n.online);
-        }
-        for job in jobs.running() {
-            if !listed.contains(&job.id()) {
-                out.preempt.push(job.id());
-            }
-        }
-        // (Listed running jobs give theirs back by re-placement, the others
-        // by their preemption.)
-        // 2. The head that fits the cluster, by class; then the rest.
-        let total = u64::from(cluster.num_gpus());
-        let class_rank = |job: JobId| {
-            let class = v.class_of(jobs.get(job).and_then(|j| j.spec.model.as_deref()));
-            v.classes()
-                .iter()
-                .position(|c| c == class)
-                .unwrap_or(usize::MAX)
-        };
-        let mut sum = 0u64;
-        let mut head = Vec::new();
-        for d in &schedule.entries {
-            sum += u64::from(d.gpus);
-            if sum > total {
-                break;
-            }
-            head.push(d);
-        }
-        let cut = head.len();
-        head.sort_by_key(|d| class_rank(d.job));
-        let order: Vec<&Demand> = head
-            .into_iter()
-            .chain(schedule.entries[cut..].iter())
-            .collect();
-        // 3. Fastest GPUs first.
-        let mut placed: HashMap<JobId, Vec<GpuId>> = HashMap::new();
-        for d in order {
-            let Some(job) = jobs.get(d.job) else { continue };
-            let class = v.class_of(job.spec.model.as_deref()).to_string();
-            let sf = self.factors(cluster, &class);
-            let candidates: Vec<GpuId> = cluster
-                .gpus()
-                .iter()
-                .map(|g| g.id)
-                .filter(|g| free[g.index()])
-                .collect();
+        let classes = &mut self.classes;
+        class_walk(schedule, jobs, cluster, |class, free, n| {
+            let sf = classes.of(cluster, class);
             let node_of = |g: GpuId| cluster.node_of(g).unwrap_or(NodeId(0));
-            let Some(gpus) = fastest_first(&candidates, &sf, node_of, d.gpus as usize) else {
-                // 4. No backfilling.
-                break;
-            };
-            for g in &gpus {
-                free[g.index()] = false;
-            }
-            placed.insert(d.job, gpus.clone());
-            out.launch.push(Assignment {
-                job: d.job,
-                gpus,
-                batch_size: d.batch_size,
-                host: None,
-            });
-        }
-        // Running jobs: the same GPUs keep running; others are moved (in
-        // `launch`) or stopped.
-        out.launch.retain(|a| {
-            jobs.get(a.job).is_none_or(|j| {
-                !(j.is_running() && {
-                    let mut x = j.allocation.clone();
-                    let mut y = a.gpus.clone();
-                    x.sort();
-                    y.sort();
-                    x == y
-                })
-            })
-        });
-        for job in jobs.running() {
-            if listed.contains(&job.id()) && !placed.contains_key(&job.id()) {
-                out.preempt.push(job.id());
-            }
-        }
-        out
+            fastest_first(free, &sf, node_of, n)
+        })
     }
 }
 
 fn build(p: &Section) -> Result<Box<dyn PlacementPolicy>, ConfigError> {
     let params: Params = p.parse()?;
-    let given = match params.clusters {
-        None => None,
-        Some(f) => {
-            let path = p.resolve_path(&f);
-            let t = Variability::read_table(&path).map_err(|e| p.error_at("clusters", e))?;
-            Some(std::sync::Arc::new(t))
-        }
-    };
     Ok(Box::new(PmFirst {
-        given,
-        classed: None,
+        classes: ClassedFactors::from_param(p, params.clusters.as_deref())?,
     }))
 }
-
 blox_core::register_placement!(
     "pm-first",
     "fastest GPUs first for each job's class, the head of the order by class, not sticky (PAL SC'24 §IV-A; needs [cluster.variability])",

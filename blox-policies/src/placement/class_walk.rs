@@ -1,0 +1,185 @@
+//! The walk that PM-First and PAL share (the PAL artifact's
+//! `placement/pmfirst.py` and `placement/pal.py`, `place`), and the GPU
+//! classes they read:
+//!
+//! 1. every running job gives its GPUs back (not sticky: a job is moved
+//!    when its best GPUs change; one that gets the same GPUs keeps running);
+//! 2. the jobs at the head of the order that fit the cluster together (up
+//!    to the first whose GPUs would exceed it) are re-ordered by their
+//!    application class, in the factor table's class order, and the rest
+//!    follow in order;
+//! 3. each job in turn gets GPUs from the placement's chooser, given its
+//!    class and the free GPUs;
+//! 4. the first job the chooser cannot place ends the round's placement.
+
+use super::gpu_classes::class_factors;
+use blox_core::variability::Variability;
+use blox_core::*;
+use std::collections::HashMap;
+
+/// Classed factors by class, for a cluster of so many GPUs.
+type ByClass = (usize, HashMap<String, std::sync::Arc<Vec<f64>>>);
+
+/// The classed factors of every GPU by class ([`super::gpu_classes`]), or
+/// those a table gives (`clusters = "file"`), computed once per cluster
+/// size.
+#[derive(Clone, Debug, Default)]
+pub struct ClassedFactors {
+    given: Option<std::sync::Arc<Variability>>,
+    classed: Option<ByClass>,
+}
+
+impl ClassedFactors {
+    /// From a placement's `clusters` parameter, if given.
+    pub fn from_param(
+        p: &Section,
+        clusters: Option<&std::path::Path>,
+    ) -> Result<Self, ConfigError> {
+        let given = match clusters {
+            None => None,
+            Some(f) => {
+                let path = p.resolve_path(f);
+                let t = Variability::read_table(&path).map_err(|e| p.error_at("clusters", e))?;
+                Some(std::sync::Arc::new(t))
+            }
+        };
+        Ok(ClassedFactors {
+            given,
+            classed: None,
+        })
+    }
+
+    /// Classed factors for `class` on `cluster`, by GPU id.
+    pub fn of(&mut self, cluster: &ClusterState, class: &str) -> std::sync::Arc<Vec<f64>> {
+        let n = cluster.num_gpus() as usize;
+        if self.classed.as_ref().is_none_or(|(m, _)| *m != n) {
+            let mut by_class = HashMap::new();
+            if let Some(v) = cluster.variability() {
+                for c in v.classes() {
+                    let given = self
+                        .given
+                        .as_ref()
+                        .filter(|g| g.gpus() >= n)
+                        .and_then(|g| g.column(c));
+                    let f = match given {
+                        Some(mut f) => {
+                            f.truncate(n);
+                            f
+                        }
+                        None => {
+                            let mut raw = v.column(c).unwrap_or_default();
+                            raw.resize(n, 1.0);
+                            class_factors(&raw)
+                        }
+                    };
+                    by_class.insert(c.clone(), std::sync::Arc::new(f));
+                }
+            }
+            self.classed = Some((n, by_class));
+        }
+        let (_, by_class) = self.classed.as_ref().expect("set above");
+        by_class
+            .get(class)
+            .cloned()
+            .unwrap_or_else(|| std::sync::Arc::new(vec![1.0; n]))
+    }
+}
+
+/// Runs the walk (module docs); `choose(class, free, n)` picks `n` of the
+/// free GPUs (by id) for a job of `class`, or says it cannot.
+pub fn class_walk(
+    schedule: &Schedule,
+    jobs: &JobState,
+    cluster: &ClusterState,
+    mut choose: impl FnMut(&str, &[GpuId], usize) -> Option<Vec<GpuId>>,
+) -> Placement {
+    let mut out = Placement::default();
+    let Some(v) = cluster.variability() else {
+        // Refused when the simulation is built; a live cluster whose
+        // workers report no speeds places nothing.
+        return out;
+    };
+    // 1. Every GPU that is online and not held by a job the order
+    // keeps out is free; running jobs give theirs back.
+    let listed: std::collections::HashSet<JobId> = schedule.entries.iter().map(|d| d.job).collect();
+    let mut free = vec![false; cluster.gpus().len()];
+    for g in cluster.gpus() {
+        free[g.id.index()] = g.online && cluster.node(g.node).is_some_and(|n| n.online);
+    }
+    for job in jobs.running() {
+        if !listed.contains(&job.id()) {
+            out.preempt.push(job.id());
+        }
+    }
+    // (Listed running jobs give theirs back by re-placement, the others
+    // by their preemption.)
+    // 2. The head that fits the cluster, by class; then the rest.
+    let total = u64::from(cluster.num_gpus());
+    let class_rank = |job: JobId| {
+        let class = v.class_of(jobs.get(job).and_then(|j| j.spec.model.as_deref()));
+        v.classes()
+            .iter()
+            .position(|c| c == class)
+            .unwrap_or(usize::MAX)
+    };
+    let mut sum = 0u64;
+    let mut head = Vec::new();
+    for d in &schedule.entries {
+        sum += u64::from(d.gpus);
+        if sum > total {
+            break;
+        }
+        head.push(d);
+    }
+    let cut = head.len();
+    head.sort_by_key(|d| class_rank(d.job));
+    let order: Vec<&Demand> = head
+        .into_iter()
+        .chain(schedule.entries[cut..].iter())
+        .collect();
+    // 3. The chooser's GPUs.
+    let mut placed: HashMap<JobId, Vec<GpuId>> = HashMap::new();
+    for d in order {
+        let Some(job) = jobs.get(d.job) else { continue };
+        let class = v.class_of(job.spec.model.as_deref()).to_string();
+        let candidates: Vec<GpuId> = cluster
+            .gpus()
+            .iter()
+            .map(|g| g.id)
+            .filter(|g| free[g.index()])
+            .collect();
+        let Some(gpus) = choose(&class, &candidates, d.gpus as usize) else {
+            // 4. No backfilling.
+            break;
+        };
+        for g in &gpus {
+            free[g.index()] = false;
+        }
+        placed.insert(d.job, gpus.clone());
+        out.launch.push(Assignment {
+            job: d.job,
+            gpus,
+            batch_size: d.batch_size,
+            host: None,
+        });
+    }
+    // Running jobs: the same GPUs keep running; others are moved (in
+    // `launch`) or stopped.
+    out.launch.retain(|a| {
+        jobs.get(a.job).is_none_or(|j| {
+            !(j.is_running() && {
+                let mut x = j.allocation.clone();
+                let mut y = a.gpus.clone();
+                x.sort();
+                y.sort();
+                x == y
+            })
+        })
+    });
+    for job in jobs.running() {
+        if listed.contains(&job.id()) && !placed.contains_key(&job.id()) {
+            out.preempt.push(job.id());
+        }
+    }
+    out
+}
