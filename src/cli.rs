@@ -374,6 +374,18 @@ pub struct WorkerArgs {
     /// size on every worker.
     #[arg(long, value_name = "FIRST-LAST", value_parser = parse_uid_range, conflicts_with = "job_user")]
     pub job_uids: Option<(u32, u32)>,
+    /// Run COMMAND once on each GPU before registering (`sh -c`, with
+    /// CUDA_VISIBLE_DEVICES and BLOX_GPU set to its index): the seconds its
+    /// last line of output prints (else its wall time) are the GPU's
+    /// relative time; the scheduler turns them into slowdown factors for
+    /// `pm-first` and `pal` (docs/RUNTIME.md, GPU variability).
+    #[arg(long, value_name = "COMMAND", conflicts_with = "gpu_slowdown")]
+    pub speed_probe: Option<String>,
+    /// Declare each GPU's relative time instead of measuring it
+    /// (`--gpu-slowdown 1,1,1.3,1`: one per GPU, by index; tests, known
+    /// slow devices).
+    #[arg(long, value_name = "X,…", value_delimiter = ',')]
+    pub gpu_slowdown: Vec<f64>,
     /// This worker's TLS certificate and key (PEM); also its client
     /// certificate where the scheduler asks for one (`tls_client_ca`).
     #[arg(long)]

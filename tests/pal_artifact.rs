@@ -191,3 +191,56 @@ fn variability_needs_its_table_and_refuses_bad_factors() {
         "{e}"
     );
 }
+
+/// Factors given per node in the config (`[[cluster.node_groups]]
+/// gpu_slowdown`, what a live worker reports): PM-First passes over the
+/// slow node though its GPUs come first, and a wrong list is refused at
+/// its line.
+#[test]
+fn per_node_factors_in_a_config_steer_pm_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(&trace, "job_id,arrival_s,num_gpus,duration_s\n0,0,2,600\n").unwrap();
+    let cfg = |slow: &str| {
+        format!(
+            "[[cluster.node_groups]]\ncount = 1\ngpus = 2\ngpu_slowdown = {slow}\n\
+             [[cluster.node_groups]]\ncount = 1\ngpus = 2\ngpu_slowdown = [1.0, 1.0]\n\
+             [run]\nround_s = 60\n[workload]\nkind = \"csv\"\npath = \"{}\"\n\
+             [admission]\npolicy = \"accept-all\"\n[scheduling]\npolicy = \"fifo\"\n\
+             [placement]\npolicy = \"pm-first\"\n",
+            trace.display()
+        )
+    };
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, cfg("[2.0, 2.0]")).unwrap();
+    let out = dir.path().join("out");
+    blox_ok(&[
+        "sim",
+        good.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--quiet",
+    ]);
+    // Its events name the GPUs: the second node's.
+    let events = std::fs::read_to_string(out.join("events.jsonl")).unwrap();
+    let launch = events
+        .lines()
+        .find(|l| l.contains("\"launched\""))
+        .unwrap_or_else(|| panic!("{events}"));
+    assert!(
+        launch.contains(r#""gpus":[{"node":1,"gpu":0},{"node":1,"gpu":1}]"#),
+        "{launch}"
+    );
+    // At twice the median's time it would take 1,200 s; on the fast node
+    // (2/3 of the median) 400 s.
+    let jobs = std::fs::read_to_string(out.join("jobs.csv")).unwrap();
+    assert!(jobs.contains(",400.0,"), "{jobs}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, cfg("[2.0]")).unwrap();
+    let e = blox_err(&["sim", bad.to_str().unwrap()]);
+    assert!(
+        e.contains("bad.toml:4")
+            && e.contains("gpu_slowdown must give one value per GPU (2), not 1"),
+        "{e}"
+    );
+}

@@ -41,6 +41,14 @@ pub struct NodeSpec {
     /// `[[cluster.node_groups]] labels`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Each GPU's measured (or declared) relative time, by local id: a live
+    /// worker's speed probe or `--gpu-slowdown`, a node group's
+    /// `gpu_slowdown`. The cluster divides them by their median over all its
+    /// GPUs into one slowdown factor per GPU ([`crate::variability`], class
+    /// `measured`) unless the config gives a factor table. Empty: not
+    /// measured (1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_slowdown: Vec<f64>,
 }
 
 fn default_gpu_type() -> String {
@@ -102,6 +110,7 @@ impl NodeSpec {
             intra_node_bw_gbps: default_intra_bw(),
             gpu_bandwidth_gbps: Vec::new(),
             labels: Default::default(),
+            gpu_slowdown: Vec::new(),
         }
     }
 
@@ -123,6 +132,22 @@ impl NodeSpec {
         {
             return Err(ClusterError::InvalidSpec(format!(
                 "gpu_bandwidth_gbps must be a {n} x {n} matrix (one row per GPU)"
+            )));
+        }
+        if !self.gpu_slowdown.is_empty() && self.gpu_slowdown.len() != n {
+            return Err(ClusterError::InvalidSpec(format!(
+                "gpu_slowdown must give one value per GPU ({n}), not {}",
+                self.gpu_slowdown.len()
+            )));
+        }
+        if let Some((i, v)) = self
+            .gpu_slowdown
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+        {
+            return Err(ClusterError::InvalidSpec(format!(
+                "gpu_slowdown[{i}] = {v}: a GPU's relative time must be finite and above 0"
             )));
         }
         Ok(())
@@ -207,6 +232,9 @@ pub struct ClusterState {
     /// them ([`crate::variability`]).
     #[serde(skip)]
     variability: Option<std::sync::Arc<crate::variability::Variability>>,
+    /// The factors come from the nodes' own `gpu_slowdown`.
+    #[serde(skip)]
+    measured_variability: bool,
 }
 
 impl ClusterState {
@@ -232,6 +260,7 @@ impl ClusterState {
     /// Sets the slowdown factors (shared by the cluster's copies).
     pub fn set_variability(&mut self, v: Option<crate::variability::Variability>) {
         self.variability = v.map(std::sync::Arc::new);
+        self.measured_variability = false;
     }
 
     /// The most free GPUs under one domain of the topology's innermost
@@ -346,13 +375,62 @@ impl ClusterState {
                 }
             }
         }
+        let measured = !spec.gpu_slowdown.is_empty();
         self.nodes.push(Node {
             id: node,
             spec,
             gpus: ids,
             online: true,
         });
+        if measured || self.measured_variability {
+            self.measure_variability();
+        }
         node
+    }
+
+    /// Rebuilds the slowdown factors from the nodes' `gpu_slowdown` (each
+    /// over the median of all measured GPUs; unmeasured GPUs 1), unless a
+    /// factor table was given.
+    fn measure_variability(&mut self) {
+        if self.variability.is_some() && !self.measured_variability {
+            return;
+        }
+        let mut measured: Vec<f64> = self
+            .nodes
+            .iter()
+            .flat_map(|n| n.spec.gpu_slowdown.iter().copied())
+            .collect();
+        if measured.is_empty() {
+            return;
+        }
+        measured.sort_by(f64::total_cmp);
+        let m = measured.len();
+        let median = if m % 2 == 1 {
+            measured[m / 2]
+        } else {
+            (measured[m / 2 - 1] + measured[m / 2]) / 2.0
+        };
+        let rows: Vec<Vec<f64>> = self
+            .gpus
+            .iter()
+            .map(|g| {
+                let spec = &self.nodes[g.node.index()].spec;
+                vec![spec
+                    .gpu_slowdown
+                    .get(g.local_id as usize)
+                    .map_or(1.0, |v| v / median)]
+            })
+            .collect();
+        let class = crate::variability::MEASURED.to_string();
+        if let Ok(v) = crate::variability::Variability::new(
+            vec![class.clone()],
+            rows,
+            Default::default(),
+            class,
+        ) {
+            self.variability = Some(std::sync::Arc::new(v));
+            self.measured_variability = true;
+        }
     }
 
     /// Brings a node that went offline (removed, failed) back, its GPUs

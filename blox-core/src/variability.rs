@@ -17,6 +17,10 @@
 use crate::ids::GpuId;
 use std::collections::BTreeMap;
 
+/// The one class of factors measured on the GPUs themselves (a worker's
+/// speed probe, a node's `gpu_slowdown`): every job belongs to it.
+pub const MEASURED: &str = "measured";
+
 /// Per-GPU, per-class slowdown factors (1 = the median GPU; 1.2 = 20 %
 /// slower).
 #[derive(Clone, Debug, PartialEq)]

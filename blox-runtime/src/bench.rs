@@ -193,6 +193,7 @@ async fn register(
                         uuid: format!("node{i}-gpu{g}"),
                         name: "logical".into(),
                         memory_gb: 16.0,
+                        relative_time: 0.0,
                     })
                     .collect(),
                 cpus: 32,

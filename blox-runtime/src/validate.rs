@@ -182,6 +182,12 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
                 g.index
             )));
         }
+        if !(g.relative_time.is_finite() && g.relative_time >= 0.0) {
+            return Err(invalid(format!(
+                "gpus[{}].relative_time: must be a non-negative number (0: not measured)",
+                g.index
+            )));
+        }
     }
     let mut seen = HashSet::new();
     if let Some(g) = r.gpus.iter().find(|g| !seen.insert(g.index)) {

@@ -180,6 +180,28 @@ fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
         (
             RegisterRequest {
                 address: "127.0.0.1:1".into(),
+                gpus: vec![GpuDevice {
+                    relative_time: f64::INFINITY,
+                    ..gpu(0)
+                }],
+                ..Default::default()
+            },
+            "gpus[0].relative_time",
+        ),
+        (
+            RegisterRequest {
+                address: "127.0.0.1:1".into(),
+                gpus: vec![GpuDevice {
+                    relative_time: -0.5,
+                    ..gpu(0)
+                }],
+                ..Default::default()
+            },
+            "gpus[0].relative_time",
+        ),
+        (
+            RegisterRequest {
+                address: "127.0.0.1:1".into(),
                 gpus: vec![gpu(0)],
                 host_mem_gb: -1.0,
                 ..Default::default()
@@ -394,6 +416,7 @@ fn workers_come_in_pages_that_fit_the_transport() {
                         uuid: long(g as usize),
                         name: long(w),
                         memory_gb: 80.0,
+                        relative_time: 0.0,
                     })
                     .collect(),
                 ..Default::default()

@@ -61,6 +61,8 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         job_user: None,
         allow_root_jobs: true,
         job_uids: None,
+        gpu_slowdown: Vec::new(),
+        speed_probe: None,
     };
     port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();

@@ -198,6 +198,8 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         job_user: a.job_user,
         allow_root_jobs: a.allow_root_jobs,
         job_uids: a.job_uids,
+        gpu_slowdown: a.gpu_slowdown,
+        speed_probe: a.speed_probe,
     };
     blox_runtime::ctl::run_worker(cfg, |addr| {
         let _ = say!("blox worker: listening on {addr}");

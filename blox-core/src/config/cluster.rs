@@ -117,8 +117,15 @@ impl NodeGroup {
             }
         };
         let spec: NodeSpec = s.with_table(t).parse()?;
-        spec.validate()
-            .map_err(|e| s.error_at("gpu_bandwidth_gbps", e.to_string()))?;
+        spec.validate().map_err(|e| {
+            let e = e.to_string();
+            let key = if e.starts_with("gpu_slowdown") {
+                "gpu_slowdown"
+            } else {
+                "gpu_bandwidth_gbps"
+            };
+            s.error_at(key, e)
+        })?;
         Ok(NodeGroup {
             count,
             spec,

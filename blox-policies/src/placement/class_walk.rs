@@ -94,33 +94,36 @@ pub fn class_walk(
     mut choose: impl FnMut(&str, &[GpuId], usize) -> Option<Vec<GpuId>>,
 ) -> Placement {
     let mut out = Placement::default();
-    let Some(v) = cluster.variability() else {
-        // Refused when the simulation is built; a live cluster whose
-        // workers report no speeds places nothing.
-        return out;
-    };
-    // 1. Every GPU that is online and not held by a job the order
-    // keeps out is free; running jobs give theirs back.
+    // Without factors (a simulation refuses that; a live cluster whose
+    // workers measured nothing) every GPU is alike, one class.
+    let v = cluster.variability();
+    let class_of = |job: &Job| v.map_or("", |v| v.class_of(job.spec.model.as_deref()));
+    // 1. The free GPUs, and those of every running job: each gives them
+    // back (listed ones by re-placement, the others by their preemption).
     let listed: std::collections::HashSet<JobId> = schedule.entries.iter().map(|d| d.job).collect();
     let mut free = vec![false; cluster.gpus().len()];
-    for g in cluster.gpus() {
-        free[g.id.index()] = g.online && cluster.node(g.node).is_some_and(|n| n.online);
+    for g in cluster.free_gpus() {
+        free[g.index()] = true;
     }
     for job in jobs.running() {
+        for g in &job.allocation {
+            free[g.index()] = true;
+        }
         if !listed.contains(&job.id()) {
             out.preempt.push(job.id());
         }
     }
-    // (Listed running jobs give theirs back by re-placement, the others
-    // by their preemption.)
     // 2. The head that fits the cluster, by class; then the rest.
     let total = u64::from(cluster.num_gpus());
-    let class_rank = |job: JobId| {
-        let class = v.class_of(jobs.get(job).and_then(|j| j.spec.model.as_deref()));
-        v.classes()
-            .iter()
-            .position(|c| c == class)
-            .unwrap_or(usize::MAX)
+    let class_rank = |job: JobId| match (v, jobs.get(job)) {
+        (Some(v), Some(j)) => {
+            let class = class_of(j);
+            v.classes()
+                .iter()
+                .position(|c| c == class)
+                .unwrap_or(usize::MAX)
+        }
+        _ => 0,
     };
     let mut sum = 0u64;
     let mut head = Vec::new();
@@ -141,7 +144,7 @@ pub fn class_walk(
     let mut placed: HashMap<JobId, Vec<GpuId>> = HashMap::new();
     for d in order {
         let Some(job) = jobs.get(d.job) else { continue };
-        let class = v.class_of(job.spec.model.as_deref()).to_string();
+        let class = class_of(job).to_string();
         let candidates: Vec<GpuId> = cluster
             .gpus()
             .iter()

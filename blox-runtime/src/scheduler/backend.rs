@@ -409,6 +409,11 @@ impl ClusterManager for ClusterBackend {
                         spec.host_mem_gb = w.host_mem_gb;
                     }
                     spec.labels = w.labels.clone();
+                    // Each GPU's relative time, where the worker measured
+                    // every one ([`blox_core::variability`]).
+                    if w.gpus.iter().all(|g| g.relative_time > 0.0) {
+                        spec.gpu_slowdown = w.gpus.iter().map(|g| g.relative_time).collect();
+                    }
                     events.push(ClusterEvent::NodeAdded(spec));
                     tracing::info!(worker = %id, node = %node, "worker joined the cluster");
                 }

@@ -27,6 +27,7 @@ mod service;
 mod uids;
 mod upstream;
 
+mod speed;
 use service::Service;
 use upstream::{heartbeat_loop, report_loop, stop_launch_within};
 
@@ -62,6 +63,14 @@ pub struct WorkerConfig {
     /// a worker refuses to start: a job running as root can read every
     /// secret on the node.
     pub allow_root_jobs: bool,
+    /// Each GPU's relative time, declared (`--gpu-slowdown 1.2,1,...`: one
+    /// per GPU, by index), reported as measured.
+    pub gpu_slowdown: Vec<f64>,
+    /// A command run once per GPU before registering (`--speed-probe`),
+    /// with `CUDA_VISIBLE_DEVICES` and `BLOX_GPU` set to the GPU's index:
+    /// the number its last line of output prints (seconds), else its wall
+    /// time, is the GPU's relative time.
+    pub speed_probe: Option<String>,
 }
 
 /// Errors that stop a worker from starting.
@@ -106,6 +115,7 @@ fn logical_gpus(n: u32) -> Vec<GpuDevice> {
             uuid: format!("logical-{i}"),
             name: "logical".into(),
             memory_gb: 16.0,
+            relative_time: 0.0,
         })
         .collect()
 }
@@ -125,6 +135,7 @@ fn nvml_gpus() -> Result<Vec<GpuDevice>, String> {
                 .memory_info()
                 .map(|m| m.total as f64 / (1u64 << 30) as f64)
                 .unwrap_or(0.0),
+            relative_time: 0.0,
         });
     }
     Ok(out)
@@ -496,7 +507,8 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
             None
         }
     };
-    let gpus = discover_gpus(cfg.logical_gpus)?;
+    let mut gpus = discover_gpus(cfg.logical_gpus)?;
+    speed::measure(&mut gpus, &cfg.gpu_slowdown, cfg.speed_probe.as_deref())?;
     std::fs::create_dir_all(&cfg.workdir)
         .map_err(|e| WorkerError::Io(format!("{}: {e}", cfg.workdir.display())))?;
     let listener = crate::net::listen(cfg.listen).await?;

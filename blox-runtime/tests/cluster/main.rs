@@ -15,6 +15,7 @@ mod requests;
 mod security;
 mod teams;
 mod topology;
+mod variability;
 
 use blox_runtime::ctl::Ctl;
 use blox_runtime::net::{Security, TlsFiles};

@@ -60,6 +60,8 @@ fn workers_need_a_client_certificate_when_the_scheduler_asks_for_one() {
             job_user: None,
             allow_root_jobs: true,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
         .unwrap()
     };

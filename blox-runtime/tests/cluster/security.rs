@@ -45,6 +45,8 @@ fn a_refused_worker_stops_with_the_reason() {
                 job_user: None,
                 allow_root_jobs: true,
                 job_uids: None,
+                gpu_slowdown: Vec::new(),
+                speed_probe: None,
             }))
             .unwrap();
         let why = c
@@ -77,6 +79,8 @@ fn a_refused_worker_stops_with_the_reason() {
             job_user: None,
             allow_root_jobs: true,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
         .unwrap();
     let waited =
@@ -328,6 +332,8 @@ fn a_job_run_as_its_own_account_reads_no_credential() {
             job_user: Some("nobody".into()),
             allow_root_jobs: false,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
         .unwrap();
     c.workers.push(w);
@@ -392,6 +398,8 @@ fn a_root_worker_without_a_job_user_and_an_open_token_file_are_refused() {
             job_user: job_user.map(str::to_string),
             allow_root_jobs: false,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
     };
     let e = start(None).err().expect("refused").to_string();
@@ -543,6 +551,8 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
             job_user: None,
             allow_root_jobs: false,
             job_uids: Some(range),
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
         .unwrap();
     c.workers.push(w);

@@ -40,6 +40,8 @@ fn workers_place_themselves_by_label_and_bad_labels_are_refused() {
             job_user: None,
             allow_root_jobs: true,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }))
         .unwrap()
     };

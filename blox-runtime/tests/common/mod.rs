@@ -143,6 +143,8 @@ impl Cluster {
             job_user: None,
             allow_root_jobs: true,
             job_uids: None,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
         }
     }
 

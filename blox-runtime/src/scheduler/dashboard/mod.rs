@@ -86,7 +86,13 @@ impl View {
                             let name = lp.jobs.get(j).map(|x| x.spec.name.as_str());
                             json!({"id": j.0, "name": name.unwrap_or("")})
                         });
-                        json!({"gpu": g.local_id, "job": job})
+                        // Its slowdown factor for the placements, where
+                        // the workers measured one (1: the median GPU).
+                        let slowdown = lp
+                            .cluster
+                            .variability()
+                            .and_then(|v| v.factor(g.id, v.class_of(None)));
+                        json!({"gpu": g.local_id, "job": job, "slowdown": slowdown})
                     })
                     .collect();
                 let labels: serde_json::Map<String, Value> = lp
