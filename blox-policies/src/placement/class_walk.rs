@@ -91,6 +91,18 @@ pub fn class_walk(
     schedule: &Schedule,
     jobs: &JobState,
     cluster: &ClusterState,
+    choose: impl FnMut(&str, &[GpuId], usize) -> Option<Vec<GpuId>>,
+) -> Placement {
+    non_sticky_walk(schedule, jobs, cluster, true, choose)
+}
+
+/// The walk without step 2's re-ordering when `by_class` is false (the
+/// artifact's Packed-Non-Sticky and Random-Non-Sticky).
+pub fn non_sticky_walk(
+    schedule: &Schedule,
+    jobs: &JobState,
+    cluster: &ClusterState,
+    by_class: bool,
     mut choose: impl FnMut(&str, &[GpuId], usize) -> Option<Vec<GpuId>>,
 ) -> Placement {
     let mut out = Placement::default();
@@ -135,7 +147,9 @@ pub fn class_walk(
         head.push(d);
     }
     let cut = head.len();
-    head.sort_by_key(|d| class_rank(d.job));
+    if by_class {
+        head.sort_by_key(|d| class_rank(d.job));
+    }
     let order: Vec<&Demand> = head
         .into_iter()
         .chain(schedule.entries[cut..].iter())
@@ -185,4 +199,89 @@ pub fn class_walk(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_util::*;
+    use blox_core::variability::Variability;
+    use blox_core::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Whatever the load and the factors, PM-First, PAL and
+        // Packed-Non-Sticky give no GPU to two jobs, use no GPU that a job
+        // outside the decision still holds, give each job what it asked,
+        // stop every running job the order leaves out or does not place,
+        // and place a prefix of their walk (no backfill).
+        #[test]
+        fn the_non_sticky_placements_keep_the_rules(
+            sizes in proptest::collection::vec(1u32..7, 1..14),
+            running in proptest::collection::vec(any::<bool>(), 14),
+            listed in proptest::collection::vec(any::<bool>(), 14),
+            factors in proptest::collection::vec(0.5f64..3.0, 16),
+            which in 0usize..3,
+        ) {
+            let mut cluster = ClusterState::homogeneous(4, 4);
+            let rows: Vec<Vec<f64>> = factors.iter().map(|f| vec![*f]).collect();
+            cluster.set_variability(Some(
+                Variability::new(vec!["c".into()], rows, Default::default(), "c".into()).unwrap(),
+            ));
+            let mut state = JobState::new();
+            let mut next = 0u32;
+            for (i, &n) in sizes.iter().enumerate() {
+                let j = job(i as u64, i as f64, n);
+                if running[i] && next + n <= 16 {
+                    add(&mut state, &mut cluster, j, &(next..next + n).collect::<Vec<_>>());
+                    next += n;
+                } else {
+                    add(&mut state, &mut cluster, j, &[]);
+                }
+            }
+            let order: Vec<&Job> = state
+                .runnable()
+                .filter(|j| listed[j.id().0 as usize])
+                .collect();
+            let schedule = Schedule::in_priority_order(order);
+            let name = ["pm-first", "pal", "packed-non-sticky"][which];
+            let mut p = registry::build_placement(&ModuleConfig::named("placement", name)).unwrap();
+            let d = p.place(&info(0.0), &schedule, &state, &cluster);
+            let mut used = std::collections::HashSet::new();
+            let launched: std::collections::HashSet<JobId> = d.launch.iter().map(|a| a.job).collect();
+            for a in &d.launch {
+                let j = state.get(a.job).unwrap();
+                prop_assert_eq!(a.gpus.len() as u32, j.spec.requested_gpus);
+                for g in &a.gpus {
+                    prop_assert!(used.insert(*g), "{g:?} twice");
+                }
+            }
+            for j in state.running() {
+                let stops = d.preempt.contains(&j.id());
+                let moves = launched.contains(&j.id());
+                if !stops && !moves {
+                    // It keeps its GPUs: nobody else may get them.
+                    for g in &j.allocation {
+                        prop_assert!(used.insert(*g), "{g:?} of job {} kept and given", j.id());
+                    }
+                }
+                prop_assert!(!(stops && moves));
+            }
+            // Every job the order lists and the placement leaves out ends
+            // the walk: those placed come before it (for PM-First and PAL,
+            // in the order re-sorted by class: all one class here).
+            let pos: Vec<bool> = schedule
+                .entries
+                .iter()
+                .map(|e| {
+                    launched.contains(&e.job)
+                        || state.get(e.job).is_some_and(|j| {
+                            j.is_running() && !d.preempt.contains(&e.job)
+                        })
+                })
+                .collect();
+            if let Some(first_out) = pos.iter().position(|p| !p) {
+                prop_assert!(pos[first_out..].iter().all(|p| !p), "{pos:?}");
+            }
+        }
+    }
 }

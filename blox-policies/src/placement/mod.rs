@@ -10,6 +10,7 @@ pub mod failure_aware;
 pub mod first_free;
 pub mod gpu_classes;
 pub mod most_free;
+pub mod packed_non_sticky;
 pub mod pal;
 pub mod pm_first;
 pub mod synergy;
