@@ -68,6 +68,9 @@ fn packed_sticky_pm_first_and_pal_match_the_artifact_job_for_job() {
             ("philly-packed-sticky", "packed-sticky"),
             ("philly-pm-first", "pm-first"),
             ("philly-pal", "pal"),
+            ("philly-packed-non-sticky", "packed-non-sticky"),
+            ("philly-random-sticky", "random-sticky"),
+            ("philly-random-non-sticky", "random-non-sticky"),
         ] {
             let f = format!("data/pal/results/philly-{w}-{placement}.csv");
             if !Path::new(&f).exists() {

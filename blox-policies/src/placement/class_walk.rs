@@ -209,7 +209,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        // Whatever the load and the factors, PM-First, PAL and
+        // Whatever the load and the factors, PM-First, PAL, Random- and
         // Packed-Non-Sticky give no GPU to two jobs, use no GPU that a job
         // outside the decision still holds, give each job what it asked,
         // stop every running job the order leaves out or does not place,
@@ -220,7 +220,7 @@ mod tests {
             running in proptest::collection::vec(any::<bool>(), 14),
             listed in proptest::collection::vec(any::<bool>(), 14),
             factors in proptest::collection::vec(0.5f64..3.0, 16),
-            which in 0usize..3,
+            which in 0usize..4,
         ) {
             let mut cluster = ClusterState::homogeneous(4, 4);
             let rows: Vec<Vec<f64>> = factors.iter().map(|f| vec![*f]).collect();
@@ -243,7 +243,7 @@ mod tests {
                 .filter(|j| listed[j.id().0 as usize])
                 .collect();
             let schedule = Schedule::in_priority_order(order);
-            let name = ["pm-first", "pal", "packed-non-sticky"][which];
+            let name = ["pm-first", "pal", "packed-non-sticky", "random-non-sticky"][which];
             let mut p = registry::build_placement(&ModuleConfig::named("placement", name)).unwrap();
             let d = p.place(&info(0.0), &schedule, &state, &cluster);
             let mut used = std::collections::HashSet::new();

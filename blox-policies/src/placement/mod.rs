@@ -13,6 +13,8 @@ pub mod most_free;
 pub mod packed_non_sticky;
 pub mod pal;
 pub mod pm_first;
+pub mod py_random;
+pub mod random;
 pub mod synergy;
 pub mod tiresias_skew;
 pub mod topology;
