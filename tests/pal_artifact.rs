@@ -107,6 +107,51 @@ fn packed_sticky_pm_first_and_pal_match_the_artifact_job_for_job() {
     assert!(checked >= 3, "no artifact results found");
 }
 
+/// The locality penalty (PAL Fig. 12's axis) as the artifact applies it:
+/// its runs at 1.0 and 3.0 on workload 1
+/// (`data/pal/results/locality/`), job for job.
+#[test]
+fn the_locality_penalty_matches_the_artifact_at_1_and_3() {
+    for penalty in ["1.0", "3.0"] {
+        for placement in ["packed-sticky", "pm-first", "pal"] {
+            let p = format!("data/pal/results/locality/philly-1-penalty-{penalty}-{placement}.csv");
+            let mut r = csv::Reader::from_path(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+            let want: BTreeMap<u64, f64> = r
+                .records()
+                .map(|row| {
+                    let row = row.unwrap();
+                    (row[0].parse().unwrap(), row[3].parse().unwrap())
+                })
+                .collect();
+            let sim = format!("sim.locality_penalty={penalty}");
+            let pl = format!("placement.locality_penalty={penalty}");
+            let mut extra = vec![sim.as_str()];
+            if placement == "pal" {
+                extra.push(pl.as_str());
+            }
+            let got = run(
+                &format!("lp-{penalty}-{placement}"),
+                &format!("philly-{placement}"),
+                "data/pal/workloads/philly/workload-1.csv",
+                &extra,
+            );
+            let close = want
+                .iter()
+                .filter(|(id, j)| {
+                    got.get(id)
+                        .is_some_and(|g| (g - *j).abs() <= 0.01 * j.max(1.0))
+                })
+                .count();
+            assert_eq!(close, want.len(), "penalty {penalty}, {placement}");
+            let (a, b) = (mean(&want), mean(&got));
+            assert!(
+                (b / a - 1.0).abs() <= 0.001,
+                "penalty {penalty}, {placement}: {b} against {a}"
+            );
+        }
+    }
+}
+
 /// PM-First's defining property on its own setting: placing each job on
 /// the fastest GPUs for its class beats Packed-Sticky, which ignores the
 /// variability (the artifact: 14 % lower mean JCT on workload 1).
