@@ -42,16 +42,22 @@ fn run(tag: &str, config: &str, workload: &str, extra: &[&str]) -> BTreeMap<u64,
     jobs
 }
 
-/// The artifact's JCTs (`data/pal/results/philly-N-placement.csv`).
-fn artifact(workload: u32, placement: &str) -> BTreeMap<u64, f64> {
-    let p = format!("data/pal/results/philly-{workload}-{placement}.csv");
-    let mut r = csv::Reader::from_path(Path::new(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+/// JCTs by job of an artifact run (`job_id,submit_s,finish_s,jct_s`).
+fn read_jcts(p: &str) -> BTreeMap<u64, f64> {
+    let mut r = csv::Reader::from_path(Path::new(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     r.records()
         .map(|row| {
             let row = row.unwrap();
             (row[0].parse().unwrap(), row[3].parse().unwrap())
         })
         .collect()
+}
+
+/// The artifact's JCTs (`data/pal/results/philly-N-placement.csv`).
+fn artifact(workload: u32, placement: &str) -> BTreeMap<u64, f64> {
+    read_jcts(&format!(
+        "data/pal/results/philly-{workload}-{placement}.csv"
+    ))
 }
 
 fn mean(m: &BTreeMap<u64, f64>) -> f64 {
@@ -114,15 +120,9 @@ fn packed_sticky_pm_first_and_pal_match_the_artifact_job_for_job() {
 fn the_locality_penalty_matches_the_artifact_at_1_and_3() {
     for penalty in ["1.0", "3.0"] {
         for placement in ["packed-sticky", "pm-first", "pal"] {
-            let p = format!("data/pal/results/locality/philly-1-penalty-{penalty}-{placement}.csv");
-            let mut r = csv::Reader::from_path(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
-            let want: BTreeMap<u64, f64> = r
-                .records()
-                .map(|row| {
-                    let row = row.unwrap();
-                    (row[0].parse().unwrap(), row[3].parse().unwrap())
-                })
-                .collect();
+            let want = read_jcts(&format!(
+                "data/pal/results/locality/philly-1-penalty-{penalty}-{placement}.csv"
+            ));
             let sim = format!("sim.locality_penalty={penalty}");
             let pl = format!("placement.locality_penalty={penalty}");
             let mut extra = vec![sim.as_str()];
@@ -184,16 +184,19 @@ fn variability_needs_its_table_and_refuses_bad_factors() {
         "{e}"
     );
     // A table missing a GPU, and a factor that is not positive.
+    let with_factors = |f: &Path| {
+        blox_err(&[
+            "sim",
+            "examples/configs/pal/philly-packed-sticky.toml",
+            "--set",
+            &format!("cluster.variability.factors={}", f.display()),
+        ])
+    };
     let short = dir.path().join("short.csv");
     let table = std::fs::read_to_string(root.join("data/pal/factors/sim-16x4.csv")).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     std::fs::write(&short, lines[..lines.len() - 1].join("\n")).unwrap();
-    let e = blox_err(&[
-        "sim",
-        "examples/configs/pal/philly-packed-sticky.toml",
-        "--set",
-        &format!("cluster.variability.factors={}", short.display()),
-    ]);
+    let e = with_factors(&short);
     assert!(
         e.contains("no factors for GPU 63 (node 15, GPU 3 of it)") && e.contains("short.csv"),
         "{e}"
@@ -211,12 +214,7 @@ fn variability_needs_its_table_and_refuses_bad_factors() {
         })
         .collect();
     std::fs::write(&zero, bad.join("\n")).unwrap();
-    let e = blox_err(&[
-        "sim",
-        "examples/configs/pal/philly-packed-sticky.toml",
-        "--set",
-        &format!("cluster.variability.factors={}", zero.display()),
-    ]);
+    let e = with_factors(&zero);
     assert!(
         e.contains("zero.csv:7") && e.contains("PerfVar_classA = 0"),
         "{e}"

@@ -395,39 +395,15 @@ impl ClusterState {
         if self.variability.is_some() && !self.measured_variability {
             return;
         }
-        let mut measured: Vec<f64> = self
-            .nodes
-            .iter()
-            .flat_map(|n| n.spec.gpu_slowdown.iter().copied())
-            .collect();
-        if measured.is_empty() {
-            return;
-        }
-        measured.sort_by(f64::total_cmp);
-        let m = measured.len();
-        let median = if m % 2 == 1 {
-            measured[m / 2]
-        } else {
-            (measured[m / 2 - 1] + measured[m / 2]) / 2.0
-        };
-        let rows: Vec<Vec<f64>> = self
+        let times: Vec<Option<f64>> = self
             .gpus
             .iter()
             .map(|g| {
                 let spec = &self.nodes[g.node.index()].spec;
-                vec![spec
-                    .gpu_slowdown
-                    .get(g.local_id as usize)
-                    .map_or(1.0, |v| v / median)]
+                spec.gpu_slowdown.get(g.local_id as usize).copied()
             })
             .collect();
-        let class = crate::variability::MEASURED.to_string();
-        if let Ok(v) = crate::variability::Variability::new(
-            vec![class.clone()],
-            rows,
-            Default::default(),
-            class,
-        ) {
+        if let Some(v) = crate::variability::Variability::measured(&times) {
             self.variability = Some(std::sync::Arc::new(v));
             self.measured_variability = true;
         }

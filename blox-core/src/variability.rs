@@ -80,6 +80,34 @@ impl Variability {
         })
     }
 
+    /// Factors of one class, [`MEASURED`], from each GPU's relative time
+    /// (by GPU id; `None`: not measured, factor 1): each over the median
+    /// of the measured ones. `None` when no GPU was measured.
+    pub fn measured(times: &[Option<f64>]) -> Option<Self> {
+        let mut m: Vec<f64> = times.iter().flatten().copied().collect();
+        if m.is_empty() {
+            return None;
+        }
+        m.sort_by(f64::total_cmp);
+        let n = m.len();
+        let median = if n % 2 == 1 {
+            m[n / 2]
+        } else {
+            (m[n / 2 - 1] + m[n / 2]) / 2.0
+        };
+        let rows = times
+            .iter()
+            .map(|t| vec![t.map_or(1.0, |v| v / median)])
+            .collect();
+        Self::new(
+            vec![MEASURED.to_string()],
+            rows,
+            BTreeMap::new(),
+            MEASURED.to_string(),
+        )
+        .ok()
+    }
+
     /// The classes, in the file's order.
     pub fn classes(&self) -> &[String] {
         &self.classes
@@ -313,6 +341,16 @@ mod tests {
         assert_eq!(v.slowest(&[GpuId(2)], "classC"), 1.0);
         assert_eq!(v.slowest(&[], "classC"), 1.0);
         assert_eq!(v.column("classC").unwrap(), vec![1.3, 0.9, 1.0]);
+    }
+
+    #[test]
+    fn measured_times_become_factors_over_their_median() {
+        let v = Variability::measured(&[Some(2.0), Some(1.0), None, Some(1.0), Some(3.0)]).unwrap();
+        // Median of 1, 1, 2, 3: 1.5; the unmeasured GPU counts 1.
+        let f = v.column(MEASURED).unwrap();
+        assert_eq!(f, vec![2.0 / 1.5, 1.0 / 1.5, 1.0, 1.0 / 1.5, 2.0]);
+        assert_eq!(v.class_of(Some("anything")), MEASURED);
+        assert!(Variability::measured(&[None, None]).is_none());
     }
 
     #[test]
