@@ -25,11 +25,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn tempdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("blox-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn tempdir(tag: &str) -> shared::Scratch {
+    shared::Scratch::new(&format!("cli-{tag}"))
 }
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {

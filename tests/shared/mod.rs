@@ -2,7 +2,7 @@
 //! crate uses some of them.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn output<S: AsRef<std::ffi::OsStr>>(bin: &Path, dir: &Path, args: &[S]) -> Output {
@@ -68,4 +68,46 @@ pub fn sweep_table(dir: &Path) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+/// A scratch folder under the system's temp folder, emptied when made and
+/// removed when dropped, unless the test is failing: a failed test leaves its
+/// files to read, a passing one leaves nothing (CI disks are small).
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `$TMPDIR/blox-{tag}-{pid}`, empty.
+    pub fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("blox-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
