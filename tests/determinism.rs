@@ -161,3 +161,116 @@ fn synthesis_is_the_same_on_one_thread_and_on_several() {
     };
     assert_eq!(policies(&r1), policies(&r4));
 }
+
+/// FNV-1a, 64 bits: a fingerprint of an output file.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Issue 39: the loop is made faster without changing a decision. The
+/// fingerprints of `jobs.csv`, `rounds.csv` and `events.jsonl` (every launch
+/// with its GPUs, every preemption and wait reason) of FIFO, LAS, SRTF and
+/// Tiresias under two placements, on an overloaded slice of the scale
+/// benchmark (5,000 Philly-drawn jobs, 256 GPUs; LAS preempts 14,200 times),
+/// were recorded with the loop of 30e9709, before the speed work
+/// (`blox sim examples/configs/scale-1m.toml --set scheduling.policy=P
+/// --set placement.policy='"PL"' --set workload.num_jobs=5000 --set
+/// cluster.nodes=64 --set workload.jobs_per_hour=60 --out DIR`).
+#[test]
+fn the_scale_benchmarks_decisions_are_those_recorded_before_the_speed_work() {
+    // (policy, placement, jobs.csv, rounds.csv, events.jsonl)
+    const RECORDED: [(&str, &str, u64, u64, u64); 8] = [
+        (
+            "fifo",
+            "consolidated",
+            0xf1e7a4b41f27daf0,
+            0x02788f384d3dc513,
+            0xaf82c93dd70f4f83,
+        ),
+        (
+            "fifo",
+            "first-free",
+            0xf1e7a4b41f27daf0,
+            0x9c19fe0e3594f7f0,
+            0x88aa362f62023472,
+        ),
+        (
+            "las",
+            "consolidated",
+            0xe9a3c5b85d1e767e,
+            0x5f018db1277cf49d,
+            0x4a25ba632a8eb9f3,
+        ),
+        (
+            "las",
+            "first-free",
+            0xe9a3c5b85d1e767e,
+            0xd8be8ef2bf73e88b,
+            0x9cf91e766dbb4a84,
+        ),
+        (
+            "srtf",
+            "consolidated",
+            0xdd07ac2852a194ca,
+            0x249c4931762f3a45,
+            0x58367c72823b7964,
+        ),
+        (
+            "srtf",
+            "first-free",
+            0xdd07ac2852a194ca,
+            0xdf6c77cff5f9d378,
+            0xd61da07a90626d95,
+        ),
+        (
+            "tiresias",
+            "consolidated",
+            0x3be520ca7e45907b,
+            0xc0819df7b31762ed,
+            0x30b13db4e4ee30de,
+        ),
+        (
+            "tiresias",
+            "first-free",
+            0x3be520ca7e45907b,
+            0x34426e5360e525ba,
+            0x76cc59f9a90c06fc,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (policy, placement, jobs, rounds, events) in RECORDED {
+        let dir = out_dir(&format!("scale-{policy}-{placement}"));
+        let o = Command::new(env!("CARGO_BIN_EXE_blox"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["sim", "examples/configs/scale-1m.toml", "--quiet", "--out"])
+            .arg(&dir)
+            .args(["--set", &format!("scheduling.policy={policy}")])
+            .args(["--set", &format!("placement.policy=\"{placement}\"")])
+            .args([
+                "--set",
+                "workload.num_jobs=5000",
+                "--set",
+                "cluster.nodes=64",
+            ])
+            .args(["--set", "workload.jobs_per_hour=60"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        for (file, want) in [
+            ("jobs.csv", jobs),
+            ("rounds.csv", rounds),
+            ("events.jsonl", events),
+        ] {
+            let got = fnv1a(&std::fs::read(dir.join(file)).unwrap());
+            if got != want {
+                wrong.push(format!(
+                    "{policy}/{placement} {file}: {got:#018x}, recorded {want:#018x}"
+                ));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(wrong.is_empty(), "outputs changed:\n{}", wrong.join("\n"));
+}
