@@ -285,6 +285,26 @@ impl JobState {
         self.active.values_mut()
     }
 
+    /// The admitted jobs among `ids` (sorted, without repeats), in id order:
+    /// one walk over the active jobs between the first and the last id
+    /// instead of a lookup per id (a simulator reporting every running
+    /// job's progress every round).
+    pub fn active_mut_among<'a>(
+        &'a mut self,
+        ids: &'a [JobId],
+    ) -> impl Iterator<Item = &'a mut Job> + 'a {
+        debug_assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        let range = match (ids.first(), ids.last()) {
+            (Some(&a), Some(&b)) => Some(self.active.range_mut(a..=b)),
+            _ => None,
+        };
+        let mut want = ids.iter().peekable();
+        range.into_iter().flatten().filter_map(move |(id, job)| {
+            while want.next_if(|w| **w < *id).is_some() {}
+            want.next_if(|w| **w == *id).map(|_| job)
+        })
+    }
+
     /// Jobs a scheduler may run this round (queued or running), in id order.
     pub fn runnable(&self) -> impl Iterator<Item = &Job> {
         self.active

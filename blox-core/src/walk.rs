@@ -41,30 +41,51 @@ use crate::job_state::JobState;
 use crate::module::{Assignment, Placement, Schedule};
 use serde::Deserialize;
 
-/// Free GPUs during the walk: a dense bitmap plus per-node counts.
+/// Free GPUs during the walk: a dense bitmap, per-node counts, and the nodes
+/// grouped by how many GPUs they have free (so a best fit costs the GPUs a
+/// node can hold, not a scan of every node: issue 39).
 pub struct FreeGpus<'a> {
     pub cluster: &'a ClusterState,
     free: Vec<bool>,
     per_node: Vec<u32>,
     count: u32,
+    /// `by_free[c - 1]`: a bitset over node indices of the nodes with
+    /// exactly `c` free GPUs (`c` ≥ 1).
+    by_free: Vec<Vec<u64>>,
 }
 
 impl<'a> FreeGpus<'a> {
     /// The cluster's free GPUs now.
     pub fn new(cluster: &'a ClusterState) -> Self {
         let mut free = vec![false; cluster.gpus().len()];
-        let mut per_node = vec![0; cluster.nodes().len()];
+        let mut per_node = vec![0u32; cluster.nodes().len()];
         let mut count = 0;
-        for g in cluster.free_gpus() {
-            free[g.index()] = true;
-            per_node[cluster.gpu(g).unwrap().node.index()] += 1;
-            count += 1;
+        for g in cluster.gpus() {
+            if g.online && g.job.is_none() {
+                free[g.id.index()] = true;
+                per_node[g.node.index()] += 1;
+                count += 1;
+            }
+        }
+        let most = cluster
+            .nodes()
+            .iter()
+            .map(|n| n.gpus.len())
+            .max()
+            .unwrap_or(0);
+        let words = per_node.len().div_ceil(64);
+        let mut by_free = vec![vec![0u64; words]; most];
+        for (i, &c) in per_node.iter().enumerate() {
+            if c > 0 {
+                by_free[c as usize - 1][i / 64] |= 1 << (i % 64);
+            }
         }
         FreeGpus {
             cluster,
             free,
             per_node,
             count,
+            by_free,
         }
     }
 
@@ -79,6 +100,32 @@ impl<'a> FreeGpus<'a> {
     /// Free GPUs on a node.
     pub fn on_node(&self, node: NodeId) -> u32 {
         self.per_node[node.index()]
+    }
+
+    /// The most GPUs any node has (the most one node can have free).
+    pub fn node_size_max(&self) -> u32 {
+        self.by_free.len() as u32
+    }
+
+    /// The nodes with exactly `c` free GPUs (`c` ≥ 1), in id order.
+    pub fn nodes_with_free(&self, c: u32) -> impl Iterator<Item = NodeId> + '_ {
+        let words: &[u64] = match c {
+            0 => &[],
+            c => self
+                .by_free
+                .get(c as usize - 1)
+                .map_or(&[], |w| w.as_slice()),
+        };
+        words.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros();
+                    bits &= bits - 1;
+                    NodeId((w * 64 + b as usize) as u32)
+                })
+            })
+        })
     }
 
     /// Free GPUs of a node, by local id.
@@ -99,11 +146,25 @@ impl<'a> FreeGpus<'a> {
             .map(|(i, _)| GpuId(i as u32))
     }
 
+    /// Moves `node` from the group of its free count to that of `to`.
+    fn regroup(&mut self, node: usize, to: u32) {
+        let (w, bit) = (node / 64, 1u64 << (node % 64));
+        let from = self.per_node[node];
+        if from > 0 {
+            self.by_free[from as usize - 1][w] &= !bit;
+        }
+        if to > 0 {
+            self.by_free[to as usize - 1][w] |= bit;
+        }
+        self.per_node[node] = to;
+    }
+
     fn take(&mut self, gpus: &[GpuId]) {
         for g in gpus {
             debug_assert!(self.free[g.index()]);
             self.free[g.index()] = false;
-            self.per_node[self.cluster.gpu(*g).unwrap().node.index()] -= 1;
+            let node = self.cluster.gpus()[g.index()].node.index();
+            self.regroup(node, self.per_node[node] - 1);
             self.count -= 1;
         }
     }
@@ -112,7 +173,8 @@ impl<'a> FreeGpus<'a> {
         for g in gpus {
             if !self.free[g.index()] {
                 self.free[g.index()] = true;
-                self.per_node[self.cluster.gpu(*g).unwrap().node.index()] += 1;
+                let node = self.cluster.gpus()[g.index()].node.index();
+                self.regroup(node, self.per_node[node] + 1);
                 self.count += 1;
             }
         }

@@ -18,29 +18,25 @@ pub fn fewest_nodes(free: &FreeGpus, n: u32) -> Option<Vec<GpuId>> {
     if free.count() < n {
         return None;
     }
-    let nodes = free.cluster.nodes();
-    // One node if any can hold the whole job: best fit.
-    if let Some(node) = nodes
-        .iter()
-        .filter(|node| free.on_node(node.id) >= n)
-        .min_by_key(|node| (free.on_node(node.id), node.id))
-    {
-        return Some(free.gpus_on(node.id).take(n as usize).collect());
+    if n == 0 {
+        return Some(Vec::new());
     }
-    // Otherwise the emptiest nodes first.
-    let mut order: Vec<NodeId> = nodes
-        .iter()
-        .map(|n| n.id)
-        .filter(|id| free.on_node(*id) > 0)
-        .collect();
-    order.sort_by_key(|id| (std::cmp::Reverse(free.on_node(*id)), *id));
+    // One node if any can hold the whole job: best fit, the node with the
+    // fewest free GPUs that still fit (lowest id among equals).
+    let most = free.node_size_max();
+    if let Some(node) = (n..=most).find_map(|c| free.nodes_with_free(c).next()) {
+        return Some(free.gpus_on(node).take(n as usize).collect());
+    }
+    // Otherwise the emptiest nodes first (lowest id among equals).
     let mut out = Vec::with_capacity(n as usize);
-    for id in order {
-        for g in free.gpus_on(id) {
-            if out.len() == n as usize {
-                return Some(out);
+    for c in (1..=most).rev() {
+        for id in free.nodes_with_free(c) {
+            for g in free.gpus_on(id) {
+                if out.len() == n as usize {
+                    return Some(out);
+                }
+                out.push(g);
             }
-            out.push(g);
         }
     }
     (out.len() == n as usize).then_some(out)
@@ -120,6 +116,38 @@ mod tests {
         assert!(p.launch[0].gpus.iter().all(|g| (4..12).contains(&g.0)));
     }
 
+    /// The scan `fewest_nodes` replaced (every node visited per job), kept
+    /// as the reference its grouped lookup must equal.
+    fn fewest_nodes_by_scan(free: &FreeGpus, n: u32) -> Option<Vec<GpuId>> {
+        if free.count() < n {
+            return None;
+        }
+        let nodes = free.cluster.nodes();
+        if let Some(node) = nodes
+            .iter()
+            .filter(|node| free.on_node(node.id) >= n)
+            .min_by_key(|node| (free.on_node(node.id), node.id))
+        {
+            return Some(free.gpus_on(node.id).take(n as usize).collect());
+        }
+        let mut order: Vec<NodeId> = nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|id| free.on_node(*id) > 0)
+            .collect();
+        order.sort_by_key(|id| (std::cmp::Reverse(free.on_node(*id)), *id));
+        let mut out = Vec::with_capacity(n as usize);
+        for id in order {
+            for g in free.gpus_on(id) {
+                if out.len() == n as usize {
+                    return Some(out);
+                }
+                out.push(g);
+            }
+        }
+        (out.len() == n as usize).then_some(out)
+    }
+
     proptest! {
         // Whatever the load, a placement never gives a GPU to two jobs and never
         // uses a GPU that a job keeping its allocation holds.
@@ -152,6 +180,55 @@ mod tests {
             let total = used.len();
             used.sort_unstable(); used.dedup();
             prop_assert_eq!(total, used.len(), "a GPU was given twice");
+        }
+
+        // Issue 39: nodes grouped by free count give the same GPUs as the
+        // scan over every node, through a whole walk with preemptions (the
+        // walk's takes and puts regroup nodes), on nodes of mixed sizes,
+        // some offline, for 70 nodes (more than one 64-bit word of them).
+        #[test]
+        fn the_grouped_lookup_places_as_the_scan_did(
+            sizes in proptest::collection::vec(1u32..9, 1..70),
+            offline in proptest::collection::vec(any::<bool>(), 70),
+            jobs in proptest::collection::vec((1u32..24, any::<bool>(), 0u32..1000), 1..40),
+        ) {
+            let mut cluster = ClusterState::new();
+            for &k in &sizes {
+                cluster.add_node(NodeSpec::with_gpus(k));
+            }
+            for (i, off) in offline.iter().enumerate().take(sizes.len()) {
+                if *off && i % 3 == 0 {
+                    cluster.remove_node(NodeId(i as u32)).unwrap();
+                }
+            }
+            let mut state = JobState::new();
+            for (i, &(n, running, _)) in jobs.iter().enumerate() {
+                let j = job(i as u64, i as f64, n);
+                let free: Vec<u32> = cluster.free_gpus().map(|g| g.0).collect();
+                if running && free.len() >= n as usize {
+                    // Scattered GPUs: every third free one, then the rest.
+                    let mut pick: Vec<u32> = free.iter().copied().step_by(3).collect();
+                    pick.extend(free.iter().copied().filter(|g| g % 3 != 0));
+                    pick.sort_unstable();
+                    pick.dedup();
+                    pick.truncate(n as usize);
+                    if pick.len() == n as usize {
+                        add(&mut state, &mut cluster, j, &pick);
+                        continue;
+                    }
+                }
+                add(&mut state, &mut cluster, j, &[]);
+            }
+            // A priority order unrelated to arrival.
+            let mut order: Vec<&Job> = state.runnable().collect();
+            order.sort_by_key(|j| (jobs[j.id().0 as usize].2, j.id()));
+            let schedule = Schedule::in_priority_order(order);
+            for backfill in [false, true] {
+                let params = WalkParams { backfill, preempt: true };
+                let grouped = priority_walk(&params, &schedule, &state, &cluster, |f, _, n| fewest_nodes(f, n));
+                let scanned = priority_walk(&params, &schedule, &state, &cluster, |f, _, n| fewest_nodes_by_scan(f, n));
+                prop_assert_eq!(&grouped, &scanned);
+            }
         }
     }
 }

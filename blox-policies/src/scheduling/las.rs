@@ -16,8 +16,8 @@ impl SchedulingPolicy for Las {
     }
 
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
-        let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| by_attained_service(a, b));
+        // `by_attained_service`, keys read once.
+        let order = super::by_key_then_arrival(jobs.runnable(), |j| j.attained_service_gpu_s);
         Schedule::in_priority_order(order)
     }
 

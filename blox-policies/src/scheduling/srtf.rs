@@ -17,8 +17,10 @@ impl SchedulingPolicy for Srtf {
     }
 
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
-        let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| by_remaining_time(a, b));
+        // `by_remaining_time`, keys read once.
+        let order = super::by_key_then_arrival(jobs.runnable(), |j| {
+            j.expected_remaining_s().unwrap_or(f64::INFINITY)
+        });
         Schedule::in_priority_order(order)
     }
 

@@ -387,8 +387,9 @@ impl MetricCollector for SimBackend {
         // A handle on the store, so a job and its metrics are updated
         // under one lookup of each.
         let store = jobs.metrics().clone();
-        for &id in &dirty {
-            let (Some(s), Some(job)) = (self.jobs.get(&id), jobs.get_mut(id)) else {
+        for job in jobs.active_mut_among(&dirty) {
+            let id = job.id();
+            let Some(s) = self.jobs.get(&id) else {
                 continue;
             };
             if let Some(p) = &s.profile {
