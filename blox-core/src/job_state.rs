@@ -327,6 +327,18 @@ impl JobState {
         &self.finished
     }
 
+    /// Room for `n` more ended records, exactly (a simulator knows how many
+    /// jobs its trace has).
+    pub fn reserve_finished(&mut self, n: usize) {
+        self.finished.reserve_exact(n);
+    }
+
+    /// Takes the ended records out (a run that is done, turning them into
+    /// its tables); their metrics stay.
+    pub fn take_finished(&mut self) -> Vec<Job> {
+        std::mem::take(&mut self.finished)
+    }
+
     /// Records a job that never became active (e.g. rejected at submission).
     pub fn record_ended(&mut self, job: Job) {
         debug_assert!(job.status.is_terminal());

@@ -199,8 +199,12 @@ impl Simulation {
                 jobs.iter().map(|j| j.spec.id.0).max().unwrap_or(0),
             ))));
         }
+        let num_jobs = jobs.len();
         let backend = SimBackend::new(sim.clone(), run.round_s.get(), jobs, &cluster);
         let mut round_loop = RoundLoop::new(policies, cluster, run.round_s.get());
+        // Every job ends up in the ended records: room for them once, not
+        // a doubling buffer (up to twice their size) grown as they end.
+        round_loop.jobs.reserve_finished(num_jobs);
         round_loop.startup = StartupRules::from_run(&run);
         Ok(Simulation {
             round_loop,
@@ -399,13 +403,23 @@ impl Simulation {
     /// The tables of the run so far.
     pub fn finish(self) -> SimResult {
         let stop = self.stop_reason();
-        let track = self.run.track_jobs;
-        SimResult::from_loop(
-            &self.round_loop,
-            self.rounds,
-            self.backend.now_s(),
-            self.sim.round_quantized,
-            track,
+        let now_s = self.backend.now_s();
+        let Simulation {
+            round_loop,
+            backend,
+            run,
+            sim,
+            rounds,
+            ..
+        } = self;
+        // The simulator's own state goes before the tables are built.
+        drop(backend);
+        SimResult::from_finished_loop(
+            round_loop,
+            rounds,
+            now_s,
+            sim.round_quantized,
+            run.track_jobs,
             stop,
         )
     }

@@ -42,8 +42,10 @@ pub struct SimBackend {
     /// Time of tick 0 (forks start at the live clock).
     t0: f64,
     /// Extra offset when fast-forwarding over idle time (whole rounds).
-    trace: Vec<SimJob>,
-    next: usize,
+    /// Jobs not yet submitted, by arrival: each leaves at its submission
+    /// (its spec moves to the loop), and the buffer shrinks as it empties,
+    /// so a million-job trace does not outlive its arrivals (issue 39).
+    trace: std::collections::VecDeque<SimJob>,
     jobs: HashMap<JobId, SimJobState>,
     running: BTreeSet<JobId>,
     /// Jobs whose state changed since the last metric collection.
@@ -68,7 +70,9 @@ pub struct SimBackend {
     max_nodes: u32,
     /// Metrics fixed for a job's life (per-type speeds, epoch size, batch
     /// limits), reported once at the collection after its submission.
-    static_metrics: Vec<(JobId, String, f64)>,
+    /// (Names are literals but for the per-type speeds: a literal costs
+    /// no allocation per job, here or in the metric store.)
+    static_metrics: Vec<(JobId, std::borrow::Cow<'static, str>, f64)>,
     /// CPU/memory sensitivity by model (Synergy); models not listed do not
     /// depend on host resources.
     host_profiles: HostProfiles,
@@ -103,8 +107,7 @@ impl SimBackend {
             t0: 0.0,
             cfg,
             round_s,
-            trace,
-            next: 0,
+            trace: trace.into(),
             jobs: HashMap::default(),
             running: BTreeSet::new(),
             dirty: Vec::new(),
@@ -275,13 +278,13 @@ impl SimBackend {
 
     /// Jobs of the trace not yet submitted.
     pub fn pending(&self) -> usize {
-        self.trace.len() - self.next
+        self.trace.len()
     }
 
     /// True while something will happen without any policy acting: an
     /// arrival still to come, or a cluster change to report.
     pub fn has_pending_events(&self) -> bool {
-        self.next < self.trace.len()
+        !self.trace.is_empty()
             || !self.events.is_empty()
             || !self.planned.is_empty()
             || self.failures.as_ref().is_some_and(|f| f.any_down())
@@ -367,7 +370,7 @@ impl SimBackend {
     /// Metrics fixed at submission and not yet collected: a job popped this
     /// round reports them at the next round's collection. A snapshot taken
     /// between the two must carry them ([`crate::Simulation::snapshot`]).
-    pub fn pending_metrics(&self) -> &[(JobId, String, f64)] {
+    pub fn pending_metrics(&self) -> &[(JobId, std::borrow::Cow<'static, str>, f64)] {
         &self.static_metrics
     }
 }
@@ -379,7 +382,10 @@ impl MetricCollector for SimBackend {
         jobs: &mut JobState,
     ) -> Result<(), BackendError> {
         for (id, k, v) in std::mem::take(&mut self.static_metrics) {
-            jobs.metrics().set(id, &k, v);
+            match k {
+                std::borrow::Cow::Borrowed(k) => jobs.metrics().update(id, |m| m.set_static(k, v)),
+                std::borrow::Cow::Owned(k) => jobs.metrics().set(id, &k, v),
+            }
         }
         let mut dirty = std::mem::take(&mut self.dirty);
         dirty.sort_unstable();
@@ -665,10 +671,10 @@ impl RoundClock for SimBackend {
             self.apply_interference();
         }
         self.advance(start, self.now());
-        if idle && self.running.is_empty() && self.next < self.trace.len() {
+        if let (true, true, Some(next)) = (idle, self.running.is_empty(), self.trace.front()) {
             // Nothing admitted or running: jump to the round of the next arrival.
             // (No further than a planned node change.)
-            let mut arrival = self.trace[self.next].spec.arrival_s;
+            let mut arrival = next.spec.arrival_s;
             if let Some((t, _)) = self.planned.front() {
                 arrival = arrival.min(*t);
             }

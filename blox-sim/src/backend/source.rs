@@ -7,10 +7,14 @@ use super::*;
 impl JobSource for SimBackend {
     fn poll_submissions(&mut self, round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError> {
         let mut out = Vec::new();
-        while self.next < self.trace.len()
-            && self.trace[self.next].spec.arrival_s <= round.now_s + 1e-9
+        while self
+            .trace
+            .front()
+            .is_some_and(|j| j.spec.arrival_s <= round.now_s + 1e-9)
         {
-            let j = &self.trace[self.next];
+            let Some(j) = self.trace.pop_front() else {
+                break;
+            };
             self.jobs.insert(
                 j.spec.id,
                 SimJobState {
@@ -78,7 +82,8 @@ impl JobSource for SimBackend {
             let id = j.spec.id;
             for t in self.cfg.speed_types() {
                 let v = self.cfg.speed(j.spec.model.as_deref(), t);
-                self.static_metrics.push((id, format!("speed.{t}"), v));
+                self.static_metrics
+                    .push((id, format!("speed.{t}").into(), v));
             }
             match &j.work {
                 WorkModel::Profile { app, .. } => {
@@ -101,7 +106,7 @@ impl JobSource for SimBackend {
                         .push((id, metric::EPOCH_SIZE.into(), self.cfg.epoch_s * k));
                 }
             }
-            let mut spec = j.spec.clone();
+            let mut spec = j.spec;
             // Synergy profiles a job before it is scheduled (optimistic
             // profiling, §4.1): its best share comes with the submission.
             if let Some(h) = spec
@@ -119,12 +124,15 @@ impl JobSource for SimBackend {
                 ]);
             }
             out.push(spec);
-            self.next += 1;
+        }
+        // Give back what the submitted jobs held, a quarter at a time.
+        if self.trace.capacity() > 1024 && self.trace.len() < self.trace.capacity() / 4 {
+            self.trace.shrink_to_fit();
         }
         Ok(out)
     }
 
     fn exhausted(&self) -> bool {
-        self.next >= self.trace.len()
+        self.trace.is_empty()
     }
 }

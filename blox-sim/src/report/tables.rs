@@ -256,13 +256,60 @@ impl SimResult {
     ) -> SimResult {
         let round_s = lp.round_s();
         let state = &lp.jobs;
-        let mut jobs: Vec<JobRow> = state
+        let jobs: Vec<JobRow> = state
             .finished()
             .iter()
             .chain(state.active())
             .chain(lp.waiting())
             .map(|j| JobRow::from_job(j, quantized, round_s))
             .collect();
+        Self::from_rows(jobs, lp, rounds, now_s, track, stop)
+    }
+
+    /// [`SimResult::from_loop`] for a loop that is done: its ended records
+    /// become rows a slice at a time and their memory goes as they do, so a
+    /// million-job run does not hold every job twice at its end (issue 39).
+    pub fn from_finished_loop(
+        mut lp: RoundLoop,
+        rounds: Vec<RoundRow>,
+        now_s: f64,
+        quantized: bool,
+        track: Option<[u64; 2]>,
+        stop: Option<StopReason>,
+    ) -> SimResult {
+        const SLICE: usize = 65_536;
+        let round_s = lp.round_s();
+        let mut ended = lp.jobs.take_finished();
+        let mut jobs = Vec::with_capacity(ended.len() + lp.jobs.num_active() + lp.waiting().len());
+        while !ended.is_empty() {
+            let at = ended.len().saturating_sub(SLICE);
+            jobs.extend(
+                ended
+                    .drain(at..)
+                    .map(|j| JobRow::from_job(&j, quantized, round_s)),
+            );
+            if ended.capacity() > 2 * ended.len() + SLICE {
+                ended.shrink_to_fit();
+            }
+        }
+        jobs.extend(
+            lp.jobs
+                .active()
+                .chain(lp.waiting())
+                .map(|j| JobRow::from_job(j, quantized, round_s)),
+        );
+        Self::from_rows(jobs, &lp, rounds, now_s, track, stop)
+    }
+
+    fn from_rows(
+        mut jobs: Vec<JobRow>,
+        lp: &RoundLoop,
+        rounds: Vec<RoundRow>,
+        now_s: f64,
+        track: Option<[u64; 2]>,
+        stop: Option<StopReason>,
+    ) -> SimResult {
+        // Ids are distinct: the order is the same whatever order rows came in.
         jobs.sort_unstable_by_key(|j| j.job_id);
         let tracked: Vec<&JobRow> = jobs
             .iter()
