@@ -565,8 +565,9 @@ impl ClusterState {
     /// Checks that `job` may take exactly `gpus` (exist, online, free or already its
     /// own, no duplicates) without changing anything.
     pub fn check_assignable(&self, job: JobId, gpus: &[GpuId]) -> Result<(), ClusterError> {
-        let mut seen = std::collections::HashSet::with_capacity(gpus.len());
-        for &gpu in gpus {
+        // Duplicates: a scan for the few GPUs of most jobs, a set beyond.
+        let mut seen = std::collections::HashSet::new();
+        for (i, &gpu) in gpus.iter().enumerate() {
             let g = self.gpu(gpu).ok_or(ClusterError::NoSuchGpu { gpu })?;
             if !g.online {
                 return Err(ClusterError::Offline { gpu });
@@ -576,7 +577,12 @@ impl ClusterState {
                     return Err(ClusterError::Busy { gpu, holder, job });
                 }
             }
-            if !seen.insert(gpu) {
+            let twice = if gpus.len() <= 16 {
+                gpus[..i].contains(&gpu)
+            } else {
+                !seen.insert(gpu)
+            };
+            if twice {
                 return Err(ClusterError::Duplicate { gpu, job });
             }
         }

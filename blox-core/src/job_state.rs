@@ -3,233 +3,9 @@
 
 use crate::ids::JobId;
 use crate::job::{Job, JobStatus};
-use dashmap::DashMap;
-use rustc_hash::FxBuildHasher;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-
-/// Per-job key→value metrics (loss, gradient noise scale, throughput fits, …).
-///
-/// Cloning a `MetricStore` shares it (it is a handle); an RPC thread can push into
-/// it while a round runs. [`JobState::fork`] deep-copies it.
-#[derive(Clone, Debug)]
-pub struct MetricStore {
-    /// Fx hashing: keys are small and trusted, and the simulator updates a few
-    /// metrics of every running job every round.
-    inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
-}
-
-/// One job's metrics. A job has a handful of keys, and the simulator sets a
-/// few of every running job's each round: a linear search (length first,
-/// then bytes) beats hashing the key here.
-#[derive(Clone, Debug, Default)]
-struct Metrics(Vec<(Key, f64)>);
-
-/// A metric's name: a literal the caller promised to keep passing (found by
-/// address before bytes are compared), or an owned copy.
-#[derive(Clone, Debug)]
-enum Key {
-    Static(&'static str),
-    Owned(Box<str>),
-}
-
-impl Key {
-    fn as_str(&self) -> &str {
-        match self {
-            Key::Static(s) => s,
-            Key::Owned(s) => s,
-        }
-    }
-}
-
-impl Metrics {
-    fn position(&self, key: &str) -> Option<usize> {
-        self.0.iter().position(|(k, _)| {
-            let k = k.as_str();
-            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
-        })
-    }
-
-    fn get(&self, key: &str) -> Option<&f64> {
-        self.position(key).map(|i| &self.0[i].1)
-    }
-
-    fn get_mut(&mut self, key: &str) -> Option<&mut f64> {
-        self.position(key).map(|i| &mut self.0[i].1)
-    }
-
-    fn insert(&mut self, key: String, value: f64) {
-        match self.get_mut(&key) {
-            Some(v) => *v = value,
-            None => self.0.push((Key::Owned(key.into_boxed_str()), value)),
-        }
-    }
-
-    fn remove(&mut self, key: &str) {
-        if let Some(i) = self.position(key) {
-            self.0.swap_remove(i);
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (String, f64)> + '_ {
-        self.0.iter().map(|(k, v)| (k.as_str().to_string(), *v))
-    }
-}
-
-impl FromIterator<(String, f64)> for Metrics {
-    fn from_iter<I: IntoIterator<Item = (String, f64)>>(iter: I) -> Self {
-        let mut m = Metrics::default();
-        for (k, v) in iter {
-            m.insert(k, v);
-        }
-        m
-    }
-}
-
-impl Default for MetricStore {
-    fn default() -> Self {
-        MetricStore {
-            inner: Arc::new(DashMap::with_hasher(FxBuildHasher)),
-        }
-    }
-}
-
-impl MetricStore {
-    /// Sets `key` of job `job` to `value`.
-    pub fn set(&self, job: JobId, key: &str, value: f64) {
-        let mut m = self.inner.entry(job).or_default();
-        // No allocation when the key is already there (the common case).
-        match m.get_mut(key) {
-            Some(v) => *v = value,
-            None => {
-                m.insert(key.to_owned(), value);
-            }
-        }
-    }
-
-    /// Several changes to one job's metrics under one lookup (what a
-    /// backend reporting a handful of metrics for every running job each
-    /// round wants): `f` gets that job's metrics.
-    pub fn update<R>(&self, job: JobId, f: impl FnOnce(&mut JobMetrics<'_>) -> R) -> R {
-        let mut m = self.inner.entry(job).or_default();
-        f(&mut JobMetrics(&mut m))
-    }
-
-    /// Adds `delta` to `key` (missing = 0).
-    pub fn add(&self, job: JobId, key: &str, delta: f64) {
-        let mut m = self.inner.entry(job).or_default();
-        match m.get_mut(key) {
-            Some(v) => *v += delta,
-            None => {
-                m.insert(key.to_owned(), delta);
-            }
-        }
-    }
-
-    /// Forgets `key` of job `job` (a metric that no longer holds).
-    pub fn remove(&self, job: JobId, key: &str) {
-        if let Some(mut m) = self.inner.get_mut(&job) {
-            m.remove(key);
-        }
-    }
-
-    /// How many keys job `job` has.
-    pub fn key_count(&self, job: JobId) -> usize {
-        self.inner.get(&job).map_or(0, |m| m.len())
-    }
-
-    pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
-        self.inner.get(&job).and_then(|m| m.get(key).copied())
-    }
-
-    /// All metrics of one job, sorted by key.
-    pub fn of_job(&self, job: JobId) -> BTreeMap<String, f64> {
-        self.inner
-            .get(&job)
-            .map(|m| m.iter().collect())
-            .unwrap_or_default()
-    }
-
-    pub fn remove_job(&self, job: JobId) -> BTreeMap<String, f64> {
-        self.inner
-            .remove(&job)
-            .map(|(_, m)| m.iter().collect())
-            .unwrap_or_default()
-    }
-
-    fn snapshot(&self) -> BTreeMap<JobId, BTreeMap<String, f64>> {
-        self.inner
-            .iter()
-            .map(|e| (*e.key(), e.value().iter().collect()))
-            .collect()
-    }
-
-    /// A new, independent store with the same contents.
-    pub fn deep_clone(&self) -> Self {
-        let out = MetricStore::default();
-        for e in self.inner.iter() {
-            out.inner.insert(*e.key(), e.value().clone());
-        }
-        out
-    }
-}
-
-/// One job's metrics, inside [`MetricStore::update`].
-pub struct JobMetrics<'a>(&'a mut Metrics);
-
-impl JobMetrics<'_> {
-    /// Sets `key` to `value` (no allocation when the key is already there).
-    pub fn set(&mut self, key: &str, value: f64) {
-        match self.0.get_mut(key) {
-            Some(v) => *v = value,
-            None => {
-                self.0.insert(key.to_owned(), value);
-            }
-        }
-    }
-
-    /// [`JobMetrics::set`] for a name that is a string literal: found by its
-    /// address, without comparing bytes, when the same literal is passed
-    /// again (a backend setting a few metrics of every running job every
-    /// round).
-    pub fn set_static(&mut self, key: &'static str, value: f64) {
-        match self.0.get_mut(key) {
-            Some(v) => *v = value,
-            None => self.0 .0.push((Key::Static(key), value)),
-        }
-    }
-
-    /// Forgets `key`.
-    pub fn remove(&mut self, key: &str) {
-        self.0.remove(key);
-    }
-
-    pub fn get(&self, key: &str) -> Option<f64> {
-        self.0.get(key).copied()
-    }
-}
-
-impl Serialize for MetricStore {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.snapshot().serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for MetricStore {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let snap = BTreeMap::<JobId, HashMap<String, f64>>::deserialize(d)?;
-        let out = MetricStore::default();
-        for (k, v) in snap {
-            out.inner.insert(k, v.into_iter().collect());
-        }
-        Ok(out)
-    }
-}
+pub use crate::metric_store::{JobMetrics, MetricStore};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Admitted jobs (queued or running), finished records and per-job metrics.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -342,6 +118,7 @@ impl JobState {
     /// Records a job that never became active (e.g. rejected at submission).
     pub fn record_ended(&mut self, job: Job) {
         debug_assert!(job.status.is_terminal());
+        self.metrics.archive(job.id());
         self.finished.push(job);
     }
 
@@ -370,6 +147,7 @@ impl JobState {
         for id in &done {
             if let Some(job) = self.active.remove(id) {
                 self.finished.push(job);
+                self.metrics.archive(*id);
             }
         }
         done

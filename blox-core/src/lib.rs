@@ -14,6 +14,7 @@ pub mod ids;
 pub mod job;
 pub mod job_state;
 pub mod metric;
+pub mod metric_store;
 pub mod module;
 pub mod registry;
 pub mod round;

@@ -283,16 +283,12 @@ impl RoundLoop {
         b.collect_metrics(&info, &mut self.jobs)
             .map_err(backend("metric collection"))?;
         // 3. Prune finished jobs, freeing their GPUs.
-        let ended_running: Vec<(JobId, Vec<GpuId>)> = self
-            .jobs
-            .active()
-            .filter(|j| j.status.is_terminal())
-            .map(|j| (j.id(), j.allocation.clone()))
-            .collect();
-        for (id, gpus) in &ended_running {
-            self.cluster.release(*id, gpus);
-        }
         let ended = self.jobs.prune_finished();
+        // The pruned jobs are the newest ended records, in the same order.
+        let records = self.jobs.finished();
+        for j in &records[records.len() - ended.len()..] {
+            self.cluster.release(j.id(), &j.allocation);
+        }
         self.events.ended(&self.jobs, &ended);
         // Jobs a backend sent back to the queue while they held GPUs (a crashed
         // process to be retried) give their GPUs back.

@@ -153,9 +153,20 @@ impl RoundLoop {
                     })
             })
         };
-        let kept: Vec<JobId> = self
-            .jobs
-            .running()
+        // Only jobs the placement stops or moves can be kept: those, in id
+        // order, rather than every running job checked against the placement.
+        let mut touched: Vec<JobId> = p
+            .preempt
+            .iter()
+            .copied()
+            .chain(p.launch.iter().map(|a| a.job))
+            .collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let kept: Vec<JobId> = touched
+            .into_iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| j.is_running())
             .filter(|j| p.preempt.contains(&j.id()) || moved(&p, j.id()))
             .filter(|j| self.is_protected(j, now_s, extra))
             .map(Job::id)

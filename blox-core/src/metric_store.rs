@@ -1,0 +1,431 @@
+//! The per-job metric store: a concurrent key→value table of every job's
+//! metrics (loss, gradient noise scale, throughput fits, …).
+//!
+//! Jobs that have ended are *archived*: their metrics stay readable but
+//! move out of the table that running jobs' metrics are written to every
+//! round, into one compact array. The table a simulator updates for its
+//! thousands of running jobs then stays the size of what runs, not of
+//! everything that ever ran, and an ended job costs a few dozen bytes instead
+//! of a table entry and an allocation (issue 39: a million-job run).
+
+use crate::ids::JobId;
+use dashmap::DashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+/// Per-job key→value metrics.
+///
+/// Cloning a `MetricStore` shares it (it is a handle); an RPC thread can push into
+/// it while a round runs. [`crate::JobState::fork`] deep-copies it.
+///
+/// Locks are taken in one order, a job's table shard before the archive, so
+/// a job is always in exactly one of the two.
+#[derive(Clone, Debug)]
+pub struct MetricStore {
+    /// Fx hashing: keys are small and trusted, and the simulator updates a few
+    /// metrics of every running job every round.
+    inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
+    /// Ended jobs' metrics ([`MetricStore::archive`]).
+    archive: Arc<RwLock<Archive>>,
+}
+
+/// One job's metrics. A job has a handful of keys, and the simulator sets a
+/// few of every running job's each round: a linear search (length first,
+/// then bytes) beats hashing the key here.
+#[derive(Clone, Debug, Default)]
+struct Metrics(Vec<(Key, f64)>);
+
+/// A metric's name: a literal the caller promised to keep passing (found by
+/// address before bytes are compared), or an owned copy.
+#[derive(Clone, Debug)]
+enum Key {
+    Static(&'static str),
+    Owned(Box<str>),
+}
+
+impl Key {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Static(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+impl Metrics {
+    fn position(&self, key: &str) -> Option<usize> {
+        self.0.iter().position(|(k, _)| {
+            let k = k.as_str();
+            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
+        })
+    }
+
+    fn get(&self, key: &str) -> Option<&f64> {
+        self.position(key).map(|i| &self.0[i].1)
+    }
+
+    fn get_mut(&mut self, key: &str) -> Option<&mut f64> {
+        self.position(key).map(|i| &mut self.0[i].1)
+    }
+
+    fn insert(&mut self, key: String, value: f64) {
+        match self.get_mut(&key) {
+            Some(v) => *v = value,
+            None => self.0.push((Key::Owned(key.into_boxed_str()), value)),
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(i) = self.position(key) {
+            self.0.swap_remove(i);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (String, f64)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_str().to_string(), *v))
+    }
+}
+
+impl FromIterator<(String, f64)> for Metrics {
+    fn from_iter<I: IntoIterator<Item = (String, f64)>>(iter: I) -> Self {
+        let mut m = Metrics::default();
+        for (k, v) in iter {
+            m.insert(k, v);
+        }
+        m
+    }
+}
+
+/// Ended jobs' metrics, end to end in one array; each job's run found
+/// through an index. A run taken out (a job written to again, or forgotten)
+/// leaves a hole; the array is compacted once holes are most of it.
+#[derive(Clone, Debug, Default)]
+struct Archive {
+    index: FxHashMap<JobId, (usize, usize)>,
+    entries: Vec<(Key, f64)>,
+    holes: usize,
+}
+
+impl Archive {
+    fn slice(&self, job: JobId) -> Option<&[(Key, f64)]> {
+        let &(at, n) = self.index.get(&job)?;
+        Some(&self.entries[at..at + n])
+    }
+
+    fn put(&mut self, job: JobId, m: Metrics) {
+        self.take(job);
+        let at = self.entries.len();
+        self.index.insert(job, (at, m.0.len()));
+        self.entries.extend(m.0);
+    }
+
+    fn take(&mut self, job: JobId) -> Option<Metrics> {
+        let (at, n) = self.index.remove(&job)?;
+        // The run's place keeps a cheap placeholder until compaction.
+        let m = self.entries[at..at + n]
+            .iter_mut()
+            .map(|e| std::mem::replace(e, (Key::Static(""), 0.0)))
+            .collect();
+        self.holes += n;
+        if self.holes > 1024 && self.holes * 2 > self.entries.len() {
+            self.compact();
+        }
+        Some(Metrics(m))
+    }
+
+    fn compact(&mut self) {
+        let mut runs: Vec<(JobId, usize, usize)> =
+            self.index.iter().map(|(j, &(at, n))| (*j, at, n)).collect();
+        runs.sort_unstable_by_key(|r| r.1);
+        let mut out = Vec::with_capacity(self.entries.len() - self.holes);
+        for (job, at, n) in runs {
+            self.index.insert(job, (out.len(), n));
+            out.extend(
+                self.entries[at..at + n]
+                    .iter_mut()
+                    .map(|e| std::mem::replace(e, (Key::Static(""), 0.0))),
+            );
+        }
+        self.entries = out;
+        self.holes = 0;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (JobId, &[(Key, f64)])> + '_ {
+        self.index
+            .iter()
+            .map(|(j, &(at, n))| (*j, &self.entries[at..at + n]))
+    }
+}
+
+impl Default for MetricStore {
+    fn default() -> Self {
+        MetricStore {
+            inner: Arc::new(DashMap::with_hasher(FxBuildHasher)),
+            archive: Arc::default(),
+        }
+    }
+}
+
+fn find(m: &[(Key, f64)], key: &str) -> Option<f64> {
+    m.iter()
+        .find(|(k, _)| {
+            let k = k.as_str();
+            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
+        })
+        .map(|(_, v)| *v)
+}
+
+fn to_map(m: &[(Key, f64)]) -> BTreeMap<String, f64> {
+    m.iter()
+        .map(|(k, v)| (k.as_str().to_string(), *v))
+        .collect()
+}
+
+impl MetricStore {
+    fn archive_read(&self) -> std::sync::RwLockReadGuard<'_, Archive> {
+        self.archive.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn archive_write(&self) -> std::sync::RwLockWriteGuard<'_, Archive> {
+        self.archive.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `job`'s metrics to change, brought back from the archive if it was
+    /// there (the shard's lock is held meanwhile: lock order table, archive).
+    fn entry(&self, job: JobId) -> dashmap::mapref::one::RefMut<'_, JobId, Metrics> {
+        match self.inner.entry(job) {
+            dashmap::Entry::Occupied(e) => e.into_ref(),
+            dashmap::Entry::Vacant(e) => {
+                let m = self.archive_write().take(job).unwrap_or_default();
+                e.insert(m)
+            }
+        }
+    }
+
+    /// Sets `key` of job `job` to `value`.
+    pub fn set(&self, job: JobId, key: &str, value: f64) {
+        let mut m = self.entry(job);
+        // No allocation when the key is already there (the common case).
+        match m.get_mut(key) {
+            Some(v) => *v = value,
+            None => {
+                m.insert(key.to_owned(), value);
+            }
+        }
+    }
+
+    /// Several changes to one job's metrics under one lookup (what a
+    /// backend reporting a handful of metrics for every running job each
+    /// round wants): `f` gets that job's metrics.
+    pub fn update<R>(&self, job: JobId, f: impl FnOnce(&mut JobMetrics<'_>) -> R) -> R {
+        let mut m = self.entry(job);
+        f(&mut JobMetrics(&mut m))
+    }
+
+    /// Adds `delta` to `key` (missing = 0).
+    pub fn add(&self, job: JobId, key: &str, delta: f64) {
+        let mut m = self.entry(job);
+        match m.get_mut(key) {
+            Some(v) => *v += delta,
+            None => {
+                m.insert(key.to_owned(), delta);
+            }
+        }
+    }
+
+    /// Forgets `key` of job `job` (a metric that no longer holds).
+    pub fn remove(&self, job: JobId, key: &str) {
+        if self.inner.contains_key(&job) || self.archive_read().index.contains_key(&job) {
+            self.entry(job).remove(key);
+        }
+    }
+
+    /// Moves an ended job's metrics out of the table written every round
+    /// into the compact archive; they stay readable, and a later write
+    /// brings them back.
+    pub fn archive(&self, job: JobId) {
+        if let dashmap::Entry::Occupied(e) = self.inner.entry(job) {
+            let mut a = self.archive_write();
+            let (_, m) = e.remove_entry();
+            a.put(job, m);
+        }
+    }
+
+    /// Reads `job`'s metrics wherever they are. A job moving from the
+    /// archive to the table between the two looks is found in the table
+    /// on a second look (the move happens under the table's lock).
+    fn read<R>(&self, job: JobId, f: impl Fn(&[(Key, f64)]) -> R) -> Option<R> {
+        for _ in 0..2 {
+            if let Some(m) = self.inner.get(&job) {
+                return Some(f(&m.0));
+            }
+            if let Some(m) = self.archive_read().slice(job) {
+                return Some(f(m));
+            }
+        }
+        None
+    }
+
+    /// How many keys job `job` has.
+    pub fn key_count(&self, job: JobId) -> usize {
+        self.read(job, |m| m.len()).unwrap_or(0)
+    }
+
+    pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
+        self.read(job, |m| find(m, key)).flatten()
+    }
+
+    /// All metrics of one job, sorted by key.
+    pub fn of_job(&self, job: JobId) -> BTreeMap<String, f64> {
+        self.read(job, to_map).unwrap_or_default()
+    }
+
+    pub fn remove_job(&self, job: JobId) -> BTreeMap<String, f64> {
+        if let Some((_, m)) = self.inner.remove(&job) {
+            return m.iter().collect();
+        }
+        self.archive_write()
+            .take(job)
+            .map(|m| m.iter().collect())
+            .unwrap_or_default()
+    }
+
+    fn snapshot(&self) -> BTreeMap<JobId, BTreeMap<String, f64>> {
+        let mut out: BTreeMap<JobId, BTreeMap<String, f64>> = self
+            .inner
+            .iter()
+            .map(|e| (*e.key(), e.value().iter().collect()))
+            .collect();
+        for (job, m) in self.archive_read().iter() {
+            out.entry(job).or_insert_with(|| to_map(m));
+        }
+        out
+    }
+
+    /// A new, independent store with the same contents.
+    pub fn deep_clone(&self) -> Self {
+        let out = MetricStore::default();
+        for e in self.inner.iter() {
+            out.inner.insert(*e.key(), e.value().clone());
+        }
+        *out.archive_write() = self.archive_read().clone();
+        out
+    }
+}
+
+/// One job's metrics, inside [`MetricStore::update`].
+pub struct JobMetrics<'a>(&'a mut Metrics);
+
+impl JobMetrics<'_> {
+    /// Sets `key` to `value` (no allocation when the key is already there).
+    pub fn set(&mut self, key: &str, value: f64) {
+        match self.0.get_mut(key) {
+            Some(v) => *v = value,
+            None => {
+                self.0.insert(key.to_owned(), value);
+            }
+        }
+    }
+
+    /// [`JobMetrics::set`] for a name that is a string literal: found by its
+    /// address, without comparing bytes, when the same literal is passed
+    /// again (a backend setting a few metrics of every running job every
+    /// round).
+    pub fn set_static(&mut self, key: &'static str, value: f64) {
+        match self.0.get_mut(key) {
+            Some(v) => *v = value,
+            None => self.0 .0.push((Key::Static(key), value)),
+        }
+    }
+
+    /// Forgets `key`.
+    pub fn remove(&mut self, key: &str) {
+        self.0.remove(key);
+    }
+
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).copied()
+    }
+}
+
+impl Serialize for MetricStore {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.snapshot().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for MetricStore {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let snap = BTreeMap::<JobId, HashMap<String, f64>>::deserialize(d)?;
+        let out = MetricStore::default();
+        for (k, v) in snap {
+            out.inner.insert(k, v.into_iter().collect());
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_archived_jobs_metrics_stay_readable_and_come_back_when_written() {
+        let store = MetricStore::default();
+        for j in 0..3000u64 {
+            store.update(JobId(j), |m| {
+                m.set_static("epochs_done", j as f64);
+                m.set_static("throughput", 2.0);
+            });
+            store.set(JobId(j), "loss", 1.0 / (j + 1) as f64);
+        }
+        for j in 0..3000u64 {
+            store.archive(JobId(j));
+        }
+        assert_eq!(store.inner.len(), 0);
+        assert_eq!(store.get(JobId(7), "epochs_done"), Some(7.0));
+        assert_eq!(store.get(JobId(7), "loss"), Some(0.125));
+        assert_eq!(store.key_count(JobId(7)), 3);
+        assert_eq!(store.of_job(JobId(8)).len(), 3);
+        // A write brings the job back with all its keys.
+        store.add(JobId(7), "epochs_done", 1.0);
+        assert_eq!(store.get(JobId(7), "epochs_done"), Some(8.0));
+        assert_eq!(store.get(JobId(7), "throughput"), Some(2.0));
+        assert_eq!(store.inner.len(), 1);
+        assert!(!store.archive_read().index.contains_key(&JobId(7)));
+        // Forgetting most archived jobs compacts the array.
+        for j in 0..2900u64 {
+            assert!(!store.remove_job(JobId(j)).is_empty());
+        }
+        let a = store.archive_read();
+        assert!(a.entries.len() < 1500, "{} entries", a.entries.len());
+        drop(a);
+        assert_eq!(store.get(JobId(2999), "throughput"), Some(2.0));
+        assert_eq!(store.snapshot().len(), 100);
+        let copy = store.deep_clone();
+        store.set(JobId(2999), "loss", 9.0);
+        assert_eq!(copy.get(JobId(2999), "loss"), Some(1.0 / 3000.0));
+        assert_eq!(store.get(JobId(2999), "loss"), Some(9.0));
+    }
+
+    #[test]
+    fn archiving_while_another_thread_writes_loses_nothing() {
+        let store = MetricStore::default();
+        let pusher = store.clone();
+        let t = std::thread::spawn(move || {
+            for i in 0..20_000u64 {
+                pusher.add(JobId(i % 50), "n", 1.0);
+            }
+        });
+        for _ in 0..2000 {
+            for j in 0..50 {
+                store.archive(JobId(j));
+            }
+        }
+        t.join().unwrap();
+        let total: f64 = (0..50).map(|j| store.get(JobId(j), "n").unwrap()).sum();
+        assert_eq!(total, 20_000.0);
+    }
+}
