@@ -115,7 +115,20 @@ impl Simulation {
         let section = cfg.section("workload");
         let cluster = cfg.cluster_state()?;
         check_variability(&policies, &cluster, &cfg.placement.location())?;
+        // A workload drawn to a size is checked before it is drawn; a trace
+        // once read (it fits; the run holds more).
+        let too_big = |n: usize, what: &str| {
+            crate::memory::check(n, what, &sim)
+                .map_err(|m| SimError::Workload(WorkloadError::Invalid(m)))
+        };
+        if let Some(n) = workload::WorkloadConfig::from_section(&section)?
+            .common
+            .num_jobs
+        {
+            too_big(n, &section.location("num_jobs"))?;
+        }
         let jobs = workload::load_for(&section, cfg.run.seed, Some(&cluster))?;
+        too_big(jobs.len(), &section.location("path"))?;
         let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
         let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;

@@ -469,3 +469,50 @@ fn local_runs_real_processes_under_the_configured_policy() {
         "{t}"
     );
 }
+
+/// Issue 39: a workload too large for memory is refused before it is
+/// drawn, with the estimate and the limit, not killed by the kernel later.
+#[test]
+fn a_workload_too_large_for_memory_is_refused_up_front() {
+    let t = std::time::Instant::now();
+    let o = blox(&[
+        "sim",
+        "examples/configs/scale-1m.toml",
+        "--set",
+        "sim.memory_limit_gb=0.5",
+        "--quiet",
+    ]);
+    let e = text(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains("1000000 jobs need about 1.18 GiB"), "{e}");
+    assert!(
+        e.contains("0.50 GiB is available ([sim] memory_limit_gb)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("scale-1m.toml:"),
+        "names where num_jobs was set: {e}"
+    );
+    // Without a limit of its own: what the machine has (a hundred billion
+    // jobs fit nowhere), refused as fast.
+    if std::path::Path::new("/proc/meminfo").exists() {
+        let o = blox(&[
+            "sim",
+            "examples/configs/scale-1m.toml",
+            "--set",
+            "workload.num_jobs=100000000000",
+            "--quiet",
+        ]);
+        let e = text(&o);
+        assert!(!o.status.success(), "{e}");
+        assert!(e.contains("100000000000 jobs need about"), "{e}");
+        assert!(
+            e.contains("GiB is available (MemAvailable") || e.contains("cgroup"),
+            "{e}"
+        );
+    }
+    assert!(
+        t.elapsed().as_secs() < 30,
+        "refused before drawing anything"
+    );
+}

@@ -64,6 +64,12 @@ pub struct SimConfig {
     /// 1: no penalty.
     #[serde(default = "d_locality_penalty")]
     pub locality_penalty: f64,
+    /// The most memory a run may need, GiB: a workload whose estimate
+    /// (`crate::memory`) is larger is refused before it is drawn or run.
+    /// Unset: what this machine has available (`MemAvailable`, or the
+    /// cgroup's limit when lower).
+    #[serde(default)]
+    pub memory_limit_gb: Option<f64>,
 }
 
 fn d_locality_penalty() -> f64 {
@@ -93,6 +99,14 @@ impl SimConfig {
         }
         if !(c.epoch_s > 0.0 && c.epoch_s.is_finite()) {
             return Err(s.error_at("epoch_s", "`epoch_s` must be a positive number of seconds"));
+        }
+        if let Some(m) = c.memory_limit_gb {
+            if !(m > 0.0 && m.is_finite()) {
+                return Err(s.error_at(
+                    "memory_limit_gb",
+                    "`memory_limit_gb` must be a positive number of GiB",
+                ));
+            }
         }
         if !(0.0..1.0).contains(&c.interference) {
             return Err(s.error_at(
@@ -159,6 +173,7 @@ fn d_epoch_s() -> f64 {
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
+            memory_limit_gb: None,
             round_quantized: false,
             launch_overhead_s: 0.0,
             restart_overhead_s: 0.0,
