@@ -128,7 +128,7 @@ pub enum Command {
     /// Time the reference simulations and the runtime (build with --release).
     Bench {
         /// `blox-recipe`, `philly-10k`, `pollux`, `ones`, `gavel`, `doubling`, `synth`, `forecast`,
-        /// `scale`, `lease`, `metric-push`, `runtime-round`, `soak`, or `all` (the two
+        /// `scale`, `lease`, `metric-push`, `runtime-round`, `soak`, `submit`, or `all` (the two
         /// replays).
         #[arg(default_value = "all")]
         which: String,
@@ -202,10 +202,10 @@ pub struct SoakArgs {
     /// flags below override it.
     #[arg(long)]
     pub reduced: bool,
-    /// soak: jobs submitted in all.
+    /// soak, submit: jobs submitted in all.
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// soak: concurrent clients submitting them.
+    /// soak, submit: concurrent clients submitting them.
     #[arg(long)]
     pub clients: Option<usize>,
     /// soak: workers (each with 8 logical GPUs).

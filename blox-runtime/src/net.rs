@@ -32,6 +32,22 @@ pub const LISTEN_RETRY_S: f64 = 5.0;
 /// milliseconds between its reservation's release and their bind (issue
 /// 36). Any other error, or one still there after the wait, is returned
 /// naming the address.
+/// The connections `listener` accepts, each with Nagle's algorithm off.
+/// A server fed its own listener does not apply its builder's
+/// `tcp_nodelay`: without this, a reply that leaves in several writes (a
+/// `Status` page: headers, data, trailers) waited on the client's delayed
+/// acknowledgement, about 40 ms a call on Linux.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
 pub async fn listen(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, NetError> {
     let start = std::time::Instant::now();
     let mut warned = false;

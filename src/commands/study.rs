@@ -105,6 +105,9 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> 
     if which == "scale" {
         return scale_bench(scale);
     }
+    if which == "submit" {
+        return submit_bench(soak);
+    }
     if !scale.cells.is_empty() || scale.in_process {
         anyhow::bail!("--cell and --in-process apply only to `blox bench scale`");
     }
@@ -129,7 +132,7 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> 
         blox_sim::bench::run(which, repeat, &configs, &mut print)?;
     } else {
         anyhow::bail!(
-            "unknown benchmark `{which}`; choose {}, {}, scale, soak or all",
+            "unknown benchmark `{which}`; choose {}, {}, scale, soak, submit or all",
             blox_sim::bench::NAMES.join(", "),
             blox_runtime::bench::NAMES.join(", ")
         );
@@ -138,6 +141,38 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> 
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `blox bench submit`: the live scheduler's intake (`--clients`, `--jobs`;
+/// default 64 clients, 20,000 jobs).
+fn submit_bench(a: &SoakArgs) -> Result<ExitCode> {
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build; time with `cargo run --release -- bench submit`");
+    }
+    let (clients, jobs) = (a.clients.unwrap_or(64), a.jobs.unwrap_or(20_000));
+    let r = blox_runtime::bench::submissions(clients, jobs, 1.0)?;
+    crate::out::line(format_args!(
+        "submit  {} clients, {} jobs: {:.0} submissions/s, latency p50 {:.1} ms p99 {:.1} ms, {} retried; {} lost, {} duplicated; round time p50 {:.1} ms p99 {:.1} ms (1 s rounds); Status of {} jobs: page of 1,000 p50 {:.1} ms, slowest {:.1} ms; peak RSS {:.0} MiB (scheduler and clients, one process)",
+        r.clients,
+        r.jobs,
+        r.per_s,
+        1e3 * r.latency_p50_s,
+        1e3 * r.latency_p99_s,
+        r.retries,
+        r.lost,
+        r.duplicated,
+        1e3 * r.round_p50_s,
+        1e3 * r.round_p99_s,
+        r.listed,
+        1e3 * r.status_page_p50_s,
+        1e3 * r.status_page_max_s,
+        r.peak_rss_kib as f64 / 1024.0,
+    ))?;
+    Ok(if r.lost == 0 && r.duplicated == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// `blox bench scale`: the cells of `scale-1m.toml`, each in a child process

@@ -466,6 +466,7 @@ pub fn start_with(
         workers: worker_security.check(),
         security: worker_security,
         metrics: metrics.clone(),
+        round_s,
     };
     let mut server = security.server()?;
     // A call without any of the cluster's tokens is refused before its body
@@ -475,7 +476,7 @@ pub fn start_with(
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     rt.spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = crate::net::incoming(listener);
         let r = router
             .serve_with_incoming_shutdown(incoming, async move {
                 while !stop2.load(Ordering::Relaxed) {

@@ -80,6 +80,17 @@ pub(super) struct Service {
     /// The round loop's timings (for `Status`).
     pub(super) stats: Arc<std::sync::Mutex<super::RoundStats>>,
     pub(super) metrics: Arc<super::metrics::Metrics>,
+    /// The round period: a full queue frees up a round later at the soonest.
+    pub(super) round_s: f64,
+}
+
+/// `status` with a hint of how long to wait before retrying, milliseconds,
+/// in its `retry-after-ms` metadata (clients that retry read it).
+fn retry_after(mut status: Status, ms: u64) -> Status {
+    status
+        .metadata_mut()
+        .insert("retry-after-ms", ms.max(1).into());
+    status
 }
 
 const WORKER: &str = "the workers' token";
@@ -187,9 +198,12 @@ impl Scheduler for Service {
                         Some(_) => Err(Status::already_exists(format!(
                             "idempotency_key: already used for job {id}, a different submission"
                         ))),
-                        None => Err(Status::unavailable(format!(
-                            "idempotency_key: job {id} with this key is being written; retry"
-                        ))),
+                        None => Err(retry_after(
+                            Status::unavailable(format!(
+                                "idempotency_key: job {id} with this key is being written; retry"
+                            )),
+                            20,
+                        )),
                     };
                 }
             }
@@ -206,10 +220,13 @@ impl Scheduler for Service {
             // round, plus what arrived since).
             let total = h.waiting_total + h.submissions.len();
             if total >= self.cfg.max_waiting_jobs {
-                return Err(Status::resource_exhausted(format!(
-                    "{total} jobs wait already, the most this scheduler holds ([runtime] max_waiting_jobs = {}); retry once some have started",
-                    self.cfg.max_waiting_jobs
-                )));
+                return Err(retry_after(
+                    Status::resource_exhausted(format!(
+                        "{total} jobs wait already, the most this scheduler holds ([runtime] max_waiting_jobs = {}); retry once some have started (in a round: retry-after-ms)",
+                        self.cfg.max_waiting_jobs
+                    )),
+                    (self.round_s * 1e3) as u64,
+                ));
             }
             let user = j.user.as_deref().unwrap_or("");
             let mine = h.waiting_by_user.get(user).copied().unwrap_or(0)
@@ -218,10 +235,13 @@ impl Scheduler for Service {
                     .filter(|s| s.user.as_deref().unwrap_or("") == user)
                     .count();
             if mine >= self.cfg.max_waiting_per_user {
-                return Err(Status::resource_exhausted(format!(
-                    "user `{user}` has {mine} jobs waiting already, the most one user may ([runtime] max_waiting_per_user = {}); retry once some have started",
-                    self.cfg.max_waiting_per_user
-                )));
+                return Err(retry_after(
+                    Status::resource_exhausted(format!(
+                        "user `{user}` has {mine} jobs waiting already, the most one user may ([runtime] max_waiting_per_user = {}); retry once some have started (in a round: retry-after-ms)",
+                        self.cfg.max_waiting_per_user
+                    )),
+                    (self.round_s * 1e3) as u64,
+                ));
             }
             h.next_job_id += 1;
             let id = h.next_job_id - 1;

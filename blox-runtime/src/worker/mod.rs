@@ -549,7 +549,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     let svc = WorkerServer::with_interceptor(Service(shared.clone()), check);
     let mut rx = stop_rx.clone();
     let serve = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = crate::net::incoming(listener);
         let r = server
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {

@@ -1,5 +1,6 @@
-//! Benchmarks of the real runtime, run by `blox bench metric-push` and
-//! `blox bench runtime-round` (results in docs/PERFORMANCE.md).
+//! Benchmarks of the real runtime, run by `blox bench metric-push`,
+//! `blox bench runtime-round` and `blox bench submit` (`submit.rs`; results
+//! in docs/PERFORMANCE.md).
 //!
 //! Both run an in-process scheduler on loopback against [`MockWorker`], a
 //! worker service that accepts every launch and revocation without starting
@@ -13,6 +14,9 @@ use blox_core::*;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
+
+mod submit;
+pub use submit::{submissions, SubmitResult};
 
 /// A runtime benchmark that could not run.
 #[derive(Debug, thiserror::Error)]
@@ -135,7 +139,7 @@ pub async fn serve_mock_worker() -> Result<String, BenchError> {
         .map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
     tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+        let incoming = crate::net::incoming(l);
         let _ = tonic::transport::Server::builder()
             .add_service(WorkerServer::new(MockWorker))
             .serve_with_incoming(incoming)
