@@ -475,3 +475,20 @@ impl Security {
         ))
     }
 }
+
+#[cfg(test)]
+mod incoming_tests {
+    /// Connections a server accepts through [`super::incoming`] have
+    /// Nagle's algorithm off (a small reply in several writes otherwise
+    /// waits for the peer's delayed acknowledgement).
+    #[tokio::test]
+    async fn accepted_connections_have_nodelay() {
+        use tokio_stream::StreamExt;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut incoming = Box::pin(super::incoming(l));
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let conn = incoming.next().await.unwrap().unwrap();
+        assert!(conn.nodelay().unwrap());
+    }
+}

@@ -378,6 +378,10 @@ fn waiting_jobs_are_bounded_per_user_and_in_all() {
     };
     assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
     assert!(e.to_string().contains("max_waiting_per_user = 3"), "{e}");
+    assert!(
+        e.to_string().contains("retry-after-ms"),
+        "a retry hint: {e}"
+    );
     for k in 0..2 {
         waiting.push(ctl.submit(of("bob", k)).unwrap());
         settle();

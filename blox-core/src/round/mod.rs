@@ -19,6 +19,7 @@ pub use startup::StartupRules;
 use startup::Stopped;
 use timings::lap;
 pub use timings::RoundTimings;
+pub use wait::WaitExplainer;
 
 use crate::cluster::{ClusterError, ClusterState};
 use crate::ids::{GpuId, JobId};

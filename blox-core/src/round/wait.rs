@@ -70,10 +70,11 @@ impl RoundLoop {
         d.dropped = false;
         self.decided = d;
         if self.events.on() {
+            let words = self.wait_explainer();
             let waiting_event = |job: &Job| {
                 job.wait.map(|r| What::Waiting {
                     wait_kind: r.kind().into(),
-                    reason: self.explain_wait(job).unwrap_or_default(),
+                    reason: words.explain(job).unwrap_or_default(),
                 })
             };
             let mut events: Vec<(Result<JobId, usize>, What)> = Vec::new();
@@ -120,37 +121,81 @@ impl RoundLoop {
     }
 
     /// `job`'s wait reason in words, with the modules' names, the free GPUs
-    /// and what the policies say of it; `None` if it does not wait.
+    /// and what the policies say of it; `None` if it does not wait. (For
+    /// many jobs, [`RoundLoop::wait_explainer`] reads the order once.)
     pub fn explain_wait(&self, job: &Job) -> Option<String> {
-        let (admission, scheduling, placement) = &self.policies.names;
-        let free = self.cluster.num_free();
+        self.wait_explainer().explain(job)
+    }
+
+    /// Explains the waits of many jobs against one reading of the round's
+    /// order and free GPUs: each job then costs its own words, not a
+    /// search of the order and a count of the GPUs (a scheduler with
+    /// 100,000 queued jobs explains each of them every round).
+    pub fn wait_explainer(&self) -> WaitExplainer<'_> {
+        WaitExplainer {
+            lp: self,
+            positions: std::cell::OnceCell::new(),
+            by_type: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Free GPUs by type (online nodes), types in name order.
+    fn free_by_type(&self) -> Vec<(String, u32)> {
+        let mut by: BTreeMap<&str, u32> = BTreeMap::new();
+        for n in self.cluster.nodes().iter().filter(|n| n.online) {
+            by.entry(n.spec.gpu_type.as_str()).or_default();
+        }
+        for g in self.cluster.free_gpus() {
+            if let Some(t) = self.cluster.gpu_type(g) {
+                *by.entry(t).or_default() += 1;
+            }
+        }
+        by.into_iter().map(|(t, n)| (t.to_string(), n)).collect()
+    }
+}
+
+/// [`RoundLoop::explain_wait`] for many jobs: the order's positions and
+/// the free GPUs by type are read once, when first needed.
+pub struct WaitExplainer<'a> {
+    lp: &'a RoundLoop,
+    positions: std::cell::OnceCell<std::collections::HashMap<JobId, (u32, u32)>>,
+    by_type: std::cell::OnceCell<Vec<(String, u32)>>,
+}
+
+impl WaitExplainer<'_> {
+    /// `job`'s wait reason in words ([`RoundLoop::explain_wait`]).
+    pub fn explain(&self, job: &Job) -> Option<String> {
+        let lp = self.lp;
+        let (admission, scheduling, placement) = &lp.policies.names;
+        let free = lp.cluster.num_free();
         Some(match job.wait? {
             WaitReason::NotAdmitted => {
-                if let Some(why) = self.placement_hold(job.id()) {
+                if let Some(why) = lp.placement_hold(job.id()) {
                     return Some(format!(
                         "held before admission: placement `{placement}` could never place it: {why}"
                     ));
                 }
-                let why = self
+                let why = lp
                     .policies
                     .admission
-                    .why_waiting(job, &self.jobs, &self.cluster)
+                    .why_waiting(job, &lp.jobs, &lp.cluster)
                     .unwrap_or_else(|| "not admitted yet".into());
                 format!("not admitted by `{admission}`: {why}")
             }
             WaitReason::WaitingForGpus { asked } => {
                 let mut s = format!("waiting for {} ({free} free", gpus(asked));
-                let by_type = self.free_by_type();
+                let by_type = self.by_type.get_or_init(|| lp.free_by_type());
                 if by_type.len() > 1 {
                     let t: Vec<String> = by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
                     s += &format!(": {}", t.join(", "));
                 }
                 s += &format!("); `{scheduling}`: ");
-                match self.wait_position(job.id()) {
-                    Some((p, of)) => s += &format!("{} of {of}", ordinal(p)),
-                    None => s += &format!("not among the {} it ordered", self.decided.order.len()),
+                let positions = self.positions.get_or_init(|| lp.wait_positions());
+                match positions.get(&job.id()) {
+                    Some(&(p, of)) => s += &format!("{} of {of}", ordinal(p)),
+                    None => s += &format!("not among the {} it ordered", lp.decided.order.len()),
                 }
-                if let Some(k) = self.policies.scheduling.sort_key(job, &self.jobs) {
+                if let Some(k) = lp.policies.scheduling.sort_key(job, &lp.jobs) {
                     s += &format!(", {k}");
                 }
                 s
@@ -167,26 +212,12 @@ impl RoundLoop {
                 cause: HoldCause::DecisionDropped,
             } => format!(
                 "held: this round's decision was dropped ({})",
-                self.last_invalid.as_deref().unwrap_or("invalid")
+                lp.last_invalid.as_deref().unwrap_or("invalid")
             ),
             WaitReason::Preempted => {
                 format!("preempted this round by `{scheduling}` and `{placement}`")
             }
         })
-    }
-
-    /// Free GPUs by type (online nodes), types in name order.
-    fn free_by_type(&self) -> Vec<(String, u32)> {
-        let mut by: BTreeMap<&str, u32> = BTreeMap::new();
-        for n in self.cluster.nodes().iter().filter(|n| n.online) {
-            by.entry(n.spec.gpu_type.as_str()).or_default();
-        }
-        for g in self.cluster.free_gpus() {
-            if let Some(t) = self.cluster.gpu_type(g) {
-                *by.entry(t).or_default() += 1;
-            }
-        }
-        by.into_iter().map(|(t, n)| (t.to_string(), n)).collect()
     }
 }
 

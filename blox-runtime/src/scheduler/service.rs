@@ -275,12 +275,10 @@ impl Scheduler for Service {
         let (store, hub, metrics) = (self.store.clone(), self.hub.clone(), self.metrics.clone());
         let commit = tokio::spawn(async move {
             let timer = metrics.table_write_seconds.start_timer();
-            let written = tokio::task::spawn_blocking(move || {
-                store.write(&[&rec], Some(id + 1)).map(|_| rec)
-            })
-            .await
-            .map_err(|e| Status::internal(e.to_string()))
-            .and_then(|r| r.map_err(table_unavailable));
+            let written = tokio::task::spawn_blocking(move || store.submit(rec, id + 1))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))
+                .and_then(|r| r.map_err(table_unavailable));
             let mut h = lock(&hub);
             match written {
                 Ok(rec) => {
@@ -607,5 +605,16 @@ impl Scheduler for Service {
         }
         h.metrics_dropped += dropped;
         Ok(Response::new(Ack {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_refusal_carries_its_retry_hint_in_milliseconds() {
+        let s = super::retry_after(tonic::Status::resource_exhausted("full"), 1500);
+        assert_eq!(s.metadata().get("retry-after-ms").unwrap(), "1500");
+        let s = super::retry_after(tonic::Status::unavailable("busy"), 0);
+        assert_eq!(s.metadata().get("retry-after-ms").unwrap(), "1");
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// `job`'s wait reason as the Status RPC gives it, while it waits
 /// (`positions`: the last round's order, `RoundLoop::wait_positions`).
 fn wait_info(
-    lp: &RoundLoop,
+    words: &blox_core::round::WaitExplainer<'_>,
     positions: &std::collections::HashMap<blox_core::JobId, (u32, u32)>,
     job: &blox_core::Job,
 ) -> Option<crate::proto::WaitInfo> {
@@ -33,7 +33,7 @@ fn wait_info(
     };
     Some(crate::proto::WaitInfo {
         kind: r.kind().into(),
-        reason: lp.explain_wait(job).unwrap_or_default(),
+        reason: words.explain(job).unwrap_or_default(),
         asked,
         position,
         ordered,
@@ -77,6 +77,7 @@ impl ClusterBackend {
         let fresh = &finished[self.finished_seen.min(finished.len())..];
         self.finished_seen = finished.len();
         let positions = lp.wait_positions();
+        let words = lp.wait_explainer();
         let jobs = lp
             .jobs
             .active()
@@ -105,7 +106,7 @@ impl ClusterBackend {
             let reason = j.end_reason.clone().unwrap_or_default();
             let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
             let warning = j.warning.clone().unwrap_or_default();
-            let wait = wait_info(lp, &positions, j);
+            let wait = wait_info(&words, &positions, j);
             let state = state_of(j);
             let changed_state = info.phase() != state
                 || info.status != status
