@@ -42,6 +42,8 @@ struct Entry {
     running: bool,
     /// When the job last stopped running (or arrived), while it waits.
     waiting_since: Option<f64>,
+    /// The GPUs it asks for (fixed for a job's life), for the thresholds.
+    gpus: f64,
 }
 
 /// The Tiresias scheduler; it keeps its own queues across rounds.
@@ -73,11 +75,30 @@ impl SchedulingPolicy for Tiresias {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
         self.last_now = Some(round.now_s);
-        // Forget ended jobs.
-        self.jobs
-            .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
-        for q in &mut self.queues {
-            q.retain(|id| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
+        // Forget ended jobs. (The live ones' ids, sorted, searched: a
+        // contiguous table instead of a job-table lookup per job, issue 39.)
+        let alive: Vec<JobId> = jobs
+            .active()
+            .filter(|j| !j.status.is_terminal())
+            .map(|j| j.id())
+            .collect();
+        // One merge of two id-sorted lists finds the ended ones (the queues
+        // hold exactly the jobs of `self.jobs`); most rounds none ended.
+        let mut dead: Vec<JobId> = Vec::new();
+        let mut live = alive.iter().peekable();
+        for id in self.jobs.keys() {
+            while live.next_if(|x| *x < id).is_some() {}
+            if live.peek() != Some(&id) {
+                dead.push(*id);
+            }
+        }
+        if !dead.is_empty() {
+            for id in &dead {
+                self.jobs.remove(id);
+            }
+            for q in &mut self.queues {
+                q.retain(|id| dead.binary_search(id).is_err());
+            }
         }
         // New jobs join Q0 in submission order.
         let mut new: Vec<&Job> = jobs
@@ -97,6 +118,7 @@ impl SchedulingPolicy for Tiresias {
                     executed_s: 0.0,
                     running: false,
                     waiting_since: Some(round.now_s),
+                    gpus: j.requested_gpus() as f64,
                 },
             );
             self.queues[0].push_back(j.id());
@@ -106,7 +128,7 @@ impl SchedulingPolicy for Tiresias {
             if e.running {
                 e.executed_s += elapsed;
             }
-            let gpus = jobs.get(*id).map_or(1, |j| j.requested_gpus()) as f64;
+            let gpus = e.gpus;
             while e.queue < self.params.thresholds_gpu_s.len()
                 && e.executed_s * gpus >= self.params.thresholds_gpu_s[e.queue]
             {
