@@ -153,19 +153,36 @@ fn policies(scheduling: &str, placement: &str) -> Result<Policies, String> {
 }
 
 fn bench_config(tag: &str, round_s_timeout: f64) -> RuntimeConfig {
+    let state = std::env::temp_dir().join(format!(
+        "blox-bench-{tag}-{}-{}.redb",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
     RuntimeConfig {
         listen: "127.0.0.1:0".into(),
-        state: std::env::temp_dir().join(format!(
-            "blox-bench-{tag}-{}-{}.redb",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        )),
+        // Its own event log (the default, `events.jsonl` beside the state,
+        // would be one file in the temp folder shared by every run).
+        events: Some(state.with_extension("events.jsonl")),
+        state,
         // Registered mock workers never beat.
         heartbeat_s: round_s_timeout,
         worker_timeout_s: 1e6,
         ..RuntimeConfig::default()
+    }
+}
+
+/// Removes a benchmark scheduler's job table and event log (with the
+/// log's rotated files).
+fn remove_files(state: &std::path::Path) {
+    let _ = std::fs::remove_file(state);
+    let events = state.with_extension("events.jsonl");
+    let _ = std::fs::remove_file(&events);
+    for k in 1..=16 {
+        let mut rotated = events.clone().into_os_string();
+        rotated.push(format!(".{k}"));
+        let _ = std::fs::remove_file(rotated);
     }
 }
 
@@ -320,7 +337,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
         })
     });
     let _ = sched.shutdown();
-    let _ = std::fs::remove_file(state);
+    remove_files(&state);
     result
 }
 
@@ -604,6 +621,6 @@ pub fn round_overhead(
             "the scheduler dropped {dropped} of the pushed samples: every push must be for a running launch"
         )));
     }
-    let _ = std::fs::remove_file(state);
+    remove_files(&state);
     Ok(r)
 }

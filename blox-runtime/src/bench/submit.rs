@@ -197,6 +197,6 @@ pub fn submissions(clients: usize, jobs: usize, round_s: f64) -> Result<SubmitRe
     });
     let _ = sched.shutdown();
     drop(rt);
-    let _ = std::fs::remove_file(state);
+    super::remove_files(&state);
     result
 }

@@ -79,6 +79,7 @@ fn sim_runs_the_three_policies_selected_by_name() {
             .map(str::to_string)
     };
     assert_ne!(jct(&t), jct(&text(&fifo)), "{t}\n{}", text(&fifo));
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
@@ -106,6 +107,7 @@ fn sweep_and_report_run_the_crates_policies() {
         "the plot names the policy"
     );
     assert!(Path::new(&out.join("summary.md")).is_file());
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[test]
