@@ -52,14 +52,18 @@ impl Key {
             Key::Owned(s) => s,
         }
     }
+
+    /// Whether this is `key`: length first, then the literal's address,
+    /// then bytes.
+    fn is(&self, key: &str) -> bool {
+        let k = self.as_str();
+        k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
+    }
 }
 
 impl Metrics {
     fn position(&self, key: &str) -> Option<usize> {
-        self.0.iter().position(|(k, _)| {
-            let k = k.as_str();
-            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
-        })
+        self.0.iter().position(|(k, _)| k.is(key))
     }
 
     fn get(&self, key: &str) -> Option<&f64> {
@@ -169,12 +173,7 @@ impl Default for MetricStore {
 }
 
 fn find(m: &[(Key, f64)], key: &str) -> Option<f64> {
-    m.iter()
-        .find(|(k, _)| {
-            let k = k.as_str();
-            k.len() == key.len() && (std::ptr::eq(k.as_ptr(), key.as_ptr()) || k == key)
-        })
-        .map(|(_, v)| *v)
+    m.iter().find(|(k, _)| k.is(key)).map(|(_, v)| *v)
 }
 
 fn to_map(m: &[(Key, f64)]) -> BTreeMap<String, f64> {

@@ -163,6 +163,11 @@ pub struct WaitExplainer<'a> {
 }
 
 impl WaitExplainer<'_> {
+    /// Every ordered job's place ([`RoundLoop::wait_positions`]), read once.
+    pub fn positions(&self) -> &std::collections::HashMap<JobId, (u32, u32)> {
+        self.positions.get_or_init(|| self.lp.wait_positions())
+    }
+
     /// `job`'s wait reason in words ([`RoundLoop::explain_wait`]).
     pub fn explain(&self, job: &Job) -> Option<String> {
         let lp = self.lp;
@@ -190,8 +195,7 @@ impl WaitExplainer<'_> {
                     s += &format!(": {}", t.join(", "));
                 }
                 s += &format!("); `{scheduling}`: ");
-                let positions = self.positions.get_or_init(|| lp.wait_positions());
-                match positions.get(&job.id()) {
+                match self.positions().get(&job.id()) {
                     Some(&(p, of)) => s += &format!("{} of {of}", ordinal(p)),
                     None => s += &format!("not among the {} it ordered", lp.decided.order.len()),
                 }

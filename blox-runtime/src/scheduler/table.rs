@@ -13,12 +13,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// `job`'s wait reason as the Status RPC gives it, while it waits
-/// (`positions`: the last round's order, `RoundLoop::wait_positions`).
+/// (`words` reads the last round's order once for all jobs).
 fn wait_info(
     words: &blox_core::round::WaitExplainer<'_>,
-    positions: &std::collections::HashMap<blox_core::JobId, (u32, u32)>,
     job: &blox_core::Job,
 ) -> Option<crate::proto::WaitInfo> {
+    let positions = words.positions();
     use blox_core::WaitReason;
     let r = job
         .wait
@@ -76,7 +76,6 @@ impl ClusterBackend {
         let finished = lp.jobs.finished();
         let fresh = &finished[self.finished_seen.min(finished.len())..];
         self.finished_seen = finished.len();
-        let positions = lp.wait_positions();
         let words = lp.wait_explainer();
         let jobs = lp
             .jobs
@@ -106,7 +105,7 @@ impl ClusterBackend {
             let reason = j.end_reason.clone().unwrap_or_default();
             let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
             let warning = j.warning.clone().unwrap_or_default();
-            let wait = wait_info(&words, &positions, j);
+            let wait = wait_info(&words, j);
             let state = state_of(j);
             let changed_state = info.phase() != state
                 || info.status != status

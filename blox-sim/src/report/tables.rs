@@ -242,6 +242,15 @@ pub const ROUND_COLUMNS: &[&str] = &[
     "note",
 ];
 
+/// Rows of the jobs a loop still holds: admitted ones, then those waiting
+/// for admission.
+fn unended_rows<'a>(
+    lp: &'a RoundLoop,
+    row: impl Fn(&Job) -> JobRow + 'a,
+) -> impl Iterator<Item = JobRow> + 'a {
+    lp.jobs.active().chain(lp.waiting()).map(row)
+}
+
 impl SimResult {
     /// The tables of a round loop's run: every job it has seen (ended,
     /// admitted, waiting), the rounds it reported, and the summary over the
@@ -254,14 +263,13 @@ impl SimResult {
         track: Option<[u64; 2]>,
         stop: Option<StopReason>,
     ) -> SimResult {
-        let round_s = lp.round_s();
-        let state = &lp.jobs;
-        let jobs: Vec<JobRow> = state
+        let row = |j: &Job| JobRow::from_job(j, quantized, lp.round_s());
+        let jobs: Vec<JobRow> = lp
+            .jobs
             .finished()
             .iter()
-            .chain(state.active())
-            .chain(lp.waiting())
-            .map(|j| JobRow::from_job(j, quantized, round_s))
+            .map(row)
+            .chain(unended_rows(lp, row))
             .collect();
         Self::from_rows(jobs, lp, rounds, now_s, track, stop)
     }
@@ -279,25 +287,17 @@ impl SimResult {
     ) -> SimResult {
         const SLICE: usize = 65_536;
         let round_s = lp.round_s();
+        let row = |j: &Job| JobRow::from_job(j, quantized, round_s);
         let mut ended = lp.jobs.take_finished();
         let mut jobs = Vec::with_capacity(ended.len() + lp.jobs.num_active() + lp.waiting().len());
         while !ended.is_empty() {
             let at = ended.len().saturating_sub(SLICE);
-            jobs.extend(
-                ended
-                    .drain(at..)
-                    .map(|j| JobRow::from_job(&j, quantized, round_s)),
-            );
+            jobs.extend(ended.drain(at..).map(|j| row(&j)));
             if ended.capacity() > 2 * ended.len() + SLICE {
                 ended.shrink_to_fit();
             }
         }
-        jobs.extend(
-            lp.jobs
-                .active()
-                .chain(lp.waiting())
-                .map(|j| JobRow::from_job(j, quantized, round_s)),
-        );
+        jobs.extend(unended_rows(&lp, row));
         Self::from_rows(jobs, &lp, rounds, now_s, track, stop)
     }
 
