@@ -71,6 +71,21 @@ pub const POLLUX_AGENT: &str = "pollux.*";
 /// reads.
 pub const SPEED_PER_TYPE: &str = "speed.*";
 
+/// The progress metrics a simulator computes for every running job every
+/// round. A backend may leave them out of the store while none of the
+/// loop's policies names any of them in its `metrics_read()`
+/// ([`crate::MetricStore::withhold`]): publishing them costs a store write
+/// per running job per round, the largest part of a replay's time. A policy
+/// that reads one without declaring it then stops the run with an error
+/// saying so, rather than reading nothing.
+pub const PER_ROUND: &[&str] = &[
+    SAMPLES_PROCESSED,
+    EPOCHS_DONE,
+    THROUGHPUT,
+    LOSS,
+    LOSS_TARGET,
+];
+
 /// Whether `key` is `name`, or belongs to the family `name` (`prefix.*`).
 ///
 /// ```

@@ -13,7 +13,8 @@ use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Per-job key→value metrics.
 ///
@@ -29,6 +30,38 @@ pub struct MetricStore {
     inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
     /// Ended jobs' metrics ([`MetricStore::archive`]).
     archive: Arc<RwLock<Archive>>,
+    /// What the policies read and what a backend leaves out.
+    reads: Arc<Reads>,
+}
+
+/// Metrics on demand (issue 39): the keys the loop's policies declare they
+/// read, the per-round keys a backend leaves out because none of them does,
+/// and the first read that would have needed one.
+#[derive(Debug, Default)]
+struct Reads {
+    /// `None`: not declared (every key counts as read).
+    declared: RwLock<Option<Vec<&'static str>>>,
+    withheld: RwLock<&'static [&'static str]>,
+    /// `withheld` is not empty (the read path's one check).
+    withholding: AtomicBool,
+    /// The first read of a withheld key that found nothing, by job.
+    missed: Mutex<Option<(JobId, String)>>,
+    missed_any: AtomicBool,
+}
+
+impl Reads {
+    fn copy(&self) -> Reads {
+        let r = Reads::default();
+        *r.declared.write().unwrap_or_else(|e| e.into_inner()) = self
+            .declared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let w = *self.withheld.read().unwrap_or_else(|e| e.into_inner());
+        *r.withheld.write().unwrap_or_else(|e| e.into_inner()) = w;
+        r.withholding.store(!w.is_empty(), Ordering::Relaxed);
+        r
+    }
 }
 
 /// One job's metrics. A job has a handful of keys, and the simulator sets a
@@ -168,6 +201,7 @@ impl Default for MetricStore {
         MetricStore {
             inner: Arc::new(DashMap::with_hasher(FxBuildHasher)),
             archive: Arc::default(),
+            reads: Arc::default(),
         }
     }
 }
@@ -273,7 +307,84 @@ impl MetricStore {
     }
 
     pub fn get(&self, job: JobId, key: &str) -> Option<f64> {
-        self.read(job, |m| find(m, key)).flatten()
+        let v = self.read(job, |m| find(m, key)).flatten();
+        if v.is_none() && self.reads.withholding.load(Ordering::Relaxed) {
+            self.note_missed(job, key);
+        }
+        v
+    }
+
+    /// Declares the keys the loop's policies read (their `metrics_read()`
+    /// names, families included); `None` when that is not known, so that
+    /// every key counts as read. The round loop sets it every round.
+    pub fn declare_reads(&self, keys: Option<Vec<&'static str>>) {
+        let mut d = self
+            .reads
+            .declared
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if *d != keys {
+            *d = keys;
+        }
+    }
+
+    /// Whether a policy of the loop declares it reads `key` (true when the
+    /// reads are not declared).
+    pub fn is_read(&self, key: &str) -> bool {
+        match &*self
+            .reads
+            .declared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            None => true,
+            Some(names) => names.iter().any(|n| crate::metric::covers(n, key)),
+        }
+    }
+
+    /// A backend says which keys it leaves out of the store because no
+    /// policy reads them (`&[]`: none). A read of one of them that finds
+    /// nothing is kept for [`MetricStore::take_undeclared_read`], so a
+    /// policy that reads a metric it does not declare is stopped, not
+    /// left reading nothing.
+    pub fn withhold(&self, keys: &'static [&'static str]) {
+        let mut w = self
+            .reads
+            .withheld
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        *w = keys;
+        self.reads
+            .withholding
+            .store(!keys.is_empty(), Ordering::Relaxed);
+    }
+
+    fn note_missed(&self, job: JobId, key: &str) {
+        let withheld = *self
+            .reads
+            .withheld
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        if withheld.contains(&key) {
+            let mut m = self.reads.missed.lock().unwrap_or_else(|e| e.into_inner());
+            if m.is_none() {
+                *m = Some((job, key.to_string()));
+                self.reads.missed_any.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// The first read of a withheld key since the last call (which job,
+    /// which key), if any: a policy read a metric it does not declare.
+    pub fn take_undeclared_read(&self) -> Option<(JobId, String)> {
+        if !self.reads.missed_any.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        self.reads
+            .missed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// All metrics of one job, sorted by key.
@@ -310,7 +421,10 @@ impl MetricStore {
             out.inner.insert(*e.key(), e.value().clone());
         }
         *out.archive_write() = self.archive_read().clone();
-        out
+        MetricStore {
+            reads: Arc::new(self.reads.copy()),
+            ..out
+        }
     }
 }
 

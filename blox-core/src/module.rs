@@ -116,6 +116,12 @@ pub trait AdmissionPolicy: Send {
         let _ = (job, jobs, cluster);
         None
     }
+
+    /// The job metrics the policy reads, named as
+    /// [`SchedulingPolicy::metrics_read`] names them. Default: none.
+    fn metrics_read(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
 /// One entry of a schedule: a job and what it should get.
@@ -279,7 +285,10 @@ pub trait SchedulingPolicy: Send {
     /// ending in `.*` is a family). The simulator sets them all; on a real
     /// cluster jobs push them (`docs/RUNTIME.md` lists what each policy
     /// needs), and the scheduler says at start which ones its policy reads.
-    /// A policy that reads none leaves the default.
+    /// A policy that reads none leaves the default. The simulator publishes
+    /// the per-round progress metrics ([`crate::metric::PER_ROUND`]) only
+    /// while some policy of the loop names one of them; a policy that reads
+    /// one it does not name stops the run with an error that says so.
     fn metrics_read(&self) -> Vec<&'static str> {
         Vec::new()
     }
@@ -421,6 +430,12 @@ pub trait PlacementPolicy: Send {
     /// it (`pm-first`, `pal`). Checked when a simulation is built.
     fn requires_variability(&self) -> bool {
         false
+    }
+
+    /// The job metrics the policy reads, named as
+    /// [`SchedulingPolicy::metrics_read`] names them. Default: none.
+    fn metrics_read(&self) -> Vec<&'static str> {
+        Vec::new()
     }
 
     /// Why this policy could never place `job` on `cluster` as it is (even

@@ -49,6 +49,21 @@ pub enum LoopError {
         module: String,
         reason: String,
     },
+    /// A policy read a per-round metric ([`crate::metric::PER_ROUND`]) it
+    /// does not name in its `metrics_read()`, in a run whose backend
+    /// publishes those only to policies that declare them.
+    #[error(
+        "{kind} policy `{module}` read metric `{key}` (of {job}) without naming it in its \
+         `metrics_read()`; the simulator publishes the per-round progress metrics ({}) only \
+         while a policy declares it reads them",
+        crate::metric::PER_ROUND.join(", ")
+    )]
+    UndeclaredMetric {
+        kind: &'static str,
+        module: String,
+        key: String,
+        job: JobId,
+    },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("policy selector `{module}` failed")]
@@ -158,6 +173,16 @@ impl Policies {
     /// `admission/scheduling/placement`.
     pub fn label(&self) -> String {
         format!("{}/{}/{}", self.names.0, self.names.1, self.names.2)
+    }
+
+    /// The job metrics the three policies read, together.
+    pub fn metrics_read(&self) -> Vec<&'static str> {
+        let mut m = self.admission.metrics_read();
+        m.extend(self.scheduling.metrics_read());
+        m.extend(self.placement.metrics_read());
+        m.sort_unstable();
+        m.dedup();
+        m
     }
 }
 
@@ -280,7 +305,13 @@ impl RoundLoop {
         // repaired; quarantines ending; spares called in.
         self.manage_cluster(&info, b)?;
         timings.cluster_s = lap(&mut clock);
-        // 2. Metric collection.
+        // 2. Metric collection. The backend may leave out per-round
+        // metrics no policy reads; a selector may switch to any policy.
+        let reads = self
+            .selector
+            .is_none()
+            .then(|| self.policies.metrics_read());
+        self.jobs.metrics().declare_reads(reads);
         b.collect_metrics(&info, &mut self.jobs)
             .map_err(backend("metric collection"))?;
         // 3. Prune finished jobs, freeing their GPUs.
@@ -414,6 +445,7 @@ impl RoundLoop {
         self.decided.preempted.extend(preempted.iter().copied());
         if self.wait_reasons {
             self.set_wait_reasons(info.now_s);
+            self.undeclared_read("scheduling", 1)?;
         }
 
         let running_jobs = self.jobs.running().count();
@@ -459,6 +491,7 @@ impl RoundLoop {
         // 5. Admission.
         if !self.waiting.is_empty() {
             self.admit(info)?;
+            self.undeclared_read("admission", 0)?;
         }
         timings.admission_s = lap(&mut clock);
         // 6. Scheduling.
@@ -466,6 +499,7 @@ impl RoundLoop {
             .policies
             .scheduling
             .schedule(info, &self.jobs, &self.cluster);
+        self.undeclared_read("scheduling", 1)?;
         self.validate_schedule(&schedule)?;
         self.note.clone_from(&schedule.note);
         self.decided.order.clear();
@@ -499,6 +533,7 @@ impl RoundLoop {
             .policies
             .placement
             .place(info, &schedule, &self.jobs, &self.cluster);
+        self.undeclared_read("placement", 2)?;
         self.validate(&placement)?;
         self.decided
             .placed
@@ -509,6 +544,29 @@ impl RoundLoop {
         let done = self.execute(info, placement, b);
         timings.launch_s = lap(&mut clock);
         done
+    }
+
+    /// Fails if the policy just called (`which`: 0 admission, 1 scheduling,
+    /// 2 placement) read a per-round metric the backend withheld because
+    /// no policy declares it.
+    fn undeclared_read(&self, kind: &'static str, which: u8) -> Result<(), LoopError> {
+        match self.jobs.metrics().take_undeclared_read() {
+            None => Ok(()),
+            Some((job, key)) => {
+                let n = &self.policies.names;
+                let module = match which {
+                    0 => &n.0,
+                    1 => &n.1,
+                    _ => &n.2,
+                };
+                Err(LoopError::UndeclaredMetric {
+                    kind,
+                    module: module.clone(),
+                    key,
+                    job,
+                })
+            }
+        }
     }
 
     /// Rejects `job` (never admitted) for `reason`, and records it.

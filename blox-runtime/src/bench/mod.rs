@@ -409,6 +409,14 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
         self.inner.never_places(job, cluster)
     }
 
+    fn metrics_read(&self) -> Vec<&'static str> {
+        self.inner.metrics_read()
+    }
+
+    fn requires_variability(&self) -> bool {
+        self.inner.requires_variability()
+    }
+
     fn fits_cluster(&self, cluster: &ClusterState) -> std::result::Result<(), String> {
         self.inner.fits_cluster(cluster)
     }

@@ -82,6 +82,10 @@ pub struct SimBackend {
     failures: Option<failures::Failures>,
     /// Per-GPU slowdown factors by class, if the cluster has them.
     variability: Option<std::sync::Arc<blox_core::variability::Variability>>,
+    /// Whether the last collection published the per-round progress
+    /// metrics ([`metric::PER_ROUND`]): they are left out while no policy
+    /// reads them, and every job's are published again when one does.
+    progress_published: bool,
 }
 
 impl SimBackend {
@@ -143,6 +147,7 @@ impl SimBackend {
                 .unwrap_or_else(|| NodeSpec::with_gpus(4)),
             failures: None,
             variability: cluster.variability().cloned().map(std::sync::Arc::new),
+            progress_published: false,
         }
     }
 
@@ -387,12 +392,21 @@ impl MetricCollector for SimBackend {
                 std::borrow::Cow::Owned(k) => jobs.metrics().set(id, &k, v),
             }
         }
-        let mut dirty = std::mem::take(&mut self.dirty);
-        dirty.sort_unstable();
-        dirty.dedup();
         // A handle on the store, so a job and its metrics are updated
         // under one lookup of each.
         let store = jobs.metrics().clone();
+        // Trace jobs' progress metrics cost a store write per running job
+        // per round: published only while a policy reads one (and then
+        // every job's at once, if they were left out before).
+        let publish = metric::PER_ROUND.iter().any(|k| store.is_read(k));
+        if publish && !self.progress_published {
+            self.dirty.extend(self.jobs.keys().copied());
+        }
+        self.progress_published = publish;
+        store.withhold(if publish { &[] } else { metric::PER_ROUND });
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        dirty.dedup();
         for job in jobs.active_mut_among(&dirty) {
             let id = job.id();
             let Some(s) = self.jobs.get(&id) else {
@@ -444,23 +458,25 @@ impl MetricCollector for SimBackend {
                 let epoch_s = self.cfg.epoch_s.max(1e-9);
                 // One lookup for all of a job's metrics: this runs for every
                 // running job every round.
-                store.update(id, |m| {
-                    m.set_static(metric::SAMPLES_PROCESSED, s.done_s * k);
-                    m.set_static(metric::EPOCHS_DONE, s.done_s / epoch_s);
-                    match &s.segment {
-                        Some(seg) => {
-                            m.set_static(metric::THROUGHPUT, seg.gpus as f64 * s.type_speed)
+                if publish {
+                    store.update(id, |m| {
+                        m.set_static(metric::SAMPLES_PROCESSED, s.done_s * k);
+                        m.set_static(metric::EPOCHS_DONE, s.done_s / epoch_s);
+                        match &s.segment {
+                            Some(seg) => {
+                                m.set_static(metric::THROUGHPUT, seg.gpus as f64 * s.type_speed)
+                            }
+                            None => m.remove(metric::THROUGHPUT),
                         }
-                        None => m.remove(metric::THROUGHPUT),
-                    }
-                    if let Some(c) = s.converge_at {
-                        m.set_static(
-                            metric::LOSS,
-                            synthetic_loss(s.done_s / s.duration_s.max(1e-9), c),
-                        );
-                        m.set_static(metric::LOSS_TARGET, 1.0);
-                    }
-                });
+                        if let Some(c) = s.converge_at {
+                            m.set_static(
+                                metric::LOSS,
+                                synthetic_loss(s.done_s / s.duration_s.max(1e-9), c),
+                            );
+                            m.set_static(metric::LOSS_TARGET, 1.0);
+                        }
+                    });
+                }
             }
             job.attained_service_gpu_s = s.attained_gpu_s;
             job.startup_gpu_s = s.startup_gpu_s;
