@@ -442,7 +442,8 @@ impl Simulation {
 /// them in order), distinct ids, finite arrival times.
 fn check_jobs(jobs: &[SimJob]) -> Result<(), SimError> {
     let invalid = |m: String| SimError::Workload(WorkloadError::Invalid(m));
-    let mut ids = std::collections::HashSet::with_capacity(jobs.len());
+    let mut ids = rustc_hash::FxHashSet::default();
+    ids.reserve(jobs.len());
     for (i, j) in jobs.iter().enumerate() {
         let a = j.spec.arrival_s;
         if !(a.is_finite() && a >= 0.0) {
