@@ -217,17 +217,24 @@ pub fn priority_walk(
 ) -> Placement {
     let mut free = FreeGpus::new(cluster);
     let mut out = Placement::default();
-    let position: rustc_hash::FxHashMap<JobId, usize> = schedule
+    // Each job's place in the order, by id: merged below with the running
+    // jobs, which come in id order (no hash table built every round).
+    let mut by_id: Vec<(JobId, usize)> = schedule
         .entries
         .iter()
         .enumerate()
         .map(|(i, d)| (d.job, i))
         .collect();
+    by_id.sort_unstable();
+    let mut next = by_id.iter().peekable();
 
     // Running jobs that keep their GPUs, with their place in the order.
     let mut kept: Vec<(usize, JobId, &[GpuId])> = Vec::new();
     for job in jobs.running() {
-        match position.get(&job.id()) {
+        let id = job.id();
+        while next.next_if(|e| e.0 < id).is_some() {}
+        let position = next.peek().filter(|e| e.0 == id).map(|e| &e.1);
+        match position {
             None => {
                 out.preempt.push(job.id());
                 free.put(&job.allocation);
@@ -265,6 +272,14 @@ pub fn priority_walk(
         }
         if d.gpus == 0 {
             continue;
+        }
+        if free.count() < d.gpus && !params.preempt {
+            // Too few free GPUs and no one to preempt: not placed (no
+            // lookup of a job that cannot start, for every queued job).
+            if params.backfill || d.gpus > cluster.num_gpus() {
+                continue;
+            }
+            break;
         }
         let Some(job) = jobs.get(d.job) else {
             continue;
