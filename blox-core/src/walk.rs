@@ -217,24 +217,17 @@ pub fn priority_walk(
 ) -> Placement {
     let mut free = FreeGpus::new(cluster);
     let mut out = Placement::default();
-    // Each job's place in the order, by id: merged below with the running
-    // jobs, which come in id order (no hash table built every round).
-    let mut by_id: Vec<(JobId, usize)> = schedule
+    let position: rustc_hash::FxHashMap<JobId, usize> = schedule
         .entries
         .iter()
         .enumerate()
         .map(|(i, d)| (d.job, i))
         .collect();
-    by_id.sort_unstable();
-    let mut next = by_id.iter().peekable();
 
     // Running jobs that keep their GPUs, with their place in the order.
     let mut kept: Vec<(usize, JobId, &[GpuId])> = Vec::new();
     for job in jobs.running() {
-        let id = job.id();
-        while next.next_if(|e| e.0 < id).is_some() {}
-        let position = next.peek().filter(|e| e.0 == id).map(|e| &e.1);
-        match position {
+        match position.get(&job.id()) {
             None => {
                 out.preempt.push(job.id());
                 free.put(&job.allocation);
@@ -250,7 +243,15 @@ pub fn priority_walk(
             }
         }
     }
-    kept.sort_by_key(|k| k.0);
+    if !kept.is_sorted_by_key(|k| k.0) {
+        // Laid out by place (places are distinct), not sorted: one pass
+        // over the order.
+        let mut at_place = vec![None; schedule.entries.len()];
+        for k in kept.drain(..) {
+            at_place[k.0] = Some(k);
+        }
+        kept.extend(at_place.into_iter().flatten());
+    }
 
     // By place in the order: does the job there keep its GPUs?
     let mut is_kept = vec![false; schedule.entries.len()];
@@ -260,7 +261,8 @@ pub fn priority_walk(
     for (i, d) in schedule.entries.iter().enumerate() {
         if is_kept[i] {
             if let Some(bs) = d.batch_size {
-                let alloc = kept.iter().find(|k| k.1 == d.job).expect("kept").2;
+                let at = kept.binary_search_by_key(&i, |k| k.0).expect("kept");
+                let alloc = kept[at].2;
                 out.launch.push(Assignment {
                     job: d.job,
                     gpus: alloc.to_vec(),

@@ -8,7 +8,11 @@ use serde::Deserialize;
 /// Orders runnable jobs by attained service (GPU-seconds), earliest arrival on ties.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Las {}
+pub struct Las {
+    /// The last round's order, where this round's sort starts.
+    #[serde(skip)]
+    order: super::KeptOrder,
+}
 
 impl SchedulingPolicy for Las {
     fn fork(&self) -> Fork<dyn SchedulingPolicy> {
@@ -17,7 +21,9 @@ impl SchedulingPolicy for Las {
 
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         // `by_attained_service`, keys read once.
-        let order = super::by_key_then_arrival(jobs.runnable(), |j| j.attained_service_gpu_s);
+        let order = self
+            .order
+            .sort(jobs.runnable(), |j| j.attained_service_gpu_s);
         Schedule::in_priority_order(order)
     }
 
@@ -61,7 +67,7 @@ mod tests {
         add(&mut state, &mut cluster, old, &[0]);
         add(&mut state, &mut cluster, mid, &[1, 2]);
         add(&mut state, &mut cluster, job(3, 9.0, 1), &[]);
-        let s = Las {}.schedule(&info(0.0), &state, &cluster);
+        let s = Las::default().schedule(&info(0.0), &state, &cluster);
         assert_eq!(s.job_order(), vec![JobId(3), JobId(2), JobId(1)]);
     }
 }

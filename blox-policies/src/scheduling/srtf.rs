@@ -9,7 +9,11 @@ use serde::Deserialize;
 /// Orders runnable jobs by remaining run time = duration × (1 − progress).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Srtf {}
+pub struct Srtf {
+    /// The last round's order, where this round's sort starts.
+    #[serde(skip)]
+    order: super::KeptOrder,
+}
 
 impl SchedulingPolicy for Srtf {
     fn fork(&self) -> Fork<dyn SchedulingPolicy> {
@@ -18,7 +22,7 @@ impl SchedulingPolicy for Srtf {
 
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         // `by_remaining_time`, keys read once.
-        let order = super::by_key_then_arrival(jobs.runnable(), |j| {
+        let order = self.order.sort(jobs.runnable(), |j| {
             j.expected_remaining_s().unwrap_or(f64::INFINITY)
         });
         Schedule::in_priority_order(order)
@@ -65,7 +69,7 @@ mod tests {
         add(&mut state, &mut cluster, long_half_done, &[0]);
         add(&mut state, &mut cluster, short, &[]);
         add(&mut state, &mut cluster, unknown, &[]);
-        let s = Srtf {}.schedule(&info(0.0), &state, &cluster);
+        let s = Srtf::default().schedule(&info(0.0), &state, &cluster);
         assert_eq!(s.job_order(), vec![JobId(2), JobId(1), JobId(3)]);
     }
 }

@@ -100,10 +100,16 @@ impl SchedulingPolicy for Tiresias {
                 q.retain(|id| dead.binary_search(id).is_err());
             }
         }
-        // New jobs join Q0 in submission order.
+        // New jobs join Q0 in submission order. (Both lists are in id
+        // order: one merge instead of a lookup per job.)
+        let mut known = self.jobs.keys().peekable();
         let mut new: Vec<&Job> = jobs
             .runnable()
-            .filter(|j| !self.jobs.contains_key(&j.id()))
+            .filter(|j| {
+                let id = j.id();
+                while known.next_if(|k| **k < id).is_some() {}
+                known.peek() != Some(&&id)
+            })
             .collect();
         new.sort_by(|a, b| {
             a.arrival_s()
@@ -165,9 +171,14 @@ impl SchedulingPolicy for Tiresias {
                 }
             }
         }
-        let running: std::collections::HashSet<JobId> = run.iter().map(|j| j.id()).collect();
+        // Which of its jobs run, by one merge of the sorted ids (no hash
+        // set of them every round).
+        let mut running: Vec<JobId> = run.iter().map(|j| j.id()).collect();
+        running.sort_unstable();
+        let mut runs = running.iter().peekable();
         for (id, e) in self.jobs.iter_mut() {
-            e.running = running.contains(id);
+            while runs.next_if(|r| *r < id).is_some() {}
+            e.running = runs.peek() == Some(&id);
             if e.running {
                 e.waiting_since = None;
             } else if e.waiting_since.is_none() {
