@@ -80,11 +80,9 @@ impl KeptOrder {
         let mut last = self.rank_by_id.iter().peekable();
         let mut placed: Vec<Option<Keyed<'a>>> = vec![None; self.rank_by_id.len()];
         let mut new = Vec::new();
-        let mut n = 0u32;
-        for j in jobs {
+        for (n, j) in jobs.enumerate() {
             let id = j.id();
-            let e = (key(j), j.arrival_s(), id, j, n);
-            n += 1;
+            let e = (key(j), j.arrival_s(), id, j, n as u32);
             while last.next_if(|l| l.0 < id).is_some() {}
             match last.peek() {
                 Some(&&(lid, rank)) if lid == id && placed[rank as usize].is_none() => {
