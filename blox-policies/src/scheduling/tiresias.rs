@@ -102,9 +102,13 @@ impl SchedulingPolicy for Tiresias {
         }
         // New jobs join Q0 in submission order. (Both lists are in id
         // order: one merge instead of a lookup per job.)
+        // The runnable jobs once, in id order: the walk below finds its
+        // jobs here by binary search instead of the job table.
+        let runnable: Vec<&Job> = jobs.runnable().collect();
         let mut known = self.jobs.keys().peekable();
-        let mut new: Vec<&Job> = jobs
-            .runnable()
+        let mut new: Vec<&Job> = runnable
+            .iter()
+            .copied()
             .filter(|j| {
                 let id = j.id();
                 while known.next_if(|k| **k < id).is_some() {}
@@ -162,7 +166,11 @@ impl SchedulingPolicy for Tiresias {
         let mut run = Vec::new();
         for q in &self.queues {
             for id in q {
-                let Some(job) = jobs.get(*id) else { continue };
+                let job = match runnable.binary_search_by_key(id, |j| j.id()) {
+                    Ok(i) => Some(runnable[i]),
+                    Err(_) => jobs.get(*id),
+                };
+                let Some(job) = job else { continue };
                 let want = job.requested_gpus();
                 let fits = want <= free;
                 if fits {
