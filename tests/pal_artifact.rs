@@ -114,11 +114,11 @@ fn packed_sticky_pm_first_and_pal_match_the_artifact_job_for_job() {
 }
 
 /// The locality penalty (PAL Fig. 12's axis) as the artifact applies it:
-/// its runs at 1.0 and 3.0 on workload 1
+/// its runs at 1.0 to 3.0 in steps of 0.5 on workload 1
 /// (`data/pal/results/locality/`), job for job.
 #[test]
-fn the_locality_penalty_matches_the_artifact_at_1_and_3() {
-    for penalty in ["1.0", "3.0"] {
+fn the_locality_penalty_matches_the_artifact_from_1_to_3() {
+    for penalty in ["1.0", "1.5", "2.0", "2.5", "3.0"] {
         for placement in ["packed-sticky", "pm-first", "pal"] {
             let want = read_jcts(&format!(
                 "data/pal/results/locality/philly-1-penalty-{penalty}-{placement}.csv"
