@@ -318,14 +318,11 @@ impl MetricStore {
     /// names, families included); `None` when that is not known, so that
     /// every key counts as read. The round loop sets it every round.
     pub fn declare_reads(&self, keys: Option<Vec<&'static str>>) {
-        let mut d = self
+        *self
             .reads
             .declared
             .write()
-            .unwrap_or_else(|e| e.into_inner());
-        if *d != keys {
-            *d = keys;
-        }
+            .unwrap_or_else(|e| e.into_inner()) = keys;
     }
 
     /// Whether a policy of the loop declares it reads `key` (true when the

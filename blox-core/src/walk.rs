@@ -275,10 +275,13 @@ pub fn priority_walk(
         if d.gpus == 0 {
             continue;
         }
+        // A job not placed: later ones may still start (backfill, or one
+        // that could never fit), or the walk stops at it.
+        let passed_over = params.backfill || d.gpus > cluster.num_gpus();
         if free.count() < d.gpus && !params.preempt {
-            // Too few free GPUs and no one to preempt: not placed (no
-            // lookup of a job that cannot start, for every queued job).
-            if params.backfill || d.gpus > cluster.num_gpus() {
+            // Too few free GPUs and no one to preempt: not placed, without
+            // looking up a job that cannot start.
+            if passed_over {
                 continue;
             }
             break;
@@ -332,7 +335,7 @@ pub fn priority_walk(
                     host: None,
                 });
             }
-            None if params.backfill || d.gpus > cluster.num_gpus() => continue,
+            None if passed_over => continue,
             None => break,
         }
     }

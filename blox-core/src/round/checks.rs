@@ -12,6 +12,29 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
 impl RoundLoop {
+    /// Fails if the policy just called (`which`: 0 admission, 1 scheduling,
+    /// 2 placement) read a per-round metric the backend withheld because
+    /// no policy declares it.
+    pub(super) fn undeclared_read(&self, kind: &'static str, which: u8) -> Result<(), LoopError> {
+        match self.jobs.metrics().take_undeclared_read() {
+            None => Ok(()),
+            Some((job, key)) => {
+                let n = &self.policies.names;
+                let module = match which {
+                    0 => &n.0,
+                    1 => &n.1,
+                    _ => &n.2,
+                };
+                Err(LoopError::UndeclaredMetric {
+                    kind,
+                    module: module.clone(),
+                    key,
+                    job,
+                })
+            }
+        }
+    }
+
     /// Checks a schedule before anything acts on it: every entry names an
     /// admitted, runnable job once, none is also terminated, and no demand
     /// exceeds both the cluster and the job's own request.

@@ -8,6 +8,7 @@ mod checks;
 mod cluster_events;
 pub mod events;
 mod fork;
+mod policies;
 mod resilience;
 mod startup;
 mod timings;
@@ -15,6 +16,7 @@ mod wait;
 
 use events::{GpuPlace, Recorder, What};
 pub use fork::PolicyForks;
+pub use policies::{Policies, PolicySelector};
 pub use startup::StartupRules;
 use startup::Stopped;
 use timings::lap;
@@ -25,10 +27,7 @@ use crate::cluster::{ClusterError, ClusterState};
 use crate::ids::{GpuId, JobId};
 use crate::job::{Job, JobStatus};
 use crate::job_state::JobState;
-use crate::module::{
-    AdmissionPolicy, Backend, BackendError, ClusterEvent, Placement, PlacementPolicy, RoundInfo,
-    SchedulingPolicy,
-};
+use crate::module::{Backend, BackendError, ClusterEvent, Placement, RoundInfo};
 use std::collections::HashMap;
 use tracing::{debug, debug_span};
 
@@ -138,52 +137,6 @@ pub struct RoundReport {
     pub timings: RoundTimings,
     /// The round's decisions, while [`RoundLoop::record_events`] is on.
     pub events: Vec<events::Event>,
-}
-
-/// The three policies of a composed scheduler, with the names they were built from.
-pub struct Policies {
-    pub admission: Box<dyn AdmissionPolicy>,
-    pub scheduling: Box<dyn SchedulingPolicy>,
-    pub placement: Box<dyn PlacementPolicy>,
-    /// Registered names, for messages and reports: (admission, scheduling, placement).
-    pub names: (String, String, String),
-}
-
-/// Policy synthesis (Blox, EuroSys'24, §5.2): a module that may swap the
-/// admission, scheduling and placement policies between rounds, from what the
-/// scheduler knows now. The loop asks it after new submissions arrive and
-/// before admission (step 4½).
-pub trait PolicySelector: Send {
-    /// Its registered name, for messages.
-    fn name(&self) -> &str;
-
-    /// New policies to use from this round on, or `None` to keep `active`.
-    /// `waiting` are the submitted, not yet admitted jobs.
-    fn select(
-        &mut self,
-        round: &RoundInfo,
-        jobs: &JobState,
-        cluster: &ClusterState,
-        waiting: &[Job],
-        active: &Policies,
-    ) -> Result<Option<Policies>, SelectorError>;
-}
-
-impl Policies {
-    /// `admission/scheduling/placement`.
-    pub fn label(&self) -> String {
-        format!("{}/{}/{}", self.names.0, self.names.1, self.names.2)
-    }
-
-    /// The job metrics the three policies read, together.
-    pub fn metrics_read(&self) -> Vec<&'static str> {
-        let mut m = self.admission.metrics_read();
-        m.extend(self.scheduling.metrics_read());
-        m.extend(self.placement.metrics_read());
-        m.sort_unstable();
-        m.dedup();
-        m
-    }
 }
 
 /// A composed scheduler: the policies plus the shared state they work on.
@@ -544,29 +497,6 @@ impl RoundLoop {
         let done = self.execute(info, placement, b);
         timings.launch_s = lap(&mut clock);
         done
-    }
-
-    /// Fails if the policy just called (`which`: 0 admission, 1 scheduling,
-    /// 2 placement) read a per-round metric the backend withheld because
-    /// no policy declares it.
-    fn undeclared_read(&self, kind: &'static str, which: u8) -> Result<(), LoopError> {
-        match self.jobs.metrics().take_undeclared_read() {
-            None => Ok(()),
-            Some((job, key)) => {
-                let n = &self.policies.names;
-                let module = match which {
-                    0 => &n.0,
-                    1 => &n.1,
-                    _ => &n.2,
-                };
-                Err(LoopError::UndeclaredMetric {
-                    kind,
-                    module: module.clone(),
-                    key,
-                    job,
-                })
-            }
-        }
     }
 
     /// Rejects `job` (never admitted) for `reason`, and records it.
