@@ -57,16 +57,10 @@ pub struct FreeGpus<'a> {
 impl<'a> FreeGpus<'a> {
     /// The cluster's free GPUs now.
     pub fn new(cluster: &'a ClusterState) -> Self {
-        let mut free = vec![false; cluster.gpus().len()];
-        let mut per_node = vec![0u32; cluster.nodes().len()];
-        let mut count = 0;
-        for g in cluster.gpus() {
-            if g.online && g.job.is_none() {
-                free[g.id.index()] = true;
-                per_node[g.node.index()] += 1;
-                count += 1;
-            }
-        }
+        // The cluster keeps both as its table changes: copies, not a scan.
+        let free = cluster.free_mask().to_vec();
+        let per_node = cluster.free_per_node().to_vec();
+        let count = cluster.num_free();
         let most = cluster
             .nodes()
             .iter()

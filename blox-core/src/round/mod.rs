@@ -268,21 +268,16 @@ impl RoundLoop {
         b.collect_metrics(&info, &mut self.jobs)
             .map_err(backend("metric collection"))?;
         // 3. Prune finished jobs, freeing their GPUs.
-        let ended = self.jobs.prune_finished();
+        // Jobs a backend sent back to the queue while they held GPUs (a crashed
+        // process to be retried) are found in the same pass, and give their
+        // GPUs back below.
+        let (ended, requeued) = self.jobs.prune_finished_and_requeued();
         // The pruned jobs are the newest ended records, in the same order.
         let records = self.jobs.finished();
         for j in &records[records.len() - ended.len()..] {
             self.cluster.release(j.id(), &j.allocation);
         }
         self.events.ended(&self.jobs, &ended);
-        // Jobs a backend sent back to the queue while they held GPUs (a crashed
-        // process to be retried) give their GPUs back.
-        let requeued: Vec<(JobId, Vec<GpuId>)> = self
-            .jobs
-            .active()
-            .filter(|j| j.status == JobStatus::Queued && !j.allocation.is_empty())
-            .map(|j| (j.id(), j.allocation.clone()))
-            .collect();
         for (id, gpus) in requeued {
             self.note_stopped(id, Stopped::Ended);
             if let Some(j) = self.jobs.get(id) {

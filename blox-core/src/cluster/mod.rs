@@ -3,9 +3,12 @@
 //! vectors; nothing here allocates per call beyond the returned collection.
 
 use crate::ids::{GpuId, JobId, NodeId};
-use crate::job_state::JobState;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+mod checks;
+mod free_index;
+use free_index::FreeIndex;
 
 /// What a node offers (one entry of the cluster description).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -214,6 +217,7 @@ pub enum ClusterError {
 
 /// The cluster: nodes and GPUs.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "Wire")]
 pub struct ClusterState {
     nodes: Vec<Node>,
     gpus: Vec<Gpu>,
@@ -235,6 +239,43 @@ pub struct ClusterState {
     /// The factors come from the nodes' own `gpu_slowdown`.
     #[serde(skip)]
     measured_variability: bool,
+    /// Some job got a host share other than its node's proportional one
+    /// (read back from a snapshot: assumed so). Until then no node can give
+    /// out more CPUs or memory than it has, and the invariant check skips
+    /// adding them up.
+    #[serde(skip)]
+    custom_host: bool,
+    /// Which GPUs are free, by GPU and by node, kept with the table.
+    #[serde(skip)]
+    index: FreeIndex,
+}
+
+/// What a cluster is written as; read back, the rest is rebuilt from it.
+#[derive(Deserialize)]
+struct Wire {
+    nodes: Vec<Node>,
+    gpus: Vec<Gpu>,
+    free: u32,
+    online: u32,
+    #[serde(default)]
+    max_gpus: Option<u32>,
+}
+
+impl From<Wire> for ClusterState {
+    fn from(w: Wire) -> Self {
+        let index = FreeIndex::of(&w.gpus, w.nodes.len());
+        ClusterState {
+            nodes: w.nodes,
+            gpus: w.gpus,
+            free: w.free,
+            online: w.online,
+            max_gpus: w.max_gpus,
+            // Host shares are not known to be proportional: checked.
+            custom_host: true,
+            index,
+            ..Default::default()
+        }
+    }
 }
 
 impl ClusterState {
@@ -267,19 +308,10 @@ impl ClusterState {
     /// level, or on one node without a topology: the largest job that can
     /// be placed without spanning further (a fragmentation figure).
     pub fn largest_placeable(&self) -> u32 {
-        let free_on = |n: &Node| -> u32 {
-            n.gpus
-                .iter()
-                .filter(|g| {
-                    let g = &self.gpus[g.index()];
-                    g.online && g.job.is_none()
-                })
-                .count() as u32
-        };
+        let per_node = &self.index.per_node;
         let Some(t) = self.topology() else {
-            return self.nodes.iter().map(free_on).max().unwrap_or(0);
+            return per_node.iter().copied().max().unwrap_or(0);
         };
-        let per_node: Vec<u32> = self.nodes.iter().map(free_on).collect();
         let inner = t.levels().len() - 1;
         let best_domain = (0..t.domains(inner) as u32)
             .map(|d| t.free_under(inner, d, |n| per_node.get(n.index()).copied().unwrap_or(0)))
@@ -366,6 +398,7 @@ impl ClusterState {
         }
         self.free += spec.gpus;
         self.online += spec.gpus;
+        self.index.add_node(spec.gpus as usize);
         if !spec.labels.is_empty() {
             if let Some(t) = self.topology.as_mut() {
                 // Checked when the worker registered; a node whose labels
@@ -431,6 +464,7 @@ impl ClusterState {
             g.host_mem_gb = 0.0;
             self.free += 1;
             self.online += 1;
+            self.index.set(gid.index(), node.index(), true);
         }
         Ok(())
     }
@@ -458,6 +492,7 @@ impl ClusterState {
             }
             g.online = false;
             self.online -= 1;
+            self.index.set(gid.index(), node.index(), false);
         }
         // Jobs spanning this node lose their other GPUs too.
         for j in &affected {
@@ -537,18 +572,32 @@ impl ClusterState {
 
     /// Free online GPUs in global-id order.
     pub fn free_gpus(&self) -> impl Iterator<Item = GpuId> + '_ {
-        self.gpus
+        self.index
+            .free
             .iter()
-            .filter(|g| g.online && g.job.is_none())
-            .map(|g| g.id)
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(i, _)| GpuId(i as u32))
+    }
+
+    /// By GPU index: whether the GPU is free (online, held by no job). Kept
+    /// as the table changes; reading it costs nothing.
+    pub fn free_mask(&self) -> &[bool] {
+        &self.index.free
+    }
+
+    /// By node index: how many of the node's GPUs are free.
+    pub fn free_per_node(&self) -> &[u32] {
+        &self.index.per_node
     }
 
     /// Free GPUs of one node, by local id.
     pub fn free_gpus_on(&self, node: NodeId) -> impl Iterator<Item = GpuId> + '_ {
-        self.nodes[node.index()].gpus.iter().copied().filter(|g| {
-            let g = &self.gpus[g.index()];
-            g.online && g.job.is_none()
-        })
+        self.nodes[node.index()]
+            .gpus
+            .iter()
+            .copied()
+            .filter(|g| self.index.free[g.index()])
     }
 
     /// Number of distinct nodes a set of GPUs spans.
@@ -606,6 +655,7 @@ impl ClusterState {
         host: Option<HostShare>,
     ) -> Result<(), ClusterError> {
         self.check_assignable(job, gpus)?;
+        self.custom_host |= host.is_some();
         for &gpu in gpus {
             let node = self.gpus[gpu.index()].node;
             let share = host.unwrap_or_else(|| self.nodes[node.index()].spec.proportional_share());
@@ -614,6 +664,7 @@ impl ClusterState {
                 g.job = Some(job);
                 g.free_mem_gb = 0.0;
                 self.free -= 1;
+                self.index.set(gpu.index(), node.index(), false);
             }
             g.host_cpus = share.cpus_per_gpu;
             g.host_mem_gb = share.mem_gb_per_gpu;
@@ -652,6 +703,7 @@ impl ClusterState {
                     g.free_mem_gb = self.nodes[g.node.index()].spec.gpu_mem_gb;
                     if g.online {
                         self.free += 1;
+                        self.index.set(gpu.index(), g.node.index(), true);
                     }
                 }
             }
@@ -679,142 +731,7 @@ impl ClusterState {
         }
         out
     }
-
-    /// The loop's invariants: the counters match the table; every running job holds
-    /// exactly its allocation; no GPU is held by a job that is not running. (A GPU
-    /// cannot be held by two jobs: the table has one holder slot per GPU, and
-    /// `assign` refuses a busy GPU.)
-    pub fn check_invariants(&self, jobs: &JobState) -> Result<(), ClusterError> {
-        // One pass over the GPU table (this runs after every round).
-        let (mut online, mut free, mut held) = (0u32, 0u32, 0usize);
-        let mut host = vec![(0.0f64, 0.0f64); self.nodes.len()];
-        for g in &self.gpus {
-            online += u32::from(g.online);
-            free += u32::from(g.online && g.job.is_none());
-            held += usize::from(g.job.is_some());
-            if let Some(h) = host.get_mut(g.node.index()) {
-                h.0 += g.host_cpus;
-                h.1 += g.host_mem_gb;
-            }
-        }
-        if online != self.online || free != self.free {
-            return Err(ClusterError::Invariant(format!(
-                "counters say {} online/{} free, table says {online}/{free}",
-                self.online, self.free
-            )));
-        }
-        // Every running job holds exactly its allocation, and nobody else holds
-        // a GPU: the GPUs held in the table are exactly the allocations.
-        let mut allocated = 0usize;
-        for job in jobs.running() {
-            for g in &job.allocation {
-                if self.gpus.get(g.index()).and_then(|x| x.job) != Some(job.id()) {
-                    let held = self.holders().remove(&job.id()).unwrap_or_default();
-                    return Err(ClusterError::Invariant(format!(
-                        "{} is running with allocation {:?} but the GPU table gives it {:?}",
-                        job.id(),
-                        job.allocation,
-                        held
-                    )));
-                }
-            }
-            allocated += job.allocation.len();
-        }
-        if held != allocated {
-            for (j, gpus) in &self.holders() {
-                let ok = jobs
-                    .get(*j)
-                    .is_some_and(|job| job.is_running() && job.allocation.len() == gpus.len());
-                if !ok {
-                    return Err(ClusterError::Invariant(format!(
-                        "{j} holds {gpus:?} but is not a running job with that allocation"
-                    )));
-                }
-            }
-            return Err(ClusterError::Invariant(format!(
-                "{held} GPUs are held but running jobs' allocations add up to {allocated}"
-            )));
-        }
-        for (n, &(c, m)) in self.nodes.iter().zip(&host) {
-            if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {
-                return Err(ClusterError::Invariant(format!(
-                    "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
-                    n.id, n.spec.cpus, n.spec.host_mem_gb
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn an_elastic_cluster_admits_jobs_up_to_its_maximum_size() {
-        let mut c = ClusterState::homogeneous(2, 4);
-        assert_eq!(c.max_gpus(), 8);
-        c.set_max_gpus(Some(64));
-        assert_eq!(c.max_gpus(), 64);
-        // Never below what is online.
-        c.set_max_gpus(Some(4));
-        assert_eq!(c.max_gpus(), 8);
-    }
-
-    #[test]
-    fn busy_gpu_cannot_be_assigned_to_another_job() {
-        let mut c = ClusterState::homogeneous(1, 2);
-        c.assign(JobId(1), &[GpuId(0)]).unwrap();
-        let err = c.assign(JobId(2), &[GpuId(0), GpuId(1)]).unwrap_err();
-        assert_eq!(
-            err,
-            ClusterError::Busy {
-                gpu: GpuId(0),
-                holder: JobId(1),
-                job: JobId(2)
-            }
-        );
-        // All-or-nothing: GPU 1 is still free.
-        assert_eq!(c.num_free(), 1);
-    }
-
-    #[test]
-    fn removing_a_node_frees_the_whole_allocation_of_jobs_on_it() {
-        let mut c = ClusterState::homogeneous(2, 2);
-        c.assign(JobId(5), &[GpuId(1), GpuId(2)]).unwrap();
-        let hit = c.remove_node(NodeId(0)).unwrap();
-        assert_eq!(hit, vec![JobId(5)]);
-        assert_eq!(c.num_gpus(), 2);
-        assert_eq!(c.num_free(), 2);
-    }
-
-    proptest! {
-        // Whatever sequence of assign/release requests arrives, no GPU ever has two
-        // holders and the free counter always matches the table.
-        #[test]
-        fn counters_match_table_under_random_requests(
-            ops in proptest::collection::vec((0u64..6, proptest::collection::vec(0u32..10, 1..4), any::<bool>()), 0..60)
-        ) {
-            let mut c = ClusterState::homogeneous(2, 4);
-            let mut held: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
-            for (job, gpus, release) in ops {
-                let job = JobId(job);
-                let gpus: Vec<GpuId> = gpus.into_iter().map(GpuId).collect();
-                if release {
-                    if let Some(h) = held.remove(&job) { c.release(job, &h); }
-                } else if c.assign(job, &gpus).is_ok() {
-                    let e = held.entry(job).or_default();
-                    for g in gpus { if !e.contains(&g) { e.push(g); } }
-                }
-                let free = c.gpus().iter().filter(|g| g.job.is_none()).count() as u32;
-                prop_assert_eq!(free, c.num_free());
-                let mut all: Vec<GpuId> = held.values().flatten().copied().collect();
-                let n = all.len();
-                all.sort_unstable(); all.dedup();
-                prop_assert_eq!(n, all.len(), "a GPU was given to two jobs");
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,142 @@
+//! The GPU table: assignment rules, node churn and the free index.
+
+use super::*;
+use crate::job_state::JobState;
+use proptest::prelude::*;
+
+#[test]
+fn an_elastic_cluster_admits_jobs_up_to_its_maximum_size() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    assert_eq!(c.max_gpus(), 8);
+    c.set_max_gpus(Some(64));
+    assert_eq!(c.max_gpus(), 64);
+    // Never below what is online.
+    c.set_max_gpus(Some(4));
+    assert_eq!(c.max_gpus(), 8);
+}
+
+#[test]
+fn busy_gpu_cannot_be_assigned_to_another_job() {
+    let mut c = ClusterState::homogeneous(1, 2);
+    c.assign(JobId(1), &[GpuId(0)]).unwrap();
+    let err = c.assign(JobId(2), &[GpuId(0), GpuId(1)]).unwrap_err();
+    assert_eq!(
+        err,
+        ClusterError::Busy {
+            gpu: GpuId(0),
+            holder: JobId(1),
+            job: JobId(2)
+        }
+    );
+    // All-or-nothing: GPU 1 is still free.
+    assert_eq!(c.num_free(), 1);
+}
+
+#[test]
+fn removing_a_node_frees_the_whole_allocation_of_jobs_on_it() {
+    let mut c = ClusterState::homogeneous(2, 2);
+    c.assign(JobId(5), &[GpuId(1), GpuId(2)]).unwrap();
+    let hit = c.remove_node(NodeId(0)).unwrap();
+    assert_eq!(hit, vec![JobId(5)]);
+    assert_eq!(c.num_gpus(), 2);
+    assert_eq!(c.num_free(), 2);
+}
+
+proptest! {
+    // Whatever sequence of assign/release requests arrives, no GPU ever has two
+    // holders and the free counter always matches the table.
+    #[test]
+    fn counters_match_table_under_random_requests(
+        ops in proptest::collection::vec((0u64..6, proptest::collection::vec(0u32..10, 1..4), any::<bool>()), 0..60)
+    ) {
+        let mut c = ClusterState::homogeneous(2, 4);
+        let mut held: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
+        for (job, gpus, release) in ops {
+            let job = JobId(job);
+            let gpus: Vec<GpuId> = gpus.into_iter().map(GpuId).collect();
+            if release {
+                if let Some(h) = held.remove(&job) { c.release(job, &h); }
+            } else if c.assign(job, &gpus).is_ok() {
+                let e = held.entry(job).or_default();
+                for g in gpus { if !e.contains(&g) { e.push(g); } }
+            }
+            let free = c.gpus().iter().filter(|g| g.job.is_none()).count() as u32;
+            prop_assert_eq!(free, c.num_free());
+            let mut all: Vec<GpuId> = held.values().flatten().copied().collect();
+            let n = all.len();
+            all.sort_unstable(); all.dedup();
+            prop_assert_eq!(n, all.len(), "a GPU was given to two jobs");
+        }
+    }
+}
+
+/// The free index as the table gives it, and the largest node's free count.
+fn from_table(c: &ClusterState) -> (Vec<bool>, Vec<u32>, u32) {
+    let free: Vec<bool> = c
+        .gpus()
+        .iter()
+        .map(|g| g.online && g.job.is_none())
+        .collect();
+    let per_node: Vec<u32> = c
+        .nodes()
+        .iter()
+        .map(|n| n.gpus.iter().filter(|g| free[g.index()]).count() as u32)
+        .collect();
+    let largest = per_node.iter().copied().max().unwrap_or(0);
+    (free, per_node, largest)
+}
+
+proptest! {
+    // Whatever mix of assignments, releases, failures, repairs and new nodes
+    // arrives, the kept free index equals the one scanned from the table.
+    #[test]
+    fn the_free_index_is_the_tables_under_any_churn(
+        ops in proptest::collection::vec((0u8..5, 0u64..6, proptest::collection::vec(0u32..16, 1..4)), 0..80)
+    ) {
+        let mut c = ClusterState::homogeneous(3, 4);
+        for (op, job, gpus) in ops {
+            let gpus: Vec<GpuId> = gpus.into_iter().map(GpuId).collect();
+            let node = NodeId(job as u32 % c.nodes().len() as u32);
+            match op {
+                0 => { let _ = c.assign(JobId(job), &gpus); }
+                1 => c.release(JobId(job), &gpus),
+                2 => { let _ = c.remove_node(node); }
+                3 => { let _ = c.restore_node(node); }
+                _ => { c.add_node(NodeSpec::with_gpus(1 + job as u32 % 3)); }
+            }
+            let (free, per_node, largest) = from_table(&c);
+            prop_assert_eq!(c.free_mask(), &free[..]);
+            prop_assert_eq!(c.free_per_node(), &per_node[..]);
+            prop_assert_eq!(c.largest_placeable(), largest);
+            let listed: Vec<GpuId> = c.free_gpus().collect();
+            let scanned: Vec<GpuId> = c.gpus().iter().filter(|g| free[g.id.index()]).map(|g| g.id).collect();
+            prop_assert_eq!(listed, scanned);
+        }
+    }
+}
+
+#[test]
+fn a_cluster_read_back_rebuilds_its_free_index() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(1), &[GpuId(1), GpuId(6)]).unwrap();
+    c.remove_node(NodeId(0)).unwrap();
+    let text = serde_json::to_string(&c).unwrap();
+    let back: ClusterState = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.free_mask(), c.free_mask());
+    assert_eq!(back.free_per_node(), c.free_per_node());
+    assert_eq!(back.free_per_node(), &[0, 4]);
+    assert_eq!(back.largest_placeable(), 4);
+    // Read back, host shares are not assumed proportional.
+    assert!(back.custom_host);
+}
+
+#[test]
+fn the_invariant_check_finds_a_free_index_that_parts_from_the_table() {
+    let mut c = ClusterState::homogeneous(2, 2);
+    let jobs = JobState::new();
+    c.check_invariants(&jobs).unwrap();
+    c.index.free[3] = false;
+    c.index.per_node[1] -= 1;
+    let err = c.check_invariants(&jobs).unwrap_err().to_string();
+    assert!(err.contains("free-GPU index"), "{err}");
+}
