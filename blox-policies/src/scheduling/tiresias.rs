@@ -75,13 +75,20 @@ impl SchedulingPolicy for Tiresias {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
         self.last_now = Some(round.now_s);
-        // Forget ended jobs. (The live ones' ids, sorted, searched: a
-        // contiguous table instead of a job-table lookup per job, issue 39.)
-        let alive: Vec<JobId> = jobs
-            .active()
-            .filter(|j| !j.status.is_terminal())
-            .map(|j| j.id())
-            .collect();
+        // One pass over the active jobs: the live ones' ids (to forget
+        // ended jobs) and the runnable ones (the walk below finds its jobs
+        // there by binary search instead of the job table), both in id
+        // order: contiguous tables instead of a lookup per job, issue 39.
+        let mut alive: Vec<JobId> = Vec::new();
+        let mut runnable: Vec<&Job> = Vec::new();
+        for j in jobs.active() {
+            if !j.status.is_terminal() {
+                alive.push(j.id());
+            }
+            if matches!(j.status, JobStatus::Queued | JobStatus::Running) {
+                runnable.push(j);
+            }
+        }
         // One merge of two id-sorted lists finds the ended ones (the queues
         // hold exactly the jobs of `self.jobs`); most rounds none ended.
         let mut dead: Vec<JobId> = Vec::new();
@@ -102,9 +109,6 @@ impl SchedulingPolicy for Tiresias {
         }
         // New jobs join Q0 in submission order. (Both lists are in id
         // order: one merge instead of a lookup per job.)
-        // The runnable jobs once, in id order: the walk below finds its
-        // jobs here by binary search instead of the job table.
-        let runnable: Vec<&Job> = jobs.runnable().collect();
         let mut known = self.jobs.keys().peekable();
         let mut new: Vec<&Job> = runnable
             .iter()
@@ -133,47 +137,59 @@ impl SchedulingPolicy for Tiresias {
             );
             self.queues[0].push_back(j.id());
         }
-        // Account the last round and demote.
+        // Account the last round and demote: each job leaves its queue for
+        // the back of the one its GPU-time reached, in id order. (Moved
+        // together: one pass over each queue left, not one per job.)
+        let mut moves: Vec<(JobId, usize, usize)> = Vec::new();
         for (id, e) in self.jobs.iter_mut() {
             if e.running {
                 e.executed_s += elapsed;
             }
-            let gpus = e.gpus;
+            let (gpus, from) = (e.gpus, e.queue);
             while e.queue < self.params.thresholds_gpu_s.len()
                 && e.executed_s * gpus >= self.params.thresholds_gpu_s[e.queue]
             {
-                self.queues[e.queue].retain(|x| x != id);
                 e.queue += 1;
-                self.queues[e.queue].push_back(*id);
+            }
+            if e.queue != from {
+                moves.push((*id, from, e.queue));
             }
         }
+        move_to_backs(&mut self.queues, &moves);
         // Starvation: long waiters go back to the top queue.
         if let Some(knob) = self.params.promote_knob {
+            moves.clear();
             for (id, e) in self.jobs.iter_mut() {
                 let Some(since) = e.waiting_since else {
                     continue;
                 };
                 if e.queue > 0 && round.now_s - since >= knob * e.executed_s {
-                    self.queues[e.queue].retain(|x| x != id);
+                    moves.push((*id, e.queue, 0));
                     e.queue = 0;
                     e.executed_s = 0.0;
-                    self.queues[0].push_back(*id);
                 }
             }
+            move_to_backs(&mut self.queues, &moves);
         }
-        // Walk the queues; run whatever still fits.
+        // Walk the queues; run whatever still fits (every job asks for a
+        // GPU at least: once none is left, nothing else does).
         let mut free = cluster.num_gpus();
         let mut run = Vec::new();
         for q in &self.queues {
+            if free == 0 {
+                break;
+            }
             for id in q {
+                if free == 0 {
+                    break;
+                }
                 let job = match runnable.binary_search_by_key(id, |j| j.id()) {
                     Ok(i) => Some(runnable[i]),
                     Err(_) => jobs.get(*id),
                 };
                 let Some(job) = job else { continue };
                 let want = job.requested_gpus();
-                let fits = want <= free;
-                if fits {
+                if want <= free {
                     free -= want;
                     run.push(job);
                 }
@@ -205,6 +221,25 @@ impl SchedulingPolicy for Tiresias {
             self.queues.len(),
             e.executed_s * gpus / 3600.0
         ))
+    }
+}
+
+/// Takes each `(job, from, to)` out of queue `from` and appends it to queue
+/// `to`, in the order given: what moving them one by one does, with one
+/// pass over each queue left.
+fn move_to_backs(queues: &mut [VecDeque<JobId>], moves: &[(JobId, usize, usize)]) {
+    if moves.is_empty() {
+        return;
+    }
+    for (q, queue) in queues.iter_mut().enumerate() {
+        let mut leaving: Vec<JobId> = moves.iter().filter(|m| m.1 == q).map(|m| m.0).collect();
+        if !leaving.is_empty() {
+            leaving.sort_unstable();
+            queue.retain(|id| leaving.binary_search(id).is_err());
+        }
+    }
+    for &(id, _, to) in moves {
+        queues[to].push_back(id);
     }
 }
 
@@ -290,5 +325,36 @@ mod tests {
             t.schedule(&info(1200.0), &state, &cluster).job_order(),
             vec![JobId(2)]
         );
+    }
+
+    proptest::proptest! {
+        // Moving jobs together leaves every queue as moving them one at a
+        // time (out of its queue, onto the back of the next) does.
+        #[test]
+        fn moving_together_is_moving_one_by_one(
+            start in proptest::collection::vec(0usize..3, 0..30),
+            picks in proptest::collection::vec((0usize..30, 0usize..3), 0..12),
+        ) {
+            let mut queues = vec![VecDeque::new(); 3];
+            for (i, q) in start.iter().enumerate() {
+                queues[*q].push_back(JobId(i as u64));
+            }
+            // Each job moves at most once, in id order (as the round does).
+            let mut moves: Vec<(JobId, usize, usize)> = Vec::new();
+            let mut seen = std::collections::BTreeSet::new();
+            for (i, to) in picks {
+                if i < start.len() && seen.insert(i) {
+                    moves.push((JobId(i as u64), start[i], to));
+                }
+            }
+            moves.sort();
+            let mut one_by_one = queues.clone();
+            for &(id, from, to) in &moves {
+                one_by_one[from].retain(|x| *x != id);
+                one_by_one[to].push_back(id);
+            }
+            move_to_backs(&mut queues, &moves);
+            proptest::prop_assert_eq!(queues, one_by_one);
+        }
     }
 }
