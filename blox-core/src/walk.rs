@@ -211,17 +211,41 @@ pub fn priority_walk(
 ) -> Placement {
     let mut free = FreeGpus::new(cluster);
     let mut out = Placement::default();
-    let position: rustc_hash::FxHashMap<JobId, usize> = schedule
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, d)| (d.job, i))
-        .collect();
+    // Each running job's place in the order. An order by id (FIFO's, on
+    // most traces) is merged with the running jobs, which come in id order;
+    // any other is looked up in a table of places.
+    let entries = &schedule.entries;
+    let by_id = entries.is_sorted_by_key(|d| d.job);
+    let position: rustc_hash::FxHashMap<JobId, usize> = if by_id {
+        Default::default()
+    } else {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.job, i))
+            .collect()
+    };
+    let mut next = 0;
+    let mut place_of = |id: JobId| -> Option<usize> {
+        if !by_id {
+            return position.get(&id).copied();
+        }
+        while next < entries.len() && entries[next].job < id {
+            next += 1;
+        }
+        // The last listing, as the table keeps (a repeat follows at once).
+        let mut at = None;
+        while next < entries.len() && entries[next].job == id {
+            at = Some(next);
+            next += 1;
+        }
+        at
+    };
 
     // Running jobs that keep their GPUs, with their place in the order.
     let mut kept: Vec<(usize, JobId, &[GpuId])> = Vec::new();
     for job in jobs.running() {
-        match position.get(&job.id()) {
+        match place_of(job.id()).as_ref() {
             None => {
                 out.preempt.push(job.id());
                 free.put(&job.allocation);
@@ -340,6 +364,7 @@ pub fn priority_walk(
 mod tests {
     use super::*;
     use crate::job::{JobSpec, JobStatus};
+    use crate::module::Demand;
 
     fn state(jobs: &[(u64, u32, &[u32])]) -> (JobState, ClusterState) {
         let mut c = ClusterState::homogeneous(1, 4);
@@ -413,5 +438,50 @@ mod tests {
         let p = priority_walk(&WalkParams::default(), &only2, &s, &c, lowest);
         assert_eq!(p.preempt, vec![JobId(1)]);
         assert!(p.launch.is_empty(), "job 2 keeps its GPU: {p:?}");
+    }
+
+    proptest::proptest! {
+        // An order by id is merged with the running jobs instead of looked
+        // up in a table of places: the same placement either way. (A
+        // zero-GPU entry for an unknown job, last, makes the order
+        // unsorted, so the table is used; the walk passes over it.)
+        #[test]
+        fn an_order_by_id_is_placed_as_any_other(
+            jobs in proptest::collection::vec((1u32..5, proptest::bool::ANY, proptest::bool::ANY), 1..12),
+            backfill in proptest::bool::ANY,
+            preempt in proptest::bool::ANY,
+        ) {
+            let mut c = ClusterState::homogeneous(2, 4);
+            let mut s = JobState::new();
+            let mut listed = Vec::new();
+            for (i, &(want, run, list)) in jobs.iter().enumerate() {
+                let id = i as u64 + 1;
+                let mut j = Job::new(JobSpec::new(id, id as f64, want));
+                let free: Vec<GpuId> = c.free_gpus().take(want as usize).collect();
+                if run && free.len() == want as usize {
+                    c.assign(JobId(id), &free).unwrap();
+                    j.allocation = free;
+                    j.status = JobStatus::Running;
+                }
+                s.insert(j);
+                if list {
+                    listed.push(id);
+                }
+            }
+            let order: Vec<&Job> = listed.iter().map(|i| s.get(JobId(*i)).unwrap()).collect();
+            let sorted = Schedule::in_priority_order(order);
+            let mut unsorted = sorted.clone();
+            unsorted.entries.push(Demand {
+                job: JobId(0),
+                gpus: 0,
+                batch_size: None,
+                gpu_ids: None,
+                host: None,
+            });
+            let params = WalkParams { backfill, preempt };
+            let a = priority_walk(&params, &sorted, &s, &c, lowest);
+            let b = priority_walk(&params, &unsorted, &s, &c, lowest);
+            proptest::prop_assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        }
     }
 }
