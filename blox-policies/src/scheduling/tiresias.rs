@@ -175,6 +175,10 @@ impl SchedulingPolicy for Tiresias {
         // GPU at least: once none is left, nothing else does).
         let mut free = cluster.num_gpus();
         let mut run = Vec::new();
+        // Which jobs run, marked by their place among the runnable ones
+        // (the rare others listed): no sort of the ids every round.
+        let mut runs_at = vec![false; runnable.len()];
+        let mut runs_other: Vec<JobId> = Vec::new();
         for q in &self.queues {
             if free == 0 {
                 break;
@@ -183,26 +187,33 @@ impl SchedulingPolicy for Tiresias {
                 if free == 0 {
                     break;
                 }
-                let job = match runnable.binary_search_by_key(id, |j| j.id()) {
-                    Ok(i) => Some(runnable[i]),
-                    Err(_) => jobs.get(*id),
+                let (job, at) = match runnable.binary_search_by_key(id, |j| j.id()) {
+                    Ok(i) => (Some(runnable[i]), Some(i)),
+                    Err(_) => (jobs.get(*id), None),
                 };
                 let Some(job) = job else { continue };
                 let want = job.requested_gpus();
                 if want <= free {
                     free -= want;
                     run.push(job);
+                    match at {
+                        Some(i) => runs_at[i] = true,
+                        None => runs_other.push(*id),
+                    }
                 }
             }
         }
-        // Which of its jobs run, by one merge of the sorted ids (no hash
-        // set of them every round).
-        let mut running: Vec<JobId> = run.iter().map(|j| j.id()).collect();
-        running.sort_unstable();
-        let mut runs = running.iter().peekable();
+        // Its jobs and the runnable ones are both in id order: one merge.
+        runs_other.sort_unstable();
+        let mut others = runs_other.iter().peekable();
+        let mut r = 0;
         for (id, e) in self.jobs.iter_mut() {
-            while runs.next_if(|r| *r < id).is_some() {}
-            e.running = runs.peek() == Some(&id);
+            while r < runnable.len() && runnable[r].id() < *id {
+                r += 1;
+            }
+            while others.next_if(|o| *o < id).is_some() {}
+            e.running = (r < runnable.len() && runnable[r].id() == *id && runs_at[r])
+                || others.peek() == Some(&id);
             if e.running {
                 e.waiting_since = None;
             } else if e.waiting_since.is_none() {
