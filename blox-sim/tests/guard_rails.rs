@@ -292,3 +292,63 @@ fn jobs_out_of_arrival_order_are_refused() {
     .to_string();
     assert!(e.contains("not sorted by arrival"), "{e}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    // Whatever mix of repeats and unknown ids a schedule has, in any order,
+    // the error names the smallest repeated id, or else the smallest
+    // unknown one; a schedule of known ids once each runs. (Ids past 2^24
+    // take the sorting path of the check; smaller ones its marks.)
+    #[test]
+    fn a_bad_schedule_is_refused_naming_its_smallest_bad_id(
+        n in 1u64..8,
+        picks in proptest::collection::vec(0u64..12, 0..14),
+        huge in proptest::bool::ANY,
+    ) {
+        let mut ids: Vec<u64> = picks;
+        if huge {
+            ids.push(1 << 30);
+        }
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        let twice = sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        let unknown = sorted.iter().copied().find(|&i| i >= n);
+        let mut first = true;
+        let listed = ids.clone();
+        let policy = Broken(move |jobs: &JobState| {
+            if !std::mem::take(&mut first) {
+                return Schedule::in_priority_order(jobs.runnable());
+            }
+            let mut s = Schedule::default();
+            for &id in &listed {
+                s.entries.push(Demand {
+                    job: JobId(id),
+                    gpus: 1,
+                    batch_size: None,
+                    gpu_ids: None,
+                    host: None,
+                });
+            }
+            s
+        });
+        let jobs = (0..n).map(|i| job(i, 0.0, 1, 600.0)).collect();
+        let got = simulate(with_scheduling(Box::new(policy)), jobs, run_config());
+        match (twice, unknown) {
+            (Some(id), _) => {
+                let e = error_chain(&got.err().expect("refused"));
+                proptest::prop_assert!(e.contains(&format!("lists job-{id} twice")), "{}", e);
+            }
+            (None, Some(id)) => {
+                let e = error_chain(&got.err().expect("refused"));
+                proptest::prop_assert!(
+                    e.contains(&format!("schedules job-{id}, which is not a job")),
+                    "{}",
+                    e
+                );
+            }
+            (None, None) => {
+                proptest::prop_assert!(got.is_ok(), "{:?}", got.err().map(|e| error_chain(&e)));
+            }
+        }
+    }
+}

@@ -11,6 +11,35 @@ use crate::module::{Placement, Schedule};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
+/// A mark per job id, scratch for checking a schedule in passes over its
+/// entries and the admitted jobs instead of sorting its ids: ids are dense
+/// from 0 in a trace, and a cluster numbers its jobs in order. (Marks are
+/// cleared by moving to a new stamp.)
+#[derive(Debug, Default)]
+pub(super) struct IdMarks {
+    marks: Vec<u32>,
+    stamp: u32,
+}
+
+impl IdMarks {
+    /// Ids at or beyond this are checked by sorting instead (their marks
+    /// would cost memory by the id, not by the jobs).
+    const MAX_ID: u64 = 1 << 24;
+
+    /// A stamp no id carries yet, with room for every id up to `max_id`.
+    fn fresh(&mut self, max_id: u64) -> u32 {
+        if self.stamp == u32::MAX {
+            self.marks.fill(0);
+            self.stamp = 0;
+        }
+        self.stamp += 1;
+        if max_id as usize >= self.marks.len() {
+            self.marks.resize(max_id as usize + 1, 0);
+        }
+        self.stamp
+    }
+}
+
 impl RoundLoop {
     /// Fails if the policy just called (`which`: 0 admission, 1 scheduling,
     /// 2 placement) read a per-round metric the backend withheld because
@@ -38,7 +67,14 @@ impl RoundLoop {
     /// Checks a schedule before anything acts on it: every entry names an
     /// admitted, runnable job once, none is also terminated, and no demand
     /// exceeds both the cluster and the job's own request.
-    pub(super) fn validate_schedule(&self, s: &Schedule) -> Result<(), LoopError> {
+    pub(super) fn validate_schedule(&mut self, s: &Schedule) -> Result<(), LoopError> {
+        let mut marks = std::mem::take(&mut self.id_marks);
+        let checked = self.check_schedule(s, &mut marks);
+        self.id_marks = marks;
+        checked
+    }
+
+    fn check_schedule(&self, s: &Schedule, marks: &mut IdMarks) -> Result<(), LoopError> {
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "scheduling",
             module: self.policies.names.1.clone(),
@@ -61,16 +97,8 @@ impl RoundLoop {
             terminated.insert(*id);
         }
         let cap = self.cluster.max_gpus();
-        // Listed twice: adjacent once sorted (schedules are often in id
-        // order already, which the sort finds in one pass).
-        let mut ids: Vec<JobId> = s.entries.iter().map(|d| d.job).collect();
-        ids.sort_unstable();
-        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
-            return Err(bad(format!("lists {} twice", w[0])));
-        }
-        // Every job scheduled is admitted and unfinished: a walk of the
-        // admitted jobs beside the sorted ids when they are many (no lookup
-        // per job), a lookup each when they are few.
+        // Every job scheduled is admitted and unfinished. Where several
+        // entries break a rule, the smallest id is the one reported.
         let check = |id: JobId, j: Option<&crate::Job>| match j {
             None => Err(bad(unknown("schedules", id))),
             Some(j) if !matches!(j.status, JobStatus::Queued | JobStatus::Running) => Err(bad(
@@ -78,15 +106,67 @@ impl RoundLoop {
             )),
             Some(_) => Ok(()),
         };
-        if ids.len() * 8 >= self.jobs.num_active() {
-            let mut active = self.jobs.active().peekable();
-            for &id in &ids {
-                while active.next_if(|j| j.id() < id).is_some() {}
-                check(id, active.peek().copied().filter(|j| j.id() == id))?;
+        let many = s.entries.len() * 8 >= self.jobs.num_active();
+        let max_id = s.entries.iter().map(|d| d.job.0).max().unwrap_or(0);
+        if max_id < IdMarks::MAX_ID {
+            // Listed twice: an id met already this pass.
+            let listed = marks.fresh(max_id);
+            let mut twice: Option<JobId> = None;
+            for d in &s.entries {
+                let m = &mut marks.marks[d.job.0 as usize];
+                if *m == listed {
+                    twice = Some(twice.map_or(d.job, |t| t.min(d.job)));
+                }
+                *m = listed;
+            }
+            if let Some(id) = twice {
+                return Err(bad(format!("lists {id} twice")));
+            }
+            // Runnable: marked in one walk of the admitted jobs when the
+            // entries are many (no lookup per job), looked up when few.
+            let mut wrong: Option<JobId> = None;
+            if many {
+                let runnable = marks.fresh(max_id);
+                for j in self.jobs.active() {
+                    if j.id().0 > max_id {
+                        break;
+                    }
+                    if matches!(j.status, JobStatus::Queued | JobStatus::Running) {
+                        marks.marks[j.id().0 as usize] = runnable;
+                    }
+                }
+                for d in &s.entries {
+                    if marks.marks[d.job.0 as usize] != runnable {
+                        wrong = Some(wrong.map_or(d.job, |w| w.min(d.job)));
+                    }
+                }
+            } else {
+                for d in &s.entries {
+                    if check(d.job, self.jobs.get(d.job)).is_err() {
+                        wrong = Some(wrong.map_or(d.job, |w| w.min(d.job)));
+                    }
+                }
+            }
+            if let Some(id) = wrong {
+                check(id, self.jobs.get(id))?;
             }
         } else {
-            for &id in &ids {
-                check(id, self.jobs.get(id))?;
+            // Ids too large to mark: sorted, repeats adjacent.
+            let mut ids: Vec<JobId> = s.entries.iter().map(|d| d.job).collect();
+            ids.sort_unstable();
+            if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                return Err(bad(format!("lists {} twice", w[0])));
+            }
+            if many {
+                let mut active = self.jobs.active().peekable();
+                for &id in &ids {
+                    while active.next_if(|j| j.id() < id).is_some() {}
+                    check(id, active.peek().copied().filter(|j| j.id() == id))?;
+                }
+            } else {
+                for &id in &ids {
+                    check(id, self.jobs.get(id))?;
+                }
             }
         }
         for d in &s.entries {

@@ -177,6 +177,8 @@ pub struct RoundLoop {
     /// Jobs a node failure stopped this round, with the GPUs they held
     /// (for the spares, `round/resilience.rs`).
     failed_out: Vec<(JobId, Vec<GpuId>)>,
+    /// Scratch for checking schedules ([`checks::IdMarks`]).
+    id_marks: checks::IdMarks,
 }
 
 impl RoundLoop {
@@ -200,6 +202,7 @@ impl RoundLoop {
             last_start_s: None,
             holds: HashMap::new(),
             failed_out: Vec::new(),
+            id_marks: Default::default(),
         }
     }
 
