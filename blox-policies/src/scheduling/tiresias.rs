@@ -46,11 +46,16 @@ struct Entry {
     gpus: f64,
 }
 
+/// A queued job and the GPUs it asks for (read once, when the policy first
+/// sees the job, like its thresholds' `gpus`): the walk of the queues needs
+/// no lookup of the job.
+type Slot = (JobId, u32);
+
 /// The Tiresias scheduler; it keeps its own queues across rounds.
 #[derive(Clone, Debug)]
 pub struct Tiresias {
     params: TiresiasParams,
-    queues: Vec<VecDeque<JobId>>,
+    queues: Vec<VecDeque<Slot>>,
     jobs: BTreeMap<JobId, Entry>,
     last_now: Option<f64>,
 }
@@ -104,7 +109,7 @@ impl SchedulingPolicy for Tiresias {
                 self.jobs.remove(id);
             }
             for q in &mut self.queues {
-                q.retain(|id| dead.binary_search(id).is_err());
+                q.retain(|(id, _)| dead.binary_search(id).is_err());
             }
         }
         // New jobs join Q0 in submission order. (Both lists are in id
@@ -135,12 +140,12 @@ impl SchedulingPolicy for Tiresias {
                     gpus: j.requested_gpus() as f64,
                 },
             );
-            self.queues[0].push_back(j.id());
+            self.queues[0].push_back((j.id(), j.requested_gpus()));
         }
         // Account the last round and demote: each job leaves its queue for
         // the back of the one its GPU-time reached, in id order. (Moved
         // together: one pass over each queue left, not one per job.)
-        let mut moves: Vec<(JobId, usize, usize)> = Vec::new();
+        let mut moves: Vec<(Slot, usize, usize)> = Vec::new();
         for (id, e) in self.jobs.iter_mut() {
             if e.running {
                 e.executed_s += elapsed;
@@ -152,7 +157,7 @@ impl SchedulingPolicy for Tiresias {
                 e.queue += 1;
             }
             if e.queue != from {
-                moves.push((*id, from, e.queue));
+                moves.push(((*id, gpus as u32), from, e.queue));
             }
         }
         move_to_backs(&mut self.queues, &moves);
@@ -164,7 +169,7 @@ impl SchedulingPolicy for Tiresias {
                     continue;
                 };
                 if e.queue > 0 && round.now_s - since >= knob * e.executed_s {
-                    moves.push((*id, e.queue, 0));
+                    moves.push(((*id, e.gpus as u32), e.queue, 0));
                     e.queue = 0;
                     e.executed_s = 0.0;
                 }
@@ -172,55 +177,44 @@ impl SchedulingPolicy for Tiresias {
             move_to_backs(&mut self.queues, &moves);
         }
         // Walk the queues; run whatever still fits (every job asks for a
-        // GPU at least: once none is left, nothing else does).
+        // GPU at least: once none is left, nothing else does). Every job in
+        // them is alive, so none needs looking up.
         let mut free = cluster.num_gpus();
-        let mut run = Vec::new();
-        // Which jobs run, marked by their place among the runnable ones
-        // (the rare others listed): no sort of the ids every round.
-        let mut runs_at = vec![false; runnable.len()];
-        let mut runs_other: Vec<JobId> = Vec::new();
+        let mut run: Vec<Slot> = Vec::new();
         for q in &self.queues {
             if free == 0 {
                 break;
             }
-            for id in q {
+            for &(id, want) in q {
                 if free == 0 {
                     break;
                 }
-                let (job, at) = match runnable.binary_search_by_key(id, |j| j.id()) {
-                    Ok(i) => (Some(runnable[i]), Some(i)),
-                    Err(_) => (jobs.get(*id), None),
-                };
-                let Some(job) = job else { continue };
-                let want = job.requested_gpus();
                 if want <= free {
                     free -= want;
-                    run.push(job);
-                    match at {
-                        Some(i) => runs_at[i] = true,
-                        None => runs_other.push(*id),
-                    }
+                    run.push((id, want));
                 }
             }
         }
-        // Its jobs and the runnable ones are both in id order: one merge.
-        runs_other.sort_unstable();
-        let mut others = runs_other.iter().peekable();
-        let mut r = 0;
+        // Which of its jobs run, by one merge of the sorted ids.
+        let mut running: Vec<JobId> = run.iter().map(|r| r.0).collect();
+        running.sort_unstable();
+        let mut runs = running.iter().peekable();
         for (id, e) in self.jobs.iter_mut() {
-            while r < runnable.len() && runnable[r].id() < *id {
-                r += 1;
-            }
-            while others.next_if(|o| *o < id).is_some() {}
-            e.running = (r < runnable.len() && runnable[r].id() == *id && runs_at[r])
-                || others.peek() == Some(&id);
+            while runs.next_if(|r| *r < id).is_some() {}
+            e.running = runs.peek() == Some(&id);
             if e.running {
                 e.waiting_since = None;
             } else if e.waiting_since.is_none() {
                 e.waiting_since = Some(round.now_s);
             }
         }
-        Schedule::in_priority_order(run)
+        Schedule {
+            entries: run
+                .into_iter()
+                .map(|(id, want)| Demand::new(id, want))
+                .collect(),
+            ..Schedule::default()
+        }
     }
 
     fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
@@ -238,19 +232,19 @@ impl SchedulingPolicy for Tiresias {
 /// Takes each `(job, from, to)` out of queue `from` and appends it to queue
 /// `to`, in the order given: what moving them one by one does, with one
 /// pass over each queue left.
-fn move_to_backs(queues: &mut [VecDeque<JobId>], moves: &[(JobId, usize, usize)]) {
+fn move_to_backs(queues: &mut [VecDeque<Slot>], moves: &[(Slot, usize, usize)]) {
     if moves.is_empty() {
         return;
     }
     for (q, queue) in queues.iter_mut().enumerate() {
-        let mut leaving: Vec<JobId> = moves.iter().filter(|m| m.1 == q).map(|m| m.0).collect();
+        let mut leaving: Vec<JobId> = moves.iter().filter(|m| m.1 == q).map(|m| m.0 .0).collect();
         if !leaving.is_empty() {
             leaving.sort_unstable();
-            queue.retain(|id| leaving.binary_search(id).is_err());
+            queue.retain(|(id, _)| leaving.binary_search(id).is_err());
         }
     }
-    for &(id, _, to) in moves {
-        queues[to].push_back(id);
+    for &(slot, _, to) in moves {
+        queues[to].push_back(slot);
     }
 }
 
@@ -348,21 +342,21 @@ mod tests {
         ) {
             let mut queues = vec![VecDeque::new(); 3];
             for (i, q) in start.iter().enumerate() {
-                queues[*q].push_back(JobId(i as u64));
+                queues[*q].push_back((JobId(i as u64), 1 + i as u32 % 4));
             }
             // Each job moves at most once, in id order (as the round does).
-            let mut moves: Vec<(JobId, usize, usize)> = Vec::new();
+            let mut moves: Vec<(Slot, usize, usize)> = Vec::new();
             let mut seen = std::collections::BTreeSet::new();
             for (i, to) in picks {
                 if i < start.len() && seen.insert(i) {
-                    moves.push((JobId(i as u64), start[i], to));
+                    moves.push(((JobId(i as u64), 1 + i as u32 % 4), start[i], to));
                 }
             }
             moves.sort();
             let mut one_by_one = queues.clone();
-            for &(id, from, to) in &moves {
-                one_by_one[from].retain(|x| *x != id);
-                one_by_one[to].push_back(id);
+            for &(slot, from, to) in &moves {
+                one_by_one[from].retain(|x| x.0 != slot.0);
+                one_by_one[to].push_back(slot);
             }
             move_to_backs(&mut queues, &moves);
             proptest::prop_assert_eq!(queues, one_by_one);
