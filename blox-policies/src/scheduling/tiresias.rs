@@ -80,30 +80,27 @@ impl SchedulingPolicy for Tiresias {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
         self.last_now = Some(round.now_s);
-        // One pass over the active jobs: the live ones' ids (to forget
-        // ended jobs) and the runnable ones (the walk below finds its jobs
-        // there by binary search instead of the job table), both in id
-        // order: contiguous tables instead of a lookup per job, issue 39.
-        let mut alive: Vec<JobId> = Vec::new();
-        let mut runnable: Vec<&Job> = Vec::new();
-        for j in jobs.active() {
-            if !j.status.is_terminal() {
-                alive.push(j.id());
-            }
-            if matches!(j.status, JobStatus::Queued | JobStatus::Running) {
-                runnable.push(j);
-            }
-        }
-        // One merge of two id-sorted lists finds the ended ones (the queues
-        // hold exactly the jobs of `self.jobs`); most rounds none ended.
+        // One pass over the active jobs beside its own (both in id order,
+        // issue 39) finds the jobs it knows that ended or left (forgotten;
+        // the queues hold exactly the jobs of `self.jobs`) and the runnable
+        // ones it does not know yet (new).
         let mut dead: Vec<JobId> = Vec::new();
-        let mut live = alive.iter().peekable();
-        for id in self.jobs.keys() {
-            while live.next_if(|x| *x < id).is_some() {}
-            if live.peek() != Some(&id) {
-                dead.push(*id);
+        let mut new: Vec<&Job> = Vec::new();
+        let mut known = self.jobs.keys().peekable();
+        for j in jobs.active() {
+            let id = j.id();
+            while let Some(k) = known.next_if(|k| **k < id) {
+                dead.push(*k);
+            }
+            if known.next_if(|k| **k == id).is_some() {
+                if j.status.is_terminal() {
+                    dead.push(id);
+                }
+            } else if matches!(j.status, JobStatus::Queued | JobStatus::Running) {
+                new.push(j);
             }
         }
+        dead.extend(known.copied());
         if !dead.is_empty() {
             for id in &dead {
                 self.jobs.remove(id);
@@ -112,18 +109,7 @@ impl SchedulingPolicy for Tiresias {
                 q.retain(|(id, _)| dead.binary_search(id).is_err());
             }
         }
-        // New jobs join Q0 in submission order. (Both lists are in id
-        // order: one merge instead of a lookup per job.)
-        let mut known = self.jobs.keys().peekable();
-        let mut new: Vec<&Job> = runnable
-            .iter()
-            .copied()
-            .filter(|j| {
-                let id = j.id();
-                while known.next_if(|k| **k < id).is_some() {}
-                known.peek() != Some(&&id)
-            })
-            .collect();
+        // New jobs join Q0 in submission order.
         new.sort_by(|a, b| {
             a.arrival_s()
                 .total_cmp(&b.arrival_s())
