@@ -9,7 +9,6 @@
 //! replicas, node capacity). Where the paper and the artifact differ, the
 //! artifact's choice is taken and noted in `super`'s doc.
 
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
@@ -82,6 +81,7 @@ impl Alloc {
     }
 
     /// All cells as `(job, node, replicas)`.
+    #[cfg(test)]
     fn triples(&self) -> Vec<(u32, u32, u8)> {
         (0..self.jobs())
             .flat_map(|j| self.row(j).iter().map(move |&(k, x)| (j as u32, k, x)))
@@ -171,22 +171,6 @@ pub struct Individual {
     pub obj: (f64, f64),
 }
 
-/// Walks cells sorted by (node, job) one node at a time.
-fn by_node(t: &mut [(u32, u32, u8)]) -> Vec<std::ops::Range<usize>> {
-    t.sort_unstable_by_key(|c| (c.1, c.0));
-    let mut groups = Vec::new();
-    let mut i = 0;
-    while i < t.len() {
-        let k = t[i].1;
-        let s = i;
-        while i < t.len() && t[i].1 == k {
-            i += 1;
-        }
-        groups.push(s..i);
-    }
-    groups
-}
-
 impl Problem {
     /// Speedup of job `j` with `r` replicas on `n` nodes.
     pub fn speedup_of(&self, j: usize, n: u32, r: u32) -> f64 {
@@ -247,142 +231,6 @@ impl Problem {
             0.0
         };
         (f1, u)
-    }
-
-    /// The repair steps, in the artifact's order.
-    pub fn repair(&self, a: &mut Alloc, rng: &mut dyn RngCore) {
-        *a = self.repaired(a.triples(), rng);
-    }
-
-    /// Repairs cells given as `(job, node, replicas)` triples.
-    fn repaired(&self, mut t: Vec<(u32, u32, u8)>, rng: &mut dyn RngCore) -> Alloc {
-        t.retain(|c| c.2 > 0);
-        let groups = by_node(&mut t);
-        if self.interference_avoidance {
-            // "Distributed" is decided once, before any zeroing.
-            let mut spans = vec![0u32; self.jobs];
-            for c in &t {
-                spans[c.0 as usize] += 1;
-            }
-            let distributed: Vec<bool> = spans.iter().map(|&n| n > 1).collect();
-            for g in &groups {
-                let mut seen = 0;
-                for c in &mut t[g.clone()] {
-                    if seen < 2 && distributed[c.0 as usize] {
-                        seen += 1;
-                    }
-                    if seen >= 2 {
-                        c.2 = 0;
-                    }
-                }
-            }
-        }
-        // Max replicas: trim rows over their limit, visiting nodes at random.
-        let mut total = vec![0u32; self.jobs];
-        for c in &t {
-            total[c.0 as usize] += c.2 as u32;
-        }
-        let mut cells_of: Vec<Vec<usize>> = vec![Vec::new(); self.jobs];
-        for (i, c) in t.iter().enumerate() {
-            if c.2 > 0 && total[c.0 as usize] > self.max_replicas[c.0 as usize] {
-                cells_of[c.0 as usize].push(i);
-            }
-        }
-        for (j, mut idx) in cells_of
-            .into_iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_empty())
-        {
-            idx.shuffle(rng);
-            let mut left = self.max_replicas[j];
-            for i in idx {
-                let keep = (t[i].2 as u32).min(left);
-                left -= keep;
-                t[i].2 = keep as u8;
-            }
-        }
-        // Node capacity, jobs in order (t is still sorted by node, then job).
-        for g in groups {
-            let mut left = self.capacity[t[g.start].1 as usize];
-            for c in &mut t[g] {
-                let keep = c.2.min(left);
-                left -= keep;
-                c.2 = keep;
-            }
-        }
-        Alloc::from_triples(self.jobs, t)
-    }
-
-    /// Mutated and repaired copy of `a`.
-    fn mutate(&self, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
-        let jn = self.jobs;
-        // 1. Reset rows to the current allocation; 2. zero cells of some rows.
-        let mut t: Vec<(u32, u32, u8)> = Vec::with_capacity(a.cells.len() + self.nodes);
-        let mut row_start = Vec::with_capacity(jn + 1);
-        for j in 0..jn {
-            row_start.push(t.len());
-            let row = if rng.random_bool(0.1) {
-                self.current.row(j)
-            } else {
-                a.row(j)
-            };
-            let zeroing = rng.random_bool(0.1);
-            for &(k, x) in row {
-                if !(zeroing && rng.random_bool(0.1)) {
-                    t.push((j as u32, k, x));
-                }
-            }
-        }
-        row_start.push(t.len());
-        // 3. Grow cells on nodes with a free GPU: a cell with replicas is
-        // picked with p1 + p2 − p1·p2 (p1 = 1/J, p2 = 1/holders of the node),
-        // an empty one with p1 — those are drawn as geometric gaps over the
-        // (free node, job) grid, so the cost follows the hits, not the grid.
-        let mut used = vec![0u32; self.nodes];
-        let mut holders = vec![0u32; self.nodes];
-        for c in &t {
-            used[c.1 as usize] += c.2 as u32;
-            holders[c.1 as usize] += 1;
-        }
-        let free: Vec<bool> = (0..self.nodes)
-            .map(|k| used[k] < self.capacity[k] as u32)
-            .collect();
-        let p1 = 1.0 / jn as f64;
-        for c in &mut t {
-            let k = c.1 as usize;
-            if free[k] {
-                let p2 = 1.0 / holders[k] as f64;
-                if rng.random_bool((p1 + p2 - p1 * p2).min(1.0)) {
-                    c.2 = rng.random_range(c.2..=self.capacity[k].max(c.2));
-                }
-            }
-        }
-        let free_nodes: Vec<u32> = (0..self.nodes as u32)
-            .filter(|&k| free[k as usize])
-            .collect();
-        let grid = (free_nodes.len() * jn) as u64;
-        let existing = t.len();
-        let mut at = geometric(p1, rng);
-        while at < grid {
-            let (k, j) = (
-                free_nodes[(at / jn as u64) as usize],
-                (at % jn as u64) as u32,
-            );
-            let row = &t[row_start[j as usize]..row_start[j as usize + 1]];
-            if row.binary_search_by_key(&k, |c| c.1).is_err() {
-                t.push((j, k, rng.random_range(0..=self.capacity[k as usize])));
-            }
-            at += 1 + geometric(p1, rng);
-        }
-        debug_assert!(t[..existing]
-            .windows(2)
-            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
-        self.repaired(t, rng)
-    }
-
-    fn crossover(&self, a: &Alloc, b: &Alloc, rng: &mut dyn RngCore) -> (Alloc, Alloc) {
-        let cut = rng.random_range(0..self.jobs);
-        (Alloc::splice(b, a, cut), Alloc::splice(a, b, cut))
     }
 }
 
@@ -479,11 +327,29 @@ fn rank_and_crowd(objs: &[(f64, f64)]) -> (Vec<usize>, Vec<f64>) {
 
 /// Runs NSGA-II from `initial` (repaired and evaluated here); returns the final
 /// non-dominated set.
+///
+/// The search runs on one of rayon's workers: called from elsewhere, it hands
+/// itself over once, so that each generation's parallel matings and
+/// evaluations are split among workers that are already running, not handed
+/// from a blocked caller twice a generation.
 pub fn solve(
     p: &Problem,
     initial: Vec<Alloc>,
     s: GaSettings,
-    rng: &mut dyn RngCore,
+    rng: &mut (dyn RngCore + Send),
+) -> Vec<Individual> {
+    if rayon::current_thread_index().is_some() {
+        search(p, initial, s, rng)
+    } else {
+        rayon::scope(|_| search(p, initial, s, rng))
+    }
+}
+
+fn search(
+    p: &Problem,
+    initial: Vec<Alloc>,
+    s: GaSettings,
+    rng: &mut (dyn RngCore + Send),
 ) -> Vec<Individual> {
     let eval = |genes: Alloc| {
         let obj = p.evaluate(&genes);
@@ -612,5 +478,6 @@ pub fn pick(front: &[Individual]) -> Option<&Individual> {
         })
 }
 
+mod ops;
 #[cfg(test)]
 mod tests;

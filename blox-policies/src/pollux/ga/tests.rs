@@ -131,3 +131,179 @@ fn search_fills_an_idle_cluster() {
         assert_eq!(row.iter().map(|&x| x as u32).sum::<u32>(), 4, "{:?}", best);
     }
 }
+
+// The operators as first written (before `ops.rs`'s buffers and counting
+// sorts): the reference the faster ones must match draw for draw.
+
+use rand::seq::SliceRandom;
+use rand::{Rng, RngCore};
+
+/// Walks cells sorted by (node, job) one node at a time.
+fn by_node(t: &mut [(u32, u32, u8)]) -> Vec<std::ops::Range<usize>> {
+    t.sort_unstable_by_key(|c| (c.1, c.0));
+    let mut groups = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let k = t[i].1;
+        let s = i;
+        while i < t.len() && t[i].1 == k {
+            i += 1;
+        }
+        groups.push(s..i);
+    }
+    groups
+}
+
+/// Repairs cells given as `(job, node, replicas)` triples.
+fn reference_repaired(p: &Problem, mut t: Vec<(u32, u32, u8)>, rng: &mut dyn RngCore) -> Alloc {
+    t.retain(|c| c.2 > 0);
+    let groups = by_node(&mut t);
+    if p.interference_avoidance {
+        // "Distributed" is decided once, before any zeroing.
+        let mut spans = vec![0u32; p.jobs];
+        for c in &t {
+            spans[c.0 as usize] += 1;
+        }
+        let distributed: Vec<bool> = spans.iter().map(|&n| n > 1).collect();
+        for g in &groups {
+            let mut seen = 0;
+            for c in &mut t[g.clone()] {
+                if seen < 2 && distributed[c.0 as usize] {
+                    seen += 1;
+                }
+                if seen >= 2 {
+                    c.2 = 0;
+                }
+            }
+        }
+    }
+    // Max replicas: trim rows over their limit, visiting nodes at random.
+    let mut total = vec![0u32; p.jobs];
+    for c in &t {
+        total[c.0 as usize] += c.2 as u32;
+    }
+    let mut cells_of: Vec<Vec<usize>> = vec![Vec::new(); p.jobs];
+    for (i, c) in t.iter().enumerate() {
+        if c.2 > 0 && total[c.0 as usize] > p.max_replicas[c.0 as usize] {
+            cells_of[c.0 as usize].push(i);
+        }
+    }
+    for (j, mut idx) in cells_of
+        .into_iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_empty())
+    {
+        idx.shuffle(rng);
+        let mut left = p.max_replicas[j];
+        for i in idx {
+            let keep = (t[i].2 as u32).min(left);
+            left -= keep;
+            t[i].2 = keep as u8;
+        }
+    }
+    // Node capacity, jobs in order (t is still sorted by node, then job).
+    for g in groups {
+        let mut left = p.capacity[t[g.start].1 as usize];
+        for c in &mut t[g] {
+            let keep = c.2.min(left);
+            left -= keep;
+            c.2 = keep;
+        }
+    }
+    Alloc::from_triples(p.jobs, t)
+}
+
+/// Mutated and repaired copy of `a`.
+fn reference_mutate(p: &Problem, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
+    let jn = p.jobs;
+    // 1. Reset rows to the current allocation; 2. zero cells of some rows.
+    let mut t: Vec<(u32, u32, u8)> = Vec::with_capacity(a.cells.len() + p.nodes);
+    let mut row_start = Vec::with_capacity(jn + 1);
+    for j in 0..jn {
+        row_start.push(t.len());
+        let row = if rng.random_bool(0.1) {
+            p.current.row(j)
+        } else {
+            a.row(j)
+        };
+        let zeroing = rng.random_bool(0.1);
+        for &(k, x) in row {
+            if !(zeroing && rng.random_bool(0.1)) {
+                t.push((j as u32, k, x));
+            }
+        }
+    }
+    row_start.push(t.len());
+    // 3. Grow cells on nodes with a free GPU: a cell with replicas is
+    // picked with p1 + p2 − p1·p2 (p1 = 1/J, p2 = 1/holders of the node),
+    // an empty one with p1 — those are drawn as geometric gaps over the
+    // (free node, job) grid, so the cost follows the hits, not the grid.
+    let mut used = vec![0u32; p.nodes];
+    let mut holders = vec![0u32; p.nodes];
+    for c in &t {
+        used[c.1 as usize] += c.2 as u32;
+        holders[c.1 as usize] += 1;
+    }
+    let free: Vec<bool> = (0..p.nodes)
+        .map(|k| used[k] < p.capacity[k] as u32)
+        .collect();
+    let p1 = 1.0 / jn as f64;
+    for c in &mut t {
+        let k = c.1 as usize;
+        if free[k] {
+            let p2 = 1.0 / holders[k] as f64;
+            if rng.random_bool((p1 + p2 - p1 * p2).min(1.0)) {
+                c.2 = rng.random_range(c.2..=p.capacity[k].max(c.2));
+            }
+        }
+    }
+    let free_nodes: Vec<u32> = (0..p.nodes as u32).filter(|&k| free[k as usize]).collect();
+    let grid = (free_nodes.len() * jn) as u64;
+    let existing = t.len();
+    let mut at = geometric(p1, rng);
+    while at < grid {
+        let (k, j) = (
+            free_nodes[(at / jn as u64) as usize],
+            (at % jn as u64) as u32,
+        );
+        let row = &t[row_start[j as usize]..row_start[j as usize + 1]];
+        if row.binary_search_by_key(&k, |c| c.1).is_err() {
+            t.push((j, k, rng.random_range(0..=p.capacity[k as usize])));
+        }
+        at += 1 + geometric(p1, rng);
+    }
+    debug_assert!(t[..existing]
+        .windows(2)
+        .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+    reference_repaired(p, t, rng)
+}
+
+proptest! {
+    /// From the same generator state, the operators give the same matrix
+    /// and leave the generator in the same state as the reference ones.
+    #[test]
+    fn operators_match_the_reference_draw_for_draw(
+        jobs in 1usize..9, nodes in 1usize..7, max_r in 1u32..14, seed in any::<u64>(),
+        interference in any::<bool>(), cap in 1u8..9,
+        genes in proptest::collection::vec(0u8..=9, 63),
+        current in proptest::collection::vec(0u8..=3, 63),
+    ) {
+        let mut p = problem(jobs, nodes, max_r, current[..jobs * nodes].to_vec());
+        p.interference_avoidance = interference;
+        p.capacity = (0..nodes).map(|k| cap.saturating_add(k as u8 % 3)).collect();
+        let dense: Vec<u8> = genes[..jobs * nodes].to_vec();
+        let a = Alloc::from_dense(&dense, jobs, nodes);
+        let (mut r1, mut r2) = (ChaCha8Rng::seed_from_u64(seed), ChaCha8Rng::seed_from_u64(seed));
+        let mut fast = a.clone();
+        p.repair(&mut fast, &mut r1);
+        let slow = reference_repaired(&p, a.triples(), &mut r2);
+        prop_assert_eq!(&fast, &slow);
+        prop_assert_eq!(r1.next_u64(), r2.next_u64());
+        for _ in 0..4 {
+            let fast = p.mutate(&a, &mut r1);
+            let slow = reference_mutate(&p, &a, &mut r2);
+            prop_assert_eq!(&fast, &slow);
+            prop_assert_eq!(r1.next_u64(), r2.next_u64());
+        }
+    }
+}
