@@ -239,10 +239,11 @@ impl PolluxSched {
                     let base = model.best(1, r_fair, self.params.batch_search).goodput;
                     for r in 1..=max_r {
                         let n_lo = r.div_ceil(max_per_node.max(1)).max(1);
-                        for n in n_lo..=r.min(nn as u32) {
-                            let g = model.best(n, r, self.params.batch_search).goodput;
+                        let ns = n_lo..=r.min(nn as u32);
+                        let best = model.best_on_nodes(r, ns.clone(), self.params.batch_search);
+                        for (n, b) in ns.zip(best) {
                             table[n as usize * width + r as usize] =
-                                if base > 0.0 { g / base } else { 0.0 };
+                                if base > 0.0 { b.goodput / base } else { 0.0 };
                         }
                     }
                 }
