@@ -338,7 +338,8 @@ impl GoodputModel {
         let m0 = self.limits.m0 as f64;
         // Per grid point: its configuration and, when its atomic batch is in
         // range, (M0·g(M), s·T_acc(b), T_acc(b)^γ).
-        let grid: Vec<(BatchConfig, Option<(f64, f64, f64)>)> = (0..50)
+        type Terms = Option<(f64, f64, f64)>;
+        let grid: Vec<(BatchConfig, Terms)> = (0..50)
             .map(|k| {
                 let m = match k {
                     0 => lo,

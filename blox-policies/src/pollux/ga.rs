@@ -14,6 +14,7 @@ use rand::{Rng, RngCore};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An allocation matrix stored sparsely: per job (row), its non-zero cells
 /// `(node index, replicas)` sorted by node. Cost of every operation is
@@ -88,21 +89,6 @@ impl Alloc {
             .collect()
     }
 
-    /// Rows `< cut` of `a`, the rest of `b`.
-    fn splice(a: &Alloc, b: &Alloc, cut: usize) -> Alloc {
-        let mid_a = a.start[cut] as usize;
-        let mid_b = b.start[cut] as usize;
-        let mut cells = a.cells[..mid_a].to_vec();
-        cells.extend_from_slice(&b.cells[mid_b..]);
-        let mut start = a.start[..=cut].to_vec();
-        start.extend(
-            b.start[cut + 1..]
-                .iter()
-                .map(|&s| s - mid_b as u32 + mid_a as u32),
-        );
-        Alloc { start, cells }
-    }
-
     /// A 128-bit fingerprint for duplicate detection (two multiplicative
     /// hashes over the words; collisions are negligible at these sizes).
     fn key(&self) -> (u64, u64) {
@@ -120,6 +106,42 @@ impl Alloc {
             mix(((k as u64) << 8) | x as u64);
         }
         (h1, h2)
+    }
+}
+
+/// A parent as mutation reads it: rows `< cut` of `a`, the rest of `b` — a
+/// crossover's child without copying either parent (`cut = jobs`: `a` whole).
+#[derive(Clone, Copy)]
+pub(crate) struct Parent<'a> {
+    a: &'a Alloc,
+    b: &'a Alloc,
+    cut: usize,
+}
+
+impl<'a> Parent<'a> {
+    fn whole(a: &'a Alloc) -> Self {
+        Parent {
+            a,
+            b: a,
+            cut: a.jobs(),
+        }
+    }
+
+    fn row(&self, j: usize) -> &'a [(u32, u8)] {
+        if j < self.cut {
+            self.a.row(j)
+        } else {
+            self.b.row(j)
+        }
+    }
+
+    #[cfg(test)]
+    fn to_alloc(self) -> Alloc {
+        let jobs = self.a.jobs();
+        let t = (0..jobs)
+            .flat_map(|j| self.row(j).iter().map(move |&(k, x)| (j as u32, k, x)))
+            .collect();
+        Alloc::from_triples(jobs, t)
     }
 }
 
@@ -191,13 +213,21 @@ impl Problem {
     pub fn evaluate(&self, a: &Alloc) -> (f64, f64) {
         let mut sum = 0.0;
         let mut wsum = 0.0;
-        let mut used = vec![false; self.nodes];
+        // Nodes in use, as bits (on the stack up to 512 nodes).
+        let words = self.nodes.div_ceil(64);
+        let (mut small, mut large) = ([0u64; 8], Vec::new());
+        let used: &mut [u64] = if words <= small.len() {
+            &mut small[..words]
+        } else {
+            large.resize(words, 0);
+            &mut large
+        };
         let mut total_speedup = 0.0;
         for j in 0..self.jobs {
             let row = a.row(j);
             let r: u32 = row.iter().map(|c| c.1 as u32).sum();
             for c in row {
-                used[c.0 as usize] = true;
+                used[c.0 as usize / 64] |= 1 << (c.0 % 64);
             }
             let sp = self.speedup_of(j, row.len() as u32, r);
             total_speedup += sp;
@@ -219,11 +249,9 @@ impl Problem {
         } else {
             (sum / wsum).powf(1.0 / self.power)
         };
-        let active: f64 = used
-            .iter()
-            .zip(&self.capacity)
-            .filter(|(u, _)| **u)
-            .map(|(_, c)| *c as f64)
+        let active: f64 = (0..self.nodes)
+            .filter(|&k| used[k / 64] & (1 << (k % 64)) != 0)
+            .map(|k| self.capacity[k] as f64)
             .sum();
         let u = if active > 0.0 {
             total_speedup / active
@@ -234,14 +262,53 @@ impl Problem {
     }
 }
 
-/// Failures before the next success of a Bernoulli(p) sequence.
-fn geometric(p: f64, rng: &mut dyn RngCore) -> u64 {
-    if p >= 1.0 {
-        return 0;
-    }
-    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-    (u.ln() / (1.0 - p).ln()).floor().min(u64::MAX as f64 / 2.0) as u64
+/// Bernoulli(p) failure runs, with `ln(1 − p)` worked out once.
+#[derive(Clone, Copy)]
+struct Geometric {
+    p: f64,
+    ln_q: f64,
 }
+
+impl Geometric {
+    fn new(p: f64) -> Self {
+        Geometric {
+            p,
+            ln_q: (1.0 - p).ln(),
+        }
+    }
+
+    /// Failures before the next success.
+    fn draw<R: Rng + ?Sized>(self, rng: &mut R) -> u64 {
+        if self.p >= 1.0 {
+            return 0;
+        }
+        let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+        (u.ln() / self.ln_q).floor().min(u64::MAX as f64 / 2.0) as u64
+    }
+}
+
+/// Hashes the search's keys, which are hashes already, by folding their words.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = self.0.rotate_left(23) ^ v;
+    }
+}
+
+/// The keys of the individuals present (membership only: never iterated).
+type KeySet = HashSet<(u64, u64), std::hash::BuildHasherDefault<KeyHasher>>;
 
 fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
     a.0 >= b.0 && a.1 >= b.1 && (a.0 > b.0 || a.1 > b.1)
@@ -328,20 +395,57 @@ fn rank_and_crowd(objs: &[(f64, f64)]) -> (Vec<usize>, Vec<f64>) {
 /// Runs NSGA-II from `initial` (repaired and evaluated here); returns the final
 /// non-dominated set.
 ///
-/// The search runs on one of rayon's workers: called from elsewhere, it hands
-/// itself over once, so that each generation's parallel matings and
-/// evaluations are split among workers that are already running, not handed
-/// from a blocked caller twice a generation.
+/// Each generation's matings run in parallel, but they are small (tens of
+/// microseconds in all), and a pool worker that found nothing to do goes to
+/// sleep sooner than the next generation comes: waking it took longer than
+/// the work it was woken for. So, called from outside the pool, the search
+/// runs on a worker while the others stay awake for the length of the search,
+/// taking each generation's matings as soon as they are offered
+/// ([`keep_warm`]). Inside a pool's work (a sweep's simulations) the other
+/// workers are busy and the search runs as it is.
 pub fn solve(
     p: &Problem,
     initial: Vec<Alloc>,
     s: GaSettings,
     rng: &mut (dyn RngCore + Send),
 ) -> Vec<Individual> {
-    if rayon::current_thread_index().is_some() {
-        search(p, initial, s, rng)
-    } else {
-        rayon::scope(|_| search(p, initial, s, rng))
+    let helpers = rayon::current_num_threads().saturating_sub(1);
+    if helpers == 0 || rayon::current_thread_index().is_some() {
+        return search(p, initial, s, rng);
+    }
+    let done = AtomicBool::new(false);
+    rayon::scope(|scope| {
+        let home = rayon::current_thread_index();
+        let done = &done;
+        for _ in 0..helpers {
+            scope.spawn(move |_| keep_warm(done, home));
+        }
+        let out = search(p, initial, s, rng);
+        done.store(true, Ordering::Release);
+        out
+    })
+}
+
+/// Runs whatever work the pool has until `done`, spinning (and now and then
+/// yielding the CPU) in between. On the search's own thread (`home`), which
+/// may take it up while it waits for its matings, it returns at once.
+fn keep_warm(done: &AtomicBool, home: Option<usize>) {
+    if rayon::current_thread_index() == home {
+        return;
+    }
+    let mut idle = 0u32;
+    while !done.load(Ordering::Acquire) {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => idle = 0,
+            _ => {
+                idle = idle.wrapping_add(1);
+                if idle.is_multiple_of(64) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
     }
 }
 
@@ -355,18 +459,23 @@ fn search(
         let obj = p.evaluate(&genes);
         Individual { genes, obj }
     };
-    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut seen = KeySet::default();
+    // The population, and each member's key.
     let mut pop: Vec<Individual> = Vec::new();
+    let mut keys: Vec<(u64, u64)> = Vec::new();
     for mut g in initial {
         p.repair(&mut g, rng);
-        if seen.insert(g.key()) {
+        let key = g.key();
+        if seen.insert(key) {
             pop.push(eval(g));
+            keys.push(key);
         }
     }
     if pop.is_empty() {
         let mut g = p.current.clone();
         p.repair(&mut g, rng);
         seen.insert(g.key());
+        keys.push(g.key());
         pop.push(eval(g));
     }
     if p.jobs == 0 || p.nodes == 0 {
@@ -375,7 +484,7 @@ fn search(
     for _ in 1..s.generations {
         let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
         let (rank, crowd) = rank_and_crowd(&objs);
-        let tournament = |rng: &mut dyn RngCore| {
+        let tournament = |rng: &mut ChaCha8Rng| {
             let a = rng.random_range(0..pop.len());
             let b = rng.random_range(0..pop.len());
             if dominates(objs[a], objs[b]) || (rank[a] < rank[b] && !dominates(objs[b], objs[a])) {
@@ -394,28 +503,33 @@ fn search(
         };
         // Matings run in parallel; each draws from its own generator seeded
         // from the round's, so the result does not depend on thread timing.
+        // Each child is evaluated where it is made (a duplicate, dropped
+        // below, is evaluated for nothing: cheaper than a second parallel
+        // pass over the kept ones).
         let mate = |seed: u64| {
-            let mut r = ChaCha8Rng::seed_from_u64(seed);
-            let rng: &mut dyn RngCore = &mut r;
-            let (a, b) = (tournament(rng), tournament(rng));
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let (a, b) = (tournament(&mut rng), tournament(&mut rng));
+            let (a, b) = (&pop[a].genes, &pop[b].genes);
             let (x, y) = if rng.random_bool(s.crossover_prob) {
-                p.crossover(&pop[a].genes, &pop[b].genes, rng)
+                p.crossover(a, b, &mut rng)
             } else {
-                (pop[a].genes.clone(), pop[b].genes.clone())
+                (Parent::whole(a), Parent::whole(b))
             };
-            [p.mutate(&x, rng), p.mutate(&y, rng)].map(|c| (c.key(), c))
+            [p.mutate(x, &mut rng), p.mutate(y, &mut rng)].map(|c| (c.key(), eval(c)))
         };
-        let mut children: Vec<Alloc> = Vec::with_capacity(s.offspring);
+        let mut children: Vec<Individual> = Vec::with_capacity(s.offspring);
         let mut tries = 0;
         while children.len() < s.offspring && tries < 100 {
             let seeds: Vec<u64> = (0..(s.offspring - children.len()).div_ceil(2))
                 .map(|_| rng.next_u64())
                 .collect();
-            let batch: Vec<[((u64, u64), Alloc); 2]> = seeds.into_par_iter().map(mate).collect();
+            let batch: Vec<[((u64, u64), Individual); 2]> =
+                seeds.into_par_iter().map(mate).collect();
             let before = children.len();
             for (key, c) in batch.into_iter().flatten() {
                 if children.len() < s.offspring && seen.insert(key) {
                     children.push(c);
+                    keys.push(key);
                 }
             }
             if children.len() == before {
@@ -425,9 +539,7 @@ fn search(
         if children.is_empty() {
             break;
         }
-        let evaluated: Vec<Individual> =
-            children.into_par_iter().with_min_len(8).map(eval).collect();
-        pop.extend(evaluated);
+        pop.extend(children);
         // Survival: fronts in order, the last one cut by crowding distance.
         let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
         let mut keep: Vec<usize> = Vec::with_capacity(s.population);
@@ -449,10 +561,12 @@ fn search(
         keep.sort_unstable();
         let mut old: Vec<Option<Individual>> = pop.into_iter().map(Some).collect();
         pop = keep
-            .into_iter()
-            .map(|i| old[i].take().expect("kept once"))
+            .iter()
+            .map(|&i| old[i].take().expect("kept once"))
             .collect();
-        seen = pop.iter().map(|i| i.genes.key()).collect();
+        keys = keep.iter().map(|&i| keys[i]).collect();
+        seen.clear();
+        seen.extend(keys.iter().copied());
     }
     let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
     let first: HashSet<usize> = fronts(&objs)

@@ -34,6 +34,7 @@ use blox_goodput::AgentReport;
 use ga::{Alloc, GaSettings, Problem};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -212,7 +213,13 @@ impl PolluxSched {
         let mut restart_factor = Vec::with_capacity(nj);
         let mut weights = Vec::with_capacity(nj);
         let max_per_node = nodes.iter().map(|n| n.gpus.len()).max().unwrap_or(0) as u32;
-        for (j, job) in order.iter().enumerate() {
+        // Each job's speedups, in parallel: the goodput model is asked for
+        // the best batch on every (nodes, replicas) pair.
+        let tables: Vec<(u32, Vec<f64>)> = order
+            .par_iter()
+            .map(|job| self.speedup_table(job, jobs, total, nn, r_fair, max_per_node))
+            .collect();
+        for ((j, job), (max_r, table)) in order.iter().enumerate().zip(tables) {
             let mut per_node: HashMap<usize, u8> = HashMap::new();
             for g in &job.allocation {
                 if let Some(k) = slot.get(g) {
@@ -220,41 +227,6 @@ impl PolluxSched {
                 }
             }
             current.extend(per_node.into_iter().map(|(k, x)| (j as u32, k as u32, x)));
-            let report = AgentReport::from_metrics(|k| jobs.metrics().get(job.id(), k));
-            let r_prof = report.map_or(job.max_gpus_so_far, |r| r.max_profiled_replicas);
-            let mut max_r = (2 * r_prof).max(1).min(total);
-            if let Some(r) = report {
-                max_r = max_r.min((r.limits.mmax / r.limits.bmin.max(1)).max(1));
-                if let Some(c) = r.replica_cap {
-                    max_r = max_r.min(c.max(1));
-                }
-            }
-            if let Some(c) = self.params.max_replicas {
-                max_r = max_r.min(c.max(1));
-            }
-            let width = max_r as usize + 1;
-            let mut table = vec![0.0; (nn.min(max_r as usize) + 1) * width];
-            match report.and_then(|r| r.model()) {
-                Some(model) => {
-                    let base = model.best(1, r_fair, self.params.batch_search).goodput;
-                    for r in 1..=max_r {
-                        let n_lo = r.div_ceil(max_per_node.max(1)).max(1);
-                        let ns = n_lo..=r.min(nn as u32);
-                        let best = model.best_on_nodes(r, ns.clone(), self.params.batch_search);
-                        for (n, b) in ns.zip(best) {
-                            table[n as usize * width + r as usize] =
-                                if base > 0.0 { b.goodput / base } else { 0.0 };
-                        }
-                    }
-                }
-                None => {
-                    for r in 1..=max_r {
-                        for n in 1..=r.min(nn as u32) {
-                            table[n as usize * width + r as usize] = r as f64 / r_fair as f64;
-                        }
-                    }
-                }
-            }
             speedup.push(table);
             max_replicas.push(max_r);
             let age = round.now_s - job.arrival_s();
@@ -284,6 +256,55 @@ impl PolluxSched {
             power: self.params.power,
             interference_avoidance: self.params.interference_avoidance,
         }
+    }
+
+    /// A job's largest replica count and its speedup table, indexed
+    /// `[n * (max_r + 1) + r]` (Pollux §4.2: goodput over that of the fair share).
+    fn speedup_table(
+        &self,
+        job: &Job,
+        jobs: &JobState,
+        total: u32,
+        nn: usize,
+        r_fair: u32,
+        max_per_node: u32,
+    ) -> (u32, Vec<f64>) {
+        let report = AgentReport::from_metrics(|k| jobs.metrics().get(job.id(), k));
+        let r_prof = report.map_or(job.max_gpus_so_far, |r| r.max_profiled_replicas);
+        let mut max_r = (2 * r_prof).max(1).min(total);
+        if let Some(r) = report {
+            max_r = max_r.min((r.limits.mmax / r.limits.bmin.max(1)).max(1));
+            if let Some(c) = r.replica_cap {
+                max_r = max_r.min(c.max(1));
+            }
+        }
+        if let Some(c) = self.params.max_replicas {
+            max_r = max_r.min(c.max(1));
+        }
+        let width = max_r as usize + 1;
+        let mut table = vec![0.0; (nn.min(max_r as usize) + 1) * width];
+        match report.and_then(|r| r.model()) {
+            Some(model) => {
+                let base = model.best(1, r_fair, self.params.batch_search).goodput;
+                for r in 1..=max_r {
+                    let n_lo = r.div_ceil(max_per_node.max(1)).max(1);
+                    let ns = n_lo..=r.min(nn as u32);
+                    let best = model.best_on_nodes(r, ns.clone(), self.params.batch_search);
+                    for (n, b) in ns.zip(best) {
+                        table[n as usize * width + r as usize] =
+                            if base > 0.0 { b.goodput / base } else { 0.0 };
+                    }
+                }
+            }
+            None => {
+                for r in 1..=max_r {
+                    for n in 1..=r.min(nn as u32) {
+                        table[n as usize * width + r as usize] = r as f64 / r_fair as f64;
+                    }
+                }
+            }
+        }
+        (max_r, table)
     }
 
     /// The starting population: last round's set re-indexed to this round.

@@ -7,7 +7,7 @@
 //! itself. `tests.rs` keeps the straightforward version of each and checks
 //! that both give the same matrix from the same generator state.
 
-use super::{geometric, Alloc, Problem};
+use super::{Alloc, Geometric, Parent, Problem};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use std::cell::RefCell;
@@ -84,7 +84,7 @@ impl Problem {
 
     /// Repairs the cells in `s.cells` (each `(job, node)` at most once, in
     /// any order).
-    fn repaired(&self, s: &mut Scratch, rng: &mut dyn RngCore) -> Alloc {
+    fn repaired<R: Rng + ?Sized>(&self, s: &mut Scratch, rng: &mut R) -> Alloc {
         let (jobs, nodes) = (self.jobs, self.nodes);
         s.cells.retain(|c| c.2 > 0);
         // By (node, job): by job, then stably by node.
@@ -176,11 +176,11 @@ impl Problem {
     }
 
     /// Mutated and repaired copy of `a`.
-    pub(super) fn mutate(&self, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
+    pub(super) fn mutate<R: Rng + ?Sized>(&self, a: Parent, rng: &mut R) -> Alloc {
         SCRATCH.with_borrow_mut(|s| self.mutated(a, s, rng))
     }
 
-    fn mutated(&self, a: &Alloc, s: &mut Scratch, rng: &mut dyn RngCore) -> Alloc {
+    fn mutated<R: Rng + ?Sized>(&self, a: Parent, s: &mut Scratch, rng: &mut R) -> Alloc {
         let jn = self.jobs;
         // 1. Reset rows to the current allocation; 2. zero cells of some rows.
         let t = &mut s.cells;
@@ -229,7 +229,8 @@ impl Problem {
             .extend((0..self.nodes as u32).filter(|&k| free(k as usize)));
         let grid = (s.free_nodes.len() * jn) as u64;
         let existing = t.len();
-        let mut at = geometric(p1, rng);
+        let gap = Geometric::new(p1);
+        let mut at = gap.draw(rng);
         while at < grid {
             let (k, j) = (
                 s.free_nodes[(at / jn as u64) as usize],
@@ -239,7 +240,7 @@ impl Problem {
             if row.binary_search_by_key(&k, |c| c.1).is_err() {
                 t.push((j as u32, k, rng.random_range(0..=self.capacity[k as usize])));
             }
-            at += 1 + geometric(p1, rng);
+            at += 1 + gap.draw(rng);
         }
         debug_assert!(t[..existing]
             .windows(2)
@@ -247,8 +248,15 @@ impl Problem {
         self.repaired(s, rng)
     }
 
-    pub(super) fn crossover(&self, a: &Alloc, b: &Alloc, rng: &mut dyn RngCore) -> (Alloc, Alloc) {
+    /// Row crossover at a random job: (rows before it of `b`, the rest of
+    /// `a`) and (rows before it of `a`, the rest of `b`).
+    pub(super) fn crossover<'a, R: Rng + ?Sized>(
+        &self,
+        a: &'a Alloc,
+        b: &'a Alloc,
+        rng: &mut R,
+    ) -> (Parent<'a>, Parent<'a>) {
         let cut = rng.random_range(0..self.jobs);
-        (Alloc::splice(b, a, cut), Alloc::splice(a, b, cut))
+        (Parent { a: b, b: a, cut }, Parent { a, b, cut })
     }
 }

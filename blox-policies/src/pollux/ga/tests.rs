@@ -103,7 +103,7 @@ proptest! {
         prop_assert_eq!(sa.to_dense(nodes), a.to_vec());
         let mut want = a[..cut * nodes].to_vec();
         want.extend_from_slice(&b[cut * nodes..]);
-        prop_assert_eq!(Alloc::splice(&sa, &sb, cut).to_dense(nodes), want);
+        prop_assert_eq!(Parent { a: &sa, b: &sb, cut }.to_alloc().to_dense(nodes), want);
     }
 }
 
@@ -214,6 +214,25 @@ fn reference_repaired(p: &Problem, mut t: Vec<(u32, u32, u8)>, rng: &mut dyn Rng
 }
 
 /// Mutated and repaired copy of `a`.
+/// Failures before the next success of a Bernoulli(p) sequence.
+fn reference_geometric(p: f64, rng: &mut dyn RngCore) -> u64 {
+    if p >= 1.0 {
+        return 0;
+    }
+    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    (u.ln() / (1.0 - p).ln()).floor().min(u64::MAX as f64 / 2.0) as u64
+}
+
+/// Rows `< cut` of `a`, the rest of `b`, copied.
+fn reference_splice(a: &Alloc, b: &Alloc, cut: usize) -> Alloc {
+    let mut t = Vec::new();
+    for j in 0..a.jobs() {
+        let row = if j < cut { a.row(j) } else { b.row(j) };
+        t.extend(row.iter().map(|&(k, x)| (j as u32, k, x)));
+    }
+    Alloc::from_triples(a.jobs(), t)
+}
+
 fn reference_mutate(p: &Problem, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
     let jn = p.jobs;
     // 1. Reset rows to the current allocation; 2. zero cells of some rows.
@@ -260,7 +279,7 @@ fn reference_mutate(p: &Problem, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
     let free_nodes: Vec<u32> = (0..p.nodes as u32).filter(|&k| free[k as usize]).collect();
     let grid = (free_nodes.len() * jn) as u64;
     let existing = t.len();
-    let mut at = geometric(p1, rng);
+    let mut at = reference_geometric(p1, rng);
     while at < grid {
         let (k, j) = (
             free_nodes[(at / jn as u64) as usize],
@@ -270,7 +289,7 @@ fn reference_mutate(p: &Problem, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
         if row.binary_search_by_key(&k, |c| c.1).is_err() {
             t.push((j, k, rng.random_range(0..=p.capacity[k as usize])));
         }
-        at += 1 + geometric(p1, rng);
+        at += 1 + reference_geometric(p1, rng);
     }
     debug_assert!(t[..existing]
         .windows(2)
@@ -300,10 +319,18 @@ proptest! {
         prop_assert_eq!(&fast, &slow);
         prop_assert_eq!(r1.next_u64(), r2.next_u64());
         for _ in 0..4 {
-            let fast = p.mutate(&a, &mut r1);
+            let fast = p.mutate(Parent::whole(&a), &mut r1);
             let slow = reference_mutate(&p, &a, &mut r2);
             prop_assert_eq!(&fast, &slow);
             prop_assert_eq!(r1.next_u64(), r2.next_u64());
         }
+        // Crossover, then mutation of each child.
+        let b = Alloc::from_dense(&genes[genes.len() - jobs * nodes..], jobs, nodes);
+        let (x, y) = p.crossover(&a, &b, &mut r1);
+        let cut = r2.random_range(0..jobs);
+        let (sx, sy) = (reference_splice(&b, &a, cut), reference_splice(&a, &b, cut));
+        prop_assert_eq!(p.mutate(x, &mut r1), reference_mutate(&p, &sx, &mut r2));
+        prop_assert_eq!(p.mutate(y, &mut r1), reference_mutate(&p, &sy, &mut r2));
+        prop_assert_eq!(r1.next_u64(), r2.next_u64());
     }
 }
