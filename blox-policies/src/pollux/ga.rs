@@ -409,10 +409,10 @@ pub fn solve(
     s: GaSettings,
     rng: &mut (dyn RngCore + Send),
 ) -> Vec<Individual> {
-    let helpers = rayon::current_num_threads().saturating_sub(1);
-    if helpers == 0 || rayon::current_thread_index().is_some() {
+    if rayon::current_thread_index().is_some() {
         return search(p, initial, s, rng);
     }
+    let helpers = rayon::current_num_threads().saturating_sub(1);
     let done = AtomicBool::new(false);
     rayon::scope(|scope| {
         let home = rayon::current_thread_index();

@@ -2,10 +2,13 @@
 //! repair, in the artifact's order and with its random draws.
 //!
 //! Every offspring is mutated and repaired, ten thousand times a round, so
-//! these work in buffers each thread keeps (`Scratch`) and sort cells by
-//! counting (job and node indices are small), allocating only the offspring
-//! itself. `tests.rs` keeps the straightforward version of each and checks
-//! that both give the same matrix from the same generator state.
+//! these work in buffers each thread keeps (`Scratch`), allocating only the
+//! offspring itself, and never sort: cells stay in row order (by job, then
+//! node). The artifact's repair walks each node's cells in job order; walking
+//! all cells in row order visits each node's cells in that same order, so
+//! with one counter per node it makes the same decisions. `tests.rs` keeps
+//! the straightforward version of each operator and checks that both give the
+//! same matrix from the same generator state.
 
 use super::{Alloc, Geometric, Parent, Problem};
 use rand::seq::SliceRandom;
@@ -18,55 +21,25 @@ type Cell = (u32, u32, u8);
 /// Buffers one thread reuses across offspring.
 #[derive(Default)]
 struct Scratch {
+    /// The matrix being built, in row order.
     cells: Vec<Cell>,
+    /// Cells a mutation adds, in (node, job) order, and a merge buffer.
+    added: Vec<Cell>,
     spare: Vec<Cell>,
     /// Per job in `mutate`: where its row starts in `cells`.
     row_start: Vec<usize>,
-    /// Per node: GPUs held and cells holding them (`mutate`).
+    /// Per node: GPUs held and cells holding them (`mutate`); distributed
+    /// jobs seen and GPUs left (repair).
     used: Vec<u32>,
     holders: Vec<u32>,
     free_nodes: Vec<u32>,
-    /// Counting sort: per key, its first position, then a cursor.
-    start: Vec<u32>,
-    cursor: Vec<u32>,
     /// Per job: cells (interference) then replicas (max replicas).
     per_job: Vec<u32>,
-    /// `(job, position)` of the cells of jobs over their replica limit.
-    over: Vec<(u32, u32)>,
     picked: Vec<u32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
-
-/// Stable counting sort of `src` into `dst` by `key(cell) < keys`; leaves in
-/// `start` (length `keys + 1`) where each key's cells begin.
-fn counting_sort(
-    src: &[Cell],
-    dst: &mut Vec<Cell>,
-    keys: usize,
-    key: impl Fn(&Cell) -> u32,
-    start: &mut Vec<u32>,
-    cursor: &mut Vec<u32>,
-) {
-    start.clear();
-    start.resize(keys + 1, 0);
-    for c in src {
-        start[key(c) as usize + 1] += 1;
-    }
-    for k in 0..keys {
-        start[k + 1] += start[k];
-    }
-    cursor.clear();
-    cursor.extend_from_slice(&start[..keys]);
-    dst.clear();
-    dst.resize(src.len(), (0, 0, 0));
-    for c in src {
-        let at = &mut cursor[key(c) as usize];
-        dst[*at as usize] = *c;
-        *at += 1;
-    }
 }
 
 impl Problem {
@@ -82,96 +55,79 @@ impl Problem {
         });
     }
 
-    /// Repairs the cells in `s.cells` (each `(job, node)` at most once, in
-    /// any order).
+    /// Repairs the cells in `s.cells` (in row order, each `(job, node)` at
+    /// most once).
     fn repaired<R: Rng + ?Sized>(&self, s: &mut Scratch, rng: &mut R) -> Alloc {
         let (jobs, nodes) = (self.jobs, self.nodes);
-        s.cells.retain(|c| c.2 > 0);
-        // By (node, job): by job, then stably by node.
-        counting_sort(
-            &s.cells,
-            &mut s.spare,
-            jobs,
-            |c| c.0,
-            &mut s.start,
-            &mut s.cursor,
-        );
-        counting_sort(
-            &s.spare,
-            &mut s.cells,
-            nodes,
-            |c| c.1,
-            &mut s.start,
-            &mut s.cursor,
-        );
         let t = &mut s.cells;
-        let node_start = &s.start;
-        let node = |k: usize| node_start[k] as usize..node_start[k + 1] as usize;
+        t.retain(|c| c.2 > 0);
+        debug_assert!(t.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
         if self.interference_avoidance {
             // "Distributed" is decided once, before any zeroing: a job with
-            // cells on more than one node.
+            // cells on more than one node. On each node, from the second
+            // distributed job on (in job order), every cell is emptied.
             s.per_job.clear();
             s.per_job.resize(jobs, 0);
             for c in t.iter() {
                 s.per_job[c.0 as usize] += 1;
             }
-            for k in 0..nodes {
-                let mut seen = 0;
-                for c in &mut t[node(k)] {
-                    if seen < 2 && s.per_job[c.0 as usize] > 1 {
-                        seen += 1;
-                    }
-                    if seen >= 2 {
-                        c.2 = 0;
-                    }
+            let seen = &mut s.used;
+            seen.clear();
+            seen.resize(nodes, 0);
+            for c in t.iter_mut() {
+                let k = c.1 as usize;
+                if seen[k] < 2 && s.per_job[c.0 as usize] > 1 {
+                    seen[k] += 1;
+                }
+                if seen[k] >= 2 {
+                    c.2 = 0;
                 }
             }
         }
-        // Max replicas: trim rows over their limit, visiting nodes at random.
-        s.per_job.clear();
-        s.per_job.resize(jobs, 0);
-        for c in t.iter() {
-            s.per_job[c.0 as usize] += c.2 as u32;
-        }
-        s.over.clear();
-        for (i, c) in t.iter().enumerate() {
-            if c.2 > 0 && s.per_job[c.0 as usize] > self.max_replicas[c.0 as usize] {
-                s.over.push((c.0, i as u32));
+        // Max replicas: trim rows over their limit, visiting their nodes at
+        // random (a row's cells, by node, shuffled).
+        let mut from = 0;
+        while from < t.len() {
+            let j = t[from].0;
+            let to = from + t[from..].iter().take_while(|c| c.0 == j).count();
+            let total: u32 = t[from..to].iter().map(|c| c.2 as u32).sum();
+            let max = self.max_replicas[j as usize];
+            if total > max {
+                s.picked.clear();
+                s.picked
+                    .extend((from..to).filter(|&i| t[i].2 > 0).map(|i| i as u32));
+                s.picked.shuffle(rng);
+                let mut left = max;
+                for &at in &s.picked {
+                    let c = &mut t[at as usize];
+                    let keep = (c.2 as u32).min(left);
+                    left -= keep;
+                    c.2 = keep as u8;
+                }
             }
+            from = to;
         }
-        s.over.sort_unstable();
-        let mut i = 0;
-        while i < s.over.len() {
-            let j = s.over[i].0;
-            s.picked.clear();
-            while i < s.over.len() && s.over[i].0 == j {
-                s.picked.push(s.over[i].1);
-                i += 1;
-            }
-            s.picked.shuffle(rng);
-            let mut left = self.max_replicas[j as usize];
-            for &at in &s.picked {
-                let c = &mut t[at as usize];
-                let keep = (c.2 as u32).min(left);
-                left -= keep;
-                c.2 = keep as u8;
-            }
+        // Node capacity, each node's jobs in order.
+        let left = &mut s.used;
+        left.clear();
+        left.extend(self.capacity.iter().map(|&c| c as u32));
+        for c in t.iter_mut() {
+            let k = c.1 as usize;
+            let keep = (c.2 as u32).min(left[k]);
+            left[k] -= keep;
+            c.2 = keep as u8;
         }
-        // Node capacity, jobs in order.
-        for k in 0..nodes {
-            let mut left = self.capacity[k];
-            for c in &mut t[node(k)] {
-                let keep = c.2.min(left);
-                left -= keep;
-                c.2 = keep;
-            }
-        }
-        // Back to rows: by node, then stably by job.
         t.retain(|c| c.2 > 0);
-        counting_sort(t, &mut s.spare, jobs, |c| c.0, &mut s.start, &mut s.cursor);
+        let mut start = vec![0u32; jobs + 1];
+        for c in t.iter() {
+            start[c.0 as usize + 1] += 1;
+        }
+        for j in 0..jobs {
+            start[j + 1] += start[j];
+        }
         Alloc {
-            start: s.start.clone(),
-            cells: s.spare.iter().map(|&(_, k, x)| (k, x)).collect(),
+            start,
+            cells: t.iter().map(|&(_, k, x)| (k, x)).collect(),
         }
     }
 
@@ -185,6 +141,7 @@ impl Problem {
         // 1. Reset rows to the current allocation; 2. zero cells of some rows.
         let t = &mut s.cells;
         t.clear();
+        s.added.clear();
         s.row_start.clear();
         for j in 0..jn {
             s.row_start.push(t.len());
@@ -228,7 +185,6 @@ impl Problem {
         s.free_nodes
             .extend((0..self.nodes as u32).filter(|&k| free(k as usize)));
         let grid = (s.free_nodes.len() * jn) as u64;
-        let existing = t.len();
         let gap = Geometric::new(p1);
         let mut at = gap.draw(rng);
         while at < grid {
@@ -238,13 +194,32 @@ impl Problem {
             );
             let row = &t[s.row_start[j]..s.row_start[j + 1]];
             if row.binary_search_by_key(&k, |c| c.1).is_err() {
-                t.push((j as u32, k, rng.random_range(0..=self.capacity[k as usize])));
+                s.added
+                    .push((j as u32, k, rng.random_range(0..=self.capacity[k as usize])));
             }
             at += 1 + gap.draw(rng);
         }
-        debug_assert!(t[..existing]
-            .windows(2)
-            .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        debug_assert!(t.windows(2).all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1)));
+        if !s.added.is_empty() {
+            // The added cells came by (node, job): into row order, then
+            // merged with the rows (no cell is in both).
+            s.added
+                .sort_unstable_by_key(|c| ((c.0 as u64) << 32) | c.1 as u64);
+            s.spare.clear();
+            let (mut i, mut k) = (0, 0);
+            while i < t.len() && k < s.added.len() {
+                if (t[i].0, t[i].1) < (s.added[k].0, s.added[k].1) {
+                    s.spare.push(t[i]);
+                    i += 1;
+                } else {
+                    s.spare.push(s.added[k]);
+                    k += 1;
+                }
+            }
+            s.spare.extend_from_slice(&t[i..]);
+            s.spare.extend_from_slice(&s.added[k..]);
+            std::mem::swap(&mut s.cells, &mut s.spare);
+        }
         self.repaired(s, rng)
     }
 
