@@ -20,19 +20,41 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `(node index, replicas)` sorted by node. Cost of every operation is
 /// proportional to jobs plus non-zero cells, not to jobs × nodes — at 2,048
 /// GPUs the dense matrix has hundreds of thousands of cells, almost all zero.
+/// Cells `(node index, replicas)`.
+type Row = [(u32, u8)];
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Alloc {
-    /// Row `j` is `cells[start[j]..start[j + 1]]`.
-    start: Vec<u32>,
-    cells: Vec<(u32, u8)>,
+    jobs: u32,
+    /// One allocation (each offspring is one): the `jobs + 1` row starts
+    /// (in `.0`), then the cells; row `j` is the cells `start[j]..start[j + 1]`.
+    data: Vec<(u32, u8)>,
 }
 
 impl Alloc {
     /// No job holds anything.
     pub fn empty(jobs: usize) -> Self {
         Alloc {
-            start: vec![0; jobs + 1],
-            cells: Vec::new(),
+            jobs: jobs as u32,
+            data: vec![(0, 0); jobs + 1],
+        }
+    }
+
+    /// From `(job, node, replicas)` triples, sorted by job then node (each
+    /// pair once) with no zero counts.
+    fn from_rows(jobs: usize, t: &[(u32, u32, u8)]) -> Self {
+        let mut data = Vec::with_capacity(jobs + 1 + t.len());
+        data.resize(jobs + 1, (0, 0));
+        for c in t {
+            data[c.0 as usize + 1].0 += 1;
+        }
+        for j in 0..jobs {
+            data[j + 1].0 += data[j].0;
+        }
+        data.extend(t.iter().map(|&(_, k, x)| (k, x)));
+        Alloc {
+            jobs: jobs as u32,
+            data,
         }
     }
 
@@ -40,17 +62,7 @@ impl Alloc {
     pub fn from_triples(jobs: usize, mut t: Vec<(u32, u32, u8)>) -> Self {
         t.retain(|c| c.2 > 0);
         t.sort_unstable_by_key(|c| (c.0, c.1));
-        let mut start = vec![0u32; jobs + 1];
-        for c in &t {
-            start[c.0 as usize + 1] += 1;
-        }
-        for j in 0..jobs {
-            start[j + 1] += start[j];
-        }
-        Alloc {
-            start,
-            cells: t.into_iter().map(|(_, k, x)| (k, x)).collect(),
-        }
+        Self::from_rows(jobs, &t)
     }
 
     /// From a dense row-major `jobs × nodes` matrix.
@@ -73,12 +85,18 @@ impl Alloc {
     }
 
     pub fn jobs(&self) -> usize {
-        self.start.len() - 1
+        self.jobs as usize
+    }
+
+    /// The row starts, then the cells.
+    fn parts(&self) -> (&Row, &Row) {
+        self.data.split_at(self.jobs as usize + 1)
     }
 
     /// Job `j`'s non-zero cells, by node.
     pub fn row(&self, j: usize) -> &[(u32, u8)] {
-        &self.cells[self.start[j] as usize..self.start[j + 1] as usize]
+        let (start, cells) = self.parts();
+        &cells[start[j].0 as usize..start[j + 1].0 as usize]
     }
 
     /// All cells as `(job, node, replicas)`.
@@ -99,10 +117,11 @@ impl Alloc {
                 .wrapping_mul(0xff51_afd7_ed55_8ccd)
                 .rotate_left(31);
         };
-        for &x in &self.start {
+        let (start, cells) = self.parts();
+        for &(x, _) in start {
             mix(x as u64);
         }
-        for &(k, x) in &self.cells {
+        for &(k, x) in cells {
             mix(((k as u64) << 8) | x as u64);
         }
         (h1, h2)
@@ -321,11 +340,13 @@ fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
 /// the sort is O(n log n + n·fronts) instead of O(n²).
 fn fronts(objs: &[(f64, f64)]) -> Vec<Vec<usize>> {
     let mut idx: Vec<usize> = (0..objs.len()).collect();
-    idx.sort_by(|&a, &b| {
+    // Ties by index: the order a stable sort gives, without its buffer.
+    idx.sort_unstable_by(|&a, &b| {
         objs[b]
             .0
             .total_cmp(&objs[a].0)
             .then(objs[b].1.total_cmp(&objs[a].1))
+            .then(a.cmp(&b))
     });
     let mut out: Vec<Vec<usize>> = Vec::new();
     // Per front: (largest f1, largest f0 among members with that f1).
@@ -366,7 +387,7 @@ fn crowding(objs: &[(f64, f64)], front: &[usize]) -> Vec<f64> {
             }
         };
         let mut idx: Vec<usize> = (0..m).collect();
-        idx.sort_by(|&a, &b| get(a).total_cmp(&get(b)));
+        idx.sort_unstable_by(|&a, &b| get(a).total_cmp(&get(b)).then(a.cmp(&b)));
         let (lo, hi) = (get(idx[0]), get(idx[m - 1]));
         d[idx[0]] = f64::INFINITY;
         d[idx[m - 1]] = f64::INFINITY;
@@ -549,7 +570,7 @@ fn search(
             } else {
                 let c = crowding(&objs, &f);
                 let mut idx: Vec<usize> = (0..f.len()).collect();
-                idx.sort_by(|&a, &b| c[b].total_cmp(&c[a]));
+                idx.sort_unstable_by(|&a, &b| c[b].total_cmp(&c[a]).then(a.cmp(&b)));
                 keep.extend(
                     idx.into_iter()
                         .take(s.population - keep.len())

@@ -118,17 +118,7 @@ impl Problem {
             c.2 = keep as u8;
         }
         t.retain(|c| c.2 > 0);
-        let mut start = vec![0u32; jobs + 1];
-        for c in t.iter() {
-            start[c.0 as usize + 1] += 1;
-        }
-        for j in 0..jobs {
-            start[j + 1] += start[j];
-        }
-        Alloc {
-            start,
-            cells: t.iter().map(|&(_, k, x)| (k, x)).collect(),
-        }
+        Alloc::from_rows(jobs, t)
     }
 
     /// Mutated and repaired copy of `a`.

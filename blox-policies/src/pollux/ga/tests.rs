@@ -236,7 +236,7 @@ fn reference_splice(a: &Alloc, b: &Alloc, cut: usize) -> Alloc {
 fn reference_mutate(p: &Problem, a: &Alloc, rng: &mut dyn RngCore) -> Alloc {
     let jn = p.jobs;
     // 1. Reset rows to the current allocation; 2. zero cells of some rows.
-    let mut t: Vec<(u32, u32, u8)> = Vec::with_capacity(a.cells.len() + p.nodes);
+    let mut t: Vec<(u32, u32, u8)> = Vec::with_capacity(a.parts().1.len() + p.nodes);
     let mut row_start = Vec::with_capacity(jn + 1);
     for j in 0..jn {
         row_start.push(t.len());
