@@ -89,11 +89,13 @@ impl Alloc {
     }
 
     /// The row starts, then the cells.
+    #[inline]
     fn parts(&self) -> (&Row, &Row) {
         self.data.split_at(self.jobs as usize + 1)
     }
 
     /// Job `j`'s non-zero cells, by node.
+    #[inline]
     pub fn row(&self, j: usize) -> &[(u32, u8)] {
         let (start, cells) = self.parts();
         &cells[start[j].0 as usize..start[j + 1].0 as usize]
@@ -329,6 +331,16 @@ impl std::hash::Hasher for KeyHasher {
 /// The keys of the individuals present (membership only: never iterated).
 type KeySet = HashSet<(u64, u64), std::hash::BuildHasherDefault<KeyHasher>>;
 
+/// `x`'s bits as an integer that orders as [`f64::total_cmp`] orders `x`.
+fn ordered(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
+    }
+}
+
 fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
     a.0 >= b.0 && a.1 >= b.1 && (a.0 > b.0 || a.1 > b.1)
 }
@@ -339,15 +351,14 @@ fn dominates(a: (f64, f64), b: (f64, f64)) -> bool {
 /// front is summarised by its largest f1 (and the largest f0 reaching it), so
 /// the sort is O(n log n + n·fronts) instead of O(n²).
 fn fronts(objs: &[(f64, f64)]) -> Vec<Vec<usize>> {
-    let mut idx: Vec<usize> = (0..objs.len()).collect();
     // Ties by index: the order a stable sort gives, without its buffer.
-    idx.sort_unstable_by(|&a, &b| {
-        objs[b]
-            .0
-            .total_cmp(&objs[a].0)
-            .then(objs[b].1.total_cmp(&objs[a].1))
-            .then(a.cmp(&b))
-    });
+    let mut keyed: Vec<(u64, u64, usize)> = objs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (!ordered(o.0), !ordered(o.1), i))
+        .collect();
+    keyed.sort_unstable();
+    let idx = keyed.into_iter().map(|k| k.2);
     let mut out: Vec<Vec<usize>> = Vec::new();
     // Per front: (largest f1, largest f0 among members with that f1).
     let mut tops: Vec<(f64, f64)> = Vec::new();
@@ -386,8 +397,9 @@ fn crowding(objs: &[(f64, f64)], front: &[usize]) -> Vec<f64> {
                 objs[front[i]].1
             }
         };
-        let mut idx: Vec<usize> = (0..m).collect();
-        idx.sort_unstable_by(|&a, &b| get(a).total_cmp(&get(b)).then(a.cmp(&b)));
+        let mut keyed: Vec<(u64, usize)> = (0..m).map(|i| (ordered(get(i)), i)).collect();
+        keyed.sort_unstable();
+        let idx: Vec<usize> = keyed.into_iter().map(|k| k.1).collect();
         let (lo, hi) = (get(idx[0]), get(idx[m - 1]));
         d[idx[0]] = f64::INFINITY;
         d[idx[m - 1]] = f64::INFINITY;
@@ -569,8 +581,13 @@ fn search(
                 keep.extend(&f);
             } else {
                 let c = crowding(&objs, &f);
-                let mut idx: Vec<usize> = (0..f.len()).collect();
-                idx.sort_unstable_by(|&a, &b| c[b].total_cmp(&c[a]).then(a.cmp(&b)));
+                let mut keyed: Vec<(u64, usize)> = c
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| (!ordered(x), i))
+                    .collect();
+                keyed.sort_unstable();
+                let idx = keyed.into_iter().map(|k| k.1);
                 keep.extend(
                     idx.into_iter()
                         .take(s.population - keep.len())

@@ -335,3 +335,15 @@ proptest! {
         prop_assert_eq!(r1.next_u64(), r2.next_u64());
     }
 }
+
+proptest! {
+    /// The integer keys the sorts use order numbers as `total_cmp` does
+    /// (signed zeros, infinities and NaNs included).
+    #[test]
+    fn ordered_keys_order_as_total_cmp(
+        a in prop_oneof![any::<f64>(), Just(0.0), Just(-0.0), Just(f64::INFINITY), Just(f64::NEG_INFINITY), Just(f64::NAN)],
+        b in prop_oneof![any::<f64>(), Just(0.0), Just(-0.0), Just(f64::INFINITY), Just(f64::NEG_INFINITY), Just(-f64::NAN)],
+    ) {
+        prop_assert_eq!(ordered(a).cmp(&ordered(b)), a.total_cmp(&b));
+    }
+}
