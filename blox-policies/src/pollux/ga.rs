@@ -453,10 +453,20 @@ pub fn solve(
         for _ in 0..helpers {
             scope.spawn(move |_| keep_warm(done, home));
         }
-        let out = search(p, initial, s, rng);
-        done.store(true, Ordering::Release);
-        out
+        // Released however the search ends: were it to panic, the scope
+        // would otherwise wait for its helpers forever.
+        let _release = Release(done);
+        search(p, initial, s, rng)
     })
+}
+
+/// Tells [`keep_warm`]'s helpers to stop when dropped.
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Runs whatever work the pool has until `done`, spinning (and now and then
@@ -514,9 +524,11 @@ fn search(
     if p.jobs == 0 || p.nodes == 0 {
         return pop;
     }
+    // Each member's front and crowding distance; after the first generation
+    // they come from the survival step.
+    let (mut rank, mut crowd) = rank_and_crowd(&pop.iter().map(|i| i.obj).collect::<Vec<_>>());
     for _ in 1..s.generations {
         let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
-        let (rank, crowd) = rank_and_crowd(&objs);
         let tournament = |rng: &mut ChaCha8Rng| {
             let a = rng.random_range(0..pop.len());
             let b = rng.random_range(0..pop.len());
@@ -574,34 +586,50 @@ fn search(
         }
         pop.extend(children);
         // Survival: fronts in order, the last one cut by crowding distance.
+        // The survivors' fronts and distances for the next generation come
+        // with them, as sorting the survivors again would find them: a whole
+        // front keeps both; the cut front keeps its rank, its distances taken
+        // again among its survivors (in the front's order).
         let objs: Vec<(f64, f64)> = pop.iter().map(|i| i.obj).collect();
-        let mut keep: Vec<usize> = Vec::with_capacity(s.population);
-        for f in fronts(&objs) {
+        // (member, front, crowding distance)
+        let mut keep: Vec<(usize, usize, f64)> = Vec::with_capacity(s.population);
+        for (r, f) in fronts(&objs).into_iter().enumerate() {
+            let c = crowding(&objs, &f);
             if keep.len() + f.len() <= s.population {
-                keep.extend(&f);
+                keep.extend(f.iter().zip(c).map(|(&i, c)| (i, r, c)));
             } else {
-                let c = crowding(&objs, &f);
                 let mut keyed: Vec<(u64, usize)> = c
                     .iter()
                     .enumerate()
                     .map(|(i, &x)| (!ordered(x), i))
                     .collect();
                 keyed.sort_unstable();
-                let idx = keyed.into_iter().map(|k| k.1);
-                keep.extend(
-                    idx.into_iter()
-                        .take(s.population - keep.len())
-                        .map(|i| f[i]),
-                );
+                let mut chosen: Vec<usize> = keyed
+                    .into_iter()
+                    .take(s.population - keep.len())
+                    .map(|k| k.1)
+                    .collect();
+                chosen.sort_unstable();
+                let survivors: Vec<usize> = chosen.into_iter().map(|q| f[q]).collect();
+                let c = crowding(&objs, &survivors);
+                keep.extend(survivors.iter().zip(c).map(|(&i, c)| (i, r, c)));
                 break;
             }
         }
-        keep.sort_unstable();
+        keep.sort_unstable_by_key(|k| k.0);
+        rank = keep.iter().map(|k| k.1).collect();
+        crowd = keep.iter().map(|k| k.2).collect();
+        let keep: Vec<usize> = keep.into_iter().map(|k| k.0).collect();
         let mut old: Vec<Option<Individual>> = pop.into_iter().map(Some).collect();
         pop = keep
             .iter()
             .map(|&i| old[i].take().expect("kept once"))
             .collect();
+        debug_assert!({
+            let (r, c) = rank_and_crowd(&pop.iter().map(|i| i.obj).collect::<Vec<_>>());
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            r == rank && bits(&c) == bits(&crowd)
+        });
         keys = keep.iter().map(|&i| keys[i]).collect();
         seen.clear();
         seen.extend(keys.iter().copied());

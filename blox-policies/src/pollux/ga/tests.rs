@@ -347,3 +347,19 @@ proptest! {
         prop_assert_eq!(ordered(a).cmp(&ordered(b)), a.total_cmp(&b));
     }
 }
+
+/// A search that panics hands its panic to the caller (its helpers stop)
+/// rather than leaving the caller waiting for them.
+#[test]
+fn a_panicking_search_does_not_hang() {
+    let mut p = problem(3, 4, 4, vec![0; 12]);
+    // A speedup table too short for any allocation: the search indexes
+    // past it and panics.
+    p.max_replicas = vec![4; 3];
+    p.weights = vec![1.0; 2];
+    let outcome = std::panic::catch_unwind(|| {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        solve(&p, vec![p.current.clone()], GaSettings::default(), &mut rng)
+    });
+    assert!(outcome.is_err());
+}
