@@ -112,22 +112,30 @@ impl Alloc {
     /// A 128-bit fingerprint for duplicate detection (two multiplicative
     /// hashes over the words; collisions are negligible at these sizes).
     fn key(&self) -> (u64, u64) {
-        let (mut h1, mut h2) = (0x9e37_79b9_7f4a_7c15u64, 0xc2b2_ae3d_27d4_eb4fu64);
-        let mut mix = |v: u64| {
-            h1 = (h1 ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
-            h2 = (h2 ^ v.rotate_left(17))
-                .wrapping_mul(0xff51_afd7_ed55_8ccd)
-                .rotate_left(31);
-        };
         let (start, cells) = self.parts();
-        for &(x, _) in start {
-            mix(x as u64);
-        }
-        for &(k, x) in cells {
-            mix(((k as u64) << 8) | x as u64);
-        }
-        (h1, h2)
+        key_of(
+            start.iter().map(|&(x, _)| x),
+            cells.iter().map(|&(k, x)| (k, x)),
+        )
     }
+}
+
+/// [`Alloc::key`] of the allocation with these row starts and cells.
+fn key_of(start: impl Iterator<Item = u32>, cells: impl Iterator<Item = (u32, u8)>) -> (u64, u64) {
+    let (mut h1, mut h2) = (0x9e37_79b9_7f4a_7c15u64, 0xc2b2_ae3d_27d4_eb4fu64);
+    let mut mix = |v: u64| {
+        h1 = (h1 ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+        h2 = (h2 ^ v.rotate_left(17))
+            .wrapping_mul(0xff51_afd7_ed55_8ccd)
+            .rotate_left(31);
+    };
+    for x in start {
+        mix(x as u64);
+    }
+    for (k, x) in cells {
+        mix(((k as u64) << 8) | x as u64);
+    }
+    (h1, h2)
 }
 
 /// A parent as mutation reads it: rows `< cut` of `a`, the rest of `b` — a
@@ -551,7 +559,9 @@ fn search(
         // Each child is evaluated where it is made (a duplicate, dropped
         // below, is evaluated for nothing: cheaper than a second parallel
         // pass over the kept ones).
-        let mate = |seed: u64| {
+        // A child already in the population is dropped where it is made
+        // (the step below would drop it): it is neither built nor evaluated.
+        let mate = |seed: u64, known: &KeySet| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let (a, b) = (tournament(&mut rng), tournament(&mut rng));
             let (a, b) = (&pop[a].genes, &pop[b].genes);
@@ -560,7 +570,10 @@ fn search(
             } else {
                 (Parent::whole(a), Parent::whole(b))
             };
-            [p.mutate(x, &mut rng), p.mutate(y, &mut rng)].map(|c| (c.key(), eval(c)))
+            [x, y].map(|parent| {
+                p.offspring(parent, &mut rng, known)
+                    .map(|(key, genes)| (key, eval(genes)))
+            })
         };
         let mut children: Vec<Individual> = Vec::with_capacity(s.offspring);
         let mut tries = 0;
@@ -568,10 +581,13 @@ fn search(
             let seeds: Vec<u64> = (0..(s.offspring - children.len()).div_ceil(2))
                 .map(|_| rng.next_u64())
                 .collect();
-            let batch: Vec<[((u64, u64), Individual); 2]> =
-                seeds.into_par_iter().map(mate).collect();
+            type Child = Option<((u64, u64), Individual)>;
+            let batch: Vec<[Child; 2]> = seeds
+                .into_par_iter()
+                .map(|seed| mate(seed, &seen))
+                .collect();
             let before = children.len();
-            for (key, c) in batch.into_iter().flatten() {
+            for (key, c) in batch.into_iter().flatten().flatten() {
                 if children.len() < s.offspring && seen.insert(key) {
                     children.push(c);
                     keys.push(key);

@@ -10,7 +10,7 @@
 //! the straightforward version of each operator and checks that both give the
 //! same matrix from the same generator state.
 
-use super::{Alloc, Geometric, Parent, Problem};
+use super::{key_of, Alloc, Geometric, KeySet, Parent, Problem};
 use rand::seq::SliceRandom;
 use rand::{Rng, RngCore};
 use std::cell::RefCell;
@@ -58,6 +58,12 @@ impl Problem {
     /// Repairs the cells in `s.cells` (in row order, each `(job, node)` at
     /// most once).
     fn repaired<R: Rng + ?Sized>(&self, s: &mut Scratch, rng: &mut R) -> Alloc {
+        self.repair_cells(s, rng);
+        Alloc::from_rows(self.jobs, &s.cells)
+    }
+
+    /// Repairs `s.cells` in place, leaving no empty cell.
+    fn repair_cells<R: Rng + ?Sized>(&self, s: &mut Scratch, rng: &mut R) {
         let (jobs, nodes) = (self.jobs, self.nodes);
         let t = &mut s.cells;
         t.retain(|c| c.2 > 0);
@@ -118,15 +124,43 @@ impl Problem {
             c.2 = keep as u8;
         }
         t.retain(|c| c.2 > 0);
-        Alloc::from_rows(jobs, t)
     }
 
     /// Mutated and repaired copy of `a`.
+    #[cfg(test)]
     pub(super) fn mutate<R: Rng + ?Sized>(&self, a: Parent, rng: &mut R) -> Alloc {
-        SCRATCH.with_borrow_mut(|s| self.mutated(a, s, rng))
+        SCRATCH.with_borrow_mut(|s| {
+            self.mutated(a, s, rng);
+            Alloc::from_rows(self.jobs, &s.cells)
+        })
     }
 
-    fn mutated<R: Rng + ?Sized>(&self, a: Parent, s: &mut Scratch, rng: &mut R) -> Alloc {
+    /// A mutated and repaired copy of `a` with its key, unless its key is
+    /// among `known` (the same draws either way).
+    pub(super) fn offspring<R: Rng + ?Sized>(
+        &self,
+        a: Parent,
+        rng: &mut R,
+        known: &KeySet,
+    ) -> Option<((u64, u64), Alloc)> {
+        SCRATCH.with_borrow_mut(|s| {
+            self.mutated(a, s, rng);
+            let t = &s.cells;
+            // Row starts: the cells before each job's row.
+            let mut at = 0;
+            let start = (0..=self.jobs as u32).map(|j| {
+                while at < t.len() && t[at].0 < j {
+                    at += 1;
+                }
+                at as u32
+            });
+            let key = key_of(start, t.iter().map(|&(_, k, x)| (k, x)));
+            (!known.contains(&key)).then(|| (key, Alloc::from_rows(self.jobs, t)))
+        })
+    }
+
+    /// Mutates and repairs `a` into `s.cells`.
+    fn mutated<R: Rng + ?Sized>(&self, a: Parent, s: &mut Scratch, rng: &mut R) {
         let jn = self.jobs;
         // 1. Reset rows to the current allocation; 2. zero cells of some rows.
         let t = &mut s.cells;
@@ -210,7 +244,7 @@ impl Problem {
             s.spare.extend_from_slice(&s.added[k..]);
             std::mem::swap(&mut s.cells, &mut s.spare);
         }
-        self.repaired(s, rng)
+        self.repair_cells(s, rng);
     }
 
     /// Row crossover at a random job: (rows before it of `b`, the rest of

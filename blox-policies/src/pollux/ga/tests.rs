@@ -363,3 +363,25 @@ fn a_panicking_search_does_not_hang() {
     });
     assert!(outcome.is_err());
 }
+
+proptest! {
+    /// An offspring's key is its allocation's, and a known key drops it
+    /// after the same draws.
+    #[test]
+    fn offspring_keys_are_their_allocations(
+        jobs in 1usize..12, nodes in 1usize..9, seed in any::<u64>(),
+        genes in proptest::collection::vec(prop_oneof![2 => Just(0u8), 1 => 1u8..=6], 96),
+    ) {
+        let p = problem(jobs, nodes, 6, vec![0; jobs * nodes]);
+        let a = Alloc::from_dense(&genes[..jobs * nodes], jobs, nodes);
+        let (mut r1, mut r2) = (ChaCha8Rng::seed_from_u64(seed), ChaCha8Rng::seed_from_u64(seed));
+        let (key, child) = p.offspring(Parent::whole(&a), &mut r1, &KeySet::default()).unwrap();
+        prop_assert_eq!(key, child.key());
+        prop_assert_eq!(&child, &p.mutate(Parent::whole(&a), &mut r2));
+        let known: KeySet = [key].into_iter().collect();
+        let (mut r3, mut r4) = (ChaCha8Rng::seed_from_u64(seed), ChaCha8Rng::seed_from_u64(seed));
+        prop_assert!(p.offspring(Parent::whole(&a), &mut r3, &known).is_none());
+        p.mutate(Parent::whole(&a), &mut r4);
+        prop_assert_eq!(r3.next_u64(), r4.next_u64());
+    }
+}
