@@ -162,8 +162,6 @@ pub struct Decision {
 #[derive(Clone)]
 pub struct PolluxSched {
     params: PolluxParams,
-    /// Best goodput by (n, r) per job, reused while its model is unchanged.
-    goodput_cache: HashMap<JobId, (blox_goodput::GoodputModel, u32, usize, Vec<f64>)>,
     rng: ChaCha8Rng,
     /// Last round's non-dominated set: (job order, node order, matrices).
     carried: Option<(Vec<JobId>, Vec<NodeId>, Vec<Alloc>)>,
@@ -175,7 +173,6 @@ impl PolluxSched {
         PolluxSched {
             rng: ChaCha8Rng::seed_from_u64(params.seed),
             params,
-            goodput_cache: HashMap::new(),
             carried: None,
             last: Decision::default(),
         }
@@ -558,7 +555,6 @@ impl SchedulingPolicy for PolluxSched {
         if order.is_empty() || nodes.is_empty() {
             return Schedule::default();
         }
-        self.goodput_cache.retain(|id, _| jobs.get(*id).is_some());
         let p = self.problem(round, &order, jobs, &nodes);
         let initial = self.initial(&order, &nodes, &p);
         let mut rng = ChaCha8Rng::seed_from_u64(self.rng.next_u64());
