@@ -31,6 +31,7 @@ use crate::workload::host_profile::HostProfiles;
 use crate::workload::{BatchAgent, SimJob, WorkModel};
 use blox_core::*;
 use blox_goodput::{BatchConfig, PolluxAgent};
+use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeSet;
 
@@ -302,6 +303,24 @@ impl SimBackend {
     /// Advances every running job from `start` to `end`.
     fn advance(&mut self, start: f64, end: f64) {
         let quantized = self.cfg.round_quantized;
+        // Jobs run by their profiles advance first, in parallel: each
+        // touches only its own state, and its agent's refits are most of a
+        // round's simulation. What they report is then taken in job order.
+        let running = &self.running;
+        let mut profiled: Vec<(JobId, Option<f64>)> = self
+            .jobs
+            .iter_mut()
+            .filter(|(id, s)| s.profile.is_some() && running.contains(id))
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|(id, s)| {
+                let seg = s.segment.as_ref().expect("running job has a segment");
+                let from = seg.progress_from_s.max(start);
+                let p = s.profile.as_mut().expect("filtered");
+                (*id, p.advance(from, (end - from).max(0.0)))
+            })
+            .collect();
+        profiled.sort_unstable_by_key(|x| x.0);
         let mut done = Vec::new();
         for id in &self.running {
             let s = self.jobs.get_mut(id).expect("running job is known");
@@ -327,8 +346,10 @@ impl SimBackend {
                 s.attained_gpu_s += productive * gpus;
             };
             if let Some(p) = s.profile.as_mut() {
-                let t_left = (end - from).max(0.0);
-                let finish = p.advance(from, t_left);
+                let at = profiled
+                    .binary_search_by_key(id, |x| x.0)
+                    .expect("advanced above");
+                let finish = profiled[at].1;
                 let stop = finish.unwrap_or(end);
                 s.done_s = p.progress;
                 account(s, stop);
