@@ -48,6 +48,9 @@ pub struct SimBackend {
     /// so a million-job trace does not outlive its arrivals (issue 39).
     trace: std::collections::VecDeque<SimJob>,
     jobs: HashMap<JobId, SimJobState>,
+    /// Whether any job run by its profile has arrived (only then does
+    /// [`Self::advance`] look for them).
+    profiled: bool,
     running: BTreeSet<JobId>,
     /// Jobs whose state changed since the last metric collection.
     /// (Pushed in any order, possibly twice; sorted and deduplicated when
@@ -114,6 +117,7 @@ impl SimBackend {
             round_s,
             trace: trace.into(),
             jobs: HashMap::default(),
+            profiled: false,
             running: BTreeSet::new(),
             dirty: Vec::new(),
             gpu_node,
@@ -307,19 +311,22 @@ impl SimBackend {
         // touches only its own state, and its agent's refits are most of a
         // round's simulation. What they report is then taken in job order.
         let running = &self.running;
-        let mut profiled: Vec<(JobId, Option<f64>)> = self
-            .jobs
-            .iter_mut()
-            .filter(|(id, s)| s.profile.is_some() && running.contains(id))
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|(id, s)| {
-                let seg = s.segment.as_ref().expect("running job has a segment");
-                let from = seg.progress_from_s.max(start);
-                let p = s.profile.as_mut().expect("filtered");
-                (*id, p.advance(from, (end - from).max(0.0)))
-            })
-            .collect();
+        let mut profiled: Vec<(JobId, Option<f64>)> = if self.profiled {
+            self.jobs
+                .iter_mut()
+                .filter(|(id, s)| s.profile.is_some() && running.contains(id))
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .map(|(id, s)| {
+                    let seg = s.segment.as_ref().expect("running job has a segment");
+                    let from = seg.progress_from_s.max(start);
+                    let p = s.profile.as_mut().expect("filtered");
+                    (*id, p.advance(from, (end - from).max(0.0)))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         profiled.sort_unstable_by_key(|x| x.0);
         let mut done = Vec::new();
         for id in &self.running {

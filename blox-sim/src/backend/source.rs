@@ -15,6 +15,7 @@ impl JobSource for SimBackend {
             let Some(j) = self.trace.pop_front() else {
                 break;
             };
+            self.profiled |= matches!(j.work, WorkModel::Profile { .. });
             self.jobs.insert(
                 j.spec.id,
                 SimJobState {
