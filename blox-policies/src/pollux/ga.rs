@@ -442,7 +442,7 @@ fn rank_and_crowd(objs: &[(f64, f64)]) -> (Vec<usize>, Vec<f64>) {
 /// the work it was woken for. So, called from outside the pool, the search
 /// runs on a worker while the others stay awake for the length of the search,
 /// taking each generation's matings as soon as they are offered
-/// ([`keep_warm`]). Inside a pool's work (a sweep's simulations) the other
+/// (`keep_warm`). Inside a pool's work (a sweep's simulations) the other
 /// workers are busy and the search runs as it is.
 pub fn solve(
     p: &Problem,

@@ -49,7 +49,7 @@ pub struct SimBackend {
     trace: std::collections::VecDeque<SimJob>,
     jobs: HashMap<JobId, SimJobState>,
     /// Whether any job run by its profile has arrived (only then does
-    /// [`Self::advance`] look for them).
+    /// `advance` look for them).
     profiled: bool,
     running: BTreeSet<JobId>,
     /// Jobs whose state changed since the last metric collection.
