@@ -98,7 +98,11 @@ impl JobState {
             .filter(|j| j.status == JobStatus::Queued)
     }
 
-    /// Jobs that have ended (finished, failed or rejected), in the order they ended.
+    /// Jobs that have ended (finished, failed or rejected), in the order they
+    /// ended. A long run keeps only the newest whole: the live scheduler
+    /// its last 1,000, a simulation its last 4,096 and every job that ended
+    /// in the round just run (the rest are already its table rows). A
+    /// policy that learns from ended jobs reads them in the round they end.
     pub fn finished(&self) -> &[Job] {
         &self.finished
     }
@@ -113,6 +117,16 @@ impl JobState {
     /// its tables); their metrics stay.
     pub fn take_finished(&mut self) -> Vec<Job> {
         std::mem::take(&mut self.finished)
+    }
+
+    /// Takes the oldest ended records out, in the order they ended, leaving
+    /// the newest `keep`; unlike [`forget_finished`](Self::forget_finished)
+    /// their metrics stay. A simulation turns them into table rows as it
+    /// goes instead of holding every ended job whole (ten million of them
+    /// are 6 GB).
+    pub fn drain_finished_oldest(&mut self, keep: usize) -> std::vec::Drain<'_, Job> {
+        let n = self.finished.len().saturating_sub(keep);
+        self.finished.drain(..n)
     }
 
     /// Records a job that never became active (e.g. rejected at submission).

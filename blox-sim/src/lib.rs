@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod bench;
 pub mod forecast;
+mod log_writer;
 pub mod memory;
 /// `[workload] host_profiles` files (Synergy), read with the workload.
 pub use workload::host_profile;

@@ -2,7 +2,7 @@
 
 use crate::backend::failures::Failures;
 use crate::backend::{SimBackend, SimConfig};
-use crate::report::{RoundRow, SimResult, StopReason};
+use crate::report::{JobRow, RoundRow, SimResult, StopReason};
 use crate::workload::{self, SimJob, WorkloadError};
 use blox_core::config::{ConfigInput, Override, SectionSource};
 use blox_core::*;
@@ -64,22 +64,34 @@ pub const STALL_ROUNDS: u64 = 10;
 /// ([`SimError::NoProgress`]).
 pub const FRUITLESS_INTERRUPTIONS: u32 = 50;
 
+/// Ended jobs a simulation's loop keeps whole (at least; every job that
+/// ended in the round just run too): older ones become table rows as the
+/// run goes (`JobState::finished`).
+pub const ENDED_KEPT: usize = 4096;
+
 /// A composed scheduler driving the simulator.
 pub struct Simulation {
     pub round_loop: RoundLoop,
     pub backend: SimBackend,
     pub run: RunConfig,
     pub sim: SimConfig,
+    /// Ended jobs the loop keeps whole, at least ([`ENDED_KEPT`]; every job
+    /// that ended in the round just run too); older ones become rows. The
+    /// tables are the same whatever it is (`tests/ended_rows.rs`).
+    pub ended_kept: usize,
     rounds: Vec<RoundRow>,
     tracked_total: usize,
     tracked_ended: usize,
     seen_ended: usize,
+    /// Rows of the ended jobs the loop no longer keeps whole
+    /// ([`ENDED_KEPT`]), in the order they ended.
+    ended_rows: Vec<JobRow>,
     stalled_rounds: u64,
     /// Per job: its interruptions and useful GPU-seconds when it last kept
     /// more work than before (`[failures]`; [`SimError::NoProgress`]).
     kept_work: std::collections::HashMap<JobId, (u32, f64)>,
     /// Where the loop's decisions go, when [`Simulation::log_events`] was called.
-    events: Option<blox_core::event_log::EventLog>,
+    events: Option<crate::log_writer::LogWriter>,
     /// The decisions kept in memory, when [`Simulation::keep_events`] was called.
     kept: Option<Vec<blox_core::round::events::Event>>,
     /// The synthesizer's decisions, when one is configured.
@@ -215,19 +227,22 @@ impl Simulation {
         let num_jobs = jobs.len();
         let backend = SimBackend::new(sim.clone(), run.round_s.get(), jobs, &cluster);
         let mut round_loop = RoundLoop::new(policies, cluster, run.round_s.get());
-        // Every job ends up in the ended records: room for them once, not
-        // a doubling buffer (up to twice their size) grown as they end.
-        round_loop.jobs.reserve_finished(num_jobs);
+        // Every job ends up as a row: room for them once, not a doubling
+        // buffer (up to twice their size) grown as they end.
+        let mut ended_rows = Vec::new();
+        ended_rows.reserve_exact(num_jobs);
         round_loop.startup = StartupRules::from_run(&run);
         Ok(Simulation {
             round_loop,
             backend,
             run,
             sim,
+            ended_kept: ENDED_KEPT,
             rounds: Vec::new(),
             tracked_total,
             tracked_ended: 0,
             seen_ended: 0,
+            ended_rows,
             stalled_rounds: 0,
             kept_work: Default::default(),
             events: None,
@@ -239,7 +254,8 @@ impl Simulation {
     /// Writes every decision of the run from now on to `path` as JSON lines
     /// (`blox sim --out` writes `events.jsonl`; `blox events` reads it).
     pub fn log_events(&mut self, path: &std::path::Path) -> Result<(), SimError> {
-        self.events = Some(blox_core::event_log::EventLog::create(path)?);
+        let log = blox_core::event_log::EventLog::create(path)?;
+        self.events = Some(crate::log_writer::LogWriter::spawn(log)?);
         self.round_loop.record_events(true);
         Ok(())
     }
@@ -307,9 +323,13 @@ impl Simulation {
     /// Runs one round; returns false once done.
     pub fn step(&mut self) -> Result<bool, SimError> {
         if self.is_done() {
+            // Everything written before a caller reads the log.
+            if let Some(log) = &mut self.events {
+                log.close()?;
+            }
             return Ok(false);
         }
-        let r = self
+        let mut r = self
             .round_loop
             .run_round(&mut self.backend)
             .map_err(|source| SimError::Loop {
@@ -322,7 +342,9 @@ impl Simulation {
                 self.tracked_ended += 1;
             }
         }
+        let ended_now = finished.len() - self.seen_ended;
         self.seen_ended = finished.len();
+        self.compact_ended(ended_now);
         let stuck = r.running_jobs == 0
             && r.busy_gpus == 0
             && r.queued_jobs + r.waiting_jobs > 0
@@ -338,10 +360,27 @@ impl Simulation {
             k.extend(r.events.iter().cloned());
         }
         if let Some(log) = &mut self.events {
-            log.write(&r.events)?;
+            log.send(std::mem::take(&mut r.events))?;
         }
         self.rounds.push(RoundRow::from(r));
         Ok(true)
+    }
+
+    /// Turns the oldest ended records into rows once the loop holds twice
+    /// what it keeps ([`Simulation::ended_kept`], and every job that ended
+    /// this round):
+    /// a row is half a `Job`, and the run's end has nothing left to convert.
+    fn compact_ended(&mut self, ended_now: usize) {
+        let keep = self.ended_kept.max(ended_now);
+        if self.round_loop.jobs.finished().len() < keep.saturating_mul(2) {
+            return;
+        }
+        let (quantized, round_s) = (self.sim.round_quantized, self.round_loop.round_s());
+        let old = self.round_loop.jobs.drain_finished_oldest(keep);
+        let n = old.len();
+        self.ended_rows
+            .extend(old.map(|j| JobRow::from_job(&j, quantized, round_s)));
+        self.seen_ended -= n;
     }
 
     /// Stops a run in which a job keeps failing without keeping work.
@@ -423,12 +462,14 @@ impl Simulation {
             run,
             sim,
             rounds,
+            ended_rows,
             ..
         } = self;
         // The simulator's own state goes before the tables are built.
         drop(backend);
         SimResult::from_finished_loop(
             round_loop,
+            ended_rows,
             rounds,
             now_s,
             sim.round_quantized,

@@ -274,11 +274,13 @@ impl SimResult {
         Self::from_rows(jobs, lp, rounds, now_s, track, stop)
     }
 
-    /// [`SimResult::from_loop`] for a loop that is done: its ended records
+    /// [`SimResult::from_loop`] for a loop that is done, `earlier` being
+    /// the rows of the ended jobs it no longer holds: its ended records
     /// become rows a slice at a time and their memory goes as they do, so a
     /// million-job run does not hold every job twice at its end (issue 39).
     pub fn from_finished_loop(
         mut lp: RoundLoop,
+        earlier: Vec<JobRow>,
         rounds: Vec<RoundRow>,
         now_s: f64,
         quantized: bool,
@@ -289,13 +291,16 @@ impl SimResult {
         let round_s = lp.round_s();
         let row = |j: &Job| JobRow::from_job(j, quantized, round_s);
         let mut ended = lp.jobs.take_finished();
-        let mut jobs = Vec::with_capacity(ended.len() + lp.jobs.num_active() + lp.waiting().len());
+        let mut jobs = earlier;
+        jobs.reserve_exact(ended.len() + lp.jobs.num_active() + lp.waiting().len());
         while !ended.is_empty() {
             let at = ended.len().saturating_sub(SLICE);
             jobs.extend(ended.drain(at..).map(|j| row(&j)));
-            if ended.capacity() > 2 * ended.len() + SLICE {
-                ended.shrink_to_fit();
-            }
+            // Every slice: shrinking a block this large gives its tail
+            // pages back in place, so the records and the rows are never
+            // both held whole (waiting for half to drain held 1.5 times
+            // the records at the end of a run).
+            ended.shrink_to_fit();
         }
         jobs.extend(unended_rows(&lp, row));
         Self::from_rows(jobs, &lp, rounds, now_s, track, stop)

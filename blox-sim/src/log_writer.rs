@@ -1,0 +1,137 @@
+//! A simulation's event log written on a thread of its own: a round hands
+//! its events over and goes on, while the writer turns them into JSON lines
+//! and the kernel copies them into the file. At ten million jobs the log is
+//! 6 GB, and writing it was a tenth of the simulation's thread (issue 39).
+//! The file is the same, line for line: one writer, rounds in order.
+
+use blox_core::event_log::{EventLog, EventLogError};
+use blox_core::round::events::Event;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::thread::JoinHandle;
+
+/// Rounds handed over and not yet written, at most (then a round waits for
+/// the writer: memory stays bounded however fast the rounds are).
+const ROUNDS_IN_FLIGHT: usize = 64;
+
+/// An [`EventLog`] fed from another thread.
+pub struct LogWriter {
+    tx: Option<SyncSender<Vec<Event>>>,
+    writer: Option<JoinHandle<Result<(), EventLogError>>>,
+}
+
+impl LogWriter {
+    /// Starts writing to `log` on a new thread.
+    pub fn spawn(mut log: EventLog) -> Result<LogWriter, EventLogError> {
+        let (tx, rx) = sync_channel::<Vec<Event>>(ROUNDS_IN_FLIGHT);
+        let path = log.path().to_path_buf();
+        let writer = std::thread::Builder::new()
+            .name("blox-events".into())
+            .spawn(move || {
+                for events in rx {
+                    log.write(&events)?;
+                }
+                Ok(())
+            })
+            .map_err(|source| EventLogError::Io { path, source })?;
+        Ok(LogWriter {
+            tx: Some(tx),
+            writer: Some(writer),
+        })
+    }
+
+    /// Hands a round's events to the writer. A write that failed (a full
+    /// disk) is reported here, at the next round, and by [`close`](Self::close).
+    pub fn send(&mut self, events: Vec<Event>) -> Result<(), EventLogError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(events).is_ok());
+        if sent {
+            Ok(())
+        } else {
+            // The writer stopped: its error says why.
+            self.close()
+        }
+    }
+
+    /// Waits until everything handed over is written; the writer's error if
+    /// a write failed. Later calls return `Ok`.
+    pub fn close(&mut self) -> Result<(), EventLogError> {
+        drop(self.tx.take());
+        match self.writer.take().map(JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(r)) => r,
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for LogWriter {
+    /// Writes what was handed over before the log goes; an error here has
+    /// no caller left to take it, so it is logged.
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!("event log: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blox_core::ids::JobId;
+    use blox_core::round::events::What;
+
+    fn event(round: u64) -> Event {
+        Event {
+            round,
+            time_s: round as f64 * 300.0,
+            unix_s: None,
+            job: Some(JobId(round)),
+            name: Some(round.to_string()),
+            what: What::Finished {
+                jct_s: Some(round as f64 * 1.5),
+                reason: None,
+                attained_gpu_s: None,
+                lost_gpu_s: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_file_is_what_writing_on_the_rounds_thread_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
+        let rounds: Vec<Vec<Event>> = (0..500)
+            .map(|r| (0..r % 7).map(|i| event(r * 10 + i)).collect())
+            .collect();
+        let mut direct = EventLog::create(&a).unwrap();
+        let mut bg = LogWriter::spawn(EventLog::create(&b).unwrap()).unwrap();
+        for r in &rounds {
+            direct.write(r).unwrap();
+            bg.send(r.clone()).unwrap();
+        }
+        bg.close().unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+        assert!(!std::fs::read(&b).unwrap().is_empty());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_write_that_fails_is_reported_naming_the_file() {
+        // /dev/full takes the open and refuses every write.
+        let log = EventLog::create(std::path::Path::new("/dev/full")).unwrap();
+        let mut bg = LogWriter::spawn(log).unwrap();
+        let mut err = None;
+        for r in 0..(ROUNDS_IN_FLIGHT as u64 + 8) {
+            if let Err(e) = bg.send(vec![event(r)]) {
+                err = Some(e);
+                break;
+            }
+        }
+        let e = err.unwrap_or_else(|| bg.close().unwrap_err());
+        assert!(e.to_string().contains("/dev/full"), "{e}");
+        // Closed once; nothing more to report.
+        assert!(bg.close().is_ok());
+    }
+}
