@@ -140,3 +140,83 @@ fn the_invariant_check_finds_a_free_index_that_parts_from_the_table() {
     let err = c.check_invariants(&jobs).unwrap_err().to_string();
     assert!(err.contains("free-GPU index"), "{err}");
 }
+
+/// A running job with `gpus` as its allocation.
+fn running(id: u64, gpus: &[u32]) -> crate::job::Job {
+    let mut j = crate::job::Job::new(crate::job::JobSpec::new(id, 0.0, gpus.len() as u32));
+    j.status = crate::job::JobStatus::Running;
+    j.allocation = gpus.iter().map(|&g| GpuId(g)).collect();
+    j
+}
+
+#[test]
+fn the_invariant_check_finds_allocations_that_part_from_the_table() {
+    let check = |c: &ClusterState, jobs: &[crate::job::Job]| {
+        let mut state = JobState::new();
+        for j in jobs {
+            state.insert(j.clone());
+        }
+        c.check_invariants(&state).map_err(|e| e.to_string())
+    };
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(1), &[GpuId(0), GpuId(1)]).unwrap();
+    c.assign(JobId(2), &[GpuId(5)]).unwrap();
+    check(&c, &[running(1, &[0, 1]), running(2, &[5])]).unwrap();
+    // The allocation names a GPU the table gives to nobody, or to another.
+    let e = check(&c, &[running(1, &[0, 2]), running(2, &[5])]).unwrap_err();
+    assert!(e.contains("job-1 is running with allocation"), "{e}");
+    let e = check(&c, &[running(1, &[0, 5]), running(2, &[5])]).unwrap_err();
+    assert!(e.contains("job-1 is running with allocation"), "{e}");
+    // A GPU held by a job that is not running.
+    let mut queued = running(2, &[]);
+    queued.status = crate::job::JobStatus::Queued;
+    let e = check(&c, &[running(1, &[0, 1]), queued]).unwrap_err();
+    assert!(e.contains("job-2 holds"), "{e}");
+}
+
+proptest! {
+    /// Under any assignment and release, allocations that are the table's
+    /// pass; moving one allocated GPU to a free one, or dropping one, fails.
+    #[test]
+    fn the_invariant_check_passes_exactly_the_allocations_the_table_holds(
+        ops in proptest::collection::vec((0u64..6, 1usize..4, any::<bool>()), 1..40),
+        seed in any::<u64>(),
+    ) {
+        let mut c = ClusterState::homogeneous(3, 4);
+        let mut held: std::collections::BTreeMap<u64, Vec<GpuId>> = Default::default();
+        for (job, n, release) in ops {
+            if release {
+                if let Some(g) = held.remove(&job) {
+                    c.release(JobId(job), &g);
+                }
+            } else if let std::collections::btree_map::Entry::Vacant(e) = held.entry(job) {
+                let free: Vec<GpuId> = c.gpus().iter().filter(|g| g.job.is_none()).map(|g| g.id).take(n).collect();
+                if free.len() == n {
+                    c.assign(JobId(job), &free).unwrap();
+                    e.insert(free);
+                }
+            }
+        }
+        let jobs = |h: &std::collections::BTreeMap<u64, Vec<GpuId>>| {
+            let mut s = JobState::new();
+            for (j, g) in h {
+                s.insert(running(*j, &g.iter().map(|g| g.0).collect::<Vec<_>>()));
+            }
+            s
+        };
+        prop_assert!(c.check_invariants(&jobs(&held)).is_ok());
+        let Some((&victim, _)) = held.iter().nth(seed as usize % held.len().max(1)) else {
+            return Ok(());
+        };
+        let mut wrong = held.clone();
+        let list = wrong.get_mut(&victim).unwrap();
+        let at = (seed >> 8) as usize % list.len();
+        match c.gpus().iter().find(|g| g.job.is_none()) {
+            Some(f) if seed & 1 == 0 => list[at] = f.id,
+            _ => {
+                list.remove(at);
+            }
+        }
+        prop_assert!(c.check_invariants(&jobs(&wrong)).is_err());
+    }
+}
