@@ -300,7 +300,15 @@ impl Recorder {
 
     /// This round's events, leaving the recorder as it was and empty.
     pub(super) fn take(&mut self) -> Vec<Event> {
-        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+        // The next round starts with room for as many (a round's events
+        // leave with its report, so the buffer is new every round).
+        self.events
+            .as_mut()
+            .map(|v| {
+                let n = v.len();
+                std::mem::replace(v, Vec::with_capacity(n))
+            })
+            .unwrap_or_default()
     }
 
     /// Records how the jobs `ids` (just pruned) ended.

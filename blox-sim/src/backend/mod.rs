@@ -464,15 +464,7 @@ impl LaunchMechanism for SimBackend {
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
         let type_speed = self.speed_factor(job, gpus);
-        let mut held: Vec<&str> = gpus
-            .iter()
-            .filter_map(|g| self.gpu_node.get(g.index()))
-            .filter_map(|n| self.node_type.get(n))
-            .map(|t| t.as_str())
-            .collect();
-        held.sort_unstable();
-        held.dedup();
-        let held: Vec<String> = held.into_iter().map(str::to_string).collect();
+        let (gpu_node, node_type) = (&self.gpu_node, &self.node_type);
         let s = self
             .jobs
             .get_mut(&job.id())
@@ -496,7 +488,15 @@ impl LaunchMechanism for SimBackend {
         s.unreported_first = None;
         s.type_speed = type_speed;
         if let Some(p) = s.profile.as_mut() {
-            let held: Vec<&str> = held.iter().map(|t| t.as_str()).collect();
+            // The GPU types it holds (a profile run's fits are per type).
+            let mut held: Vec<&str> = gpus
+                .iter()
+                .filter_map(|g| gpu_node.get(g.index()))
+                .filter_map(|n| node_type.get(n))
+                .map(|t| t.as_str())
+                .collect();
+            held.sort_unstable();
+            held.dedup();
             p.on_types(&held)
                 .map_err(|e| BackendError(format!("{}: {e}", job.id())))?;
             p.type_speed = type_speed;

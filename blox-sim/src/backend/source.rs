@@ -7,6 +7,7 @@ use super::*;
 impl JobSource for SimBackend {
     fn poll_submissions(&mut self, round: &RoundInfo) -> Result<Vec<JobSpec>, BackendError> {
         let mut out = Vec::new();
+        let speed_types = self.cfg.speed_types();
         while self
             .trace
             .front()
@@ -81,7 +82,7 @@ impl JobSource for SimBackend {
             );
             self.dirty.push(j.spec.id);
             let id = j.spec.id;
-            for t in self.cfg.speed_types() {
+            for &t in &speed_types {
                 let v = self.cfg.speed(j.spec.model.as_deref(), t);
                 self.static_metrics
                     .push((id, format!("speed.{t}").into(), v));
