@@ -5,8 +5,8 @@
 //! The estimate is per job: a run keeps a table row and the metrics of
 //! every ended job (the newest few thousand whole), and the trace's jobs
 //! not yet submitted. Measured on the scale benchmark (`docs/PERFORMANCE.md`,
-//! "Ten million jobs"): 1,000,000 jobs peak at 654 MB and 10,000,000 at
-//! 5.93 GB, 590–650 bytes a job; the estimate allows 800 bytes a job and
+//! "Fourth pass"): 1,000,000 jobs peak at 669 MB and 10,000,000 at
+//! 6.08 GB, 610–670 bytes a job; the estimate allows 800 bytes a job and
 //! 64 MiB (a trace with long names, teams or models holds more).
 
 use crate::backend::SimConfig;
