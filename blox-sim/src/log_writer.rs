@@ -10,12 +10,18 @@ use blox_core::round::events::Event;
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 
-/// Rounds handed over and not yet written, at most (then a round waits for
+/// Events gathered before they go to the writer in one hand-over (a small
+/// run's rounds, a few events each, would otherwise wake it every round).
+const BATCH: usize = 4096;
+
+/// Batches handed over and not yet written, at most (then a round waits for
 /// the writer: memory stays bounded however fast the rounds are).
-const ROUNDS_IN_FLIGHT: usize = 64;
+const BATCHES_IN_FLIGHT: usize = 8;
 
 /// An [`EventLog`] fed from another thread.
 pub struct LogWriter {
+    /// Whole rounds not yet handed over.
+    batch: Vec<Event>,
     tx: Option<SyncSender<Vec<Event>>>,
     writer: Option<JoinHandle<Result<(), EventLogError>>>,
 }
@@ -23,7 +29,7 @@ pub struct LogWriter {
 impl LogWriter {
     /// Starts writing to `log` on a new thread.
     pub fn spawn(mut log: EventLog) -> Result<LogWriter, EventLogError> {
-        let (tx, rx) = sync_channel::<Vec<Event>>(ROUNDS_IN_FLIGHT);
+        let (tx, rx) = sync_channel::<Vec<Event>>(BATCHES_IN_FLIGHT);
         let path = log.path().to_path_buf();
         let writer = std::thread::Builder::new()
             .name("blox-events".into())
@@ -35,18 +41,34 @@ impl LogWriter {
             })
             .map_err(|source| EventLogError::Io { path, source })?;
         Ok(LogWriter {
+            batch: Vec::new(),
             tx: Some(tx),
             writer: Some(writer),
         })
     }
 
-    /// Hands a round's events to the writer. A write that failed (a full
-    /// disk) is reported here, at the next round, and by [`close`](Self::close).
-    pub fn send(&mut self, events: Vec<Event>) -> Result<(), EventLogError> {
-        if events.is_empty() {
+    /// Takes a round's events; they go to the writer with those of the
+    /// rounds after it, [`BATCH`] at a time, whole rounds only. A write that
+    /// failed (a full disk) is reported at a later round and by
+    /// [`close`](Self::close).
+    pub fn send(&mut self, mut events: Vec<Event>) -> Result<(), EventLogError> {
+        if self.batch.is_empty() {
+            self.batch = std::mem::take(&mut events);
+        } else {
+            self.batch.append(&mut events);
+        }
+        if self.batch.len() < BATCH {
             return Ok(());
         }
-        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(events).is_ok());
+        self.hand_over()
+    }
+
+    fn hand_over(&mut self) -> Result<(), EventLogError> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok());
         if sent {
             Ok(())
         } else {
@@ -55,9 +77,16 @@ impl LogWriter {
         }
     }
 
-    /// Waits until everything handed over is written; the writer's error if
-    /// a write failed. Later calls return `Ok`.
+    /// Waits until everything taken is written; the writer's error if a
+    /// write failed. Later calls return `Ok`.
     pub fn close(&mut self) -> Result<(), EventLogError> {
+        if self.tx.is_some() && !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            if let Some(tx) = &self.tx {
+                // A writer that stopped has its error in the join below.
+                let _ = tx.send(batch);
+            }
+        }
         drop(self.tx.take());
         match self.writer.take().map(JoinHandle::join) {
             None => Ok(()),
@@ -103,7 +132,7 @@ mod tests {
     fn the_file_is_what_writing_on_the_rounds_thread_makes() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a.jsonl"), dir.path().join("b.jsonl"));
-        let rounds: Vec<Vec<Event>> = (0..500)
+        let rounds: Vec<Vec<Event>> = (0..5000)
             .map(|r| (0..r % 7).map(|i| event(r * 10 + i)).collect())
             .collect();
         let mut direct = EventLog::create(&a).unwrap();
@@ -124,7 +153,7 @@ mod tests {
         let log = EventLog::create(std::path::Path::new("/dev/full")).unwrap();
         let mut bg = LogWriter::spawn(log).unwrap();
         let mut err = None;
-        for r in 0..(ROUNDS_IN_FLIGHT as u64 + 8) {
+        for r in 0..((BATCHES_IN_FLIGHT + 2) * BATCH) as u64 {
             if let Err(e) = bg.send(vec![event(r)]) {
                 err = Some(e);
                 break;
