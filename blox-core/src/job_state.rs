@@ -107,12 +107,6 @@ impl JobState {
         &self.finished
     }
 
-    /// Room for `n` more ended records, exactly (a simulator knows how many
-    /// jobs its trace has).
-    pub fn reserve_finished(&mut self, n: usize) {
-        self.finished.reserve_exact(n);
-    }
-
     /// Takes the ended records out (a run that is done, turning them into
     /// its tables); their metrics stay.
     pub fn take_finished(&mut self) -> Vec<Job> {

@@ -64,9 +64,6 @@ impl LogWriter {
     }
 
     fn hand_over(&mut self) -> Result<(), EventLogError> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
         let batch = std::mem::take(&mut self.batch);
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok());
         if sent {
@@ -80,12 +77,10 @@ impl LogWriter {
     /// Waits until everything taken is written; the writer's error if a
     /// write failed. Later calls return `Ok`.
     pub fn close(&mut self) -> Result<(), EventLogError> {
-        if self.tx.is_some() && !self.batch.is_empty() {
-            let batch = std::mem::take(&mut self.batch);
-            if let Some(tx) = &self.tx {
-                // A writer that stopped has its error in the join below.
-                let _ = tx.send(batch);
-            }
+        let batch = std::mem::take(&mut self.batch);
+        if let (Some(tx), false) = (&self.tx, batch.is_empty()) {
+            // A writer that stopped has its error in the join below.
+            let _ = tx.send(batch);
         }
         drop(self.tx.take());
         match self.writer.take().map(JoinHandle::join) {

@@ -368,8 +368,8 @@ impl Simulation {
 
     /// Turns the oldest ended records into rows once the loop holds twice
     /// what it keeps ([`Simulation::ended_kept`], and every job that ended
-    /// this round):
-    /// a row is half a `Job`, and the run's end has nothing left to convert.
+    /// this round): a row is half a `Job`, and the run's end has nothing
+    /// left to convert.
     fn compact_ended(&mut self, ended_now: usize) {
         let keep = self.ended_kept.max(ended_now);
         if self.round_loop.jobs.finished().len() < keep.saturating_mul(2) {

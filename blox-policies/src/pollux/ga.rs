@@ -556,11 +556,10 @@ fn search(
         };
         // Matings run in parallel; each draws from its own generator seeded
         // from the round's, so the result does not depend on thread timing.
-        // Each child is evaluated where it is made (a duplicate, dropped
-        // below, is evaluated for nothing: cheaper than a second parallel
-        // pass over the kept ones).
-        // A child already in the population is dropped where it is made
-        // (the step below would drop it): it is neither built nor evaluated.
+        // Each child is evaluated where it is made. One already in the
+        // population is dropped there (the step below would drop it): it is
+        // neither built nor evaluated. A repeat within this batch is still
+        // evaluated for nothing, cheaper than a second parallel pass.
         let mate = |seed: u64, known: &KeySet| {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let (a, b) = (tournament(&mut rng), tournament(&mut rng));
