@@ -7,12 +7,18 @@ pub use crate::metric_store::{JobMetrics, MetricStore};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod ended;
+
 /// Admitted jobs (queued or running), finished records and per-job metrics.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct JobState {
     active: BTreeMap<JobId, Job>,
     finished: Vec<Job>,
     metrics: MetricStore,
+    /// Ids of ended jobs no longer held whole (taken out of `finished`),
+    /// so that a decision naming one is still told that it ended.
+    #[serde(default, skip_serializing_if = "ended::EndedIds::is_empty")]
+    ended_before: ended::EndedIds,
 }
 
 impl Clone for JobState {
@@ -33,6 +39,7 @@ impl JobState {
             active: self.active.clone(),
             finished: self.finished.clone(),
             metrics: self.metrics.deep_clone(),
+            ended_before: self.ended_before.clone(),
         }
     }
 
@@ -110,6 +117,7 @@ impl JobState {
     /// Takes the ended records out (a run that is done, turning them into
     /// its tables); their metrics stay.
     pub fn take_finished(&mut self) -> Vec<Job> {
+        self.note_ended_before(self.finished.len());
         std::mem::take(&mut self.finished)
     }
 
@@ -120,7 +128,15 @@ impl JobState {
     /// are 6 GB).
     pub fn drain_finished_oldest(&mut self, keep: usize) -> std::vec::Drain<'_, Job> {
         let n = self.finished.len().saturating_sub(keep);
+        self.note_ended_before(n);
         self.finished.drain(..n)
+    }
+
+    /// Remembers the ids of the oldest `n` ended records, about to go.
+    fn note_ended_before(&mut self, n: usize) {
+        for j in &self.finished[..n] {
+            self.ended_before.insert(j.id().0);
+        }
     }
 
     /// Records a job that never became active (e.g. rejected at submission).
@@ -181,6 +197,7 @@ impl JobState {
     /// months; a simulation keeps them all for its summary.
     pub fn forget_finished(&mut self, keep: usize) -> usize {
         let n = self.finished.len().saturating_sub(keep);
+        self.note_ended_before(n);
         for j in self.finished.drain(..n) {
             self.metrics.remove_job(j.id());
         }
@@ -191,6 +208,14 @@ impl JobState {
     /// recent end backwards: callers ask about jobs that ended lately.
     pub fn finished_job(&self, id: JobId) -> Option<&Job> {
         self.finished.iter().rev().find(|j| j.id() == id)
+    }
+
+    /// Whether job `id` has ended, its record still held or not (a
+    /// decision naming a job that ended long ago is told so; an id cannot
+    /// come back). Ids of records no longer held cost one entry per run
+    /// of consecutive ids.
+    pub fn has_ended(&self, id: JobId) -> bool {
+        self.ended_before.contains(id.0) || self.finished_job(id).is_some()
     }
 }
 
@@ -216,6 +241,29 @@ mod tests {
         }
         t.join().unwrap();
         assert_eq!(state.metrics().get(JobId(1), "iterations"), Some(1000.0));
+    }
+
+    #[test]
+    fn a_job_stays_ended_after_its_record_goes() {
+        let mut state = JobState::new();
+        for id in 0..6 {
+            let mut job = Job::new(JobSpec::new(id, 0.0, 1));
+            job.status = JobStatus::Finished;
+            state.record_ended(job);
+        }
+        state.insert(Job::new(JobSpec::new(9, 0.0, 1)));
+        assert_eq!(state.drain_finished_oldest(4).count(), 2);
+        assert_eq!(state.forget_finished(2), 2);
+        assert_eq!(state.finished().len(), 2);
+        for id in 0..6 {
+            assert!(state.has_ended(JobId(id)), "job-{id}");
+        }
+        assert!(!state.has_ended(JobId(9)) && !state.has_ended(JobId(6)));
+        assert!(state.fork().has_ended(JobId(0)));
+        state.take_finished();
+        assert!(state.has_ended(JobId(5)));
+        // Six ids in a row: one run.
+        assert_eq!(state.ended_before.runs(), 1);
     }
 
     #[test]

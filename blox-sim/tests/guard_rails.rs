@@ -92,6 +92,49 @@ fn an_unknown_job_is_an_error_not_ignored() {
 }
 
 #[test]
+fn a_job_that_ended_long_ago_is_named_as_ended() {
+    // Job 0 ends at once; job 2 ends after it, and with one ended job kept
+    // whole, job 0's record is a table row by then. The policy then
+    // schedules job 0: it is told the job ended, not that it is unknown.
+    let mut seen = false;
+    let broken = Broken(move |jobs: &JobState| {
+        let mut s = Schedule::in_priority_order(jobs.runnable());
+        seen |= jobs.get(JobId(0)).is_some();
+        let held = jobs.finished().iter().any(|j| j.id() == JobId(0));
+        if seen && jobs.get(JobId(0)).is_none() && !held {
+            s.push(Demand::new(JobId(0), 1));
+        }
+        s
+    });
+    let mut sim = Simulation::new(
+        with_scheduling(Box::new(broken)),
+        ClusterState::homogeneous(2, 4),
+        run_config(),
+        SimConfig::default(),
+        vec![
+            job(0, 0.0, 1, 30.0),
+            job(1, 0.0, 1, 6000.0),
+            job(2, 300.0, 1, 30.0),
+        ],
+    )
+    .unwrap();
+    sim.ended_kept = 1;
+    let e = loop {
+        match sim.step() {
+            Ok(true) => {}
+            Ok(false) => panic!("the policy was never stopped"),
+            Err(e) => break error_chain(&e),
+        }
+    };
+    assert!(
+        e.contains("scheduling policy `broken`") && e.contains("job-0, which has already ended"),
+        "{e}"
+    );
+    assert!(sim.round_loop.jobs.has_ended(JobId(2)));
+    assert!(!sim.round_loop.jobs.has_ended(JobId(1)));
+}
+
+#[test]
 fn a_job_still_waiting_for_admission_cannot_be_scheduled() {
     // Admission never admits; the policy schedules the waiting job anyway.
     struct Never;

@@ -83,7 +83,7 @@ impl RoundLoop {
         let unknown = |verb: &str, id: JobId| -> String {
             if self.waiting.iter().any(|j| j.id() == id) {
                 format!("{verb} {id}, which still waits for admission")
-            } else if self.jobs.finished_job(id).is_some() {
+            } else if self.jobs.has_ended(id) {
                 format!("{verb} {id}, which has already ended")
             } else {
                 format!("{verb} {id}, which is not a job the scheduler knows")

@@ -47,7 +47,7 @@ impl RoundLoop {
                 let id = spec.id;
                 let known = self.jobs.get(id).is_some()
                     || self.waiting.iter().any(|j| j.id() == id)
-                    || self.jobs.finished_job(id).is_some();
+                    || self.jobs.has_ended(id);
                 if known || gpus.is_empty() {
                     return Err(LoopError::Backend {
                         step: "cluster management",
