@@ -57,23 +57,12 @@ pub struct FreeGpus<'a> {
 impl<'a> FreeGpus<'a> {
     /// The cluster's free GPUs now.
     pub fn new(cluster: &'a ClusterState) -> Self {
-        // The cluster keeps both as its table changes: copies, not a scan.
+        // The cluster keeps all three as its table changes: copies, not a
+        // scan of every GPU or node.
         let free = cluster.free_mask().to_vec();
         let per_node = cluster.free_per_node().to_vec();
         let count = cluster.num_free();
-        let most = cluster
-            .nodes()
-            .iter()
-            .map(|n| n.gpus.len())
-            .max()
-            .unwrap_or(0);
-        let words = per_node.len().div_ceil(64);
-        let mut by_free = vec![vec![0u64; words]; most];
-        for (i, &c) in per_node.iter().enumerate() {
-            if c > 0 {
-                by_free[c as usize - 1][i / 64] |= 1 << (i % 64);
-            }
-        }
+        let by_free = cluster.nodes_by_free_count().to_vec();
         FreeGpus {
             cluster,
             free,

@@ -30,7 +30,21 @@ impl ClusterState {
         // (`FreeIndex::set`); their total is checked here, each count by
         // the tests.
         let counted: u32 = self.index.per_node.iter().sum();
-        if !index_ok || counted != free || self.index.per_node.len() != self.nodes.len() {
+        // So do the rows of nodes by free count: as many nodes marked as
+        // have a GPU free, and their counts add up to the free GPUs.
+        let with_free = self.index.per_node.iter().filter(|&&c| c > 0).count() as u64;
+        let (mut marked, mut marked_free) = (0u64, 0u64);
+        for (r, row) in self.index.by_free.iter().enumerate() {
+            let n: u64 = row.iter().map(|w| u64::from(w.count_ones())).sum();
+            marked += n;
+            marked_free += n * (r as u64 + 1);
+        }
+        if !index_ok
+            || counted != free
+            || self.index.per_node.len() != self.nodes.len()
+            || marked != with_free
+            || marked_free != u64::from(free)
+        {
             return Err(ClusterError::Invariant(
                 "the free-GPU index does not match the table".into(),
             ));

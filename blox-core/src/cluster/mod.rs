@@ -446,6 +446,13 @@ impl ClusterState {
         &self.index.per_node
     }
 
+    /// The nodes by how many GPUs they have free: row `c - 1` is a bitset
+    /// over node indices of those with exactly `c` free; one row per count
+    /// up to the largest node's GPUs.
+    pub(crate) fn nodes_by_free_count(&self) -> &[Vec<u64>] {
+        &self.index.by_free
+    }
+
     /// Free GPUs of one node, by local id.
     pub fn free_gpus_on(&self, node: NodeId) -> impl Iterator<Item = GpuId> + '_ {
         self.nodes[node.index()]

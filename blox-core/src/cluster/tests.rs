@@ -86,6 +86,19 @@ fn from_table(c: &ClusterState) -> (Vec<bool>, Vec<u32>, u32) {
     (free, per_node, largest)
 }
 
+/// The nodes by free count as `per_node` gives them (rows up to the
+/// largest node's size).
+fn by_count(c: &ClusterState, per_node: &[u32]) -> Vec<Vec<u64>> {
+    let most = c.nodes().iter().map(|n| n.gpus.len()).max().unwrap_or(0);
+    let mut rows = vec![vec![0u64; per_node.len().div_ceil(64)]; most];
+    for (i, &n) in per_node.iter().enumerate() {
+        if n > 0 {
+            rows[n as usize - 1][i / 64] |= 1 << (i % 64);
+        }
+    }
+    rows
+}
+
 proptest! {
     // Whatever mix of assignments, releases, failures, repairs and new nodes
     // arrives, the kept free index equals the one scanned from the table.
@@ -107,6 +120,7 @@ proptest! {
             let (free, per_node, largest) = from_table(&c);
             prop_assert_eq!(c.free_mask(), &free[..]);
             prop_assert_eq!(c.free_per_node(), &per_node[..]);
+            prop_assert_eq!(c.nodes_by_free_count(), &by_count(&c, &per_node)[..]);
             prop_assert_eq!(c.largest_placeable(), largest);
             let listed: Vec<GpuId> = c.free_gpus().collect();
             let scanned: Vec<GpuId> = c.gpus().iter().filter(|g| free[g.id.index()]).map(|g| g.id).collect();
@@ -125,6 +139,11 @@ fn a_cluster_read_back_rebuilds_its_free_index() {
     assert_eq!(back.free_mask(), c.free_mask());
     assert_eq!(back.free_per_node(), c.free_per_node());
     assert_eq!(back.free_per_node(), &[0, 4]);
+    assert_eq!(back.nodes_by_free_count(), c.nodes_by_free_count());
+    assert_eq!(
+        back.nodes_by_free_count(),
+        &[vec![0], vec![0], vec![0], vec![0b10]]
+    );
     assert_eq!(back.largest_placeable(), 4);
     // Read back, host shares are not assumed proportional.
     assert!(back.custom_host);
@@ -139,6 +158,16 @@ fn the_invariant_check_finds_a_free_index_that_parts_from_the_table() {
     c.index.per_node[1] -= 1;
     let err = c.check_invariants(&jobs).unwrap_err().to_string();
     assert!(err.contains("free-GPU index"), "{err}");
+    // The nodes by free count: node 1 (2 free) also marked as having 1,
+    // then only as having 1.
+    let mut c = ClusterState::homogeneous(2, 2);
+    c.index.by_free[0][0] |= 0b10;
+    c.check_invariants(&jobs).unwrap_err();
+    c.index.by_free[1][0] &= !0b10;
+    c.check_invariants(&jobs).unwrap_err();
+    c.index.by_free[0][0] &= !0b10;
+    c.index.by_free[1][0] |= 0b10;
+    c.check_invariants(&jobs).unwrap();
 }
 
 /// A running job with `gpus` as its allocation.
