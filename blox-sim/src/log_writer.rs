@@ -24,6 +24,8 @@ pub struct LogWriter {
     batch: Vec<Event>,
     tx: Option<SyncSender<Vec<Event>>>,
     writer: Option<JoinHandle<Result<(), EventLogError>>>,
+    /// The log's file, to name in an error.
+    path: std::path::PathBuf,
 }
 
 impl LogWriter {
@@ -39,11 +41,15 @@ impl LogWriter {
                 }
                 Ok(())
             })
-            .map_err(|source| EventLogError::Io { path, source })?;
+            .map_err(|source| EventLogError::Io {
+                path: path.clone(),
+                source,
+            })?;
         Ok(LogWriter {
             batch: Vec::new(),
             tx: Some(tx),
             writer: Some(writer),
+            path,
         })
     }
 
@@ -86,7 +92,19 @@ impl LogWriter {
         match self.writer.take().map(JoinHandle::join) {
             None => Ok(()),
             Some(Ok(r)) => r,
-            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            // A panic is an error of this log, not of the thread that
+            // closes it (which may be unwinding already, from `Drop`).
+            Some(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                Err(EventLogError::Io {
+                    path: self.path.clone(),
+                    source: std::io::Error::other(format!("the writer thread panicked: {what}")),
+                })
+            }
         }
     }
 }
@@ -158,5 +176,41 @@ mod tests {
         assert!(e.to_string().contains("/dev/full"), "{e}");
         // Closed once; nothing more to report.
         assert!(bg.close().is_ok());
+    }
+
+    /// A writer whose thread panics on its first batch.
+    fn panicking() -> LogWriter {
+        let (tx, rx) = sync_channel::<Vec<Event>>(1);
+        let writer = std::thread::spawn(move || {
+            for _ in rx {
+                panic!("a bug in the writer");
+            }
+            Ok(())
+        });
+        LogWriter {
+            batch: Vec::new(),
+            tx: Some(tx),
+            writer: Some(writer),
+            path: "events.jsonl".into(),
+        }
+    }
+
+    #[test]
+    fn a_writer_that_panics_is_an_error_naming_the_file_not_a_second_panic() {
+        let mut w = panicking();
+        w.send((0..BATCH as u64).map(event).collect()).ok();
+        let e = w.close().unwrap_err().to_string();
+        assert!(
+            e.contains("events.jsonl") && e.contains("panicked: a bug in the writer"),
+            "{e}"
+        );
+        // Dropped while its owner unwinds: the unwind goes on (a panic in
+        // `Drop` during one would abort the process).
+        let unwound = std::panic::catch_unwind(|| {
+            let mut w = panicking();
+            w.send((0..BATCH as u64).map(event).collect()).ok();
+            panic!("the owner's own panic");
+        });
+        assert!(unwound.is_err());
     }
 }
