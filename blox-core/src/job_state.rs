@@ -194,7 +194,8 @@ impl JobState {
 
     /// Forgets the oldest ended records (and their metrics) beyond the newest
     /// `keep`, returning how many went. For a scheduler that runs for
-    /// months; a simulation keeps them all for its summary.
+    /// months; a simulation keeps their metrics and turns the records into
+    /// its table rows instead ([`drain_finished_oldest`](Self::drain_finished_oldest)).
     pub fn forget_finished(&mut self, keep: usize) -> usize {
         let n = self.finished.len().saturating_sub(keep);
         self.note_ended_before(n);
