@@ -34,41 +34,31 @@
 //! GPUs (they appear in the placement only if their batch size changes);
 //! running jobs it leaves out are preempted.
 
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, FreeIndex};
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::Job;
 use crate::job_state::JobState;
 use crate::module::{Assignment, Placement, Schedule};
 use serde::Deserialize;
 
-/// Free GPUs during the walk: a dense bitmap, per-node counts, and the nodes
-/// grouped by how many GPUs they have free (so a best fit costs the GPUs a
-/// node can hold, not a scan of every node: issue 39).
+/// Free GPUs during the walk: a copy of the cluster's free index (a dense
+/// bitmap, per-node counts, and the nodes grouped by how many GPUs they
+/// have free, so a best fit costs the GPUs a node can hold, not a scan of
+/// every node: issue 39), changed as the walk takes and frees GPUs.
 pub struct FreeGpus<'a> {
     pub cluster: &'a ClusterState,
-    free: Vec<bool>,
-    per_node: Vec<u32>,
+    index: FreeIndex,
     count: u32,
-    /// `by_free[c - 1]`: a bitset over node indices of the nodes with
-    /// exactly `c` free GPUs (`c` ≥ 1).
-    by_free: Vec<Vec<u64>>,
 }
 
 impl<'a> FreeGpus<'a> {
-    /// The cluster's free GPUs now.
+    /// The cluster's free GPUs now: a copy of the index the cluster keeps
+    /// as its table changes, not a scan of every GPU or node.
     pub fn new(cluster: &'a ClusterState) -> Self {
-        // The cluster keeps all three as its table changes: copies, not a
-        // scan of every GPU or node.
-        let free = cluster.free_mask().to_vec();
-        let per_node = cluster.free_per_node().to_vec();
-        let count = cluster.num_free();
-        let by_free = cluster.nodes_by_free_count().to_vec();
         FreeGpus {
             cluster,
-            free,
-            per_node,
-            count,
-            by_free,
+            index: cluster.free_index().clone(),
+            count: cluster.num_free(),
         }
     }
 
@@ -77,17 +67,17 @@ impl<'a> FreeGpus<'a> {
     }
 
     pub fn is_free(&self, g: GpuId) -> bool {
-        self.free[g.index()]
+        self.index.free[g.index()]
     }
 
     /// Free GPUs on a node.
     pub fn on_node(&self, node: NodeId) -> u32 {
-        self.per_node[node.index()]
+        self.index.per_node[node.index()]
     }
 
     /// The most GPUs any node has (the most one node can have free).
     pub fn node_size_max(&self) -> u32 {
-        self.by_free.len() as u32
+        self.index.by_free.len() as u32
     }
 
     /// The nodes with exactly `c` free GPUs (`c` ≥ 1), in id order.
@@ -95,6 +85,7 @@ impl<'a> FreeGpus<'a> {
         let words: &[u64] = match c {
             0 => &[],
             c => self
+                .index
                 .by_free
                 .get(c as usize - 1)
                 .map_or(&[], |w| w.as_slice()),
@@ -117,47 +108,33 @@ impl<'a> FreeGpus<'a> {
             .gpus
             .iter()
             .copied()
-            .filter(|g| self.free[g.index()])
+            .filter(|g| self.index.free[g.index()])
     }
 
     /// All free GPUs in global id order.
     pub fn iter(&self) -> impl Iterator<Item = GpuId> + '_ {
-        self.free
+        self.index
+            .free
             .iter()
             .enumerate()
             .filter(|(_, f)| **f)
             .map(|(i, _)| GpuId(i as u32))
     }
 
-    /// Moves `node` from the group of its free count to that of `to`.
-    fn regroup(&mut self, node: usize, to: u32) {
-        let (w, bit) = (node / 64, 1u64 << (node % 64));
-        let from = self.per_node[node];
-        if from > 0 {
-            self.by_free[from as usize - 1][w] &= !bit;
-        }
-        if to > 0 {
-            self.by_free[to as usize - 1][w] |= bit;
-        }
-        self.per_node[node] = to;
-    }
-
     fn take(&mut self, gpus: &[GpuId]) {
         for g in gpus {
-            debug_assert!(self.free[g.index()]);
-            self.free[g.index()] = false;
+            debug_assert!(self.index.free[g.index()]);
             let node = self.cluster.gpus()[g.index()].node.index();
-            self.regroup(node, self.per_node[node] - 1);
+            self.index.set(g.index(), node, false);
             self.count -= 1;
         }
     }
 
     fn put(&mut self, gpus: &[GpuId]) {
         for g in gpus {
-            if !self.free[g.index()] {
-                self.free[g.index()] = true;
+            if !self.index.free[g.index()] {
                 let node = self.cluster.gpus()[g.index()].node.index();
-                self.regroup(node, self.per_node[node] + 1);
+                self.index.set(g.index(), node, true);
                 self.count += 1;
             }
         }

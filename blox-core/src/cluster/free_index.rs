@@ -1,10 +1,12 @@
 //! Which GPUs are free, kept up to date as the table changes, so a round's
-//! placement copies it instead of scanning every GPU or node.
+//! placement copies it instead of scanning every GPU or node (the walk's
+//! [`FreeGpus`](crate::walk::FreeGpus) is such a copy, changed as it
+//! places).
 
 /// Free GPUs (online, held by no job), by GPU, counted by node, and the
 /// nodes grouped by how many they have free.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct FreeIndex {
+pub(crate) struct FreeIndex {
     /// By GPU index: free or not.
     pub free: Vec<bool>,
     /// By node index: how many of its GPUs are free.
@@ -40,7 +42,7 @@ impl FreeIndex {
     pub fn add_node(&mut self, gpus: usize) {
         let node = self.per_node.len();
         self.free.extend(std::iter::repeat_n(true, gpus));
-        self.per_node.push(0);
+        self.per_node.push(gpus as u32);
         let words = (node + 1).div_ceil(64);
         if self.by_free.len() < gpus {
             self.by_free.resize(gpus, Vec::new());
@@ -49,7 +51,6 @@ impl FreeIndex {
             row.resize(words, 0);
         }
         self.move_node(node, 0, gpus as u32);
-        self.per_node[node] = gpus as u32;
     }
 
     /// Records whether GPU `gpu` of node `node` is free now.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 mod checks;
 mod free_index;
 mod spec;
-use free_index::FreeIndex;
+pub(crate) use free_index::FreeIndex;
 pub use spec::{HostShare, NodeSpec};
 
 /// Slack for comparing host CPU and memory sums (fractional shares).
@@ -446,11 +446,9 @@ impl ClusterState {
         &self.index.per_node
     }
 
-    /// The nodes by how many GPUs they have free: row `c - 1` is a bitset
-    /// over node indices of those with exactly `c` free; one row per count
-    /// up to the largest node's GPUs.
-    pub(crate) fn nodes_by_free_count(&self) -> &[Vec<u64>] {
-        &self.index.by_free
+    /// The free index the table keeps (the walk starts from a copy).
+    pub(crate) fn free_index(&self) -> &FreeIndex {
+        &self.index
     }
 
     /// Free GPUs of one node, by local id.

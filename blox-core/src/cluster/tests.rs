@@ -120,7 +120,7 @@ proptest! {
             let (free, per_node, largest) = from_table(&c);
             prop_assert_eq!(c.free_mask(), &free[..]);
             prop_assert_eq!(c.free_per_node(), &per_node[..]);
-            prop_assert_eq!(c.nodes_by_free_count(), &by_count(&c, &per_node)[..]);
+            prop_assert_eq!(&c.index.by_free[..], &by_count(&c, &per_node)[..]);
             prop_assert_eq!(c.largest_placeable(), largest);
             let listed: Vec<GpuId> = c.free_gpus().collect();
             let scanned: Vec<GpuId> = c.gpus().iter().filter(|g| free[g.id.index()]).map(|g| g.id).collect();
@@ -139,9 +139,9 @@ fn a_cluster_read_back_rebuilds_its_free_index() {
     assert_eq!(back.free_mask(), c.free_mask());
     assert_eq!(back.free_per_node(), c.free_per_node());
     assert_eq!(back.free_per_node(), &[0, 4]);
-    assert_eq!(back.nodes_by_free_count(), c.nodes_by_free_count());
+    assert_eq!(&back.index.by_free[..], &c.index.by_free[..]);
     assert_eq!(
-        back.nodes_by_free_count(),
+        &back.index.by_free[..],
         &[vec![0], vec![0], vec![0], vec![0b10]]
     );
     assert_eq!(back.largest_placeable(), 4);
