@@ -386,6 +386,29 @@ pub struct WorkerArgs {
     /// slow devices).
     #[arg(long, value_name = "X,…", value_delimiter = ',')]
     pub gpu_slowdown: Vec<f64>,
+    /// Variables of the worker's environment that jobs get beyond PATH,
+    /// HOME, USER, LANG, LC_*, TZ and the GPU variables (`--pass-env
+    /// LD_LIBRARY_PATH,NCCL_*`: names, or prefixes ending in `*`; never a
+    /// BLOX_* variable). Nothing else of the worker's reaches a job.
+    #[arg(long, value_name = "NAME,…", value_delimiter = ',')]
+    pub pass_env: Vec<String>,
+    /// A config file whose `[worker]` section sets pass_env, memory_gb,
+    /// max_processes and cgroup (the command line's flags win); it may be
+    /// the scheduler's own config.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A launch's memory limit when its job asks none, GB (a cgroup limit).
+    #[arg(long, value_name = "GB")]
+    pub memory_gb: Option<f64>,
+    /// A launch's process (and thread) limit when its job asks none
+    /// (default 16384).
+    #[arg(long, value_name = "N")]
+    pub max_processes: Option<u32>,
+    /// How launches are contained: `auto` (a cgroup per launch where the
+    /// host has them), `off`, or a cgroup v2 directory delegated to the
+    /// worker.
+    #[arg(long, value_name = "auto|off|DIR")]
+    pub cgroup: Option<String>,
     /// This worker's TLS certificate and key (PEM); also its client
     /// certificate where the scheduler asks for one (`tls_client_ca`).
     #[arg(long)]

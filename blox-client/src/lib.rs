@@ -6,16 +6,16 @@
 //! revokes it; there is no round-trip to the scheduler — Blox, EuroSys'24, §7
 //! "Leases for Preemption"), and pushes key→value metrics.
 //!
-//! The worker and the job share a per-launch *control directory*
-//! (`BLOX_CONTROL_DIR`):
+//! The worker writes a per-launch *control directory* (`BLOX_CONTROL_DIR`)
+//! that the job only reads, and the job writes its *report directory*
+//! (`BLOX_REPORT_DIR`, inside the control directory; the job's working and
+//! home directory) that the worker only reads. Neither writes where the
+//! other does, so a job can turn no file operation of its worker's (often
+//! root) elsewhere. In the control directory:
 //! - `revoked` appears when the lease is revoked (the job should checkpoint and
 //!   exit with status 0 at its next iteration boundary);
 //! - `batch_size` holds a new global batch size to apply at the next boundary
 //!   without a restart (elastic policies such as ONES);
-//! - `metrics` is an append-only log of `key value` lines the worker folds into
-//!   the scheduler's metric store; `progress` (0–1) is the job's share of work
-//!   done;
-//! - `done` is written by [`Job::finish`] when the job completed its work;
 //! - `lease` holds, while the worker can reach the scheduler, until when the
 //!   lease holds and the grace after it (`<until_s> <grace_s>`, seconds of
 //!   the node's monotonic clock, [`monotonic_s`]), renewed at every
@@ -23,7 +23,17 @@
 //!   job stops itself even when its worker hangs (issue 35: no job runs
 //!   twice); past the grace as well, [`Job::attach`]'s watchdog ends the
 //!   process (exit status [`LEASE_LOST_EXIT`]). No `lease` file: the lease
-//!   holds until revoked (the local backend);
+//!   holds until revoked (the local backend).
+//!
+//! In the report directory (the control directory where `BLOX_REPORT_DIR`
+//! is unset: a worker older than it):
+//! - `metrics` is an append-only log of `key value` lines the worker folds into
+//!   the scheduler's metric store; `progress` (0–1) is the job's share of work
+//!   done;
+//! - `done` is written by [`Job::finish`] when the job completed its work.
+//!
+//! In the coordination directory (`BLOX_COORD_DIR`, else the report
+//! directory):
 //! - `exit_at` fixes, for a multi-rank job, the iteration at which every rank
 //!   stops after a revocation (two-phase revocation, Blox §7: the first rank
 //!   that sees `revoked` at boundary *i* writes *i + 1*; every rank runs up to
@@ -49,10 +59,15 @@ pub mod env {
     pub const MASTER_ADDR: &str = "BLOX_MASTER_ADDR";
     pub const WORKER_ADDR: &str = "BLOX_WORKER_ADDR";
     pub const CHECKPOINT_DIR: &str = "BLOX_CHECKPOINT_DIR";
+    /// The launch's control directory: the worker writes it (`lease`,
+    /// `revoked`, `batch_size`), the job only reads it.
     pub const CONTROL_DIR: &str = "BLOX_CONTROL_DIR";
+    /// The launch's report directory: the job writes it (`metrics`,
+    /// `done`), the worker only reads it. Unset: the control directory.
+    pub const REPORT_DIR: &str = "BLOX_REPORT_DIR";
     /// Where the ranks of a job that spans nodes agree on their exit
     /// iteration (`exit_at`): a directory on storage every node shares.
-    /// Unset: the control directory (all ranks on one node).
+    /// Unset: the report directory (all ranks on one node).
     pub const COORD_DIR: &str = "BLOX_COORD_DIR";
     pub const RESUME: &str = "BLOX_RESUME";
     pub const BATCH_SIZE: &str = "BLOX_BATCH_SIZE";
@@ -110,8 +125,11 @@ pub struct JobEnv {
     pub worker_addr: Option<String>,
     pub checkpoint_dir: PathBuf,
     pub control_dir: PathBuf,
+    /// Where the job writes its metrics and `done` (`BLOX_REPORT_DIR`, else
+    /// the control directory).
+    pub report_dir: PathBuf,
     /// Where ranks agree on the exit iteration (`BLOX_COORD_DIR`, else the
-    /// control directory).
+    /// report directory).
     pub coord_dir: PathBuf,
     /// True when a checkpoint from an earlier launch should be restored.
     pub resume: bool,
@@ -184,8 +202,14 @@ impl JobEnv {
             worker_addr: get(env::WORKER_ADDR),
             checkpoint_dir: PathBuf::from(need(env::CHECKPOINT_DIR)?),
             control_dir: PathBuf::from(need(env::CONTROL_DIR)?),
+            report_dir: get(env::REPORT_DIR)
+                .filter(|v| !v.is_empty())
+                .or_else(|| get(env::CONTROL_DIR))
+                .map(PathBuf::from)
+                .unwrap_or_default(),
             coord_dir: get(env::COORD_DIR)
                 .filter(|v| !v.is_empty())
+                .or_else(|| get(env::REPORT_DIR).filter(|v| !v.is_empty()))
                 .or_else(|| get(env::CONTROL_DIR))
                 .map(PathBuf::from)
                 .unwrap_or_default(),
@@ -281,7 +305,7 @@ impl Job {
             move |source| ClientError::Io { path, source }
         };
         std::fs::create_dir_all(&env.checkpoint_dir).map_err(io(&env.checkpoint_dir))?;
-        let mpath = env.control_dir.join("metrics");
+        let mpath = env.report_dir.join("metrics");
         let metrics = OpenOptions::new()
             .create(true)
             .append(true)
@@ -355,7 +379,7 @@ impl Job {
             });
         }
         writeln!(&self.metrics, "{key} {value}").map_err(|source| ClientError::Io {
-            path: self.env.control_dir.join("metrics"),
+            path: self.env.report_dir.join("metrics"),
             source,
         })
     }
@@ -452,7 +476,7 @@ impl Job {
 
     /// Tells the worker the job completed its work (then exit with status 0).
     pub fn finish(&self) -> Result<(), ClientError> {
-        let path = self.env.control_dir.join("done");
+        let path = self.env.report_dir.join("done");
         std::fs::write(&path, b"").map_err(|source| ClientError::Io { path, source })
     }
 
@@ -560,6 +584,37 @@ mod tests {
         .into_iter()
         .collect();
         JobEnv::from_lookup(|k| vars.get(k).cloned()).unwrap()
+    }
+
+    #[test]
+    fn metrics_and_done_go_to_the_report_directory_where_one_is_set() {
+        let d = tempfile::tempdir().unwrap();
+        let (control, report) = (d.path().join("control"), d.path().join("control/job"));
+        std::fs::create_dir_all(&report).unwrap();
+        let vars: HashMap<&str, String> = [
+            (env::JOB_ID, "7".to_string()),
+            (
+                env::CHECKPOINT_DIR,
+                d.path().join("ckpt").display().to_string(),
+            ),
+            (env::CONTROL_DIR, control.display().to_string()),
+            (env::REPORT_DIR, report.display().to_string()),
+        ]
+        .into_iter()
+        .collect();
+        let e = JobEnv::from_lookup(|k| vars.get(k).cloned()).unwrap();
+        assert_eq!((&e.report_dir, &e.coord_dir), (&report, &report));
+        let job = Job::attach(e).unwrap();
+        job.push_metric("progress", 0.5).unwrap();
+        job.finish().unwrap();
+        assert!(report.join("done").is_file() && !control.join("done").exists());
+        assert_eq!(
+            std::fs::read_to_string(report.join("metrics")).unwrap(),
+            "progress 0.5\n"
+        );
+        // The worker's files are read from the control directory.
+        std::fs::write(control.join("revoked"), "").unwrap();
+        assert!(job.lease_revoked());
     }
 
     #[test]

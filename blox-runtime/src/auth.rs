@@ -14,7 +14,10 @@
 //! Blank lines and lines starting with `#` are skipped. A malformed line,
 //! an unknown role, a token in plain text where its hash belongs, a user or
 //! a hash given twice: refused when the scheduler starts, with the file and
-//! line.
+//! line. The file is read again when it changes (checked at most once a
+//! second, on a call): an operator adds or removes a tenant without a
+//! restart. A changed file that is refused (the same checks) leaves the
+//! tenants as they were, and the log says why, with the line.
 
 use crate::net::NetError;
 use sha2::{Digest, Sha256};
@@ -190,6 +193,105 @@ impl Tenants {
     }
 }
 
+/// A tokens file and its tenants, read again when it changes.
+#[derive(Debug)]
+pub struct TenantsFile {
+    path: std::path::PathBuf,
+    current: std::sync::RwLock<Arc<Tenants>>,
+    /// The file's (modification time, length, inode) when last read, and
+    /// when it was last looked at.
+    seen: std::sync::Mutex<(Option<Stamp>, std::time::Instant)>,
+    /// The workers' token's hash: a tenant may not hold it.
+    workers: Option<[u8; 32]>,
+}
+
+/// A file's (modification time, length, inode).
+type Stamp = (std::time::SystemTime, u64, u64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((m.modified().ok()?, m.len(), ino))
+}
+
+impl TenantsFile {
+    /// Reads `path` (errors name the file and line); `workers_token`: the
+    /// workers' token, which no tenant may hold.
+    pub fn open(path: &Path, workers_token: Option<&str>) -> Result<TenantsFile, NetError> {
+        let before = stamp(path);
+        let t = Tenants::load(path)?;
+        let workers = workers_token.map(sha256);
+        if let Some(w) = workers {
+            if let Some(p) = t.by_hash.get(&w) {
+                return Err(NetError::File {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "the workers' token is also user `{}`'s: give workers a token of their own",
+                        p.user.as_deref().unwrap_or("")
+                    ),
+                });
+            }
+        }
+        Ok(TenantsFile {
+            path: path.to_path_buf(),
+            current: std::sync::RwLock::new(Arc::new(t)),
+            seen: std::sync::Mutex::new((before, std::time::Instant::now())),
+            workers,
+        })
+    }
+
+    /// The tenants, read again first when the file changed (looked at no
+    /// more than once a second).
+    pub fn tenants(&self) -> Arc<Tenants> {
+        self.reload_if_changed(std::time::Duration::from_secs(1));
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Reads the file again if it changed and `every` passed since the last
+    /// look; returns whether the tenants changed.
+    pub fn reload_if_changed(&self, every: std::time::Duration) -> bool {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.1.elapsed() < every {
+            return false;
+        }
+        seen.1 = std::time::Instant::now();
+        let now = stamp(&self.path);
+        if now == seen.0 {
+            return false;
+        }
+        seen.0 = now;
+        let refused = |why: String| {
+            tracing::error!("{why}: the tenants stay as they were until the file is fixed");
+            false
+        };
+        match Tenants::load(&self.path) {
+            Ok(t) => {
+                if let Some(p) = self.workers.and_then(|w| t.by_hash.get(&w)) {
+                    return refused(format!(
+                        "{}: the workers' token is also user `{}`'s",
+                        self.path.display(),
+                        p.user.as_deref().unwrap_or("")
+                    ));
+                }
+                tracing::info!(
+                    file = %self.path.display(),
+                    tenants = t.len(),
+                    "tokens file changed: tenants read again"
+                );
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(t);
+                true
+            }
+            Err(e) => refused(e.to_string()),
+        }
+    }
+}
+
 /// How the scheduler's user API and HTTP endpoints authenticate.
 #[derive(Clone, Debug, Default)]
 pub enum Access {
@@ -198,8 +300,8 @@ pub enum Access {
     Open,
     /// One shared users' token (`token_file`): its holders are admins.
     Shared(Arc<str>),
-    /// Per-user tokens (`tokens_file`).
-    Tenants(Arc<Tenants>),
+    /// Per-user tokens (`tokens_file`), read again when the file changes.
+    Tenants(Arc<TenantsFile>),
 }
 
 impl Access {
@@ -211,12 +313,12 @@ impl Access {
             Access::Shared(t) => bearer
                 .filter(|b| crate::net::constant_time_eq(b.as_bytes(), t.as_bytes()))
                 .map(|_| Principal::anyone()),
-            Access::Tenants(t) => bearer.and_then(|b| t.who(b)).cloned(),
+            Access::Tenants(t) => bearer.and_then(|b| t.tenants().who(b).cloned()),
         }
     }
 
-    /// May `bearer` read the HTTP endpoints (`/metrics`, the dashboard's
-    /// API)? Tenants: readers and admins.
+    /// May `bearer` read `/metrics` (the whole cluster's figures)?
+    /// Tenants: readers and admins.
     pub fn may_read_http(&self, bearer: Option<&str>) -> bool {
         self.who(bearer).is_some_and(|p| p.role.sees_all())
     }
@@ -257,7 +359,9 @@ mod tests {
         assert!(!ann.may_touch(None));
         assert_eq!(t.who("ops-secret").unwrap().role, Role::Admin);
         assert!(t.who("ann-secret ").is_none() && t.who("").is_none());
-        let access = Access::Tenants(Arc::new(t));
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &text).unwrap();
+        let access = Access::Tenants(Arc::new(TenantsFile::open(file.path(), None).unwrap()));
         assert!(access.may_read_http(Some("prom-secret")));
         assert!(access.may_read_http(Some("ops-secret")));
         assert!(!access.may_read_http(Some("ann-secret")));

@@ -239,6 +239,13 @@ pub struct JobFile {
     pub metrics: HashMap<String, f64>,
     /// Submitting the same file twice with a key creates one job.
     pub idempotency_key: Option<String>,
+    /// Host memory its processes may use on each node, GB, and how many
+    /// processes (threads too) at once: cgroup limits where the worker has
+    /// cgroups.
+    #[serde(default)]
+    pub memory_gb: Option<f64>,
+    #[serde(default)]
+    pub max_processes: Option<u32>,
 }
 
 impl JobFile {
@@ -267,6 +274,8 @@ impl From<JobFile> for JobSubmission {
             duration_s: f.duration_s,
             metrics: f.metrics,
             idempotency_key: f.idempotency_key.unwrap_or_default(),
+            memory_gb: f.memory_gb,
+            max_processes: f.max_processes,
         }
     }
 }
@@ -362,6 +371,9 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
             },
             w.last_heartbeat_s_ago
         );
+        if !w.containment.is_empty() {
+            let _ = writeln!(out, "    launches contained by: {}", w.containment);
+        }
     }
     out
 }

@@ -23,11 +23,13 @@
 pub mod auth;
 pub mod bench;
 pub mod codec;
+pub mod conn;
 pub mod ctl;
 pub mod local;
 pub mod net;
 pub mod process;
 mod record;
+pub mod safe_fs;
 pub mod scheduler;
 pub mod soak;
 pub mod store;

@@ -256,7 +256,11 @@ impl Security {
 
     /// A server builder with this endpoint's TLS identity, if it has one.
     pub fn server(&self) -> Result<Server, NetError> {
-        let b = Server::builder().tcp_nodelay(true);
+        // A connection that stops answering is closed (conn.rs).
+        let b = Server::builder()
+            .tcp_nodelay(true)
+            .http2_keepalive_interval(Some(crate::conn::KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(crate::conn::KEEPALIVE_TIMEOUT));
         self.server_tls(b)
     }
 

@@ -3,11 +3,15 @@
 //!
 //! A launch of a job runs its argv directly (never through a shell), as one
 //! process holding all its GPUs on this machine or one process per GPU, with
-//! the environment of [`blox_client::env`]. It gets a control directory (the
-//! job's `stdout`/`stderr`, its `metrics` log and the `revoked`, `exit_at`,
-//! `done` and `batch_size` files of the lease protocol) and a checkpoint
-//! directory shared by all its launches. A waiter thread per process records
-//! when it exits.
+//! the environment of [`blox_client::env`]. It gets a control directory
+//! that the worker writes and the job only reads (`lease`, `revoked`,
+//! `batch_size`, and the job's `stdout`/`stderr`), a report directory
+//! inside it that the job writes and the worker only reads (`metrics`,
+//! `done`; the job's home and working directory), and a checkpoint
+//! directory shared by all its launches. Every directory is made and every
+//! file read or written through [`crate::safe_fs`], so a link or a name a
+//! job plants in a directory it can write turns no file operation of the
+//! worker's elsewhere. A waiter thread per process records when it exits.
 //!
 //! On Linux every job process gets `SIGKILL` when the process that started
 //! it dies, so a worker that is killed takes its jobs with it (nothing keeps
@@ -25,8 +29,8 @@
 //! group of its own (`setsid`) is beyond this; a cgroup per launch would
 //! hold that too.
 
+use crate::safe_fs::{Dir, Trust};
 use blox_client::env;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,25 +72,26 @@ pub struct LaunchSpec {
     /// started the launch thereby starts no job once it wakes past its
     /// lease, and one started just before holds a lease that runs out.
     pub lease: Option<(std::time::Instant, std::time::Duration)>,
+    /// Variables of the worker's environment passed to the job beyond the
+    /// allow-list ([`passed_env`]; `[worker] pass_env`).
+    pub pass_env: Vec<String>,
+    /// The `cgroup.procs` files of the launch's cgroups: each process
+    /// joins them before anything of the job's runs (empty: none).
+    pub cgroup_procs: Vec<std::ffi::CString>,
 }
 
-/// Writes a launch's lease file: `until` and `grace` in seconds of the
-/// node's monotonic clock, replaced atomically (a job never reads half).
-pub fn write_lease(control: &Path, until: std::time::Instant, grace: std::time::Duration) {
-    let Some(now) = blox_client::monotonic_s() else {
-        return;
-    };
+/// The report directory's name inside a launch's control directory
+/// ([`blox_client::env::REPORT_DIR`]).
+pub const REPORT_DIR: &str = "job";
+
+/// The lease file's text: `until` and `grace` in seconds of the node's
+/// monotonic clock.
+fn lease_text(until: Instant, grace: Duration) -> Option<String> {
+    let now = blox_client::monotonic_s()?;
     let left = until
-        .saturating_duration_since(std::time::Instant::now())
+        .saturating_duration_since(Instant::now())
         .as_secs_f64();
-    let tmp = control.join(".lease.tmp");
-    let text = format!("{:.3} {:.3}\n", now + left, grace.as_secs_f64());
-    if std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, control.join(blox_client::LEASE_FILE)))
-        .is_err()
-    {
-        tracing::debug!(dir = %control.display(), "cannot write the lease file");
-    }
+    Some(format!("{:.3} {:.3}\n", now + left, grace.as_secs_f64()))
 }
 
 /// An unprivileged account jobs run as (`blox worker --job-user NAME`): it
@@ -97,7 +102,14 @@ pub struct JobUser {
     pub name: String,
     pub uid: u32,
     pub gid: u32,
-    pub home: PathBuf,
+    /// Set only where it is the account's own home (`--job-user`); a uid
+    /// of its own (`--job-uids`) gets the launch's report directory.
+    pub home: Option<PathBuf>,
+    /// The uids whose files in the job's checkpoint directory become this
+    /// launch's (`--job-uids`: the range; earlier launches of the job ran
+    /// as other uids of it); `None`: only the directory itself changes
+    /// owner.
+    pub takes_over: Option<(u32, u32)>,
 }
 
 impl JobUser {
@@ -140,7 +152,8 @@ impl JobUser {
                 name: name.to_string(),
                 uid: pw.pw_uid,
                 gid: pw.pw_gid,
-                home: PathBuf::from(home),
+                home: Some(PathBuf::from(home)),
+                takes_over: None,
             })
         }
         #[cfg(not(unix))]
@@ -152,12 +165,61 @@ impl JobUser {
     }
 }
 
-/// The worker's own environment variables a job never inherits: the
-/// runtime's settings (`BLOX_*`: its token file, scheduler address) are the
-/// worker's, and a job gets the `BLOX_*` variables of
-/// [`blox_client::env`] set afresh.
-fn scrubbed(name: &std::ffi::OsStr) -> bool {
-    name.to_str().is_none_or(|n| n.starts_with("BLOX_"))
+/// Whether the worker's environment variable `name` reaches a job: an
+/// allow-list, so a secret set for the worker (a cloud or registry
+/// credential) reaches no job. A job gets `PATH`, `HOME`, `USER`,
+/// `LOGNAME`, `LANG`, `LANGUAGE`, `LC_*`, `TZ`, the GPU variables (`CUDA_*`,
+/// `NVIDIA_*`, `ROCR_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`,
+/// `GPU_DEVICE_ORDINAL`), and what the operator passes (`[worker]
+/// pass_env`: names, or prefixes ending in `*`); never the worker's own
+/// `BLOX_*` settings (its token file, its scheduler), as a job gets the
+/// `BLOX_*` variables of [`blox_client::env`] set afresh.
+pub fn passed_env(name: &str, pass_env: &[String]) -> bool {
+    if name.starts_with("BLOX_") {
+        return false;
+    }
+    matches!(
+        name,
+        "PATH"
+            | "HOME"
+            | "USER"
+            | "LOGNAME"
+            | "LANG"
+            | "LANGUAGE"
+            | "TZ"
+            | "ROCR_VISIBLE_DEVICES"
+            | "HIP_VISIBLE_DEVICES"
+            | "GPU_DEVICE_ORDINAL"
+    ) || name.starts_with("LC_")
+        || name.starts_with("CUDA_")
+        || name.starts_with("NVIDIA_")
+        || pass_env.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => p == name,
+        })
+}
+
+/// Checks a `pass_env` entry: a variable name (letters, digits, `_`), or
+/// a prefix of one ending in `*`; never a `BLOX_*` variable (the worker's
+/// own settings; a job's are set afresh).
+pub fn check_pass_env(entry: &str) -> Result<(), String> {
+    let name = entry.strip_suffix('*').unwrap_or(entry);
+    if name.is_empty() && entry.ends_with('*') {
+        return Err(format!(
+            "`{entry}` would pass the worker's whole environment: name the variables jobs need"
+        ));
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "`{entry}` is not a variable name (letters, digits and `_`, or a prefix ending in `*`)"
+        ));
+    }
+    if name.starts_with("BLOX_") || "BLOX_".starts_with(name) {
+        return Err(format!(
+            "`{entry}` names the worker's own BLOX_* settings (its token file, its scheduler): a job never gets them; its own BLOX_* variables are set for it"
+        ));
+    }
+    Ok(())
 }
 
 /// How a launch (or one of its processes) ended.
@@ -173,58 +235,187 @@ struct Rank {
     kill: Arc<AtomicBool>,
 }
 
-/// A running launch: its processes and its control directory.
+/// The most bytes of the job's `metrics` read in one poll, and the longest
+/// line taken (a longer one is skipped).
+const METRICS_READ_BYTES: usize = 1 << 20;
+const METRIC_LINE_BYTES: usize = 4096;
+
+/// A running launch: its processes and its directories.
 pub struct Running {
+    /// The control directory's path (messages).
     pub control: PathBuf,
+    /// The control directory (the worker's; the job reads it) and the
+    /// report directory (the job's; the worker reads it).
+    control_dir: Dir,
+    report: Dir,
+    /// The uid the job runs as, when not the worker's: a file the worker
+    /// reads from it must be that uid's own.
+    owner: Option<u32>,
+    /// The directories given to the job (report, checkpoint, coordination),
+    /// taken back by [`Running::hand_back`].
+    given: Vec<Dir>,
     ranks: Vec<Rank>,
     metrics_offset: u64,
+    /// Set once a refused `metrics` file was logged (once per launch).
+    metrics_refused: bool,
 }
 
-/// Why a launch could not start; the job's fault (a missing program), so it
-/// is retried and then fails with this reason.
+/// Why a launch could not start: the job's fault (a missing program, a
+/// tree it made that cannot be handed over), so it is retried and then
+/// fails with this reason, or the node's (`node`: its directories cannot
+/// be made safely), which is not held against the job.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct StartError(pub String);
+#[error("{message}")]
+pub struct StartError {
+    pub message: String,
+    pub node: bool,
+}
+
+impl StartError {
+    pub fn job(message: impl Into<String>) -> StartError {
+        StartError {
+            message: message.into(),
+            node: false,
+        }
+    }
+    pub fn node(message: impl Into<String>) -> StartError {
+        StartError {
+            message: message.into(),
+            node: true,
+        }
+    }
+}
+
+/// `path`'s parent and last component.
+fn split(path: &Path) -> Result<(PathBuf, &str), StartError> {
+    let name = path.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        StartError::node(format!(
+            "{}: not a directory a launch can use",
+            path.display()
+        ))
+    })?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((parent, name))
+}
+
+/// The job's own directory at `path` (checkpoint, coordination): its
+/// parent reached safely (and made where missing), the directory itself
+/// made where missing, never through a link, and given to the job's
+/// account (0700): with `takes_over`, what earlier launches of the job
+/// left in it as other job uids too, unless the directory's group says the
+/// last launch ran as this uid already (see [`Running::hand_back`]).
+fn job_dir(path: &Path, trust: Trust, user: Option<&JobUser>) -> Result<Dir, StartError> {
+    let (parent, name) = split(path)?;
+    let d = Dir::open(&parent, true, trust)
+        .and_then(|p| p.subdir(name, 0o700, false))
+        .map_err(StartError::node)?;
+    if let Some(u) = user {
+        let st = d.stat().map_err(StartError::node)?;
+        match u.takes_over {
+            Some((first, last)) if st.st_gid != u.gid => {
+                let n = d
+                    .chown_tree(u.uid, u.gid, &|x| (first..=last).contains(&x))
+                    .map_err(|e| {
+                        StartError::job(format!("cannot give the job its checkpoints: {e}"))
+                    })?;
+                tracing::debug!(dir = %path.display(), uid = u.uid, entries = n, "handed over");
+            }
+            _ => d
+                .chown(Some(u.uid), Some(u.gid))
+                .map_err(StartError::node)?,
+        }
+        d.chmod(0o700).map_err(StartError::node)?;
+    }
+    Ok(d)
+}
 
 impl Running {
     /// Creates the directories and starts the processes.
     pub fn spawn(spec: &LaunchSpec) -> Result<Running, StartError> {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
-            return Err(StartError("no command to run".into()));
+            return Err(StartError::job("no command to run"));
         }
+        let user = spec.job_user.as_ref();
+        // Jobs that run as another uid may plant links where the worker
+        // works: every directory on the way is checked then.
+        let trust = if user.is_some() {
+            Trust::Strict
+        } else {
+            Trust::Same
+        };
+        let (parent, name) = split(&spec.control)?;
+        let parent = Dir::open(&parent, true, trust).map_err(StartError::node)?;
         // A launch directory left by a launch the scheduler never recorded
         // (it restarted meanwhile) is not this launch's: its `done` or
         // `revoked` must not speak for it.
-        if spec.control.exists() {
-            std::fs::remove_dir_all(&spec.control).map_err(|e| {
-                StartError(format!(
-                    "cannot clear the stale {}: {e}",
-                    spec.control.display()
-                ))
-            })?;
-        }
-        for d in [
-            Some(&spec.control),
-            Some(&spec.checkpoint),
-            spec.coord.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            std::fs::create_dir_all(d)
-                .map_err(|e| StartError(format!("cannot create {}: {e}", d.display())))?;
-            restrict(d);
-            if let Some(u) = &spec.job_user {
-                give_to(d, u)?;
+        parent.remove(name).map_err(|e| {
+            StartError::node(format!("cannot clear the stale launch directory: {e}"))
+        })?;
+        // The control directory: the worker's, the job's group may read.
+        let control_dir = parent.subdir(name, 0o750, true).map_err(StartError::node)?;
+        let report = control_dir
+            .subdir(REPORT_DIR, 0o700, true)
+            .map_err(StartError::node)?;
+        let mut running = Running {
+            control: spec.control.clone(),
+            control_dir,
+            report,
+            owner: user.map(|u| u.uid),
+            given: Vec::new(),
+            ranks: Vec::new(),
+            metrics_offset: 0,
+            metrics_refused: false,
+        };
+        match running.start(spec, trust) {
+            Ok(()) => Ok(running),
+            Err(e) => {
+                // Nothing of it runs: what it was given goes back now.
+                running.kill();
+                if user.is_some() {
+                    running.hand_back();
+                }
+                Err(e)
             }
         }
-        if let Some((until, grace)) = spec.lease {
-            write_lease(&spec.control, until, grace);
+    }
+
+    /// [`Running::spawn`]'s second half: gives the job its directories,
+    /// writes its lease and starts its processes.
+    fn start(&mut self, spec: &LaunchSpec, trust: Trust) -> Result<(), StartError> {
+        let user = spec.job_user.as_ref();
+        if let Some(u) = user {
+            self.control_dir
+                .chown(None, Some(u.gid))
+                .and_then(|_| self.report.chown(Some(u.uid), Some(u.gid)))
+                .map_err(StartError::node)?;
         }
-        let out = |name: &str| -> Result<std::fs::File, StartError> {
-            let p = spec.control.join(name);
-            std::fs::File::create(&p)
-                .map_err(|e| StartError(format!("cannot create {}: {e}", p.display())))
+        self.given.push(job_dir(&spec.checkpoint, trust, user)?);
+        if let Some(c) = spec.coord.as_deref() {
+            self.given.push(job_dir(c, trust, user)?);
+        }
+        if let Some((until, grace)) = spec.lease {
+            if let Some(text) = lease_text(until, grace) {
+                self.control_dir
+                    .write(blox_client::LEASE_FILE, text.as_bytes())
+                    .map_err(|e| {
+                        StartError::node(format!(
+                            "cannot write {}: {e}",
+                            spec.control.join(blox_client::LEASE_FILE).display()
+                        ))
+                    })?;
+            }
+        }
+        let report_path = self.report.path().to_path_buf();
+        let out = |dir: &Dir, name: &str| -> Result<std::fs::File, StartError> {
+            dir.create(name).map_err(|e| {
+                StartError::node(format!(
+                    "cannot create {}: {e}",
+                    spec.control.join(name).display()
+                ))
+            })
         };
         let groups: Vec<Vec<String>> = if spec.process_per_gpu {
             spec.devices.iter().map(|d| vec![d.clone()]).collect()
@@ -232,11 +423,6 @@ impl Running {
             vec![spec.devices.clone()]
         };
         let world = spec.world_size.unwrap_or(groups.len() as u32);
-        let mut running = Running {
-            control: spec.control.clone(),
-            ranks: Vec::with_capacity(groups.len()),
-            metrics_offset: 0,
-        };
         // Start-up is measured from here (the job reports its first
         // iteration against it; `blox_client::STARTUP_METRIC`).
         let launched = std::time::SystemTime::now()
@@ -251,22 +437,20 @@ impl Running {
                 String::new()
             };
             let mut cmd = Command::new(&spec.argv[0]);
-            for (k, _) in std::env::vars_os() {
-                if scrubbed(&k) {
-                    cmd.env_remove(k);
+            cmd.env_clear();
+            for (k, v) in std::env::vars_os() {
+                if k.to_str().is_some_and(|k| passed_env(k, &spec.pass_env)) {
+                    cmd.env(k, v);
                 }
             }
-            #[cfg(unix)]
-            if let Some(u) = &spec.job_user {
-                use std::os::unix::process::CommandExt;
-                // Dropping root also drops its supplementary groups (std
-                // calls setgroups(0) before setuid).
-                cmd.uid(u.uid)
-                    .gid(u.gid)
-                    .env("HOME", &u.home)
+            cmd.current_dir(&report_path);
+            // The account is taken in the forked child (`spawn_child`),
+            // after it joined the launch's cgroups, with no supplementary
+            // group of the worker's.
+            if let Some(u) = user {
+                cmd.env("HOME", u.home.as_deref().unwrap_or(&report_path))
                     .env("USER", &u.name)
-                    .env("LOGNAME", &u.name)
-                    .current_dir(&spec.control);
+                    .env("LOGNAME", &u.name);
             }
             cmd.args(&spec.argv[1..])
                 .env(env::JOB_ID, spec.job.to_string())
@@ -277,7 +461,8 @@ impl Running {
                 .env(env::WORKER_ADDR, &spec.worker_addr)
                 .env(env::CHECKPOINT_DIR, &spec.checkpoint)
                 .env(env::CONTROL_DIR, &spec.control)
-                .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&spec.control))
+                .env(env::REPORT_DIR, &report_path)
+                .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&report_path))
                 .env(env::RESUME, if spec.resume { "1" } else { "0" })
                 .env(env::LAUNCH_UNIX_S, &launched)
                 .env(env::GENERATION, spec.generation.to_string())
@@ -286,25 +471,40 @@ impl Running {
                     spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),
                 )
                 .stdin(Stdio::null())
-                .stdout(out(&format!("stdout{suffix}"))?)
-                .stderr(out(&format!("stderr{suffix}"))?);
-            match spawn_child(cmd, spec.lease.map(|l| l.0)) {
+                .stdout(out(&self.control_dir, &format!("stdout{suffix}"))?)
+                .stderr(out(&self.control_dir, &format!("stderr{suffix}"))?);
+            match spawn_child(
+                cmd,
+                spec.lease.map(|l| l.0),
+                spec.cgroup_procs.clone(),
+                user.map(|u| (u.uid, u.gid)),
+            ) {
                 Ok(child) => {
                     let exit = Arc::new(Mutex::new(None));
                     let kill = Arc::new(AtomicBool::new(false));
                     spawn_waiter(child, exit.clone(), kill.clone());
-                    running.ranks.push(Rank { exit, kill });
+                    self.ranks.push(Rank { exit, kill });
+                }
+                #[cfg(target_os = "linux")]
+                Err(e) if e.raw_os_error() == Some(CGROUP_JOIN_FAILED) => {
+                    return Err(StartError::node(format!(
+                        "cannot put the launch into its cgroup ({})",
+                        spec.cgroup_procs
+                            .iter()
+                            .map(|p| p.to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
                 }
                 Err(e) => {
-                    running.kill();
-                    return Err(StartError(format!(
+                    return Err(StartError::job(format!(
                         "cannot start {}: {e}",
                         argv_summary(&spec.argv)
                     )));
                 }
             }
         }
-        Ok(running)
+        Ok(())
     }
 
     /// The launch's exit once every process exited: the last exit time, and
@@ -336,15 +536,35 @@ impl Running {
         }
     }
 
-    /// True when the job marked itself done and exited cleanly.
+    /// True when the job marked itself done (a plain file `done` of its
+    /// own in its report directory) and exited cleanly.
     pub fn finished(&self, exit: &Exit) -> bool {
-        exit.code == Some(0) && self.control.join("done").exists()
+        exit.code == Some(0) && self.marked_done()
+    }
+
+    /// True when the job marked itself done (see [`Running::finished`]).
+    pub fn marked_done(&self) -> bool {
+        self.report.has_job_file("done", self.owner)
+    }
+
+    /// Tells the job until when its lease holds (the control directory's
+    /// `lease`, replaced whole; [`blox_client::LEASE_FILE`]).
+    pub fn write_lease(&self, until: Instant, grace: Duration) {
+        let Some(text) = lease_text(until, grace) else {
+            return;
+        };
+        if let Err(e) = self
+            .control_dir
+            .write(blox_client::LEASE_FILE, text.as_bytes())
+        {
+            tracing::debug!(dir = %self.control.display(), "cannot write the lease file: {e}");
+        }
     }
 
     /// Revokes the lease: the job checkpoints and exits at its next iteration
     /// boundary.
     pub fn revoke(&self) -> std::io::Result<()> {
-        std::fs::write(self.control.join("revoked"), b"")
+        self.control_dir.write("revoked", b"")
     }
 
     /// Revokes the lease and waits for the exit; kills the job once `grace`
@@ -389,32 +609,77 @@ impl Running {
 
     /// Writes a new batch size for the job to apply at its next boundary.
     pub fn set_batch_size(&self, batch_size: u32) -> std::io::Result<()> {
-        std::fs::write(self.control.join("batch_size"), batch_size.to_string())
+        self.control_dir
+            .write("batch_size", batch_size.to_string().as_bytes())
     }
 
-    /// Feeds the metric lines written since the last call to `sink`; a line
-    /// still being written is read next time, a malformed one is logged.
+    /// Feeds the metric lines written since the last call to `sink`: at
+    /// most 1 MiB a call, from the job's own plain `metrics` file (a link
+    /// or another's file is refused, once logged); a line still being
+    /// written is read next time, a malformed one or one over 4 KiB is
+    /// logged (cut short) and skipped.
     pub fn read_metrics(&mut self, job: u64, mut sink: impl FnMut(&str, f64)) {
-        let path = self.control.join("metrics");
-        let Ok(mut f) = std::fs::File::open(&path) else {
-            return;
-        };
-        if f.seek(SeekFrom::Start(self.metrics_offset)).is_err() {
-            return;
-        }
-        let mut r = BufReader::new(&mut f);
-        let mut line = String::new();
-        while let Ok(n) = r.read_line(&mut line) {
-            if n == 0 || !line.ends_with('\n') {
-                break;
+        let chunk = match self.report.read_job_file(
+            "metrics",
+            self.owner,
+            self.metrics_offset,
+            METRICS_READ_BYTES,
+        ) {
+            Ok(Some(c)) => c,
+            Ok(None) => return,
+            Err(e) => {
+                if !self.metrics_refused {
+                    tracing::warn!(job, "metrics ignored: {e}");
+                    self.metrics_refused = true;
+                }
+                return;
             }
-            self.metrics_offset += n as u64;
-            let mut it = line.split_whitespace();
+        };
+        let mut rest = &chunk[..];
+        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+            let line = &rest[..end];
+            rest = &rest[end + 1..];
+            self.metrics_offset += end as u64 + 1;
+            let text = std::str::from_utf8(line)
+                .ok()
+                .filter(|_| line.len() <= METRIC_LINE_BYTES);
+            let mut it = text.unwrap_or("").split_whitespace();
             match (it.next(), it.next().map(str::parse::<f64>), it.next()) {
                 (Some(k), Some(Ok(v)), None) => sink(k, v),
-                _ => tracing::warn!(job, line = %line.trim(), "bad metric line ignored"),
+                _ => tracing::warn!(
+                    job,
+                    line = %String::from_utf8_lossy(&line[..line.len().min(200)]).trim(),
+                    bytes = line.len(),
+                    "bad metric line ignored"
+                ),
             }
-            line.clear();
+        }
+        // A partial line longer than any metric line is no metric: skipped
+        // whole, so the reader never stalls on it.
+        if rest.len() > METRIC_LINE_BYTES {
+            tracing::warn!(job, bytes = rest.len(), "metric line too long; skipped");
+            self.metrics_offset += rest.len() as u64;
+        }
+    }
+
+    /// Takes the directories given to the job back for the worker (their
+    /// top level only: nothing below can be reached through them then).
+    /// Each keeps the job's group, which tells the next launch of the job
+    /// whether it ran as the same uid ([`job_dir`]); mode 0700 gives that
+    /// group nothing.
+    pub fn hand_back(&self) {
+        let me = rustix::process::geteuid().as_raw();
+        let my_group = rustix::process::getegid().as_raw();
+        for d in self.given.iter().chain([&self.report]) {
+            if let Err(e) = d.chown(Some(me), None).and_then(|_| d.chmod(0o700)) {
+                tracing::warn!("cannot take {} back from its job: {e}", d.path().display());
+            }
+        }
+        if let Err(e) = self.control_dir.chown(None, Some(my_group)) {
+            tracing::warn!(
+                "cannot take {} back from its job: {e}",
+                self.control.display()
+            );
         }
     }
 }
@@ -431,29 +696,12 @@ impl Drop for Running {
     }
 }
 
-/// Owner-only permissions: other users cannot revoke, finish or read a job.
-/// Hands a launch's directory to the account its job runs as.
-fn give_to(dir: &Path, u: &JobUser) -> Result<(), StartError> {
-    #[cfg(unix)]
-    std::os::unix::fs::chown(dir, Some(u.uid), Some(u.gid)).map_err(|e| {
-        StartError(format!(
-            "cannot give {} to job user `{}`: {e}",
-            dir.display(),
-            u.name
-        ))
-    })?;
-    Ok(())
-}
-
-fn restrict(dir: &Path) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    }
-}
-
 type SpawnReply = mpsc::Sender<std::io::Result<Child>>;
+
+/// The error a forked child reports when it cannot join its launch's
+/// cgroups (an errno nothing else before `exec` returns).
+#[cfg(target_os = "linux")]
+const CGROUP_JOIN_FAILED: i32 = libc::EBADSLT;
 
 /// At most this many bytes of an argv go into a message (errors travel back
 /// over gRPC and into logs; an argv can be megabytes).
@@ -484,6 +732,8 @@ pub fn argv_summary(argv: &[String]) -> String {
 fn spawn_child(
     mut cmd: Command,
     lease_until: Option<std::time::Instant>,
+    cgroup_procs: Vec<std::ffi::CString>,
+    drop_to: Option<(u32, u32)>,
 ) -> std::io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<(Command, SpawnReply)>>> = OnceLock::new();
     #[cfg(unix)]
@@ -492,18 +742,50 @@ fn spawn_child(
         // Its own process group, killed as a whole (the module docs).
         cmd.process_group(0);
     }
+    #[cfg(all(unix, not(target_os = "linux")))]
+    if let Some((uid, gid)) = drop_to {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(gid);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (&cgroup_procs, drop_to);
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
         let worker = std::process::id() as libc::pid_t;
-        // SAFETY: `guard` makes only async-signal-safe calls (prctl, fork,
-        // sigaction, waitpid, kill, close, _exit) and allocates nothing;
-        // reading the monotonic clock (clock_gettime) is safe too, and the
-        // error is built from an errno, without allocating.
+        // SAFETY: the closure and `guard` make only async-signal-safe calls
+        // (open, write, close, setgroups, setresgid, setresuid, prctl, fork,
+        // sigaction, waitpid, kill, _exit) on data prepared before the fork,
+        // and allocate nothing; reading the monotonic clock
+        // (clock_gettime) is safe too, and errors are built from errnos,
+        // without allocating.
         unsafe {
             cmd.pre_exec(move || {
                 if lease_until.is_some_and(|t| std::time::Instant::now() > t) {
                     return Err(std::io::Error::from_raw_os_error(libc::ETIME));
+                }
+                // Into the launch's cgroups while still root (moving a
+                // process takes the worker's rights), then down to the job's
+                // account before anything of the job's runs (the guardian
+                // and what it forks inherit both).
+                for procs in &cgroup_procs {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
+                    }
+                    let ok = libc::write(fd, b"0".as_ptr().cast(), 1) == 1;
+                    libc::close(fd);
+                    if !ok {
+                        return Err(std::io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
+                    }
+                }
+                if let Some((uid, gid)) = drop_to {
+                    if libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setresgid(gid, gid, gid) != 0
+                        || libc::setresuid(uid, uid, uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 guard(worker)
             });
@@ -685,12 +967,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_job_inherits_none_of_the_workers_blox_settings() {
-        for name in ["BLOX_TOKEN_FILE", "BLOX_SCHEDULER", "BLOX_ANYTHING"] {
-            assert!(scrubbed(std::ffi::OsStr::new(name)), "{name}");
+    fn a_job_gets_the_allowed_variables_and_what_the_operator_passes() {
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "TZ",
+            "CUDA_HOME",
+            "NVIDIA_DRIVER_CAPABILITIES",
+        ] {
+            assert!(passed_env(name, &[]), "{name}");
         }
-        for name in ["PATH", "HOME", "LD_LIBRARY_PATH", "CUDA_HOME", "XBLOX_Y"] {
-            assert!(!scrubbed(std::ffi::OsStr::new(name)), "{name}");
+        for name in [
+            "BLOX_TOKEN_FILE",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_CA_BUNDLE",
+            "PIP_INDEX_URL",
+            "OLDPWD",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "XBLOX_Y",
+        ] {
+            assert!(!passed_env(name, &[]), "{name}");
+        }
+        let pass = vec!["LD_LIBRARY_PATH".to_string(), "NCCL_*".to_string()];
+        assert!(passed_env("LD_LIBRARY_PATH", &pass));
+        assert!(passed_env("NCCL_SOCKET_IFNAME", &pass));
+        assert!(!passed_env("NCC", &pass));
+        // Never the worker's own settings, whatever is passed.
+        assert!(!passed_env(
+            "BLOX_TOKEN_FILE",
+            &["BLOX_TOKEN_FILE".to_string()]
+        ));
+        for bad in ["BLOX_TOKEN_FILE", "BLOX_*", "BLO*", "*", "A B", ""] {
+            assert!(check_pass_env(bad).is_err(), "{bad}");
+        }
+        for good in ["LD_LIBRARY_PATH", "NCCL_*", "HF_HOME"] {
+            check_pass_env(good).unwrap();
         }
     }
 
@@ -700,7 +1014,8 @@ mod tests {
         let control = dir.path().join("launch-1");
         std::fs::create_dir_all(&control).unwrap();
         // What an unrecorded launch left: it finished.
-        std::fs::write(control.join("done"), "").unwrap();
+        std::fs::create_dir_all(control.join(REPORT_DIR)).unwrap();
+        std::fs::write(control.join(REPORT_DIR).join("done"), "").unwrap();
         let spec = LaunchSpec {
             job: 1,
             argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
@@ -718,6 +1033,8 @@ mod tests {
             generation: 2,
             job_user: None,
             lease: None,
+            pass_env: Vec::new(),
+            cgroup_procs: Vec::new(),
         };
         let run = Running::spawn(&spec).unwrap();
         let t = Instant::now();
@@ -728,7 +1045,7 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(10));
             std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(!control.join("done").exists());
+        assert!(!control.join(REPORT_DIR).join("done").exists());
         assert!(!run.finished(&e), "the old launch's `done` spoke for it");
     }
 }

@@ -9,7 +9,11 @@ use std::collections::{HashMap, VecDeque};
 /// Launches, crashes and service of one job (over its ended launches).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Record {
+    /// Launches tried (each gets the next number).
     pub launches: u32,
+    /// Launches a node refused for a reason of its own (not the job's):
+    /// tried, but not the job's runs.
+    pub refused: u32,
     pub crashes: u32,
     /// Wall seconds holding GPUs, start-up included.
     pub run_time_s: f64,

@@ -13,6 +13,9 @@ use std::sync::{Condvar, Mutex, RwLock};
 
 const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Who holds each job uid of `[runtime] job_uids` (JSON of
+/// [`crate::scheduler::uids::Holder`]).
+const UIDS: TableDefinition<u32, &[u8]> = TableDefinition::new("uids");
 
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("job table {path}: {message}")]
@@ -38,6 +41,15 @@ impl RunIdentity {
     pub fn dir_key(&self) -> Option<String> {
         (self.cluster_id != 0).then(|| format!("c{:016x}", self.cluster_id))
     }
+}
+
+/// The pages of the table kept in memory: redb's default (1 GiB) would let
+/// a large table grow the scheduler by as much; records are read once, at
+/// start, and written after.
+const CACHE_BYTES: usize = 16 << 20;
+
+fn create(path: &Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(path)
 }
 
 pub struct Store {
@@ -77,7 +89,7 @@ impl Store {
                 message: e.to_string(),
             })?;
         }
-        let db = Database::create(path).map_err(|e| StoreError {
+        let db = create(path).map_err(|e| StoreError {
             path: p.clone(),
             message: e.to_string(),
         })?;
@@ -129,7 +141,7 @@ impl Store {
         }
         // The old handle holds the file's lock: dropped first.
         *g = None;
-        let db = Database::create(&self.file).map_err(|e| self.err(e))?;
+        let db = create(&self.file).map_err(|e| self.err(e))?;
         *g = Some(db);
         self.broken.store(false, Ordering::Release);
         tracing::info!(table = %self.path, "job table reopened after a failed write");
@@ -202,6 +214,45 @@ impl Store {
             g.writing = false;
             self.written.notify_all();
         }
+    }
+
+    /// Replaces the job uids' holders with `holders`, durably.
+    pub fn write_uids(
+        &self,
+        holders: &[(u32, crate::scheduler::uids::Holder)],
+    ) -> Result<(), StoreError> {
+        self.with(|db| {
+            let tx = db.begin_write().map_err(|e| self.err(e))?;
+            {
+                let mut t = tx.open_table(UIDS).map_err(|e| self.err(e))?;
+                t.retain(|_, _| false).map_err(|e| self.err(e))?;
+                for (uid, h) in holders {
+                    let v = serde_json::to_vec(h).map_err(|e| self.err(e))?;
+                    t.insert(*uid, v.as_slice()).map_err(|e| self.err(e))?;
+                }
+            }
+            tx.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    /// The job uids' holders as last written.
+    pub fn load_uids(&self) -> Result<Vec<(u32, crate::scheduler::uids::Holder)>, StoreError> {
+        self.with(|db| {
+            let tx = db.begin_read().map_err(|e| self.err(e))?;
+            let t = match tx.open_table(UIDS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+                Err(e) => return Err(self.err(e)),
+            };
+            let mut out = Vec::new();
+            for row in t.iter().map_err(|e| self.err(e))? {
+                let (k, v) = row.map_err(|e| self.err(e))?;
+                let h = serde_json::from_slice(v.value())
+                    .map_err(|e| self.err(format!("holder of job uid {}: {e}", k.value())))?;
+                out.push((k.value(), h));
+            }
+            Ok(out)
+        })
     }
 
     /// Deletes the records of `ids` (ended jobs past their retention) in one

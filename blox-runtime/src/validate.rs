@@ -119,6 +119,28 @@ pub fn submission(j: &JobSubmission) -> Result<(), Status> {
             return Err(invalid("duration_s: must be a positive number of seconds"));
         }
     }
+    limits(j.memory_gb, j.max_processes)
+}
+
+/// The most processes a launch may be allowed (the kernel's pid limit).
+pub const MAX_PROCESSES: u32 = 4_194_304;
+
+/// A job's limits (`memory_gb`, `max_processes`) on their own.
+fn limits(memory_gb: Option<f64>, max_processes: Option<u32>) -> Result<(), Status> {
+    if let Some(m) = memory_gb {
+        if !(m > 0.0 && m.is_finite() && m <= 1e6) {
+            return Err(invalid(format!(
+                "memory_gb: {m}; must be a positive number of GB (at most 1000000)"
+            )));
+        }
+    }
+    if let Some(p) = max_processes {
+        if p == 0 || p > MAX_PROCESSES {
+            return Err(invalid(format!(
+                "max_processes: {p}; must be from 1 to {MAX_PROCESSES}"
+            )));
+        }
+    }
     Ok(())
 }
 
@@ -163,6 +185,13 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
     }
     too_long("name", r.name.len(), MAX_NAME_BYTES)?;
     too_long("address", r.address.len(), MAX_NAME_BYTES)?;
+    too_long("containment", r.containment.len(), 1024)?;
+    if (r.job_uid_first == 0) != (r.job_uid_last == 0) || r.job_uid_first > r.job_uid_last {
+        return Err(invalid(format!(
+            "job_uid_first, job_uid_last: {}-{}; both 0 (no uids), or 0 < first <= last",
+            r.job_uid_first, r.job_uid_last
+        )));
+    }
     if r.labels.len() > MAX_LABELS {
         return Err(invalid(format!(
             "labels: {} of them, at most {MAX_LABELS} (one per topology level)",
@@ -285,6 +314,12 @@ pub fn heartbeat(r: &HeartbeatRequest) -> Result<(), Status> {
             r.running.len()
         )));
     }
+    if r.busy_uids.len() > MAX_WORKER_LAUNCHES {
+        return Err(invalid(format!(
+            "busy_uids: {} uids, at most {MAX_WORKER_LAUNCHES}",
+            r.busy_uids.len()
+        )));
+    }
     Ok(())
 }
 
@@ -363,6 +398,7 @@ pub fn launch(r: &LaunchRequest) -> Result<LaunchRef, Status> {
     if r.batch_size == Some(0) {
         return Err(invalid("batch_size: must be at least 1"));
     }
+    limits(r.memory_gb, r.max_processes)?;
     Ok(l)
 }
 

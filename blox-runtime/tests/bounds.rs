@@ -453,3 +453,129 @@ fn a_burst_of_submissions_is_listed_once_each() {
     assert_eq!((r.lost, r.duplicated, r.listed), (0, 0, 1_500), "{r:?}");
     assert!(r.per_s > 0.0 && r.latency_p99_s >= r.latency_p50_s, "{r:?}");
 }
+
+/// A submission over `max_job_bytes` is refused naming its size; waiting
+/// submissions are bounded in bytes per user and in all; ended records are
+/// forgotten past `retention_bytes`.
+#[test]
+fn submissions_are_bounded_in_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_job_bytes = 4096;
+    cfg.max_waiting_bytes_per_user = 6000;
+    cfg.max_waiting_bytes = 9000;
+    cfg.retention_bytes = 1;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let mut ctl = c.ctl();
+    // Four 32 KB arguments: refused at once, nothing kept.
+    let mut huge = job("huge", 1, toy(0.2, &[]), None);
+    huge.command.extend((0..3).map(|_| "x".repeat(32 * 1024)));
+    let e = ctl.submit(huge).unwrap_err();
+    assert_eq!(e.code(), Some(Code::InvalidArgument), "{e}");
+    assert!(
+        e.to_string().contains("max_job_bytes") && e.to_string().contains("983"),
+        "{e}"
+    );
+    assert_eq!(ctl.status(&[]).unwrap().total_jobs, 0);
+    let blocker = ctl.submit(job("blocker", 2, toy(60.0, &[]), None)).unwrap();
+    wait_running(&c, &[blocker]);
+    let of = |user: &str, k: usize| {
+        let mut j = job(&format!("{user}-{k}"), 2, toy(0.2, &[]), None);
+        j.user = Some(user.into());
+        j.command.push("y".repeat(2500));
+        j
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(1200));
+    let mut waiting = vec![ctl.submit(of("ann", 0)).unwrap()];
+    settle();
+    waiting.push(ctl.submit(of("ann", 1)).unwrap());
+    settle();
+    let e = ctl.submit(of("ann", 2)).unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(
+        e.to_string().contains("max_waiting_bytes_per_user = 6000"),
+        "{e}"
+    );
+    waiting.push(ctl.submit(of("bob", 0)).unwrap());
+    settle();
+    let e = ctl.submit(of("bob", 1)).unwrap_err();
+    assert_eq!(e.code(), Some(Code::ResourceExhausted), "{e}");
+    assert!(e.to_string().contains("max_waiting_bytes = 9000"), "{e}");
+    ctl.cancel(blocker).unwrap();
+    // Every ended record is over the one byte kept: each is forgotten as
+    // it ends, and all end.
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[]).unwrap();
+        if s.total_jobs == 0 && s.compacted_jobs == 1 + waiting.len() as u64 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "{s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Thousands of connections that never speak (and more than the
+/// endpoint takes) leave the workers' heartbeats and `Status` answering;
+/// the silent ones are closed.
+#[test]
+fn silent_connections_do_not_starve_heartbeats_or_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_connections = 256;
+    cfg.handshake_timeout_s = 1.0;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
+    let addr: std::net::SocketAddr = c.addr().parse().unwrap();
+    blox_runtime::conn::raise_fd_limit();
+    // Half a preface each, then nothing.
+    let mut held = Vec::new();
+    let t = Instant::now();
+    while held.len() < 3000 && t.elapsed() < Duration::from_secs(20) {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            use std::io::Write;
+            let _ = s.write_all(b"PRI * HTTP/2.0\r\n");
+            held.push(s);
+        }
+    }
+    assert!(held.len() >= 1000, "opened only {}", held.len());
+    // Status answers on a fresh connection, and the worker is still in.
+    let t = Instant::now();
+    let s = c.ctl().status(&[]).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        s.workers
+            .iter()
+            .all(|w| w.alive && w.last_heartbeat_s_ago < 2.0),
+        "{:?}",
+        s.workers
+    );
+    // A job still runs through.
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("through", 1, toy(0.3, &[]), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(30));
+    assert_eq!(r[&id].status, "finished");
+    // The silent ones were closed by the server: reads see their end
+    // (after whatever it answered).
+    let closed = held
+        .iter_mut()
+        .take(200)
+        .filter(|s| {
+            use std::io::Read;
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut buf = [0u8; 256];
+            loop {
+                match (&**s).read(&mut buf) {
+                    Ok(0) => return true,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        return !matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        )
+                    }
+                }
+            }
+        })
+        .count();
+    assert!(closed >= 190, "{closed} of 200 closed");
+}

@@ -63,6 +63,7 @@ fn add_cuttable_worker(c: &mut Cluster, dir: &Path, name: &str) -> Link {
         job_uids: None,
         gpu_slowdown: Vec::new(),
         speed_probe: None,
+        ..WorkerConfig::default()
     };
     port.release();
     let w = c.rt.block_on(blox_runtime::worker::start(cfg)).unwrap();

@@ -168,7 +168,7 @@ fn the_ranks_of_a_preempted_job_stop_and_resume_at_the_same_iteration() {
     assert!(r0.contains("resumed at iteration"), "{r0}");
     assert_eq!(r0, r1, "both ranks resumed from the same step");
     let fixed = std::fs::read_to_string(
-        blox_runtime::local::job_dir(dir.path(), JobId(0)).join("launch-1/exit_at"),
+        blox_runtime::local::job_dir(dir.path(), JobId(0)).join("launch-1/job/exit_at"),
     )
     .unwrap();
     assert!(

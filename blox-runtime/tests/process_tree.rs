@@ -24,6 +24,8 @@ fn spec(dir: &std::path::Path, script: &str) -> LaunchSpec {
         generation: 1,
         job_user: None,
         lease: None,
+        pass_env: Vec::new(),
+        cgroup_procs: Vec::new(),
     }
 }
 

@@ -1,17 +1,27 @@
 """The job side of the blox runtime, for Python training jobs.
 
 The same protocol as the Rust crate ``blox-client`` (``docs/RUNTIME.md``).
-The worker and the job share a per-launch *control directory*
-(``BLOX_CONTROL_DIR``):
+The worker writes a per-launch *control directory* (``BLOX_CONTROL_DIR``)
+that the job only reads; the job writes its *report directory*
+(``BLOX_REPORT_DIR``, its working and home directory) that the worker only
+reads (where it is unset, an older worker: the control directory).
+
+In the report directory:
+
+- ``metrics`` is an append-only log of ``key value`` lines (``progress`` is
+  the share of work done, 0-1; ``startup_s`` the launch's start-up);
+- ``done`` is written by :meth:`Job.finish` when the job completed its work.
+
+In the coordination directory (``BLOX_COORD_DIR``, else the report
+directory): ``exit_at`` fixes, for a job with several ranks, the boundary
+where every rank stops after a revocation (two-phase revocation, Blox
+section 7).
+
+In the control directory:
 
 - ``revoked`` appears when the lease is revoked: checkpoint and exit with
   status 0 at the next iteration boundary;
 - ``batch_size`` holds a new global batch size to apply at the next boundary;
-- ``metrics`` is an append-only log of ``key value`` lines (``progress`` is
-  the share of work done, 0-1; ``startup_s`` the launch's start-up);
-- ``done`` is written by :meth:`Job.finish` when the job completed its work;
-- ``exit_at`` fixes, for a job with several ranks, the boundary where every
-  rank stops after a revocation (two-phase revocation, Blox section 7);
 - ``lease`` holds until when the lease holds and the grace after it
   (``<until_s> <grace_s>``, seconds of the node's monotonic clock), renewed
   by the worker at every heartbeat the scheduler acknowledges. A lease that
@@ -54,6 +64,7 @@ ENV = {
     "worker_addr": "BLOX_WORKER_ADDR",
     "checkpoint_dir": "BLOX_CHECKPOINT_DIR",
     "control_dir": "BLOX_CONTROL_DIR",
+    "report_dir": "BLOX_REPORT_DIR",
     "coord_dir": "BLOX_COORD_DIR",
     "resume": "BLOX_RESUME",
     "batch_size": "BLOX_BATCH_SIZE",
@@ -92,6 +103,9 @@ class JobEnv:
     master_addr: Optional[str] = None
     worker_addr: Optional[str] = None
     coord_dir: Optional[str] = None
+    #: Where the job writes ``metrics`` and ``done`` (default: the control
+    #: directory, as an older worker has it).
+    report_dir: Optional[str] = None
     resume: bool = False
     batch_size: Optional[int] = None
     launch_unix_s: Optional[float] = None
@@ -103,8 +117,10 @@ class JobEnv:
     def __post_init__(self) -> None:
         if self.devices is None:
             self.devices = []
+        if not self.report_dir:
+            self.report_dir = self.control_dir
         if not self.coord_dir:
-            self.coord_dir = self.control_dir
+            self.coord_dir = self.report_dir
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "JobEnv":
@@ -152,6 +168,7 @@ class JobEnv:
             master_addr=opt("master_addr"),
             worker_addr=opt("worker_addr"),
             coord_dir=opt("coord_dir"),
+            report_dir=opt("report_dir"),
             resume=env.get(ENV["resume"], "") in ("1", "true"),
             batch_size=num("batch_size", batch) if batch is not None else None,
             launch_unix_s=num("launch_unix_s", launched, float) if launched is not None else None,
@@ -205,7 +222,7 @@ class Job:
         self.env = env
         try:
             os.makedirs(env.checkpoint_dir, exist_ok=True)
-            os.makedirs(env.control_dir, exist_ok=True)
+            os.makedirs(env.report_dir, exist_ok=True)
         except OSError as e:
             raise ClientError(f"{e.filename}: {e.strerror}") from None
         self._revoked = os.path.join(env.control_dir, "revoked")
@@ -216,7 +233,7 @@ class Job:
             target=_watchdog, args=(self._lease, self._watchdog_stop), name="blox-lease", daemon=True
         ).start()
         self._batch_file = os.path.join(env.control_dir, "batch_size")
-        self._metrics_path = os.path.join(env.control_dir, "metrics")
+        self._metrics_path = os.path.join(env.report_dir, "metrics")
         self._batch = env.batch_size
         self._started = False
 
@@ -393,7 +410,7 @@ class Job:
 
     def finish(self) -> None:
         """Tells the worker the job completed its work (then exit with status 0)."""
-        path = os.path.join(self.env.control_dir, "done")
+        path = os.path.join(self.env.report_dir, "done")
         try:
             with open(path, "wb"):
                 pass

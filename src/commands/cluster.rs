@@ -186,7 +186,10 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         .listen
         .parse()
         .with_context(|| format!("--listen {}: expected HOST:PORT", a.listen))?;
-    let cfg = WorkerConfig {
+    for e in &a.pass_env {
+        blox_runtime::process::check_pass_env(e).map_err(|m| anyhow::anyhow!("--pass-env: {m}"))?;
+    }
+    let mut cfg = WorkerConfig {
         scheduler: a.connect.scheduler.clone(),
         listen,
         advertise: a.advertise,
@@ -200,7 +203,19 @@ pub fn worker(a: WorkerArgs) -> Result<ExitCode> {
         job_uids: a.job_uids,
         gpu_slowdown: a.gpu_slowdown,
         speed_probe: a.speed_probe,
+        pass_env: a.pass_env,
+        cgroup: a.cgroup.as_deref().map_or(
+            blox_runtime::worker::cgroup::CgroupSetting::Auto,
+            blox_runtime::worker::cgroup::CgroupSetting::parse,
+        ),
+        memory_gb: a.memory_gb,
+        max_processes: a.max_processes,
     };
+    if let Some(path) = &a.config {
+        blox_runtime::worker::WorkerSection::read(path)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .apply(&mut cfg);
+    }
     blox_runtime::ctl::run_worker(cfg, |addr| {
         let _ = say!("blox worker: listening on {addr}");
     })?;

@@ -392,7 +392,7 @@ fn local_runs_real_processes_under_the_configured_policy() {
     );
     // Jobs that speak the control-directory protocol with a plain shell.
     let done = |secs: &str| {
-        format!("[\"sh\", \"-c\", \"sleep {secs}; touch \\\"$BLOX_CONTROL_DIR/done\\\"\"]")
+        format!("[\"sh\", \"-c\", \"sleep {secs}; touch \\\"$BLOX_REPORT_DIR/done\\\"\"]")
     };
     let jobs = write(
         &dir,

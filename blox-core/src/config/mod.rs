@@ -277,6 +277,7 @@ pub const SECTIONS: &[&str] = &[
     "synthesizer",
     "forecast",
     "runtime",
+    "worker",
     "failures",
 ];
 
@@ -409,7 +410,7 @@ impl Config {
         };
         // A scheduler's config ([runtime]) may leave the cluster out: the
         // workers that register bring the GPUs.
-        let live = sections.contains_key("runtime");
+        let live = sections.contains_key("runtime") || sections.contains_key("worker");
         let cluster = match sections.get("cluster") {
             Some(s) => s.parse::<ClusterConfig>()?,
             None if live => ClusterConfig::default(),

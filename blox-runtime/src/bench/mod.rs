@@ -221,6 +221,7 @@ async fn register(
                 host_mem_gb: 244.0,
                 running: Vec::new(),
                 labels: Default::default(),
+                ..Default::default()
             })
             .await
             .map_err(|e| e.message().to_string())?;

@@ -202,7 +202,7 @@ impl MetricCollector for LocalBackend {
         for (id, exit) in exited {
             let p = self.procs.get_mut(&id).expect("listed above");
             Self::read_metrics(p, id, jobs, exit.at_s);
-            let done = p.run.control.join("done").exists();
+            let done = p.run.marked_done();
             if done && exit.code == Some(0) {
                 p.clock.finished();
             }
@@ -303,9 +303,6 @@ impl LaunchMechanism for LocalBackend {
         let dir = self.job_dir(id);
         let control = dir.join(format!("launch-{n}"));
         let ckpt = dir.join("checkpoint");
-        for d in [&control, &ckpt] {
-            std::fs::create_dir_all(d).map_err(|e| be(format!("{}: {e}", d.display())))?;
-        }
         let devices: Vec<String> = gpus
             .iter()
             .map(|g| {
@@ -334,6 +331,11 @@ impl LaunchMechanism for LocalBackend {
             job_user: None,
             // No scheduler to lose: no lease.
             lease: None,
+            // The user's own jobs, with the user's own environment (their
+            // virtualenv, library paths); only the BLOX_* settings are the
+            // runtime's.
+            pass_env: vec!["*".into()],
+            cgroup_procs: Vec::new(),
         };
         match Running::spawn(&spec) {
             Ok(run) => {
@@ -346,7 +348,7 @@ impl LaunchMechanism for LocalBackend {
                     },
                 );
             }
-            Err(StartError(why)) => {
+            Err(StartError { message: why, .. }) => {
                 // The job's fault, not the scheduler's: it is retried, then
                 // fails with this reason; the loop goes on.
                 tracing::warn!(job = %id, "{why}");

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 
 mod launch;
+pub use launch::coord_dir;
 
 /// One worker's part of a launch.
 pub(super) struct Part {
@@ -35,6 +36,11 @@ pub(super) struct Live {
 }
 
 impl Live {
+    /// Its launch number.
+    pub(super) fn launch(&self) -> u32 {
+        self.launch
+    }
+
     pub(super) fn new(launch: u32, parts: Vec<Part>, clock: LaunchClock) -> Live {
         Live {
             launch,
@@ -345,6 +351,9 @@ impl ClusterManager for ClusterBackend {
                     tracing::warn!(worker = %id, "no heartbeat for {:.1} s: the worker is gone; its jobs go back to the queue", self.cfg.worker_timeout_s);
                     self.metrics.workers_lost.inc();
                     h.expected.remove(id);
+                    // Its busy uids no longer speak; those its launches
+                    // held stay held until it beats again.
+                    h.uids.gone(&w.name);
                     // Its lease and fence grace are over: nothing runs there.
                     h.in_doubt.retain(|_, parts| {
                         parts.retain(|(w, _)| w != id);
@@ -508,9 +517,15 @@ impl JobSource for ClusterBackend {
         // submissions until the round's end counts them afresh.
         h.waiting_total += out.len();
         for s in &out {
-            *h.waiting_by_user
-                .entry(s.user.clone().unwrap_or_default())
-                .or_default() += 1;
+            let user = s.user.clone().unwrap_or_default();
+            let bytes = h
+                .jobs
+                .get(&s.id.0)
+                .and_then(|r| r.job.as_ref())
+                .map_or(0, |j| prost::Message::encoded_len(j) as u64);
+            h.waiting_bytes += bytes;
+            *h.waiting_bytes_by_user.entry(user.clone()).or_default() += bytes;
+            *h.waiting_by_user.entry(user).or_default() += 1;
         }
         Ok(out)
     }

@@ -57,6 +57,28 @@ pub struct RuntimeConfig {
     pub max_waiting_jobs: usize,
     #[serde(default = "default_max_waiting_per_user")]
     pub max_waiting_per_user: usize,
+    /// The most bytes one submission may hold (its command, name, user,
+    /// model, team, idempotency key and metrics, as encoded on the wire).
+    #[serde(default = "default_max_job_bytes")]
+    pub max_job_bytes: usize,
+    /// The most bytes of submissions waiting (submitted or queued), per
+    /// user (with tenants, per token) and in all: memory and the job table
+    /// stay bounded whatever clients send.
+    #[serde(default = "default_max_waiting_bytes_per_user")]
+    pub max_waiting_bytes_per_user: usize,
+    #[serde(default = "default_max_waiting_bytes")]
+    pub max_waiting_bytes: usize,
+    /// Ended jobs' records kept, in bytes (beside `retention_jobs` and
+    /// `retention_s`): the oldest are forgotten first.
+    #[serde(default = "default_retention_bytes")]
+    pub retention_bytes: usize,
+    /// Connections the gRPC endpoint holds at once, and how long a new one
+    /// may take to say its first bytes (conn.rs): clients that connect and
+    /// never speak cannot starve the workers' heartbeats.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout_s: f64,
     /// A worker declared gone is listed by `Status` this long, then
     /// forgotten (each restart of a worker registers a new one).
     #[serde(default = "default_forget_workers")]
@@ -64,6 +86,14 @@ pub struct RuntimeConfig {
     /// One process per GPU instead of one per node.
     #[serde(default)]
     pub process_per_gpu: bool,
+    /// The cluster's job uids, `"FIRST-LAST"`: every launch runs as a uid of
+    /// it no launch that may still run shares (docs/RUNTIME.md, Security).
+    /// Workers run with `--job-uids` holding this range. Unset: jobs run as
+    /// each worker's `--job-user` (or its own account).
+    pub job_uids: Option<String>,
+    /// `job_uids`, read.
+    #[serde(skip)]
+    pub job_uid_range: Option<(u32, u32)>,
     /// The users' token (first line of the file): `Submit`, `Status`,
     /// `Cancel`. Unset: no authentication.
     pub token_file: Option<PathBuf>,
@@ -159,6 +189,24 @@ fn default_max_waiting_per_user() -> usize {
 fn default_retention_jobs() -> usize {
     100_000
 }
+fn default_max_job_bytes() -> usize {
+    16 * 1024
+}
+fn default_max_waiting_bytes_per_user() -> usize {
+    16 << 20
+}
+fn default_max_waiting_bytes() -> usize {
+    64 << 20
+}
+fn default_retention_bytes() -> usize {
+    64 << 20
+}
+fn default_max_connections() -> usize {
+    4096
+}
+fn default_handshake_timeout() -> f64 {
+    10.0
+}
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
@@ -201,10 +249,30 @@ impl RuntimeConfig {
         for (key, v) in [
             ("max_waiting_jobs", r.max_waiting_jobs),
             ("max_waiting_per_user", r.max_waiting_per_user),
+            ("max_job_bytes", r.max_job_bytes),
+            ("max_waiting_bytes_per_user", r.max_waiting_bytes_per_user),
+            ("max_waiting_bytes", r.max_waiting_bytes),
+            ("retention_bytes", r.retention_bytes),
+            ("max_connections", r.max_connections),
         ] {
             if v == 0 {
                 return Err(s.error_at(key, format!("`{key}` must be at least 1")));
             }
+        }
+        if r.max_job_bytes > r.max_waiting_bytes_per_user {
+            return Err(s.error_at(
+                "max_job_bytes",
+                format!(
+                    "`max_job_bytes` ({}) is more than `max_waiting_bytes_per_user` ({}): no such job could ever wait",
+                    r.max_job_bytes, r.max_waiting_bytes_per_user
+                ),
+            ));
+        }
+        if !(r.handshake_timeout_s > 0.0 && r.handshake_timeout_s <= 3600.0) {
+            return Err(s.error_at(
+                "handshake_timeout_s",
+                "`handshake_timeout_s` must be a positive number of seconds, at most 3600",
+            ));
         }
         if r.retention_jobs == 0 {
             return Err(s.error_at("retention_jobs", "`retention_jobs` must be at least 1"));
@@ -247,6 +315,13 @@ impl RuntimeConfig {
         if r.events_keep > 1000 {
             return Err(s.error_at("events_keep", "`events_keep` must be at most 1000"));
         }
+        r.job_uid_range = match &r.job_uids {
+            Some(v) => Some(
+                super::uids::parse_range(v)
+                    .map_err(|e| s.error_at("job_uids", format!("`job_uids`: {e}")))?,
+            ),
+            None => None,
+        };
         r.state = s.resolve_path(&r.state);
         r.events = r.events.map(|p| s.resolve_path(&p));
         // Absolute: workers run jobs in their own working directories, and a
@@ -294,6 +369,15 @@ impl RuntimeConfig {
         Ok(r)
     }
 
+    /// The connection budgets of the gRPC endpoint.
+    pub fn conn_limits(&self) -> crate::conn::ConnLimits {
+        crate::conn::ConnLimits {
+            max_open: self.max_connections,
+            max_pending: (self.max_connections / 8).clamp(16, 1024),
+            handshake: std::time::Duration::from_secs_f64(self.handshake_timeout_s),
+        }
+    }
+
     /// The lease a worker holds and the grace its jobs get when it runs
     /// out, in seconds (`lease_s`, `fence_grace_s`, or their defaults).
     pub fn lease(&self) -> (f64, f64) {
@@ -335,22 +419,14 @@ impl RuntimeConfig {
     /// Who may call the user API and read the HTTP endpoints: tenants of
     /// `tokens_file`, holders of `token_file`'s token, or anyone.
     pub fn access(&self) -> Result<crate::auth::Access, NetError> {
-        use crate::auth::{Access, Tenants};
+        use crate::auth::{Access, TenantsFile};
         if let Some(p) = &self.tokens_file {
-            let tenants = Tenants::load(p)?;
-            if let Some(w) = &self.worker_token_file {
-                let t = Security::token_from_file(w)?;
-                if let Some(who) = tenants.who(&t) {
-                    return Err(NetError::File {
-                        path: w.display().to_string(),
-                        message: format!(
-                            "the workers' token is also user `{}`'s in {}: give workers a token of their own",
-                            who.user.as_deref().unwrap_or(""),
-                            p.display()
-                        ),
-                    });
-                }
-            }
+            let workers = self
+                .worker_token_file
+                .as_deref()
+                .map(Security::token_from_file)
+                .transpose()?;
+            let tenants = TenantsFile::open(p, workers.as_deref())?;
             return Ok(Access::Tenants(std::sync::Arc::new(tenants)));
         }
         Ok(match self.security()?.token {

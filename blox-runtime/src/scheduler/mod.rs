@@ -36,8 +36,9 @@ pub mod metrics;
 mod service;
 mod status;
 mod table;
+pub mod uids;
 
-pub use backend::{ClusterBackend, RoundStats};
+pub use backend::{coord_dir, ClusterBackend, RoundStats};
 pub use config::RuntimeConfig;
 
 use crate::net::{NetError, WorkerClient};
@@ -79,6 +80,11 @@ fn unix_now() -> f64 {
 }
 
 struct WorkerEntry {
+    /// Its node's name (`RegisterRequest.name`): job uids are released
+    /// node by node.
+    name: String,
+    /// How it contains its launches (`RegisterRequest.containment`).
+    containment: String,
     address: String,
     gpus: Vec<GpuDevice>,
     cpus: u32,
@@ -145,9 +151,16 @@ struct Hub {
     hold_until: Instant,
     /// Every job's record, as persisted (status, placement, counters).
     jobs: jobs::JobTable,
-    /// Ended jobs in the order they ended, with when (Unix seconds): the
-    /// oldest are forgotten first ([`RuntimeConfig::retention_s`]).
-    ended: VecDeque<(u64, f64)>,
+    /// Ended jobs in the order they ended, with when (Unix seconds) and
+    /// their record's bytes: the oldest are forgotten first
+    /// ([`RuntimeConfig::retention_s`], `retention_jobs`, `retention_bytes`).
+    ended: VecDeque<(u64, f64, u64)>,
+    /// The bytes of the records in `ended`.
+    ended_bytes: u64,
+    /// Bytes of the submissions waiting, by user and in all, as of the last
+    /// round (`max_waiting_bytes_per_user`, `max_waiting_bytes`).
+    waiting_bytes: u64,
+    waiting_bytes_by_user: HashMap<String, u64>,
     compacted: u64,
     next_job_id: u64,
     /// The job of each idempotency key (`JobSubmission.idempotency_key`).
@@ -167,6 +180,18 @@ struct Hub {
     /// Nodes the loop keeps out on purpose, with why (a spare, quarantined):
     /// `Status` shows it as the worker's problem.
     node_notes: HashMap<u32, String>,
+    /// The cluster's job uids ([`uids`]; `[runtime] job_uids`).
+    uids: uids::UidPool,
+}
+
+impl Hub {
+    /// Job `id` (its record in the table) ended at `at`.
+    fn push_ended(&mut self, id: u64, at: f64) {
+        use prost::Message;
+        let bytes = self.jobs.get(&id).map_or(0, |r| r.encoded_len() as u64);
+        self.ended_bytes += bytes;
+        self.ended.push_back((id, at, bytes));
+    }
 }
 
 type SharedHub = Arc<Mutex<Hub>>;
@@ -185,7 +210,8 @@ fn write_checkpoint_probe(cfg: &RuntimeConfig) -> Result<Option<(String, String)
     let fail = |e: std::io::Error| {
         SchedulerError::Runtime(format!("[runtime] checkpoint_dir {}: {e}", dir.display()))
     };
-    std::fs::create_dir_all(dir).map_err(fail)?;
+    let handle = crate::safe_fs::Dir::open(dir, true, crate::safe_fs::Trust::Same)
+        .map_err(|e| SchedulerError::Runtime(format!("[runtime] checkpoint_dir: {e}")))?;
     let token = format!(
         "blox-{}-{}",
         std::process::id(),
@@ -194,9 +220,9 @@ fn write_checkpoint_probe(cfg: &RuntimeConfig) -> Result<Option<(String, String)
             .map_or(0, |d| d.as_nanos())
     );
     let path = dir.join(".blox-probe");
-    let tmp = dir.join(format!(".blox-probe.{}", std::process::id()));
-    std::fs::write(&tmp, &token)
-        .and_then(|_| std::fs::rename(&tmp, &path))
+    // A new file renamed into place, never through a link.
+    handle
+        .write(".blox-probe", token.as_bytes())
         .map_err(fail)?;
     Ok(Some((path.display().to_string(), token)))
 }
@@ -341,6 +367,10 @@ pub fn start_with(
         ))
     })?;
     let probe = write_checkpoint_probe(&cfg)?;
+    // Connections: handshake deadline, caps (conn.rs).
+    let backend_conn_limits = cfg.conn_limits();
+    crate::conn::raise_fd_limit();
+    let svc_connections = Arc::new(crate::conn::Registry::default());
     let store = Arc::new(Store::open(&cfg.state)?);
     let mut events = events::EventSink::open(&cfg)?;
     let (records, next_job_id) = store.load()?;
@@ -391,6 +421,9 @@ pub fn start_with(
         hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
         jobs: jobs::JobTable::default(),
         ended: VecDeque::new(),
+        ended_bytes: 0,
+        waiting_bytes: 0,
+        waiting_bytes_by_user: HashMap::new(),
         compacted: 0,
         // Job ids start at 1: 0 is "not set" in the API.
         next_job_id: next_job_id.max(1),
@@ -406,7 +439,11 @@ pub fn start_with(
             .and_then(|l| topology::Topology::empty(l).ok()),
         labelled: 0,
         node_notes: HashMap::new(),
+        uids: uids::UidPool::new(cfg.job_uid_range),
     };
+    // Who held which job uid when the last run wrote it: none is given
+    // again until the nodes that ran it say it is free.
+    hub.uids.restore(store.load_uids()?);
     let (seeded, n_restored) = table::restore(&mut hub, records);
     let restored = seeded.keys().copied().collect();
     if n_restored > 0 {
@@ -469,14 +506,16 @@ pub fn start_with(
         round_s,
     };
     let mut server = security.server()?;
+    let conn_limits = backend_conn_limits;
     // A call without any of the cluster's tokens is refused before its body
     // is decoded; each handler then checks the credential of its role
     // (users, or a registered worker's own).
     let router = server.add_service(SchedulerServer::with_interceptor(svc, gate));
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
+    let connections = svc_connections.clone();
     rt.spawn(async move {
-        let incoming = crate::net::incoming(listener);
+        let incoming = crate::conn::incoming(listener, conn_limits, connections);
         let r = router
             .serve_with_incoming_shutdown(incoming, async move {
                 while !stop2.load(Ordering::Relaxed) {

@@ -47,6 +47,17 @@ pub(super) fn check_submission(
     Ok(())
 }
 
+/// A job's memory against the largest node's (`max_node_gb`, 0: no worker
+/// reported its memory).
+pub(super) fn check_memory(j: &JobSubmission, max_node_gb: f64) -> Result<(), Status> {
+    match j.memory_gb {
+        Some(m) if max_node_gb > 0.0 && m > max_node_gb => Err(Status::invalid_argument(format!(
+            "memory_gb: asks for {m} GB on each node, but the largest node has {max_node_gb:.1} GB"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn spec_of(id: u64, j: &JobSubmission, arrival_s: f64) -> JobSpec {
     let mut s = JobSpec::new(id, arrival_s, j.gpus);
     s.name = if j.name.is_empty() {
@@ -216,6 +227,22 @@ impl Scheduler for Service {
                 .map(|w| w.gpus.len() as u32)
                 .sum();
             check_submission(&j, gpus, alive)?;
+            let size = prost::Message::encoded_len(&j);
+            if size > self.cfg.max_job_bytes {
+                let command: usize = j.command.iter().map(String::len).sum();
+                return Err(Status::invalid_argument(format!(
+                    "job: {size} bytes ({command} of them its command's {} arguments), at most {} ([runtime] max_job_bytes)",
+                    j.command.len(),
+                    self.cfg.max_job_bytes
+                )));
+            }
+            let largest = h
+                .workers
+                .values()
+                .filter(|w| w.alive && w.verified)
+                .map(|w| w.host_mem_gb)
+                .fold(0.0, f64::max);
+            check_memory(&j, largest)?;
             // Bounded: what waits, in all and per user (as of the last
             // round, plus what arrived since).
             let total = h.waiting_total + h.submissions.len();
@@ -243,6 +270,39 @@ impl Scheduler for Service {
                     (self.round_s * 1e3) as u64,
                 ));
             }
+            // And in bytes (per user, and in all).
+            let size = prost::Message::encoded_len(&j);
+            let my_bytes = h.waiting_bytes_by_user.get(user).copied().unwrap_or(0)
+                + h.submissions
+                    .iter()
+                    .filter(|s| s.user.as_deref().unwrap_or("") == user)
+                    .filter_map(|s| h.jobs.get(&s.id.0).and_then(|r| r.job.as_ref()))
+                    .map(|j| prost::Message::encoded_len(j) as u64)
+                    .sum::<u64>();
+            let all_bytes = h.waiting_bytes
+                + h.submissions
+                    .iter()
+                    .filter_map(|s| h.jobs.get(&s.id.0).and_then(|r| r.job.as_ref()))
+                    .map(|j| prost::Message::encoded_len(j) as u64)
+                    .sum::<u64>();
+            if my_bytes + size as u64 > self.cfg.max_waiting_bytes_per_user as u64 {
+                return Err(retry_after(
+                    Status::resource_exhausted(format!(
+                        "user `{user}` has {my_bytes} bytes of submissions waiting already; this one ({size} bytes) would pass [runtime] max_waiting_bytes_per_user = {}; retry once some have started (in a round: retry-after-ms)",
+                        self.cfg.max_waiting_bytes_per_user
+                    )),
+                    (self.round_s * 1e3) as u64,
+                ));
+            }
+            if all_bytes + size as u64 > self.cfg.max_waiting_bytes as u64 {
+                return Err(retry_after(
+                    Status::resource_exhausted(format!(
+                        "{all_bytes} bytes of submissions wait already; this one ({size} bytes) would pass [runtime] max_waiting_bytes = {}; retry once some have started (in a round: retry-after-ms)",
+                        self.cfg.max_waiting_bytes
+                    )),
+                    (self.round_s * 1e3) as u64,
+                ));
+            }
             h.next_job_id += 1;
             let id = h.next_job_id - 1;
             if let Some(k) = &key {
@@ -259,7 +319,7 @@ impl Scheduler for Service {
                 phase: JobPhase::Submitted.into(),
                 requested_gpus: j.gpus,
                 submitted_unix_s: unix_now(),
-                command: j.command.clone(),
+                // Kept once, in the submission: filled in for Status.
                 duration_s: j.duration_s,
                 ..Default::default()
             }),
@@ -391,7 +451,7 @@ impl Scheduler for Service {
             match written {
                 Ok(rec) => {
                     h.jobs.insert(id, rec);
-                    h.ended.push_back((id, now));
+                    h.push_ended(id, now);
                 }
                 Err(e) => {
                     // Nothing changed: it waits in the queue again.
@@ -436,6 +496,25 @@ impl Scheduler for Service {
                 .map_err(|e| Status::invalid_argument(format!("labels: {e}")))?;
             h.labelled += 1;
         }
+        // Job uids: the worker must run launches as the uids this
+        // scheduler gives, and hold all of the cluster's range.
+        let worker_range = (r.job_uid_first != 0).then_some((r.job_uid_first, r.job_uid_last));
+        match (h.uids.range(), worker_range) {
+            (Some((a, b)), Some((wa, wb))) if wa > a || wb < b => {
+                return Err(Status::invalid_argument(format!(
+                    "job_uid_first, job_uid_last: this worker's --job-uids {wa}-{wb} does not hold the cluster's [runtime] job_uids {a}-{b}: start it with --job-uids {a}-{b}"
+                )));
+            }
+            (Some((a, b)), None) => {
+                tracing::warn!(name = %r.name, "a worker without --job-uids joins a cluster with [runtime] job_uids {a}-{b}: its jobs run as its --job-user (or its own account)");
+            }
+            (None, Some((wa, wb))) => {
+                return Err(Status::invalid_argument(format!(
+                    "job_uid_first, job_uid_last: this worker runs each launch as a uid of its own (--job-uids {wa}-{wb}), but this scheduler assigns none: set [runtime] job_uids = \"{wa}-{wb}\" (one range for the cluster: uids are unique across nodes)"
+                )));
+            }
+            _ => {}
+        }
         h.next_worker += 1;
         let name = if r.name.is_empty() { "worker" } else { &r.name };
         let id = format!("{name}-{}-{}", h.epoch, h.next_worker);
@@ -465,6 +544,8 @@ impl Scheduler for Service {
         h.workers.insert(
             id.clone(),
             WorkerEntry {
+                name: name.to_string(),
+                containment: r.containment.clone(),
                 address: r.address,
                 gpus: r.gpus,
                 cpus: r.cpus,
@@ -512,6 +593,7 @@ impl Scheduler for Service {
         let w = worker_known(&mut h, &r.worker_id)?;
         w.last_seen = Instant::now();
         w.lease_epoch = r.lease_epoch;
+        let node = w.name.clone();
         if !w.verified {
             let (path, token) = self.probe.as_ref().expect("unverified only with a probe");
             if r.checkpoint_probe != *token {
@@ -539,6 +621,9 @@ impl Scheduler for Service {
             .into_iter()
             .filter(|l| !expected.is_some_and(|e| e.contains(&(l.job_id, l.launch))))
             .collect();
+        // What the node still uses of the job uids: the others it ran
+        // are free there.
+        h.uids.heard(&node, &r.busy_uids);
         self.metrics.heartbeats.inc();
         Ok(Response::new(HeartbeatReply { stop }))
     }

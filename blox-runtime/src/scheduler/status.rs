@@ -40,6 +40,15 @@ fn owner(r: &JobRecord) -> Option<&str> {
 
 /// [`reply`], a page of only the jobs whose lower-cased name contains
 /// `name` (the dashboard's filter), when given.
+/// A job's command: its submission's (a record keeps it once), or what an
+/// older record kept in its info.
+fn command_of(r: &JobRecord) -> &[String] {
+    match r.job.as_ref() {
+        Some(j) if !j.command.is_empty() => &j.command,
+        _ => r.info.as_ref().map_or(&[], |i| &i.command[..]),
+    }
+}
+
 pub(super) fn reply_matching(
     h: &Hub,
     req: &StatusRequest,
@@ -67,13 +76,14 @@ pub(super) fn reply_matching(
             if name.is_some_and(|n| !info.name.to_lowercase().contains(n)) {
                 continue;
             }
-            let len = info.encoded_len();
+            let len = info.encoded_len() + command_of(r).iter().map(|a| a.len() + 2).sum::<usize>();
             if out.len() >= limit || (!out.is_empty() && bytes + len > MAX_PAGE_BYTES) {
                 next_after_id = out.last().map_or(id - 1, |j: &JobInfo| j.id);
                 break;
             }
             bytes += len;
             let mut info = info.clone();
+            info.command = command_of(r).to_vec();
             info.prediction = h.forecasts.of(id);
             out.push(info);
         }
@@ -88,6 +98,7 @@ pub(super) fn reply_matching(
                     .filter(|r| mine(r))
                     .map(|r| {
                         let mut info = info_of(r).clone();
+                        info.command = command_of(r).to_vec();
                         info.prediction = h.forecasts.of(*id);
                         info
                     })
@@ -130,6 +141,7 @@ pub(super) fn reply_matching(
                 cpus: w.cpus,
                 host_mem_gb: w.host_mem_gb,
                 node: w.node.map(|n| n.0),
+                containment: w.containment.clone(),
             };
             let len = info.encoded_len();
             if workers.len() >= MAX_PAGE_WORKERS

@@ -9,7 +9,7 @@ use crate::proto::*;
 use crate::record::Record;
 use crate::store::StoreError;
 use blox_core::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// `job`'s wait reason as the Status RPC gives it, while it waits
@@ -103,7 +103,10 @@ impl ClusterBackend {
                 })
                 .collect();
             let reason = j.end_reason.clone().unwrap_or_default();
-            let launches = self.records.get(&j.id()).map_or(0, |r| r.launches);
+            let launches = self
+                .records
+                .get(&j.id())
+                .map_or(0, |r| r.launches.saturating_sub(r.refused));
             let warning = j.warning.clone().unwrap_or_default();
             let wait = wait_info(&words, j);
             let state = state_of(j);
@@ -165,26 +168,49 @@ impl ClusterBackend {
                 dirty.push(id);
             }
         }
-        h.ended.extend(ended);
-        // What waits, for the bounds on submissions.
-        let mut by_user: HashMap<String, usize> = HashMap::new();
-        let mut total = 0;
-        for j in lp.jobs.active().chain(lp.waiting().iter()) {
-            if matches!(j.status, JobStatus::Submitted | JobStatus::Queued) {
-                total += 1;
-                *by_user
-                    .entry(j.spec.user.clone().unwrap_or_default())
-                    .or_default() += 1;
-            }
+        for (id, at) in ended {
+            h.push_ended(id, at);
         }
-        for s in &h.held {
+        // What waits, for the bounds on submissions: jobs and bytes.
+        let mut by_user: HashMap<String, usize> = HashMap::new();
+        let mut bytes_by_user: HashMap<String, u64> = HashMap::new();
+        let (mut total, mut bytes) = (0, 0);
+        let waiting = lp
+            .jobs
+            .active()
+            .chain(lp.waiting().iter())
+            .filter(|j| matches!(j.status, JobStatus::Submitted | JobStatus::Queued))
+            .map(|j| &j.spec)
+            .chain(h.held.iter());
+        for s in waiting {
+            let b = h
+                .jobs
+                .get(&s.id.0)
+                .and_then(|r| r.job.as_ref())
+                .map_or(0, |j| prost::Message::encoded_len(j) as u64);
+            let user = s.user.clone().unwrap_or_default();
             total += 1;
-            *by_user
-                .entry(s.user.clone().unwrap_or_default())
-                .or_default() += 1;
+            bytes += b;
+            *by_user.entry(user.clone()).or_default() += 1;
+            *bytes_by_user.entry(user).or_default() += b;
         }
         h.waiting_total = total;
         h.waiting_by_user = by_user;
+        h.waiting_bytes = bytes;
+        h.waiting_bytes_by_user = bytes_by_user;
+        // Job uids: a launch no longer running has ended (its uid is free
+        // once its nodes say so); the holders go to the table when they
+        // changed. (Before the restart hold ends, launches of the last run
+        // may still be adopted: their uids stay held meanwhile.)
+        if self.hold_over {
+            let running: HashSet<(u64, u32)> = self
+                .running
+                .iter()
+                .map(|(id, l)| (id.0, l.launch()))
+                .collect();
+            h.uids.end_not_running(&|j, l| running.contains(&(j, l)));
+        }
+        let uid_holders = h.uids.take_changes();
         let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
         let mut ids = urgent;
         if flush || !ids.is_empty() {
@@ -195,6 +221,16 @@ impl ClusterBackend {
         ids.extend(std::mem::take(&mut self.unwritten));
         ids.sort_unstable();
         ids.dedup();
+        if let Some(holders) = uid_holders {
+            drop(h);
+            if let Err(e) = self.store.write_uids(&holders) {
+                // Written again with the next change; meanwhile the
+                // workers' busy lists keep uids in use from being given.
+                tracing::warn!("job uids: {e}");
+                lock(&self.hub).uids.mark_dirty();
+            }
+            h = lock(&self.hub);
+        }
         if ids.is_empty() {
             return Ok(());
         }
@@ -283,6 +319,7 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 JobId(info.id),
                 Record {
                     launches: info.launches,
+                    refused: 0,
                     crashes: 0,
                     run_time_s: r.run_time_s,
                     attained_gpu_s: info.attained_gpu_s,
@@ -306,15 +343,19 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 );
             }
         }
+        let (id, at) = (
+            info.id,
+            info.finished_unix_s.unwrap_or(info.submitted_unix_s),
+        );
+        hub.jobs.insert(id, r);
         if ended {
-            let at = info.finished_unix_s.unwrap_or(info.submitted_unix_s);
-            hub.ended.push_back((info.id, at));
+            hub.push_ended(id, at);
         }
-        hub.jobs.insert(info.id, r);
     }
     hub.ended
         .make_contiguous()
         .sort_by(|a, b| a.1.total_cmp(&b.1));
+    debug_assert_eq!(hub.ended_bytes, hub.ended.iter().map(|e| e.2).sum::<u64>());
     (seeded, restored)
 }
 
@@ -326,15 +367,19 @@ impl ClusterBackend {
         let dropped = lp.jobs.forget_finished(FINISHED_KEPT_BY_THE_LOOP);
         self.finished_seen = self.finished_seen.saturating_sub(dropped);
         let cutoff = unix_now() - self.cfg.retention_s;
-        let popped: Vec<(u64, f64)> = {
+        let popped: Vec<(u64, f64, u64)> = {
             let mut h = lock(&self.hub);
             let mut popped = Vec::new();
-            while let Some(&(id, at)) = h.ended.front() {
-                if h.ended.len() <= self.cfg.retention_jobs && at >= cutoff {
+            while let Some(&(id, at, bytes)) = h.ended.front() {
+                if h.ended.len() <= self.cfg.retention_jobs
+                    && at >= cutoff
+                    && h.ended_bytes <= self.cfg.retention_bytes as u64
+                {
                     break;
                 }
                 h.ended.pop_front();
-                popped.push((id, at));
+                h.ended_bytes -= bytes;
+                popped.push((id, at, bytes));
             }
             popped
         };
@@ -348,6 +393,7 @@ impl ClusterBackend {
             self.table_failed(&e);
             let mut h = lock(&self.hub);
             for p in popped.into_iter().rev() {
+                h.ended_bytes += p.2;
                 h.ended.push_front(p);
             }
             return Ok(());

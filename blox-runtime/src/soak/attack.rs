@@ -19,10 +19,14 @@
 //! ```text
 //! read JOB SOURCE SHA256     a secret read, by the SHA-256 of its text
 //! call JOB KIND OUTCOME      a forged call: `ok`, or the gRPC code
+//! try JOB KIND OUTCOME       an attack on its node (super::node_attack)
+//! budget JOB WHAT GOT LIMIT  how far a fork bomb or a memory hog got
 //! ```
 //!
-//! The soak counts a secret whose hash is a token's as stolen and an `ok`
-//! as an accepted forgery; both must be 0 ([`check`]).
+//! The soak counts a secret whose hash is a token's as stolen, an `ok` as
+//! an accepted forgery, and a budget line past its limit as exceeded; all
+//! must be 0 ([`check`]), as must the decoys changed and the processes
+//! that outlived their launches (counted by the soak itself).
 
 pub use super::report::AttackReport;
 use crate::net::{with_credential, Security};
@@ -164,7 +168,7 @@ impl Attack {
     /// Gathers, tries every forgery, and appends the lines (module docs).
     pub fn run(&self) -> std::io::Result<()> {
         let (found, scheduler) = gather(&self.journal);
-        let mut lines = Vec::new();
+        let mut lines = super::node_attack::run(self.job, &self.dir());
         let mut secrets = BTreeSet::new();
         for f in &found {
             lines.push(format!(
@@ -339,6 +343,15 @@ pub fn check(dir: &Path, tokens: &[String]) -> AttackReport {
                 r.calls += 1;
                 r.accepted += (*outcome == "ok") as usize;
             }
+            ["try", job, _, _] => {
+                jobs.insert(job.to_string());
+                r.node_attacks += 1;
+            }
+            ["budget", job, _, got, limit] => {
+                jobs.insert(job.to_string());
+                let (got, limit) = (got.parse::<u64>(), limit.parse::<u64>());
+                r.budgets_exceeded += matches!((got, limit), (Ok(g), Ok(l)) if g > l) as usize;
+            }
             _ => {}
         }
     }
@@ -388,7 +401,7 @@ mod tests {
     fn stolen_secrets_and_accepted_calls_are_counted_by_hash_and_outcome() {
         let dir = tempfile::tempdir().unwrap();
         let text = format!(
-            "read 7 file:worker-token {}\nread 7 env:FOO_TOKEN {}\ncall 7 cancel Unauthenticated\ncall 7 register ok\ncall 9 cancel NotFound\ngarbage\n",
+            "read 7 file:worker-token {}\nread 7 env:FOO_TOKEN {}\ncall 7 cancel Unauthenticated\ncall 7 register ok\ncall 9 cancel NotFound\ngarbage\ntry 9 escape sleep-started worker-none\nbudget 9 processes 128 128\nbudget 9 memory 300 256\n",
             sha256_hex("w-secret"),
             sha256_hex("harmless")
         );
@@ -400,7 +413,10 @@ mod tests {
                 attempts: 2,
                 stolen: 1,
                 accepted: 1,
-                calls: 3
+                calls: 3,
+                node_attacks: 1,
+                budgets_exceeded: 1,
+                ..Default::default()
             }
         );
         std::fs::write(dir.path().join(format!("{FORGED_LAUNCH_PREFIX}7")), "").unwrap();

@@ -19,6 +19,8 @@ pub const ATTACKER_EVERY: usize = 50;
 pub(super) struct Isolation {
     /// Arguments every worker gets.
     pub worker_args: Vec<String>,
+    /// Lines for the scheduler's `[runtime]`.
+    pub runtime_lines: String,
     /// The toy job's binary, where every job's uid may run it.
     pub toy: PathBuf,
     /// Jobs run as uids of their own, and some attack.
@@ -62,7 +64,16 @@ pub(super) fn prepare(dir: &Path, toy: &Path, journal: &Path) -> Result<Isolatio
             mode(&shared, 0o666)?;
         }
         return Ok(Isolation {
-            worker_args: vec!["--job-uids".into(), JOB_UIDS.into()],
+            // Limits the attackers' fork bombs and memory hogs meet.
+            worker_args: vec![
+                "--job-uids".into(),
+                JOB_UIDS.into(),
+                "--max-processes".into(),
+                super::node_attack::MAX_PROCESSES.to_string(),
+                "--memory-gb".into(),
+                format!("{}", super::node_attack::MEMORY_MB as f64 / 1000.0),
+            ],
+            runtime_lines: format!("job_uids = \"{JOB_UIDS}\"\n"),
             toy: copy,
             attackers: true,
         });
@@ -71,6 +82,7 @@ pub(super) fn prepare(dir: &Path, toy: &Path, journal: &Path) -> Result<Isolatio
     Ok(Isolation {
         // Whoever runs the soak (root where uids are not available).
         worker_args: vec!["--allow-root-jobs".into()],
+        runtime_lines: String::new(),
         toy: toy.to_path_buf(),
         attackers: false,
     })

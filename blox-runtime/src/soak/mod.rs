@@ -10,6 +10,8 @@ pub mod attack;
 mod faults;
 mod isolation;
 pub mod journal;
+#[cfg(unix)]
+pub mod node_attack;
 pub mod ports;
 mod procs;
 pub mod proxy;

@@ -122,17 +122,4 @@ fn log_tail(log: &Path) -> String {
     out
 }
 
-pub(super) fn raise_fd_limit() {
-    #[cfg(unix)]
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    unsafe {
-        let mut l = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
-}
+pub(super) use crate::conn::raise_fd_limit;

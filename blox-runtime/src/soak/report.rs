@@ -127,10 +127,13 @@ impl SoakReport {
             && self.checkpoint_regressions == 0
             && self.leftover_processes == 0
             && self.finished_undone == 0
-            && self
-                .attacks
-                .as_ref()
-                .is_none_or(|a| a.stolen == 0 && a.accepted == 0)
+            && self.attacks.as_ref().is_none_or(|a| {
+                a.stolen == 0
+                    && a.accepted == 0
+                    && a.budgets_exceeded == 0
+                    && a.decoys_changed == 0
+                    && a.escaped == 0
+            })
     }
 }
 
@@ -161,8 +164,16 @@ impl fmt::Display for SoakReport {
         match &self.attacks {
             Some(a) => writeln!(
                 f,
-                "soak: attackers {}, credentials stolen {}, forged calls accepted {} of {}, finished without their work {}",
-                a.attempts, a.stolen, a.accepted, a.calls, self.finished_undone
+                "soak: attackers {}, credentials stolen {}, forged calls accepted {} of {}, finished without their work {}; node attacks {}: decoys changed {}, escaped processes {}, budgets exceeded {}",
+                a.attempts,
+                a.stolen,
+                a.accepted,
+                a.calls,
+                self.finished_undone,
+                a.node_attacks,
+                a.decoys_changed,
+                a.escaped,
+                a.budgets_exceeded
             )?,
             None => writeln!(
                 f,
@@ -210,4 +221,14 @@ pub struct AttackReport {
     pub accepted: usize,
     /// Forged calls in all.
     pub calls: usize,
+    /// Attacks on the node tried (links, escapes: `soak::node_attack`).
+    pub node_attacks: usize,
+    /// Fork bombs and memory hogs that got past their launch's limit, and
+    /// huge submissions accepted.
+    pub budgets_exceeded: usize,
+    /// Root-owned decoys whose content, owner or mode changed.
+    pub decoys_changed: usize,
+    /// Processes of a job uid still alive after every worker was killed
+    /// and started again (it kills what its launches left).
+    pub escaped: usize,
 }

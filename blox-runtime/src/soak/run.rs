@@ -80,6 +80,13 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
     secret("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
     let journal_file = dir.join("journal");
     let iso = isolation::prepare(&dir, &cfg.toy, &journal_file)?;
+    // Root-owned decoys the attackers aim the worker at (checked at the end).
+    #[cfg(unix)]
+    let decoys = if iso.attackers {
+        Some(super::node_attack::Decoys::plant(&dir).map_err(|e| err(format!("decoys: {e}")))?)
+    } else {
+        None
+    };
     // The scheduler's wall clock, for clock steps (libfaketime).
     let clock = match (cfg.clock_steps, faults::libfaketime()) {
         (0, _) | (_, None) => None,
@@ -116,7 +123,8 @@ grace_s = 2
 max_retries = 3
 heartbeat_s = 0.5
 worker_timeout_s = 4
-"#,
+{uids}"#,
+            uids = iso.runtime_lines,
             policies = if cfg.teams {
                 teams::sections(cfg)
             } else {
@@ -250,6 +258,8 @@ worker_timeout_s = 4
         })
         .collect();
 
+    // Huge submissions (past `max_job_bytes`) the scheduler took.
+    let huge = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let outcome = rt.block_on(async {
         // Clients.
         let accepted: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
@@ -258,11 +268,27 @@ worker_timeout_s = 4
         let mut tasks = Vec::new();
         for (js, pauses) in per_client.into_iter().zip(pauses) {
             let mut client = users.scheduler_client(&addr).map_err(err)?;
-            let (accepted, latencies, refused) =
-                (accepted.clone(), latencies.clone(), refused.clone());
+            let (accepted, latencies, refused, huge) = (
+                accepted.clone(),
+                latencies.clone(),
+                refused.clone(),
+                huge.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 for ((k, job), pause) in js.into_iter().zip(pauses) {
                     tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+                    // Now and then a submission of 128 KB of arguments:
+                    // refused (INVALID_ARGUMENT, [runtime] max_job_bytes).
+                    if k % HUGE_EVERY == HUGE_EVERY / 3 {
+                        let mut big = job.clone();
+                        big.name = format!("{}-huge", big.name);
+                        big.idempotency_key.clear();
+                        big.command.extend((0..4).map(|_| "x".repeat(32 * 1024)));
+                        let r = client.submit(SubmitRequest { job: Some(big) }).await;
+                        if r.is_ok() {
+                            huge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                     match submit(&mut client, job, deadline).await {
                         Ok((id, s)) => {
                             accepted.lock().expect("not poisoned").insert(k, id);
@@ -366,7 +392,39 @@ worker_timeout_s = 4
         }
         c.scheduler.kill();
     }
+    // A worker killed with SIGKILL leaves what a job moved out of its
+    // process group; started again, it kills that before anything else.
+    // Each is started once more, given that time, and killed.
+    #[cfg(unix)]
+    let escaped = if iso.attackers {
+        {
+            let mut c = cluster.lock().expect("not poisoned");
+            for w in &mut c.workers {
+                if let Err(e) = w.restart(&cfg.blox) {
+                    progress(format!("soak: restarting a worker to sweep: {e}"));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        {
+            let mut c = cluster.lock().expect("not poisoned");
+            for w in &mut c.workers {
+                w.kill();
+            }
+        }
+        let t = Instant::now();
+        loop {
+            let n = processes_of_uids(isolation::JOB_UIDS);
+            if n == 0 || t.elapsed() > Duration::from_secs(5) {
+                break n;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    } else {
+        0
+    };
     let (accepted, latencies, refused, faults, all, round, quota_waits) = outcome?;
+    let huge_accepted = huge.load(std::sync::atomic::Ordering::Relaxed);
     // With every worker gone, nothing a job started may be left (a
     // launch's guardian kills its group when its worker dies).
     let leftover = {
@@ -388,7 +446,17 @@ worker_timeout_s = 4
             .iter()
             .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
             .collect();
-        report.attacks = Some(super::attack::check(&dir, &tokens));
+        let mut a = super::attack::check(&dir, &tokens);
+        a.escaped = escaped;
+        if let Some(d) = &decoys {
+            let changed = d.changed();
+            for c in changed.iter().take(5) {
+                progress(format!("soak: a decoy changed: {c}"));
+            }
+            a.decoys_changed = changed.len();
+        }
+        a.budgets_exceeded += huge_accepted;
+        report.attacks = Some(a);
     }
     report.round_p50_s = round.0;
     report.round_p99_s = round.1;
@@ -407,6 +475,9 @@ worker_timeout_s = 4
     }
     Ok(report)
 }
+
+/// One submission in this many is preceded by a huge one (refused).
+const HUGE_EVERY: usize = 25;
 
 /// One job in this many forks a `sleep` into its process group.
 const FORKING_EVERY: usize = 20;
@@ -667,6 +738,35 @@ async fn all_jobs(client: &mut SchedulerClient) -> Result<Vec<JobInfo>, SoakErro
         }
     }
     Err(err("the scheduler did not answer Status at the end"))
+}
+
+/// Live processes whose real or effective uid is in `range`
+/// (`FIRST-LAST`).
+fn processes_of_uids(range: &str) -> usize {
+    let Some((a, b)) = range
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+    else {
+        return 0;
+    };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .is_some_and(|l| {
+                        l.split_whitespace()
+                            .take(2)
+                            .filter_map(|v| v.parse::<u32>().ok())
+                            .any(|u| (a..=b).contains(&u))
+                    })
+            })
+        })
+        .count()
 }
 
 /// Live processes whose environment names a control directory under `dir`

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Code, Request, Response, Status};
 
+pub mod cgroup;
 mod service;
 mod uids;
 mod upstream;
@@ -71,6 +72,118 @@ pub struct WorkerConfig {
     /// the number its last line of output prints (seconds), else its wall
     /// time, is the GPU's relative time.
     pub speed_probe: Option<String>,
+    /// Variables of the worker's environment jobs get beyond the
+    /// allow-list (`[worker] pass_env`, `--pass-env`; names, or prefixes
+    /// ending in `*`; see [`crate::process::passed_env`]).
+    pub pass_env: Vec<String>,
+    /// How launches are contained (`[worker] cgroup`; [`cgroup`]).
+    pub cgroup: cgroup::CgroupSetting,
+    /// The memory limit of a launch whose job asks none, GB (`[worker]
+    /// memory_gb`); `None`: no limit.
+    pub memory_gb: Option<f64>,
+    /// The process (and thread) limit of a launch whose job asks none
+    /// (`[worker] max_processes`).
+    pub max_processes: Option<u32>,
+}
+
+/// The process limit of a launch when neither its job nor the worker sets
+/// one: far above what a training job with data-loader workers holds, far
+/// below what a fork bomb reaches.
+pub const DEFAULT_MAX_PROCESSES: u32 = 16_384;
+
+impl Default for WorkerConfig {
+    /// A worker of the scheduler at `127.0.0.1:50051`, listening on any
+    /// free loopback port, in `./blox-worker`, with NVML's GPUs, no
+    /// credential, and jobs run as the worker's own user.
+    fn default() -> Self {
+        WorkerConfig {
+            scheduler: "127.0.0.1:50051".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            name: "worker".into(),
+            logical_gpus: None,
+            workdir: PathBuf::from("blox-worker"),
+            security: Security::default(),
+            labels: Default::default(),
+            job_user: None,
+            job_uids: None,
+            allow_root_jobs: false,
+            gpu_slowdown: Vec::new(),
+            speed_probe: None,
+            pass_env: Vec::new(),
+            cgroup: cgroup::CgroupSetting::Auto,
+            memory_gb: None,
+            max_processes: None,
+        }
+    }
+}
+
+/// `[worker]` of a config file (`blox worker --config FILE`): what jobs
+/// get of the worker's environment, the limits of their launches, and how
+/// they are contained.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSection {
+    /// Variables of the worker's environment jobs get beyond the
+    /// allow-list: names, or prefixes ending in `*`; never `BLOX_*`.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    /// A launch's memory limit when its job asks none, GB.
+    pub memory_gb: Option<f64>,
+    /// A launch's process (and thread) limit when its job asks none
+    /// (default 16384).
+    pub max_processes: Option<u32>,
+    /// `"auto"` (default), `"off"`, or a cgroup v2 directory delegated to
+    /// the worker.
+    pub cgroup: Option<String>,
+}
+
+impl WorkerSection {
+    /// Reads `[worker]` of the config file `path`; errors name the file,
+    /// the line and the figures.
+    pub fn read(path: &std::path::Path) -> Result<WorkerSection, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(std::path::Path::new("."));
+        let cfg = blox_core::Config::parse(&text, &path.display().to_string(), base, &[])
+            .map_err(|e| e.to_string())?;
+        let s = cfg.section("worker");
+        let w: WorkerSection = s.parse().map_err(|e| e.to_string())?;
+        for e in &w.pass_env {
+            crate::process::check_pass_env(e).map_err(|m| {
+                s.error_at("pass_env", format!("`pass_env`: {m}"))
+                    .to_string()
+            })?;
+        }
+        if let Some(m) = w.memory_gb {
+            let host = host_mem_gb();
+            if !(m > 0.0 && m.is_finite()) || (host > 0.0 && m > host) {
+                return Err(s
+                    .error_at(
+                        "memory_gb",
+                        format!("`memory_gb` = {m}: a launch's memory limit must be positive and at most this node's {host:.1} GB"),
+                    )
+                    .to_string());
+            }
+        }
+        if w.max_processes == Some(0) {
+            return Err(s
+                .error_at("max_processes", "`max_processes` must be at least 1")
+                .to_string());
+        }
+        Ok(w)
+    }
+
+    /// Applies it to `cfg` (what the command line set stays).
+    pub fn apply(self, cfg: &mut WorkerConfig) {
+        let mut pass = self.pass_env;
+        pass.append(&mut cfg.pass_env);
+        cfg.pass_env = pass;
+        cfg.memory_gb = cfg.memory_gb.or(self.memory_gb);
+        cfg.max_processes = cfg.max_processes.or(self.max_processes);
+        if let (cgroup::CgroupSetting::Auto, Some(c)) = (&cfg.cgroup, &self.cgroup) {
+            cfg.cgroup = cgroup::CgroupSetting::parse(c);
+        }
+    }
 }
 
 /// Errors that stop a worker from starting.
@@ -171,16 +284,23 @@ struct Launch {
     spawned: Instant,
     /// The start-up it reported ([`blox_client::STARTUP_METRIC`]).
     startup_s: Option<f64>,
-    /// The uid of its own it runs as (`--job-uids`), and the directories
-    /// it holds meanwhile (taken back when it is dropped).
+    /// The uid of its own it runs as (`--job-uids`): the directories it
+    /// holds meanwhile are taken back when it is dropped.
     uid: Option<u32>,
-    dirs: Vec<PathBuf>,
+    /// Its cgroups, killed and removed when it is dropped.
+    group: Option<cgroup::LaunchGroup>,
 }
 
 impl Drop for Launch {
     fn drop(&mut self) {
+        // Whatever of the launch still runs, in whatever session or
+        // process group, ends with it.
+        self.run.kill();
+        if let Some(g) = self.group.take() {
+            cgroup::reap(g, self.uid);
+        }
         if self.uid.is_some() {
-            uids::hand_back(&self.dirs);
+            self.run.hand_back();
         }
     }
 }
@@ -230,9 +350,10 @@ struct State {
     /// within the grace after it, and is reported fenced, not crashed,
     /// though the lease holds again by the time it exits.
     lapsed_at: Option<Instant>,
+    /// Job uids of launches that ended here, until nothing of them is left
+    /// (reported as busy meanwhile: `HeartbeatRequest.busy_uids`).
+    draining: std::collections::BTreeSet<u32>,
 }
-
-use crate::process::write_lease;
 
 /// The most metric samples a worker holds for the scheduler (when it cannot
 /// reach it); older ones are dropped.
@@ -243,8 +364,14 @@ impl State {
     /// as that uid is killed, unless a launch here holds it again or another
     /// worker on this machine runs a part of the job as it (that worker's
     /// sweep, at its part's end, kills what is left).
-    fn sweep(&self, uid: Option<u32>) {
+    fn sweep(&mut self, uid: Option<u32>, contained: bool) {
         if let Some(u) = uid {
+            self.draining.insert(u);
+            // The launch's cgroup holds all it started: killing it (when
+            // the launch is dropped) ends them, and no other worker's.
+            if contained {
+                return;
+            }
             if self.launches.values().any(|l| l.uid == Some(u)) {
                 return;
             }
@@ -279,7 +406,7 @@ impl State {
             return;
         };
         for l in self.launches.values() {
-            write_lease(&l.run.control, until, grace);
+            l.run.write_lease(until, grace);
         }
     }
 
@@ -313,6 +440,23 @@ impl State {
         v
     }
 
+    /// The job uids in use here: the running launches', and those of ended
+    /// launches with a process or cgroup left (re-checked now).
+    fn busy_uids(&mut self) -> Vec<u32> {
+        let reaping = cgroup::draining_uids();
+        self.draining
+            .retain(|u| reaping.contains(u) || uids::process_of(*u).is_some());
+        let mut all: Vec<u32> = self
+            .launches
+            .values()
+            .filter_map(|l| l.uid)
+            .chain(self.draining.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// The launches running here.
     fn running(&self) -> Vec<LaunchRef> {
         self.launches
@@ -330,6 +474,8 @@ struct Shared {
     job_user: Option<crate::process::JobUser>,
     /// `--job-uids`, checked.
     job_uids: Option<(u32, u32)>,
+    /// A cgroup per launch, where the host has them.
+    containment: Option<cgroup::Containment>,
     gpus: Vec<GpuDevice>,
     address: String,
     state: Mutex<State>,
@@ -442,10 +588,16 @@ impl WorkerHandle {
             l.run.kill();
         }
         // Nothing runs here any more: no uid is held.
-        for u in launches.iter().filter_map(|l| l.uid) {
-            uids::kill_all(u);
-        }
+        let contained = self.shared.containment.is_some();
+        let held: Vec<u32> = launches.iter().filter_map(|l| l.uid).collect();
         drop(launches);
+        if contained {
+            cgroup::drain(Duration::from_secs(5));
+        } else {
+            for u in held {
+                uids::kill_all(u);
+            }
+        }
     }
 }
 
@@ -507,10 +659,45 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
             None
         }
     };
+    let host_gb = host_mem_gb();
+    if let Some(m) = cfg.memory_gb {
+        if !(m > 0.0 && m.is_finite()) || (host_gb > 0.0 && m > host_gb) {
+            return Err(WorkerError::Refused(format!(
+                "memory_gb = {m}: a launch's memory limit must be positive and at most this node's {host_gb:.1} GB"
+            )));
+        }
+    }
+    if cfg.max_processes == Some(0) {
+        return Err(WorkerError::Refused(
+            "max_processes = 0: a launch needs at least 1 process".into(),
+        ));
+    }
+    // Cgroups, and what an earlier run of this worker left in them, before
+    // anything registers or starts.
+    let containment =
+        cgroup::Containment::detect(&cfg.cgroup, &cgroup::worker_key(&cfg.name, &cfg.workdir))
+            .map_err(WorkerError::Refused)?;
+    match &containment {
+        Some(c) => {
+            let killed = c.sweep_stale();
+            if killed > 0 {
+                tracing::warn!(
+                    killed,
+                    "killed what launches of an earlier run of this worker left in their cgroups"
+                );
+            }
+            tracing::info!(containment = %c.summary, "a cgroup per launch");
+        }
+        None if cfg.job_uids.is_some() || cfg.job_user.is_some() => tracing::warn!(
+            "no cgroups: a job that leaves its process group is found by its uid only"
+        ),
+        None => {}
+    }
     let mut gpus = discover_gpus(cfg.logical_gpus)?;
     speed::measure(&mut gpus, &cfg.gpu_slowdown, cfg.speed_probe.as_deref())?;
     std::fs::create_dir_all(&cfg.workdir)
         .map_err(|e| WorkerError::Io(format!("{}: {e}", cfg.workdir.display())))?;
+    crate::conn::raise_fd_limit();
     let listener = crate::net::listen(cfg.listen).await?;
     let bound = listener.local_addr().map_err(|e| NetError::Listen {
         addr: cfg.listen.to_string(),
@@ -531,6 +718,7 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     let shared = Arc::new(Shared {
         job_user,
         job_uids: cfg.job_uids,
+        containment,
         gpus,
         address: address.clone(),
         cfg,
@@ -549,7 +737,11 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
     let svc = WorkerServer::with_interceptor(Service(shared.clone()), check);
     let mut rx = stop_rx.clone();
     let serve = tokio::spawn(async move {
-        let incoming = crate::net::incoming(listener);
+        let incoming = crate::conn::incoming(
+            listener,
+            crate::conn::ConnLimits::default(),
+            std::sync::Arc::new(crate::conn::Registry::default()),
+        );
         let r = server
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {

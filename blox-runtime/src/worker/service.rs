@@ -77,28 +77,20 @@ impl Worker for Service {
         };
         let control = dir.join(format!("launch-{}", l.launch));
         let coord = (!r.coord_dir.is_empty()).then(|| PathBuf::from(&r.coord_dir));
-        // A uid of its own (`--job-uids`), its checkpoints handed over.
+        // A uid of its own (`--job-uids`), the one the scheduler gave the
+        // launch; its checkpoints are handed over as it starts
+        // (`Running::spawn`).
         let job_user = match sh.job_uids {
             Some(range) => {
                 let held = st
                     .launches
                     .iter()
                     .filter_map(|(j, x)| x.uid.map(|u| (*j, u)));
-                let u = super::uids::account_for(range, l.job_id, held, &control)?;
-                super::uids::hand_over(&checkpoint, &u).map_err(Status::internal)?;
-                Some(u)
+                Some(super::uids::account_for(range, r.job_uid, l.job_id, held)?)
             }
             None => sh.job_user.clone(),
         };
         let uid = sh.job_uids.and(job_user.as_ref().map(|u| u.uid));
-        let dirs: Vec<PathBuf> = [
-            Some(control.clone()),
-            Some(checkpoint.clone()),
-            coord.clone(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
         let spec = LaunchSpec {
             job: l.job_id,
             argv: r.command.clone(),
@@ -120,16 +112,42 @@ impl Worker for Service {
             world_size: (r.world_size > 0).then_some(r.world_size),
             generation: r.generation,
             lease: st.lease_until.map(|u| (u, st.fence_grace)),
+            pass_env: sh.cfg.pass_env.clone(),
+            cgroup_procs: Vec::new(),
         };
+        // Its cgroups, with the job's limits or this worker's defaults.
+        let group = match &sh.containment {
+            Some(c) => {
+                let limits = super::cgroup::Limits {
+                    memory_bytes: r.memory_gb.or(sh.cfg.memory_gb).map(|gb| (gb * 1e9) as u64),
+                    max_processes: r
+                        .max_processes
+                        .or(sh.cfg.max_processes)
+                        .or(Some(super::DEFAULT_MAX_PROCESSES)),
+                };
+                let name = format!("job-{}-launch-{}", l.job_id, l.launch);
+                Some(c.create(&name, limits).map_err(|e| {
+                    tracing::error!(job = l.job_id, "{e}");
+                    Status::unavailable(format!("this node cannot make the launch's cgroup: {e}"))
+                })?)
+            }
+            None => None,
+        };
+        let mut spec = spec;
+        spec.cgroup_procs = group.as_ref().map(|g| g.procs.clone()).unwrap_or_default();
         let ranks = if r.process_per_gpu {
             r.gpus.len() as u32
         } else {
             1
         };
+        let mut group = group;
         let spawned = Running::spawn(&spec);
-        if spawned.is_err() && uid.is_some() {
-            // Nothing runs: the directories go back to the worker now.
-            super::uids::hand_back(&dirs);
+        if spawned.is_err() {
+            if let Some(g) = group.take() {
+                super::cgroup::reap(g, uid);
+            }
+            let contained = sh.containment.is_some();
+            st.sweep(uid, contained);
         }
         match spawned {
             Ok(run) => {
@@ -152,7 +170,7 @@ impl Worker for Service {
                         spawned: Instant::now(),
                         startup_s: None,
                         uid,
-                        dirs,
+                        group,
                     },
                 );
                 Ok(Response::new(Ack {}))
@@ -164,6 +182,14 @@ impl Worker for Service {
                 tracing::warn!(job = l.job_id, "{e}: the lease ran out while it started");
                 Err(Status::unavailable(format!(
                     "this worker's lease ran out while it started the launch (it was stopped or starved meanwhile): {e}"
+                )))
+            }
+            // The node's: its directories cannot be made safely. Not held
+            // against the job (the scheduler tries again).
+            Err(e) if e.node => {
+                tracing::error!(job = l.job_id, "{e}");
+                Err(Status::unavailable(format!(
+                    "this node cannot start the launch: {e}"
                 )))
             }
             Err(e) => {
@@ -212,7 +238,8 @@ impl Worker for Service {
         {
             let mut st = self.0.lock();
             st.metrics.extend(samples);
-            st.sweep(launch.uid);
+            let contained = self.0.containment.is_some();
+            st.sweep(launch.uid, contained);
         }
         tracing::info!(job, launch = l.launch, code = ?e.code, finished, "revoked");
         Ok(Response::new(reply(&e, finished)))

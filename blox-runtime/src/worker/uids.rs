@@ -1,44 +1,52 @@
-//! A uid of its own for every job (`blox worker --job-uids FIRST-LAST`):
+//! A uid of its own for every launch (`blox worker --job-uids FIRST-LAST`):
 //! jobs run as different accounts, so one cannot read or write another's
-//! control directory (its lease, its `done` file, its metrics) or its
-//! checkpoints, as jobs sharing one `--job-user` can.
+//! directories (its report directory, its checkpoints), as jobs sharing
+//! one `--job-user` can.
 //!
-//! Job N runs as `FIRST + N mod (LAST − FIRST + 1)` on every worker, so the
-//! ranks of a job on several nodes share its checkpoint and coordination
-//! directories. A worker refuses (without blame; the scheduler retries) a
-//! launch whose uid another job running here holds, a uid some process still
-//! runs as (one an earlier launch left behind), and a uid that is some
-//! account's. While the job runs, its directories are its uid's (its
-//! checkpoints handed over whole when an earlier launch left them to
-//! another); when its launch ends they go back to the worker, so a later job
-//! given the same uid cannot open them, and every process still running as
-//! its uid is killed ([`kill_all`]): what it moved out of its process group
-//! (`setsid`) dies with it too.
+//! The scheduler picks the uid (`LaunchRequest.job_uid`, from its
+//! `[runtime] job_uids`), the same on every node a launch spans so its
+//! ranks share its checkpoint and coordination directories, and gives a
+//! uid to a new launch only once every node the last holder ran on
+//! reported it free (`HeartbeatRequest.busy_uids`): no two launches that
+//! may still have a process anywhere share a uid, on shared storage
+//! either. A worker refuses (without blame; the scheduler retries) a
+//! launch whose uid another launch here holds, a uid some process still
+//! runs as, and a uid that is some account's. While the job runs, its
+//! directories are its uid's (its checkpoints handed over when an earlier
+//! launch ran as another uid); when its launch ends they go back to the
+//! worker, so a later launch given the same uid cannot open them. Without
+//! cgroups, every process still running as its uid is then killed
+//! ([`kill_all`]); with them, the launch's cgroup is.
 
 use crate::process::JobUser;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tonic::Status;
 
-/// The uid job `job` runs as, given the range.
-pub(super) fn uid_of(range: (u32, u32), job: u64) -> u32 {
-    let n = u64::from(range.1 - range.0) + 1;
-    range.0 + (job % n) as u32
-}
-
-/// The account of job `job`'s launch, its home the launch's control
-/// directory; refused where its uid is held (module docs). `held`: the uid
-/// of each other job running here.
+/// The account of job `job`'s launch as `uid` (the scheduler's choice);
+/// refused where the uid is not this worker's to use or is held (module
+/// docs). `held`: the uid of each other job running here. Every refusal is
+/// `UNAVAILABLE` or `RESOURCE_EXHAUSTED`: the node's or the scheduler's,
+/// never held against the job.
 pub(super) fn account_for(
     range: (u32, u32),
+    uid: u32,
     job: u64,
     held: impl Iterator<Item = (u64, u32)>,
-    control: &Path,
 ) -> Result<JobUser, Status> {
-    let uid = uid_of(range, job);
+    if uid == 0 {
+        return Err(Status::unavailable(
+            "this worker runs each launch as a uid of its own (--job-uids), and the launch names none: set [runtime] job_uids in the scheduler's config",
+        ));
+    }
+    if !(range.0..=range.1).contains(&uid) {
+        return Err(Status::unavailable(format!(
+            "job uid {uid} is outside this worker's --job-uids {}-{}: give every worker the scheduler's [runtime] job_uids",
+            range.0, range.1
+        )));
+    }
     if let Some((other, _)) = held.into_iter().find(|(j, u)| *j != job && *u == uid) {
         return Err(Status::resource_exhausted(format!(
-            "job uid {uid} is job {other}'s, which runs here: --job-uids {}-{} holds fewer uids than the jobs running at once",
-            range.0, range.1
+            "job uid {uid} is job {other}'s, which runs here"
         )));
     }
     if let Some(name) = account_name(uid) {
@@ -55,39 +63,9 @@ pub(super) fn account_for(
         name: format!("blox-job-{uid}"),
         uid,
         gid: uid,
-        home: control.to_path_buf(),
+        home: None,
+        takes_over: Some(range),
     })
-}
-
-/// Gives `dir` and everything in it to `u`, where it is not `u`'s already
-/// (checkpoints an earlier launch of the job wrote as another uid).
-pub(super) fn hand_over(dir: &Path, u: &JobUser) -> Result<(), String> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(meta) = std::fs::symlink_metadata(dir) else {
-            return Ok(()); // made by the launch
-        };
-        if meta.uid() == u.uid && meta.gid() == u.gid {
-            return Ok(());
-        }
-        chown_tree(dir, u.uid, u.gid)
-            .map_err(|e| format!("cannot give {} to job uid {}: {e}", dir.display(), u.uid))?;
-    }
-    Ok(())
-}
-
-#[cfg(unix)]
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    // Never follows links: a job's link to elsewhere is changed, not its
-    // target.
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(dir)?.is_dir() {
-        for e in std::fs::read_dir(dir)? {
-            chown_tree(&e?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
 }
 
 /// SIGKILLs every process that runs as `uid`: what a launch left behind,
@@ -128,22 +106,6 @@ pub(super) fn kill_all(uid: u32) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = uid;
-}
-
-/// Takes a launch's directories back for the worker (their top level only:
-/// nothing below can be reached through them then).
-pub(super) fn hand_back(dirs: &[PathBuf]) {
-    #[cfg(unix)]
-    {
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        for d in dirs {
-            if let Err(e) = std::os::unix::fs::lchown(d, Some(uid), Some(gid)) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!("cannot take {} back from its job: {e}", d.display());
-                }
-            }
-        }
-    }
 }
 
 /// Checks a `--job-uids` range when the worker starts: not root's, not
@@ -210,7 +172,7 @@ fn account_name(uid: u32) -> Option<String> {
 }
 
 /// A process whose real or effective uid is `uid`, if any runs.
-fn process_of(uid: u32) -> Option<u32> {
+pub(super) fn process_of(uid: u32) -> Option<u32> {
     processes_of(uid).next()
 }
 
@@ -283,17 +245,6 @@ fn parent_of(pid: u32) -> Option<u32> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn jobs_get_the_uid_of_their_id_within_the_range() {
-        assert_eq!(uid_of((60000, 60009), 0), 60000);
-        assert_eq!(uid_of((60000, 60009), 13), 60003);
-        assert_eq!(uid_of((60000, 60000), 7), 60000);
-        assert_eq!(
-            uid_of((1, u32::MAX), u64::MAX),
-            1 + (u64::MAX % u64::from(u32::MAX)) as u32
-        );
-    }
-
     /// Run by the test below as a process of its own: starts a `sleep`,
     /// prints its pid, and waits for it.
     #[test]
@@ -355,13 +306,19 @@ mod tests {
 
     #[test]
     fn a_uid_another_running_job_holds_is_refused() {
-        let d = Path::new("/nonexistent");
-        let e = account_for((70000, 70009), 13, [(3u64, 70003u32)].into_iter(), d).unwrap_err();
+        let held = || [(3u64, 70003u32)].into_iter();
+        let e = account_for((70000, 70009), 70003, 13, held()).unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
         assert!(e.message().contains("job 3"), "{}", e.message());
         // Its own earlier launch is no obstacle.
-        let u = account_for((70000, 70009), 13, [(13u64, 70003u32)].into_iter(), d);
+        let u = account_for((70000, 70009), 70003, 3, held());
         assert!(u.is_ok() || process_of(70003).is_some(), "{u:?}");
+        // None named, or one outside the range: the scheduler's config,
+        // never the job's fault.
+        for uid in [0, 69999, 70010] {
+            let e = account_for((70000, 70009), uid, 13, std::iter::empty()).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{uid}");
+        }
     }
 
     #[cfg(unix)]
@@ -381,7 +338,9 @@ mod tests {
     #[test]
     fn a_uid_an_account_has_is_refused() {
         // Root's uid, 0, is every system's.
-        let e = account_for((0, 0), 5, std::iter::empty(), Path::new("/")).unwrap_err();
+        let e = account_for((0, 0), 0, 5, std::iter::empty()).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable);
+        let e = account_for((0, 1), 1, 5, std::iter::empty()).unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted);
         assert!(e.message().contains("account"), "{}", e.message());
     }

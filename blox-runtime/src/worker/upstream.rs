@@ -27,6 +27,12 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                     host_mem_gb: host_mem_gb(),
                     running: sh.lock().reports(),
                     labels: sh.cfg.labels.clone().into_iter().collect(),
+                    containment: sh
+                        .containment
+                        .as_ref()
+                        .map_or_else(|| "none".to_string(), |c| c.summary.clone()),
+                    job_uid_first: sh.job_uids.map_or(0, |r| r.0),
+                    job_uid_last: sh.job_uids.map_or(0, |r| r.1),
                 };
                 let sent = Instant::now();
                 let r = tokio::time::timeout(call_timeout, client.register(req))
@@ -102,19 +108,20 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                 }
             }
             Some(id) => {
-                let (running, secret, lease_epoch) = {
-                    let st = sh.lock();
+                let (running, secret, lease_epoch, busy_uids) = {
+                    let mut st = sh.lock();
                     (
                         st.running(),
                         st.secret.clone().unwrap_or_default(),
                         st.lease_epoch,
+                        st.busy_uids(),
                     )
                 };
                 // Read on every beat until accepted: an operator may mount
                 // the storage meanwhile.
                 let checkpoint_probe = probe_path
                     .as_deref()
-                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(read_probe)
                     .unwrap_or_default();
                 let sent = Instant::now();
                 let r = tokio::time::timeout(
@@ -125,6 +132,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                             running,
                             checkpoint_probe,
                             lease_epoch,
+                            busy_uids,
                         },
                         &secret,
                     )),
@@ -200,6 +208,15 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
         }
         tokio::time::sleep(period).await;
     }
+}
+
+/// The checkpoint probe's text (at most 256 bytes, a plain file: never
+/// through a link or from a FIFO, whoever could write there).
+fn read_probe(path: &std::path::Path) -> Option<String> {
+    let dir = crate::safe_fs::Dir::open(path.parent()?, false, crate::safe_fs::Trust::Same).ok()?;
+    let name = path.file_name()?.to_str()?;
+    let bytes = dir.read_job_file(name, None, 0, 256).ok()??;
+    String::from_utf8(bytes).ok()
 }
 
 /// Errors of registering that no retry fixes: a wrong or missing token (or
@@ -301,7 +318,8 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
             launch.run.revoke_and_wait(grace, l.job_id);
         })
         .await;
-        sh.lock().sweep(uid);
+        let contained = sh.containment.is_some();
+        sh.lock().sweep(uid, contained);
     }
 }
 
@@ -334,9 +352,20 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                     ended.push((*job, e, l.run.finished(&e)));
                 }
             }
+            let contained = sh.containment.is_some();
             for (job, e, finished) in ended {
                 let l = st.launches.remove(&job).expect("listed above");
-                st.sweep(l.uid);
+                st.sweep(l.uid, contained);
+                // Killed by the kernel at its cgroup's memory limit: the
+                // job's own doing, said so.
+                let oom = l.group.as_ref().filter(|g| g.oom_kills() > 0).map(|g| {
+                    format!(
+                        "out of memory: the launch reached its memory limit ({}) and the kernel killed it; ask for more (memory_gb) or use less",
+                        g.limits
+                            .memory_bytes
+                            .map_or("the node's".into(), |b| format!("{:.2} GB", b as f64 / 1e9))
+                    )
+                });
                 // It stopped itself because its lease ran out (this worker
                 // could not renew it): not its fault.
                 let lapsed = !finished && st.stopped_by_lease(e.at);
@@ -353,7 +382,7 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         reason: if lapsed {
                             "fenced: it stopped itself when its lease ran out (its worker could not reach the scheduler)".into()
                         } else {
-                            String::new()
+                            oom.unwrap_or_default()
                         },
                         exited_s_ago: 0.0,
                         fenced: lapsed,

@@ -4,6 +4,8 @@
 //! `[runtime]` config. (The same trace in simulation and on the cluster:
 //! `same_loop.rs`.)
 
+#[cfg(target_os = "linux")]
+mod attacks;
 mod checkpoints;
 #[path = "../common/mod.rs"]
 mod common;
@@ -406,7 +408,12 @@ fn the_ranks_of_a_job_on_two_workers_stop_and_resume_at_the_same_iteration() {
             .join("\n")
     );
     let fixed = std::fs::read_to_string(
-        keyed_dir(&dir.path().join("checkpoints"), big).join(".launch-1/exit_at"),
+        blox_runtime::scheduler::coord_dir(
+            &keyed_dir(&dir.path().join("checkpoints"), big),
+            big,
+            1,
+        )
+        .join("exit_at"),
     )
     .unwrap();
     let mut seen = Vec::new();

@@ -62,6 +62,7 @@ fn workers_need_a_client_certificate_when_the_scheduler_asks_for_one() {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
         .unwrap()
     };

@@ -47,6 +47,7 @@ fn a_refused_worker_stops_with_the_reason() {
                 job_uids: None,
                 gpu_slowdown: Vec::new(),
                 speed_probe: None,
+                ..WorkerConfig::default()
             }))
             .unwrap();
         let why = c
@@ -81,6 +82,7 @@ fn a_refused_worker_stops_with_the_reason() {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
         .unwrap();
     let waited =
@@ -334,6 +336,7 @@ fn a_job_run_as_its_own_account_reads_no_credential() {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
         .unwrap();
     c.workers.push(w);
@@ -400,6 +403,7 @@ fn a_root_worker_without_a_job_user_and_an_open_token_file_are_refused() {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
     };
     let e = start(None).err().expect("refused").to_string();
@@ -446,6 +450,7 @@ fn tenants_see_and_cancel_only_their_own_jobs() {
     cfg.tokens_file = Some(tokens.clone());
     cfg.worker_token_file = Some(worker_token_file);
     cfg.metrics_listen = Some("127.0.0.1:0".into());
+    cfg.dashboard_listen = Some("127.0.0.1:0".into());
     let as_ = |t: &str| Security {
         token: Some(Arc::from(t)),
         tls: None,
@@ -508,6 +513,79 @@ fn tenants_see_and_cancel_only_their_own_jobs() {
             .unwrap_err();
         assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
     }
+    // The dashboard's API as Status: a user sees their own jobs (another
+    // tenant's job on a GPU is an id without a name); the admin all.
+    let d = c.sched.as_ref().unwrap().dashboard_address.unwrap();
+    let api = |path: &str, t: &str| -> serde_json::Value {
+        let (head, body) = http_get(d, path, Some(t));
+        assert!(head.contains("200"), "{path} as {t}: {head} {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&api("/api/status", "ann-token")), vec![a]);
+    assert_eq!(ids(&api("/api/status", "ops-token")), vec![a, b, o]);
+    let t = Instant::now();
+    loop {
+        // (The cluster view follows the rounds.)
+        let cluster = api("/api/cluster", "ann-token").to_string();
+        if cluster.contains(&format!("\"id\":{b}")) {
+            assert!(
+                !cluster.contains("\"b\"") && !cluster.contains("bob"),
+                "{cluster}"
+            );
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{cluster}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(http_get(d, "/api/status", Some("nobody's"))
+        .0
+        .contains("401"));
+    // The tokens file is read again when it changes: a new tenant comes
+    // in, a removed one goes, and a broken file changes nothing.
+    let text = std::fs::read_to_string(&tokens).unwrap();
+    let without_ann: String = text
+        .lines()
+        .filter(|l| !l.starts_with("ann "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(
+        &tokens,
+        format!("{without_ann}cat user sha256:{}\n", hash("cat-token")),
+    )
+    .unwrap();
+    let t = Instant::now();
+    while ctl("cat-token").status(&[]).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the new tenant was not let in"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let e = ann.status(&[]).unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    std::fs::write(&tokens, "cat user hunter2\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        ctl("cat-token").status(&[]).is_ok(),
+        "a broken file took the tenants away"
+    );
+    std::fs::write(&tokens, &text).unwrap();
+    let t = Instant::now();
+    while ann.status(&[]).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "ann did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     // Owners and admins cancel.
     ann.cancel(a).unwrap();
     ops.cancel(b).unwrap();
@@ -537,7 +615,9 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
     std::fs::create_dir(&notes).unwrap();
     std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o777)).unwrap();
     let range = (1_900_000_000, 1_900_000_009);
-    let mut c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 0);
+    let mut cfg = runtime_config(dir.path());
+    cfg.job_uid_range = Some(range);
+    let mut c = Cluster::start(dir.path(), cfg, "fifo", 0);
     let w =
         c.rt.block_on(blox_runtime::worker::start(WorkerConfig {
             scheduler: c.addr(),
@@ -553,6 +633,7 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
             job_uids: Some(range),
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
         .unwrap();
     c.workers.push(w);
@@ -576,17 +657,22 @@ fn jobs_with_a_uid_each_cannot_touch_each_others_directories() {
         .submit(job("b", 1, vec!["/bin/sh".into(), "-c".into(), b], None))
         .unwrap();
     let text = first_output(&dir.path().join("w"), jb, &mut ctl);
-    let (ua, ub) = (range.0 + (ja % 10) as u32, range.0 + (jb % 10) as u32);
+    // The scheduler's uids: one each, from the cluster's range.
+    let line = text.lines().find(|l| l.starts_with("uid ")).unwrap_or("");
+    let (ub, ua): (u32, u32) = match line.split_whitespace().collect::<Vec<_>>()[..] {
+        ["uid", b, "other", a] => (b.parse().unwrap(), a.parse().unwrap()),
+        _ => panic!("no uid line: {text}"),
+    };
     assert!(
-        text.contains(&format!("uid {ub} other {ua}")),
-        "each job runs as its own uid: {text}"
+        ua != ub && [ua, ub].iter().all(|u| (range.0..=range.1).contains(u)),
+        "each job runs as its own uid of the cluster's range: {text}"
     );
     assert_eq!(
         text.matches("Permission denied").count(),
         2,
         "b neither writes nor lists a's directory: {text}"
     );
-    let a_dir = job_dir(&dir.path().join("w"), ja).join("launch-1");
+    let a_dir = job_dir(&dir.path().join("w"), ja).join("launch-1/job");
     assert!(!a_dir.join("done").exists());
     // Once a's launch has ended, its directories are the worker's again.
     // (The shell scripts end without saying they finished: each is

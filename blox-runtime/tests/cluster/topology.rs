@@ -42,6 +42,7 @@ fn workers_place_themselves_by_label_and_bad_labels_are_refused() {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }))
         .unwrap()
     };

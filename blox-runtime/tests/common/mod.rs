@@ -145,6 +145,7 @@ impl Cluster {
             job_uids: None,
             gpu_slowdown: Vec::new(),
             speed_probe: None,
+            ..WorkerConfig::default()
         }
     }
 

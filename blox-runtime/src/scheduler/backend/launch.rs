@@ -104,8 +104,9 @@ impl LaunchMechanism for ClusterBackend {
                 None => groups.push((node, vec![idx])),
             }
         }
-        // The parts, and rank 0's host (for the job's collective library).
-        let (parts, master) = {
+        // The parts, rank 0's host (for the job's collective library), the
+        // job's limits and its uid.
+        let (parts, master, limits, uid) = {
             let mut h = lock(&self.hub);
             let mut parts = Vec::new();
             let mut master = None;
@@ -129,7 +130,38 @@ impl LaunchMechanism for ClusterBackend {
                 });
                 h.expected.entry(wid).or_default().insert((id.0, launch));
             }
-            (parts, master.unwrap_or_default())
+            let limits = h
+                .jobs
+                .get(&id.0)
+                .and_then(|r| r.job.as_ref())
+                .map_or((None, None), |j| (j.memory_gb, j.max_processes));
+            let nodes: Vec<String> = parts
+                .iter()
+                .filter_map(|p| h.workers.get(&p.worker).map(|w| w.name.clone()))
+                .collect();
+            let uid = h.uids.take(id.0, launch, &nodes);
+            (parts, master.unwrap_or_default(), limits, uid)
+        };
+        let uid = match uid {
+            Ok(u) => u.unwrap_or(0),
+            Err(why) => {
+                // Every uid may still be in use somewhere: the job waits,
+                // without blame.
+                tracing::warn!(job = %id, "{why}");
+                {
+                    let mut h = lock(&self.hub);
+                    for p in &parts {
+                        if let Some(e) = h.expected.get_mut(&p.worker) {
+                            e.remove(&(id.0, launch));
+                        }
+                    }
+                }
+                self.records.entry(id).or_default().refused += 1;
+                let mut e = Ended::crashed(id, self.now(), None, Some(why));
+                e.blame = false;
+                self.ended.push(e);
+                return Ok(());
+            }
         };
         let world: u32 = if self.cfg.process_per_gpu {
             gpus.len() as u32
@@ -149,9 +181,11 @@ impl LaunchMechanism for ClusterBackend {
             .as_ref()
             .map(|d| d.display().to_string())
             .unwrap_or_default();
-        // Ranks on several nodes agree on where to stop through shared storage.
+        // Ranks on several nodes agree on where to stop through shared
+        // storage: beside the job's checkpoints, never inside them (a job
+        // could plant a link there for the workers to follow).
         let coord = match (&shared, parts.len() > 1) {
-            (Some(d), true) => d.join(format!(".launch-{launch}")).display().to_string(),
+            (Some(d), true) => coord_dir(d, id.0, launch).display().to_string(),
             (None, true) => {
                 tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
                 String::new()
@@ -180,6 +214,9 @@ impl LaunchMechanism for ClusterBackend {
                 worker_id: p.worker.clone(),
                 cluster: self.cluster_key.clone().unwrap_or_default(),
                 lease_epoch: p.lease_epoch,
+                memory_gb: limits.0,
+                max_processes: limits.1,
+                job_uid: uid,
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32
@@ -252,6 +289,9 @@ impl LaunchMechanism for ClusterBackend {
             let at_s = self.now();
             let mut e = Ended::crashed(id, at_s, None, Some(reason));
             e.blame = blame;
+            if !blame {
+                self.records.entry(id).or_default().refused += 1;
+            }
             self.ended.push(e);
             return Ok(());
         }
@@ -294,4 +334,15 @@ impl LaunchMechanism for ClusterBackend {
         }
         Ok(())
     }
+}
+
+/// The coordination directory of launch `launch` of job `job` whose
+/// checkpoints are in `checkpoints`: `<its parent>/.coord/<job>.launch-<n>`,
+/// a directory of the workers' beside the jobs' own.
+pub fn coord_dir(checkpoints: &std::path::Path, job: u64, launch: u32) -> std::path::PathBuf {
+    checkpoints
+        .parent()
+        .unwrap_or(checkpoints)
+        .join(".coord")
+        .join(format!("{job}.launch-{launch}"))
 }

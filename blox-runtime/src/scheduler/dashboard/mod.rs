@@ -9,8 +9,11 @@
 //! - `GET /api/series`: utilisation and queue length per round (the last
 //!   [`MAX_POINTS`]) and the policy in force over time (its switches).
 //!
-//! Read-only. With a users' token, the API needs it as for `/metrics`; the
-//! page itself carries no data and asks for the token.
+//! Read-only. With a users' token, the API needs it; the page itself
+//! carries no data and asks for the token. With tenants (`tokens_file`),
+//! readers and admins see every job, and a user sees their own jobs only
+//! (`/api/status` as `Status` answers them; on `/api/cluster` another
+//! tenant's job is an id without a name).
 
 use super::http::{Handler, Request, Response};
 use super::{lock, status, RoundStats, SharedHub};
@@ -83,8 +86,12 @@ impl View {
                     .filter_map(|g| lp.cluster.gpu(*g))
                     .map(|g| {
                         let job = g.job.map(|j| {
-                            let name = lp.jobs.get(j).map(|x| x.spec.name.as_str());
-                            json!({"id": j.0, "name": name.unwrap_or("")})
+                            let spec = lp.jobs.get(j).map(|x| &x.spec);
+                            json!({
+                                "id": j.0,
+                                "name": spec.map_or("", |s| s.name.as_str()),
+                                "user": spec.and_then(|s| s.user.as_deref()),
+                            })
                         });
                         // Its slowdown factor for the placements, where
                         // the workers measured one (1: the median GPU).
@@ -146,14 +153,18 @@ pub(in crate::scheduler) fn handler(
         if !req.path.starts_with("/api/") {
             return Response::text(404, "the dashboard is at / and its API at /api/\n");
         }
-        if !req.authorized(&access) {
+        let Some(who) = access.who(req.bearer()) else {
             return Response::unauthorized();
-        }
+        };
         match req.path.as_str() {
-            "/api/status" => api_status(req, &hub, &stats),
+            "/api/status" => api_status(req, &hub, &stats, &who),
             "/api/cluster" => {
                 let v = view.lock().unwrap_or_else(|e| e.into_inner());
-                Response::json(&v.cluster)
+                if who.role.sees_all() {
+                    Response::json(&v.cluster)
+                } else {
+                    Response::json(&redacted(&v.cluster, &who))
+                }
             }
             "/api/series" => {
                 let v = view.lock().unwrap_or_else(|e| e.into_inner());
@@ -189,7 +200,32 @@ fn phase_word(p: i32) -> &'static str {
         .map_or("unknown", |(w, _)| w)
 }
 
-fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Response {
+/// The cluster view as a user sees it: another tenant's job on a GPU is
+/// its id, without its name or user.
+fn redacted(cluster: &Value, who: &crate::auth::Principal) -> Value {
+    let mut v = cluster.clone();
+    let nodes = v.get_mut("nodes").and_then(Value::as_array_mut);
+    for n in nodes.into_iter().flatten() {
+        let gpus = n.get_mut("gpus").and_then(Value::as_array_mut);
+        for g in gpus.into_iter().flatten() {
+            let Some(job) = g.get_mut("job").filter(|j| j.is_object()) else {
+                continue;
+            };
+            let owner = job.get("user").and_then(Value::as_str);
+            if !who.may_touch(owner) {
+                *job = json!({"id": job.get("id").cloned().unwrap_or(Value::Null), "name": "", "user": null});
+            }
+        }
+    }
+    v
+}
+
+fn api_status(
+    req: &Request,
+    hub: &SharedHub,
+    stats: &Mutex<RoundStats>,
+    who: &crate::auth::Principal,
+) -> Response {
     let bad = |m: String| Response::text(400, m + "\n");
     let limit = match req.param("limit").filter(|s| !s.is_empty()) {
         None => DEFAULT_PAGE,
@@ -235,12 +271,7 @@ fn api_status(req: &Request, hub: &SharedHub, stats: &Mutex<RoundStats>) -> Resp
     let (reply, errors) = {
         let h = lock(hub);
         (
-            status::reply_matching(
-                &h,
-                &r,
-                (!q.is_empty()).then_some(q.as_str()),
-                &crate::auth::Principal::anyone(),
-            ),
+            status::reply_matching(&h, &r, (!q.is_empty()).then_some(q.as_str()), who),
             h.forecasts.mean_errors(),
         )
     };
