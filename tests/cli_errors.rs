@@ -467,3 +467,36 @@ fn sia_parameters_that_cannot_start_a_job_are_refused_with_the_rule() {
         "{jobs}"
     );
 }
+
+/// A worker's bad settings stop it before it starts, naming the setting
+/// (and, from a config file, the file and line): a `pass_env` of the
+/// worker's own `BLOX_*` settings, a memory limit above the node's.
+#[test]
+fn a_workers_bad_settings_are_refused_at_start_naming_them() {
+    let d = tempfile::tempdir().unwrap();
+    let o = blox(&[
+        "worker",
+        "--gpus",
+        "1",
+        "--pass-env",
+        "PATH,BLOX_TOKEN_FILE",
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--pass-env") && e.contains("BLOX_TOKEN_FILE"),
+        "{e}"
+    );
+    let cfg = write(
+        d.path(),
+        "w.toml",
+        "[worker]\nmax_processes = 64\nmemory_gb = 1e9\n",
+    );
+    let o = blox(&["worker", "--gpus", "1", "--config", cfg.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("w.toml") && e.contains(":3") && e.contains("memory_gb"),
+        "{e}"
+    );
+}

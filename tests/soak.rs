@@ -118,6 +118,20 @@ fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {
             attacks.contains("credentials stolen 0, forged calls accepted 0 of"),
             "{attacks}"
         );
+        // Against the node: no root-owned decoy changed, nothing outlived
+        // its launch (through a worker's SIGKILL and restart), no bomb,
+        // hog or huge submission got past its limit.
+        assert!(
+            attacks.contains("decoys changed 0, escaped processes 0, budgets exceeded 0"),
+            "{attacks}"
+        );
+        let node: usize = attacks
+            .split("node attacks ")
+            .nth(1)
+            .and_then(|s| s.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(node >= 5 * 4, "{attacks}");
         let n: usize = attacks
             .strip_prefix("soak: attackers ")
             .and_then(|s| s.split(',').next())

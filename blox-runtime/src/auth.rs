@@ -434,6 +434,7 @@ impl tonic::service::Interceptor for SchedulerGate {
         match who {
             Some(p) => {
                 req.extensions_mut().insert(p);
+                crate::conn::authenticated(&req);
                 Ok(req)
             }
             None if self.workers.verify(req.metadata(), "").is_ok() => {
@@ -442,6 +443,7 @@ impl tonic::service::Interceptor for SchedulerGate {
                         "this scheduler requires workers to present a client certificate signed by its `tls_client_ca`",
                     ));
                 }
+                crate::conn::authenticated(&req);
                 Ok(req)
             }
             None => Err(tonic::Status::unauthenticated(if header.is_some() {

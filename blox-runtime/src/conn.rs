@@ -2,9 +2,11 @@
 //! worker's) accepts, so that clients that open connections and never
 //! speak cannot use up its descriptors and starve the heartbeats:
 //!
-//! - a connection must send its first bytes of HTTP/2 (the 24-byte
-//!   preface; with TLS, as much of its handshake) within
-//!   [`ConnLimits::handshake`], or it is closed;
+//! - a connection must carry a call that passes the endpoint's
+//!   authentication (its interceptor calls [`authenticated`]) within
+//!   [`ConnLimits::handshake`], or it is closed: a client that connects
+//!   and says nothing, or only the HTTP/2 preface, or only part of a TLS
+//!   handshake, or calls without a valid token, holds nothing long;
 //! - at most [`ConnLimits::max_pending`] connections may be in that state
 //!   at once: a new one pushes the oldest out (so a client that completes
 //!   its handshake in time gets in however many idle ones are opened);
@@ -16,11 +18,12 @@
 //! Workers keep one long-lived connection each, established long before
 //! any flood, so their heartbeats go on whatever is opened meanwhile.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -29,10 +32,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// waits for the answer before closing it.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Bytes a connection must send before it counts as established (HTTP/2's
-/// client preface).
-const ESTABLISHED_BYTES: usize = 24;
 
 /// The budgets (module docs).
 #[derive(Clone, Copy, Debug)]
@@ -102,8 +101,14 @@ impl Registry {
         }
     }
 
-    /// Takes `io` in, or refuses it (`None`: the caller drops it).
-    fn admit<T>(self: &Arc<Self>, io: T, limits: &ConnLimits) -> Option<Guarded<T>> {
+    /// Takes `io` (from `peer`: local and remote address) in, or refuses
+    /// it (`None`: the caller drops it).
+    fn admit<T>(
+        self: &Arc<Self>,
+        io: T,
+        peer: Option<(SocketAddr, SocketAddr)>,
+        limits: &ConnLimits,
+    ) -> Option<Guarded<T>> {
         if self.open.fetch_add(1, Ordering::AcqRel) >= limits.max_open {
             self.open.fetch_sub(1, Ordering::AcqRel);
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -128,12 +133,15 @@ impl Registry {
         if self.evicted.load(Ordering::Relaxed) > 0 {
             self.warn("many connections that send nothing: the oldest are closed");
         }
+        if let Some(k) = peer {
+            by_peer().insert(k, Arc::downgrade(&slot));
+        }
         Some(Guarded {
             io,
             slot,
             registry: self.clone(),
             deadline: Box::pin(tokio::time::sleep(limits.handshake)),
-            read: 0,
+            peer,
         })
     }
 }
@@ -144,12 +152,38 @@ pub struct Guarded<T> {
     slot: Arc<Slot>,
     registry: Arc<Registry>,
     deadline: Pin<Box<tokio::time::Sleep>>,
-    read: usize,
+    peer: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl<T> Drop for Guarded<T> {
     fn drop(&mut self) {
         self.registry.open.fetch_sub(1, Ordering::AcqRel);
+        if let Some(k) = self.peer {
+            by_peer().remove(&k);
+        }
+    }
+}
+
+type Peers = HashMap<(SocketAddr, SocketAddr), Weak<Slot>>;
+
+/// Every guarded TCP connection of this process, by (local, remote)
+/// address: how an interceptor finds the connection a call came on.
+fn by_peer() -> std::sync::MutexGuard<'static, Peers> {
+    static PEERS: OnceLock<Mutex<Peers>> = OnceLock::new();
+    PEERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Marks the connection `req` came on as established: it carried a call
+/// the endpoint's authentication let through (module docs).
+pub fn authenticated<T>(req: &tonic::Request<T>) {
+    let (Some(local), Some(remote)) = (req.local_addr(), req.remote_addr()) else {
+        return;
+    };
+    if let Some(slot) = by_peer().get(&(local, remote)).and_then(Weak::upgrade) {
+        slot.established.store(true, Ordering::Release);
     }
 }
 
@@ -166,7 +200,7 @@ impl<T> Guarded<T> {
                 self.registry.timed_out.fetch_add(1, Ordering::Relaxed);
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
-                    "no handshake within the deadline",
+                    "no authenticated call within the deadline",
                 ));
             }
             *self.slot.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
@@ -184,15 +218,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         if let Err(e) = self.check(cx) {
             return Poll::Ready(Err(e));
         }
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = r {
-            self.read += buf.filled().len() - before;
-            if self.read >= ESTABLISHED_BYTES {
-                self.slot.established.store(true, Ordering::Release);
-            }
-        }
-        r
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -268,12 +294,13 @@ impl tokio_stream::Stream for Incoming {
                         .warn(&format!("cannot accept connections ({e})"));
                     self.backoff = Some(Box::pin(tokio::time::sleep(Duration::from_millis(10))));
                 }
-                Poll::Ready(Ok((conn, _))) => {
+                Poll::Ready(Ok((conn, remote))) => {
                     if conn.set_nodelay(true).is_err() {
                         continue;
                     }
+                    let peer = conn.local_addr().ok().map(|l| (l, remote));
                     let limits = self.limits;
-                    if let Some(g) = self.registry.admit(conn, &limits) {
+                    if let Some(g) = self.registry.admit(conn, peer, &limits) {
                         return Poll::Ready(Some(Ok(g)));
                     }
                 }
@@ -313,17 +340,18 @@ mod tests {
         let (a, _a) = tokio::io::duplex(64);
         let (b, _b) = tokio::io::duplex(64);
         let (c, mut c_peer) = tokio::io::duplex(64);
-        let mut ga = reg.admit(a, &limits).unwrap();
-        let mut gb = reg.admit(b, &limits).unwrap();
-        // A third pushes out the oldest silent one (`a`); it speaks at
-        // once, so it is established and pending no more.
+        let mut ga = reg.admit(a, None, &limits).unwrap();
+        let mut gb = reg.admit(b, None, &limits).unwrap();
+        // A third pushes out the oldest silent one (`a`); its call passes
+        // authentication, so it is established and pending no more.
         c_peer.write_all(&[0u8; 24]).await.unwrap();
-        let mut gc = reg.admit(c, &limits).unwrap();
+        let mut gc = reg.admit(c, None, &limits).unwrap();
+        gc.slot.established.store(true, Ordering::Release);
         let mut buf = [0u8; 64];
         assert_eq!(gc.read(&mut buf).await.unwrap(), 24);
         // A fourth fits beside `b`.
         let (d, _d) = tokio::io::duplex(64);
-        let mut gd = reg.admit(d, &limits).unwrap();
+        let mut gd = reg.admit(d, None, &limits).unwrap();
         let e = ga.read(&mut buf).await.unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::ConnectionAborted);
         // `b` and `d` time out; `c` does not.
@@ -342,9 +370,9 @@ mod tests {
         assert_eq!(reg.open(), 1);
         // Over `max_open`: refused at once.
         let held: Vec<_> = (0..5)
-            .map(|_| reg.admit(tokio::io::duplex(8).0, &limits).unwrap())
+            .map(|_| reg.admit(tokio::io::duplex(8).0, None, &limits).unwrap())
             .collect();
-        assert!(reg.admit(tokio::io::duplex(8).0, &limits).is_none());
+        assert!(reg.admit(tokio::io::duplex(8).0, None, &limits).is_none());
         assert_eq!(reg.refused.load(Ordering::Relaxed), 1);
         drop(held);
         drop(gc);

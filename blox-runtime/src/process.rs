@@ -256,8 +256,10 @@ pub struct Running {
     given: Vec<Dir>,
     ranks: Vec<Rank>,
     metrics_offset: u64,
-    /// Set once a refused `metrics` file was logged (once per launch).
-    metrics_refused: bool,
+    /// Why a file the job gave the worker to read was refused (a link, a
+    /// FIFO, another's file): the launch is ended for it, as the job's
+    /// fault ([`Running::refusal`]).
+    refusal: std::sync::Mutex<Option<String>>,
 }
 
 /// Why a launch could not start: the job's fault (a missing program, a
@@ -303,33 +305,34 @@ fn split(path: &Path) -> Result<(PathBuf, &str), StartError> {
 
 /// The job's own directory at `path` (checkpoint, coordination): its
 /// parent reached safely (and made where missing), the directory itself
-/// made where missing, never through a link, and given to the job's
-/// account (0700): with `takes_over`, what earlier launches of the job
-/// left in it as other job uids too, unless the directory's group says the
-/// last launch ran as this uid already (see [`Running::hand_back`]).
-fn job_dir(path: &Path, trust: Trust, user: Option<&JobUser>) -> Result<Dir, StartError> {
+/// made where missing, never through a link.
+fn job_dir(path: &Path, trust: Trust) -> Result<Dir, StartError> {
     let (parent, name) = split(path)?;
-    let d = Dir::open(&parent, true, trust)
+    Dir::open(&parent, true, trust)
         .and_then(|p| p.subdir(name, 0o700, false))
-        .map_err(StartError::node)?;
-    if let Some(u) = user {
-        let st = d.stat().map_err(StartError::node)?;
-        match u.takes_over {
-            Some((first, last)) if st.st_gid != u.gid => {
-                let n = d
-                    .chown_tree(u.uid, u.gid, &|x| (first..=last).contains(&x))
-                    .map_err(|e| {
-                        StartError::job(format!("cannot give the job its checkpoints: {e}"))
-                    })?;
-                tracing::debug!(dir = %path.display(), uid = u.uid, entries = n, "handed over");
-            }
-            _ => d
-                .chown(Some(u.uid), Some(u.gid))
-                .map_err(StartError::node)?,
+        .map_err(StartError::node)
+}
+
+/// Gives the job's directory `d` to its account (0700): with `takes_over`,
+/// what earlier launches of the job left in it as other job uids too,
+/// unless the directory's group says the last launch ran as this uid
+/// already (see [`Running::hand_back`]).
+fn give(d: &Dir, u: &JobUser) -> Result<(), StartError> {
+    let st = d.stat().map_err(StartError::node)?;
+    match u.takes_over {
+        Some((first, last)) if st.st_gid != u.gid => {
+            let n = d
+                .chown_tree(u.uid, u.gid, &|x| (first..=last).contains(&x))
+                .map_err(|e| {
+                    StartError::job(format!("cannot give the job its checkpoints: {e}"))
+                })?;
+            tracing::debug!(dir = %d.path().display(), uid = u.uid, entries = n, "handed over");
         }
-        d.chmod(0o700).map_err(StartError::node)?;
+        _ => d
+            .chown(Some(u.uid), Some(u.gid))
+            .map_err(StartError::node)?,
     }
-    Ok(d)
+    d.chmod(0o700).map_err(StartError::node)
 }
 
 impl Running {
@@ -341,10 +344,12 @@ impl Running {
         let user = spec.job_user.as_ref();
         // Jobs that run as another uid may plant links where the worker
         // works: every directory on the way is checked then.
-        let trust = if user.is_some() {
-            Trust::Strict
-        } else {
-            Trust::Same
+        let trust = match user {
+            Some(u) => Trust::Strict {
+                uids: u.takes_over.unwrap_or((u.uid, u.uid)),
+                gids: u.takes_over.unwrap_or((u.gid, u.gid)),
+            },
+            None => Trust::Same,
         };
         let (parent, name) = split(&spec.control)?;
         let parent = Dir::open(&parent, true, trust).map_err(StartError::node)?;
@@ -367,7 +372,7 @@ impl Running {
             given: Vec::new(),
             ranks: Vec::new(),
             metrics_offset: 0,
-            metrics_refused: false,
+            refusal: std::sync::Mutex::new(None),
         };
         match running.start(spec, trust) {
             Ok(()) => Ok(running),
@@ -392,9 +397,38 @@ impl Running {
                 .and_then(|_| self.report.chown(Some(u.uid), Some(u.gid)))
                 .map_err(StartError::node)?;
         }
-        self.given.push(job_dir(&spec.checkpoint, trust, user)?);
-        if let Some(c) = spec.coord.as_deref() {
-            self.given.push(job_dir(c, trust, user)?);
+        // Each is kept before it is given: a failed hand-over is taken
+        // back with the rest. What is given is written down first, for a
+        // worker killed before it takes them back (`reclaim`).
+        let paths: Vec<&PathBuf> = std::iter::once(&spec.checkpoint)
+            .chain(spec.coord.as_ref())
+            .collect();
+        if user.is_some() {
+            let list: String = paths
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}\n",
+                        std::path::absolute(p)
+                            .unwrap_or_else(|_| p.to_path_buf())
+                            .display()
+                    )
+                })
+                .collect();
+            self.control_dir
+                .write(GIVEN_FILE, list.as_bytes())
+                .map_err(|e| {
+                    StartError::node(format!(
+                        "cannot write {}: {e}",
+                        spec.control.join(GIVEN_FILE).display()
+                    ))
+                })?;
+        }
+        for path in paths {
+            self.given.push(job_dir(path, trust)?);
+            if let Some(u) = user {
+                give(self.given.last().expect("just pushed"), u)?;
+            }
         }
         if let Some((until, grace)) = spec.lease {
             if let Some(text) = lease_text(until, grace) {
@@ -542,9 +576,34 @@ impl Running {
         exit.code == Some(0) && self.marked_done()
     }
 
-    /// True when the job marked itself done (see [`Running::finished`]).
+    /// True when the job marked itself done (see [`Running::finished`]); a
+    /// `done` that is not the job's plain file is refused
+    /// ([`Running::refusal`]).
     pub fn marked_done(&self) -> bool {
-        self.report.has_job_file("done", self.owner)
+        match self.report.open_job_file("done", self.owner) {
+            Ok(found) => found.is_some(),
+            Err(e) => {
+                self.refuse(e);
+                false
+            }
+        }
+    }
+
+    /// Why a file of the job's was refused, if one was: the worker ends
+    /// the launch, and reports this as its reason (the job's fault).
+    pub fn refusal(&self) -> Option<String> {
+        self.refusal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn refuse(&self, why: String) {
+        let mut r = self.refusal.lock().unwrap_or_else(|e| e.into_inner());
+        if r.is_none() {
+            tracing::warn!(dir = %self.control.display(), "{why}: the launch is ended");
+            *r = Some(format!("refused: {why}"));
+        }
     }
 
     /// Tells the job until when its lease holds (the control directory's
@@ -615,7 +674,7 @@ impl Running {
 
     /// Feeds the metric lines written since the last call to `sink`: at
     /// most 1 MiB a call, from the job's own plain `metrics` file (a link
-    /// or another's file is refused, once logged); a line still being
+    /// or another's file is refused: [`Running::refusal`]); a line still being
     /// written is read next time, a malformed one or one over 4 KiB is
     /// logged (cut short) and skipped.
     pub fn read_metrics(&mut self, job: u64, mut sink: impl FnMut(&str, f64)) {
@@ -628,14 +687,15 @@ impl Running {
             Ok(Some(c)) => c,
             Ok(None) => return,
             Err(e) => {
-                if !self.metrics_refused {
-                    tracing::warn!(job, "metrics ignored: {e}");
-                    self.metrics_refused = true;
-                }
+                let _ = job;
+                self.refuse(e);
                 return;
             }
         };
         let mut rest = &chunk[..];
+        // Bad lines are counted and said once a call (the first of them):
+        // a job writing millions must not flood the worker's log.
+        let (mut bad, mut first_bad) = (0usize, None);
         while let Some(end) = rest.iter().position(|b| *b == b'\n') {
             let line = &rest[..end];
             rest = &rest[end + 1..];
@@ -645,14 +705,25 @@ impl Running {
                 .filter(|_| line.len() <= METRIC_LINE_BYTES);
             let mut it = text.unwrap_or("").split_whitespace();
             match (it.next(), it.next().map(str::parse::<f64>), it.next()) {
-                (Some(k), Some(Ok(v)), None) => sink(k, v),
-                _ => tracing::warn!(
-                    job,
-                    line = %String::from_utf8_lossy(&line[..line.len().min(200)]).trim(),
-                    bytes = line.len(),
-                    "bad metric line ignored"
-                ),
+                // What the scheduler takes: a key of at most 128 bytes, a
+                // finite value.
+                (Some(k), Some(Ok(v)), None)
+                    if v.is_finite() && k.len() <= crate::validate::MAX_KEY_BYTES =>
+                {
+                    sink(k, v)
+                }
+                _ => {
+                    bad += 1;
+                    first_bad.get_or_insert_with(|| {
+                        String::from_utf8_lossy(&line[..line.len().min(200)])
+                            .trim()
+                            .to_string()
+                    });
+                }
             }
+        }
+        if let Some(first) = first_bad {
+            tracing::warn!(job, lines = bad, first = %first, "bad metric lines ignored (a key of at most 128 bytes and a finite number each)");
         }
         // A partial line longer than any metric line is no metric: skipped
         // whole, so the reader never stalls on it.
@@ -681,7 +752,85 @@ impl Running {
                 self.control.display()
             );
         }
+        let _ = self.control_dir.remove(GIVEN_FILE);
     }
+}
+
+/// The file in a launch's control directory listing the directories the
+/// launch was given, one path a line, until they are taken back: a worker
+/// killed before it took them back does so when it starts again
+/// ([`reclaim`]).
+pub const GIVEN_FILE: &str = "given";
+
+/// Takes back what launches of an earlier run of the worker were given and
+/// never returned (the worker was killed): under `workdir/jobs`, every
+/// launch directory that still lists what it was given ([`GIVEN_FILE`])
+/// has its report directory and those directories taken back where they
+/// are still its uid's (the owner of its report directory). Run before the
+/// worker registers: the scheduler gives none of those uids to a new launch
+/// until this node reports them free. Returns how many were taken back.
+pub fn reclaim(workdir: &Path) -> usize {
+    let me = rustix::process::geteuid().as_raw();
+    let mut taken = 0;
+    let jobs = workdir.join("jobs");
+    // jobs/<cluster>/<job>/launch-<n>, or jobs/<job>/launch-<n> (a table
+    // older than identities).
+    let mut launches = Vec::new();
+    for a in std::fs::read_dir(&jobs).into_iter().flatten().flatten() {
+        for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
+            let p = b.path();
+            if b.file_name().to_string_lossy().starts_with("launch-") {
+                launches.push(p);
+                continue;
+            }
+            for c in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                if c.file_name().to_string_lossy().starts_with("launch-") {
+                    launches.push(c.path());
+                }
+            }
+        }
+    }
+    for launch in launches {
+        let Ok(control) = Dir::open(&launch, false, Trust::Same) else {
+            continue;
+        };
+        let Ok(Some(list)) = control.read_job_file(GIVEN_FILE, Some(me), 0, 1 << 16) else {
+            continue;
+        };
+        let Ok(report) = control.subdir(REPORT_DIR, 0o700, false) else {
+            continue;
+        };
+        let Ok(uid) = report.stat().map(|s| s.st_uid) else {
+            continue;
+        };
+        let mut dirs = vec![report];
+        for line in String::from_utf8_lossy(&list)
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            let path = Path::new(line);
+            let (Some(parent), Some(name)) =
+                (path.parent(), path.file_name().and_then(|n| n.to_str()))
+            else {
+                continue;
+            };
+            if let Ok(d) =
+                Dir::open(parent, false, Trust::Same).and_then(|p| p.subdir(name, 0o700, false))
+            {
+                dirs.push(d);
+            }
+        }
+        for d in dirs {
+            if d.stat().is_ok_and(|s| s.st_uid == uid && uid != me)
+                && d.chown(Some(me), None).and_then(|_| d.chmod(0o700)).is_ok()
+            {
+                taken += 1;
+            }
+        }
+        let _ = control.chown(None, Some(rustix::process::getegid().as_raw()));
+        let _ = control.remove(GIVEN_FILE);
+    }
+    taken
 }
 
 impl Drop for Running {
@@ -780,9 +929,12 @@ fn spawn_child(
                     }
                 }
                 if let Some((uid, gid)) = drop_to {
+                    // No setuid program gives it anything back either (one
+                    // a job left for whoever gets its uid next, say).
                     if libc::setgroups(0, std::ptr::null()) != 0
                         || libc::setresgid(gid, gid, gid) != 0
                         || libc::setresuid(uid, uid, uid) != 0
+                        || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
                     {
                         return Err(std::io::Error::last_os_error());
                     }

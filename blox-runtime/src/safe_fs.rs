@@ -9,10 +9,11 @@
 //! one planted where it will `chown` hands the job any directory. So:
 //!
 //! - every directory is reached from `/` one component at a time
-//!   ([`Dir::open`]): with [`Trust::Strict`] (jobs run as other uids), each
-//!   directory on the way must be root's or the worker's and writable by
-//!   no one else (or, like `/tmp`, sticky, holding only entries of root or
-//!   the worker): a link is followed only where no job could have put it;
+//!   ([`Dir::open`]): with [`Trust::Strict`] (jobs run as other uids), no
+//!   directory on the way may be a job's or writable by a job (by its
+//!   group, or by all unless sticky, like `/tmp`, and there no entry on
+//!   the way may be a job's): a link is followed only where no job could
+//!   have put it;
 //! - below that, every directory is created and opened relative to its
 //!   parent's handle, refusing links (`mkdirat`, `openat` with
 //!   `O_NOFOLLOW`), and is changed (`fchown`, `fchmod`) through its own
@@ -43,16 +44,27 @@ pub enum Trust {
     /// Jobs run as the worker's own uid: no boundary to guard on the way
     /// (links are still refused below the directories opened).
     Same,
-    /// Jobs run as other uids: every directory on the way is checked.
-    Strict,
+    /// Jobs run as the uids `uids` with the groups `gids` (inclusive
+    /// ranges): every directory on the way is checked against them.
+    Strict { uids: (u32, u32), gids: (u32, u32) },
+}
+
+impl Trust {
+    fn job_uid(&self, u: u32) -> bool {
+        matches!(self, Trust::Strict { uids, .. } if (uids.0..=uids.1).contains(&u))
+    }
+    fn job_gid(&self, g: u32) -> bool {
+        matches!(self, Trust::Strict { gids, .. } if (gids.0..=gids.1).contains(&g))
+    }
 }
 
 /// The most links followed on the way to one directory (as the kernel's
 /// `MAXSYMLINKS`).
 const MAX_LINKS: usize = 40;
 
-/// How deep [`Dir::chown_tree`] and its entries go.
+/// How deep [`Dir::chown_tree`] goes, and how many entries it visits.
 const MAX_DEPTH: usize = 256;
+const MAX_ENTRIES: u64 = 1_000_000;
 
 /// An open directory, with the path it was reached by (for messages).
 #[derive(Debug)]
@@ -65,15 +77,6 @@ fn err(path: &Path, what: &str, e: impl std::fmt::Display) -> String {
     format!("{what} {}: {e}", path.display())
 }
 
-fn uid_of_worker() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-/// Root or the worker: whoever else owns a directory could change it.
-fn trusted_owner(uid: u32) -> bool {
-    uid == 0 || uid == uid_of_worker()
-}
-
 fn mode_bits(st: &Stat) -> u32 {
     #[allow(clippy::unnecessary_cast)] // u16 on some targets
     let m = st.st_mode as u32;
@@ -84,29 +87,35 @@ fn kind(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode as _)
 }
 
-/// Why `st` (a directory reached on the way) is not to be trusted, if it
-/// is not.
-fn untrusted_dir(st: &Stat) -> Option<String> {
-    if !trusted_owner(st.st_uid) {
-        return Some(format!(
-            "it belongs to uid {}, neither root nor this worker",
-            st.st_uid
-        ));
+/// Why `st` (a directory reached on the way) is not to be trusted with
+/// jobs of `trust`, if it is not: a job's, or one a job may write into (by
+/// its group, or by all) unless sticky.
+fn untrusted_dir(st: &Stat, trust: Trust) -> Option<String> {
+    if trust.job_uid(st.st_uid) {
+        return Some(format!("it belongs to job uid {}", st.st_uid));
     }
     let m = mode_bits(st);
-    if m & 0o022 != 0 && m & 0o1000 == 0 {
+    let sticky = m & 0o1000 != 0;
+    if m & 0o002 != 0 && !sticky {
         return Some(format!(
-            "others may write into it (mode {m:o}) and it is not sticky"
+            "anyone may write into it (mode {m:o}) and it is not sticky"
+        ));
+    }
+    if m & 0o020 != 0 && trust.job_gid(st.st_gid) && !sticky {
+        return Some(format!(
+            "its group {} is a job's and may write into it (mode {m:o})",
+            st.st_gid
         ));
     }
     None
 }
 
-/// True when others may write into a directory with this status (it is
-/// then sticky, or [`untrusted_dir`] refused it): what it holds must be
-/// root's or the worker's.
-fn shared_dir(st: &Stat) -> bool {
-    mode_bits(st) & 0o022 != 0
+/// True when a job may create entries in a directory with this status (it
+/// is then sticky, or [`untrusted_dir`] refused it): an entry on the way in
+/// it must not be a job's.
+fn shared_dir(st: &Stat, trust: Trust) -> bool {
+    let m = mode_bits(st);
+    m & 0o002 != 0 || (m & 0o020 != 0 && trust.job_gid(st.st_gid))
 }
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
@@ -117,9 +126,9 @@ const DIR_FLAGS: OFlags = OFlags::RDONLY
 impl Dir {
     /// The directory at `path`, reached from `/` one component at a time
     /// (a relative path from the working directory), created (mode 0755)
-    /// where missing when `create`. With [`Trust::Strict`], each directory
-    /// on the way and each link followed must be root's or the worker's,
-    /// and no directory writable by others unless sticky (module docs).
+    /// where missing when `create`. With [`Trust::Strict`], no directory on
+    /// the way and no link followed may be a job's, and no directory
+    /// writable by a job unless sticky (module docs).
     pub fn open(path: &Path, create: bool, trust: Trust) -> Result<Dir, String> {
         let abs = if path.is_absolute() {
             path.to_path_buf()
@@ -140,10 +149,8 @@ impl Dir {
                 path.display()
             )
         };
-        if trust == Trust::Strict {
-            if let Some(why) = untrusted_dir(&st) {
-                return Err(refuse(format!("/: {why}")));
-            }
+        if let Some(why) = untrusted_dir(&st, trust) {
+            return Err(refuse(format!("/: {why}")));
         }
         while let Some(name) = todo.pop() {
             if name == "." || name.is_empty() {
@@ -154,15 +161,13 @@ impl Dir {
                 Err(rustix::io::Errno::NOENT) if create && name != ".." => None,
                 Err(e) => return Err(err(path, "cannot open", e)),
             };
-            if trust == Trust::Strict && shared_dir(&st) {
-                if let Some(e) = &entry {
-                    if !trusted_owner(e.st_uid) {
-                        return Err(refuse(format!(
-                            "`{}` belongs to uid {} in a directory others may write",
-                            name.to_string_lossy(),
-                            e.st_uid
-                        )));
-                    }
+            if shared_dir(&st, trust) {
+                if let Some(e) = entry.as_ref().filter(|e| trust.job_uid(e.st_uid)) {
+                    return Err(refuse(format!(
+                        "`{}` belongs to job uid {} in a directory jobs may write",
+                        name.to_string_lossy(),
+                        e.st_uid
+                    )));
                 }
             }
             if entry.as_ref().is_some_and(|e| kind(e) == FileType::Symlink) {
@@ -190,10 +195,8 @@ impl Dir {
             let next = openat(&cur, name.as_os_str(), DIR_FLAGS, Mode::empty())
                 .map_err(|e| err(path, "cannot open", e))?;
             st = fstat(&next).map_err(|e| err(path, "cannot read", e))?;
-            if trust == Trust::Strict {
-                if let Some(why) = untrusted_dir(&st) {
-                    return Err(refuse(format!("`{}`: {why}", name.to_string_lossy())));
-                }
+            if let Some(why) = untrusted_dir(&st, trust) {
+                return Err(refuse(format!("`{}`: {why}", name.to_string_lossy())));
             }
             cur = next;
         }
@@ -230,17 +233,6 @@ impl Dir {
         if fresh {
             // What mkdirat made: the umask may have taken bits away.
             d.chmod(mode)?;
-        }
-        Ok(d)
-    }
-
-    /// A directory of the worker's own inside (created when missing): it
-    /// must be root's or the worker's and writable by no one else.
-    pub fn own_subdir(&self, name: &str, mode: u32) -> Result<Dir, String> {
-        let d = self.subdir(name, mode, false)?;
-        let st = d.stat()?;
-        if let Some(why) = untrusted_dir(&st) {
-            return Err(format!("{}: refused: {why}", d.path.display()));
         }
         Ok(d)
     }
@@ -397,10 +389,10 @@ impl Dir {
         gid: u32,
         job_uid: &dyn Fn(u32) -> bool,
     ) -> Result<u64, String> {
-        let mut changed = 0;
+        let mut counts = (0, 0);
         let dev = self.stat()?.st_dev;
-        self.chown_tree_at(uid, gid, job_uid, dev, 0, &mut changed)?;
-        Ok(changed)
+        self.chown_tree_at(uid, gid, job_uid, dev, 0, &mut counts)?;
+        Ok(counts.0)
     }
 
     fn chown_tree_at(
@@ -410,7 +402,7 @@ impl Dir {
         job_uid: &dyn Fn(u32) -> bool,
         dev: u64,
         depth: usize,
-        changed: &mut u64,
+        counts: &mut (u64, u64),
     ) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(err(
@@ -422,7 +414,7 @@ impl Dir {
         let st = self.stat()?;
         if st.st_uid != uid || st.st_gid != gid {
             self.chown(Some(uid), Some(gid))?;
-            *changed += 1;
+            counts.0 += 1;
         }
         let dup = rustix::io::dup(&self.fd).map_err(|e| err(&self.path, "cannot list", e))?;
         let entries = rustix::fs::Dir::new(dup).map_err(|e| err(&self.path, "cannot list", e))?;
@@ -431,6 +423,14 @@ impl Dir {
             let name = OsStr::from_bytes(e.file_name().to_bytes()).to_owned();
             if name == "." || name == ".." {
                 continue;
+            }
+            counts.1 += 1;
+            if counts.1 > MAX_ENTRIES {
+                return Err(err(
+                    &self.path,
+                    "refused",
+                    format!("more than {MAX_ENTRIES} entries to hand over"),
+                ));
             }
             let here = self.path.join(&name);
             let st = match statat(&self.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
@@ -458,17 +458,37 @@ impl Dir {
                 if now.st_ino != st.st_ino || now.st_dev != dev {
                     continue;
                 }
-                Dir { fd, path: here }.chown_tree_at(uid, gid, job_uid, dev, depth + 1, changed)?;
+                Dir { fd, path: here }.chown_tree_at(uid, gid, job_uid, dev, depth + 1, counts)?;
             } else if st.st_nlink == 1 && (st.st_uid != uid || st.st_gid != gid) {
-                rustix::fs::chownat(
+                // Through a handle to the very entry checked (a link is
+                // its own entry): one swapped in meanwhile is left alone.
+                let fd = match openat(
                     &self.fd,
                     name.as_os_str(),
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => fd,
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(err(&here, "cannot open", e)),
+                };
+                let now = fstat(&fd).map_err(|e| err(&here, "cannot read", e))?;
+                if now.st_ino != st.st_ino
+                    || now.st_dev != st.st_dev
+                    || now.st_nlink != 1
+                    || !job_uid(now.st_uid)
+                {
+                    continue;
+                }
+                rustix::fs::chownat(
+                    &fd,
+                    "",
                     Some(Uid::from_raw(uid)),
                     Some(Gid::from_raw(gid)),
-                    AtFlags::SYMLINK_NOFOLLOW,
+                    AtFlags::EMPTY_PATH,
                 )
                 .map_err(|e| err(&here, "cannot change the owner of", e))?;
-                *changed += 1;
+                counts.0 += 1;
             }
         }
         Ok(())
@@ -499,6 +519,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
+    const JOBS: Trust = Trust::Strict {
+        uids: (70000, 79999),
+        gids: (70000, 79999),
+    };
+
     fn tmp() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
     }
@@ -509,7 +534,7 @@ mod tests {
         let real = t.path().join("real");
         std::fs::create_dir(&real).unwrap();
         symlink(&real, t.path().join("via")).unwrap();
-        let d = Dir::open(&t.path().join("via/a/b"), true, Trust::Strict).unwrap();
+        let d = Dir::open(&t.path().join("via/a/b"), true, JOBS).unwrap();
         assert!(real.join("a/b").is_dir());
         d.write("lease", b"1 2\n").unwrap();
         assert_eq!(std::fs::read(real.join("a/b/lease")).unwrap(), b"1 2\n");
@@ -523,12 +548,28 @@ mod tests {
         let open = t.path().join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let e = Dir::open(&open.join("x"), true, Trust::Strict).unwrap_err();
-        assert!(e.contains("others may write"), "{e}");
+        let e = Dir::open(&open.join("x"), true, JOBS).unwrap_err();
+        assert!(e.contains("anyone may write"), "{e}");
         // Sticky (as /tmp): entries of the worker's own are fine.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        Dir::open(&open.join("x"), true, Trust::Strict).unwrap();
+        Dir::open(&open.join("x"), true, JOBS).unwrap();
         Dir::open(&open.join("y"), true, Trust::Same).unwrap();
+        if rustix::process::geteuid().as_raw() == 0 {
+            // A job's entry there, or a job's directory on the way: refused.
+            std::os::unix::fs::lchown(open.join("x"), Some(70001), Some(70001)).unwrap();
+            let e = Dir::open(&open.join("x/y"), true, JOBS).unwrap_err();
+            assert!(e.contains("job uid 70001"), "{e}");
+            // Writable by a job's group (not sticky): refused; by another
+            // group: fine.
+            let g = t.path().join("group");
+            std::fs::create_dir(&g).unwrap();
+            std::fs::set_permissions(&g, std::fs::Permissions::from_mode(0o775)).unwrap();
+            std::os::unix::fs::lchown(&g, Some(0), Some(70002)).unwrap();
+            let e = Dir::open(&g.join("z"), true, JOBS).unwrap_err();
+            assert!(e.contains("group 70002"), "{e}");
+            std::os::unix::fs::lchown(&g, Some(0), Some(5000)).unwrap();
+            Dir::open(&g.join("z"), true, JOBS).unwrap();
+        }
     }
 
     #[test]
@@ -536,7 +577,7 @@ mod tests {
         let t = tmp();
         let victim = t.path().join("victim");
         std::fs::create_dir(&victim).unwrap();
-        let d = Dir::open(t.path(), false, Trust::Strict).unwrap();
+        let d = Dir::open(t.path(), false, JOBS).unwrap();
         symlink(&victim, t.path().join("ck")).unwrap();
         let e = d.subdir("ck", 0o700, false).unwrap_err();
         assert!(e.contains("not a directory"), "{e}");
@@ -601,7 +642,7 @@ mod tests {
             std::os::unix::fs::lchown(p, Some(70001), Some(70001)).unwrap();
         }
         std::os::unix::fs::lchown(ck.join("link"), Some(70001), Some(70001)).unwrap();
-        let d = Dir::open(t.path(), false, Trust::Strict)
+        let d = Dir::open(t.path(), false, JOBS)
             .unwrap()
             .subdir("ck", 0o700, false)
             .unwrap();

@@ -158,6 +158,17 @@ impl Store {
     /// Writes `records` (and the next job id, if given) in one durable
     /// transaction.
     pub fn write(&self, records: &[&JobRecord], next_id: Option<u64>) -> Result<(), StoreError> {
+        self.write_with_uids(records, next_id, None)
+    }
+
+    /// [`Store::write`], replacing the job uids' holders too when given
+    /// (one transaction, one sync).
+    pub fn write_with_uids(
+        &self,
+        records: &[&JobRecord],
+        next_id: Option<u64>,
+        uids: Option<&[(u32, crate::scheduler::uids::Holder)]>,
+    ) -> Result<(), StoreError> {
         self.with(|db| {
             let tx = db.begin_write().map_err(|e| self.err(e))?;
             {
@@ -172,6 +183,14 @@ impl Store {
                 let mut meta = tx.open_table(META).map_err(|e| self.err(e))?;
                 if let Some(n) = next_id {
                     meta.insert("next_job_id", n).map_err(|e| self.err(e))?;
+                }
+                if let Some(holders) = uids {
+                    let mut t = tx.open_table(UIDS).map_err(|e| self.err(e))?;
+                    t.retain(|_, _| false).map_err(|e| self.err(e))?;
+                    for (uid, h) in holders {
+                        let v = serde_json::to_vec(h).map_err(|e| self.err(e))?;
+                        t.insert(*uid, v.as_slice()).map_err(|e| self.err(e))?;
+                    }
                 }
             }
             tx.commit().map_err(|e| self.err(e))
@@ -214,25 +233,6 @@ impl Store {
             g.writing = false;
             self.written.notify_all();
         }
-    }
-
-    /// Replaces the job uids' holders with `holders`, durably.
-    pub fn write_uids(
-        &self,
-        holders: &[(u32, crate::scheduler::uids::Holder)],
-    ) -> Result<(), StoreError> {
-        self.with(|db| {
-            let tx = db.begin_write().map_err(|e| self.err(e))?;
-            {
-                let mut t = tx.open_table(UIDS).map_err(|e| self.err(e))?;
-                t.retain(|_, _| false).map_err(|e| self.err(e))?;
-                for (uid, h) in holders {
-                    let v = serde_json::to_vec(h).map_err(|e| self.err(e))?;
-                    t.insert(*uid, v.as_slice()).map_err(|e| self.err(e))?;
-                }
-            }
-            tx.commit().map_err(|e| self.err(e))
-        })
     }
 
     /// The job uids' holders as last written.

@@ -284,3 +284,50 @@ fn a_killed_worker_leaves_nothing_its_jobs_forked() {
         || job_processes_under(&d.join("a")).is_empty(),
     );
 }
+
+/// What a job moved into a session of its own survives its worker's
+/// SIGKILL (nothing is left to kill it) but not the worker's restart: a
+/// worker started again kills the cgroups its earlier run's launches left
+/// before it registers. Said and skipped where the host has no cgroup the
+/// worker may write.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_restarted_worker_kills_what_its_killed_run_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut procs, addr, sec) = scheduler_and_worker(d, "");
+    let log = std::fs::read_to_string(d.join("a.log")).unwrap_or_default();
+    if !log.contains("a cgroup per launch") {
+        eprintln!("skipped: the worker found no cgroups here: {log}");
+        return;
+    }
+    let job = blox_runtime::proto::JobSubmission {
+        name: "escapes".into(),
+        gpus: 1,
+        command: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            "setsid sleep 1113 </dev/null >/dev/null 2>&1 & sleep 1114".into(),
+        ],
+        ..Default::default()
+    };
+    Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    wait_until(
+        "the job and its escaped sleep run",
+        Duration::from_secs(30),
+        || job_processes_under(&d.join("a")).len() >= 3,
+    );
+    procs.kill("a");
+    // The guardian took the job's group; the session of its own is left.
+    wait_until(
+        "the job's own group is gone",
+        Duration::from_secs(5),
+        || job_processes_under(&d.join("a")).len() == 1,
+    );
+    procs.worker(&addr, d, "a", 1, &[]);
+    wait_until(
+        "the restarted worker killed what was left",
+        Duration::from_secs(10),
+        || job_processes_under(&d.join("a")).is_empty(),
+    );
+}

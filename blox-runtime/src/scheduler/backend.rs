@@ -353,7 +353,7 @@ impl ClusterManager for ClusterBackend {
                     h.expected.remove(id);
                     // Its busy uids no longer speak; those its launches
                     // held stay held until it beats again.
-                    h.uids.gone(&w.name);
+                    h.uids.gone(id);
                     // Its lease and fence grace are over: nothing runs there.
                     h.in_doubt.retain(|_, parts| {
                         parts.retain(|(w, _)| w != id);

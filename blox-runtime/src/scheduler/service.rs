@@ -623,7 +623,7 @@ impl Scheduler for Service {
             .collect();
         // What the node still uses of the job uids: the others it ran
         // are free there.
-        h.uids.heard(&node, &r.busy_uids);
+        h.uids.heard(&r.worker_id, &node, &r.busy_uids);
         self.metrics.heartbeats.inc();
         Ok(Response::new(HeartbeatReply { stop }))
     }

@@ -221,17 +221,7 @@ impl ClusterBackend {
         ids.extend(std::mem::take(&mut self.unwritten));
         ids.sort_unstable();
         ids.dedup();
-        if let Some(holders) = uid_holders {
-            drop(h);
-            if let Err(e) = self.store.write_uids(&holders) {
-                // Written again with the next change; meanwhile the
-                // workers' busy lists keep uids in use from being given.
-                tracing::warn!("job uids: {e}");
-                lock(&self.hub).uids.mark_dirty();
-            }
-            h = lock(&self.hub);
-        }
-        if ids.is_empty() {
+        if ids.is_empty() && uid_holders.is_none() {
             return Ok(());
         }
         let recs: Vec<JobRecord> = ids
@@ -241,7 +231,12 @@ impl ClusterBackend {
         // Written outside the hub's lock: an fsync must not stall heartbeats.
         drop(h);
         let timer = self.metrics.table_write_seconds.start_timer();
-        let written = self.store.write(&recs.iter().collect::<Vec<_>>(), None);
+        // The uid holders in the same transaction (one sync).
+        let written = self.store.write_with_uids(
+            &recs.iter().collect::<Vec<_>>(),
+            None,
+            uid_holders.as_deref(),
+        );
         timer.observe_duration();
         match written {
             Ok(()) => {
@@ -255,6 +250,11 @@ impl ClusterBackend {
             Err(e) => {
                 self.table_failed(&e);
                 self.unwritten = ids;
+                // Written again with the next round; meanwhile the workers'
+                // busy lists keep uids in use from being given.
+                if uid_holders.is_some() {
+                    lock(&self.hub).uids.mark_dirty();
+                }
             }
         }
         Ok(())

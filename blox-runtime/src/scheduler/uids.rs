@@ -39,8 +39,9 @@ pub struct UidPool {
     held: BTreeMap<u32, Holder>,
     /// The uid of each job's last launch.
     last: HashMap<u64, u32>,
-    /// Uids some live worker's last heartbeat listed as busy, by worker.
-    busy: HashMap<String, BTreeSet<u32>>,
+    /// Uids each live worker's last heartbeat listed as busy, by worker id,
+    /// with its node's name (two workers may share one).
+    busy: HashMap<String, (String, BTreeSet<u32>)>,
     /// Where the search for a free uid goes on from.
     cursor: u32,
     /// Changed since the last [`UidPool::take_changes`].
@@ -74,7 +75,7 @@ impl UidPool {
 
     /// Whether `uid` is neither held nor reported busy by a worker.
     fn free(&self, uid: u32) -> bool {
-        !self.held.contains_key(&uid) && !self.busy.values().any(|b| b.contains(&uid))
+        !self.held.contains_key(&uid) && !self.busy.values().any(|(_, b)| b.contains(&uid))
     }
 
     /// A uid for launch `launch` of `job` on `nodes`: its last one where
@@ -151,23 +152,33 @@ impl UidPool {
         self.settle();
     }
 
-    /// A heartbeat of `node` listing `busy`: every ended holder's uid it
-    /// does not list is no longer in use there.
-    pub fn heard(&mut self, node: &str, busy: &[u32]) {
+    /// A heartbeat of worker `worker` of node `node` listing `busy`: an
+    /// ended holder's uid that no live worker of the node lists is no
+    /// longer in use there.
+    pub fn heard(&mut self, worker: &str, node: &str, busy: &[u32]) {
         let busy: BTreeSet<u32> = busy.iter().copied().collect();
+        self.busy
+            .insert(worker.to_string(), (node.to_string(), busy));
+        let listed = |uid: &u32| {
+            self.busy
+                .values()
+                .any(|(n, b)| n == node && b.contains(uid))
+        };
+        let mut changed = false;
         for (uid, h) in self.held.iter_mut() {
-            if h.ended && !busy.contains(uid) && h.nodes.remove(node) {
-                self.dirty = true;
+            if h.ended && h.nodes.contains(node) && !listed(uid) {
+                h.nodes.remove(node);
+                changed = true;
             }
         }
-        self.busy.insert(node.to_string(), busy);
+        self.dirty |= changed;
         self.settle();
     }
 
     /// A worker went away: its busy list no longer speaks (the holders'
-    /// nodes still wait for it to come back).
-    pub fn gone(&mut self, node: &str) {
-        self.busy.remove(node);
+    /// nodes still wait for its node to beat again).
+    pub fn gone(&mut self, worker: &str) {
+        self.busy.remove(worker);
     }
 
     /// The job ended for good: its last uid is not kept for it.
@@ -249,19 +260,29 @@ mod tests {
         assert!(e.contains("100-101"), "{e}");
         p.release(1, 1);
         // n0 beats without it, n1 still lists it busy: held.
-        p.heard("n0", &[b]);
-        p.heard("n1", &[a]);
+        p.heard("w0", "n0", &[b]);
+        p.heard("w1", "n1", &[a]);
         assert!(p.take(3, 1, &nodes(&["n0"])).is_err());
         // n1 now without it: free, and job 3 gets it.
-        p.heard("n1", &[]);
+        p.heard("w1", "n1", &[]);
         assert_eq!(p.take(3, 1, &nodes(&["n2"])).unwrap(), Some(a));
         // A worker's busy list alone keeps a uid held (a restart that
         // lost the last write).
         let mut q = UidPool::new(Some((100, 100)));
-        q.heard("n0", &[100]);
+        q.heard("w0", "n0", &[100]);
         assert!(q.take(1, 1, &nodes(&["n0"])).is_err());
-        q.heard("n0", &[]);
+        q.heard("w0", "n0", &[]);
         assert_eq!(q.take(1, 1, &nodes(&["n0"])).unwrap(), Some(100));
+        // Two workers of one node: one beating without a uid the other
+        // still lists frees nothing.
+        let mut r = UidPool::new(Some((7, 7)));
+        r.take(1, 1, &nodes(&["n"])).unwrap();
+        r.release(1, 1);
+        r.heard("a", "n", &[7]);
+        r.heard("b", "n", &[]);
+        assert!(r.take(2, 1, &nodes(&["n"])).is_err());
+        r.heard("a", "n", &[]);
+        assert_eq!(r.take(2, 1, &nodes(&["n"])).unwrap(), Some(7));
     }
 
     #[test]
@@ -270,7 +291,7 @@ mod tests {
         let u = p.take(7, 1, &nodes(&["a"])).unwrap().unwrap();
         p.take(8, 1, &nodes(&["a"])).unwrap();
         p.release(7, 1);
-        p.heard("a", &[]);
+        p.heard("wa", "a", &[]);
         assert_eq!(p.take(7, 2, &nodes(&["b"])).unwrap(), Some(u));
         // No range: no uids.
         assert_eq!(UidPool::new(None).take(1, 1, &[]).unwrap(), None);
@@ -337,7 +358,7 @@ mod tests {
                                 }
                             }
                         }
-                        p.heard(n, &busy);
+                        p.heard(&format!("w-{n}"), n, &busy);
                     }
                 }
             }

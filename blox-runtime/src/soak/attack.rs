@@ -168,7 +168,7 @@ impl Attack {
     /// Gathers, tries every forgery, and appends the lines (module docs).
     pub fn run(&self) -> std::io::Result<()> {
         let (found, scheduler) = gather(&self.journal);
-        let mut lines = super::node_attack::run(self.job, &self.dir());
+        let mut lines = Vec::new();
         let mut secrets = BTreeSet::new();
         for f in &found {
             lines.push(format!(
@@ -189,13 +189,13 @@ impl Attack {
                 lines.push(format!("call {} {kind} {outcome}\n", self.job));
             }
         }
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir().join(ATTACKS_FILE))?;
-        use std::io::Write;
-        // One write: O_APPEND keeps it whole beside other attackers'.
-        f.write_all(lines.concat().as_bytes())
+        append(&self.dir(), &lines)?;
+        // Then its node; the last of these ends its launch (a link where
+        // the worker reads), so each writes its line as it goes.
+        super::node_attack::run(self.job, &self.dir(), &mut |line| {
+            let _ = append(&self.dir(), &[line]);
+        });
+        Ok(())
     }
 
     /// The forged calls with `credential` (as token and as worker
@@ -325,6 +325,17 @@ impl Attack {
     }
 }
 
+/// Appends `lines` to the attacks file in `dir` in one write (`O_APPEND`
+/// keeps it whole beside other attackers').
+fn append(dir: &Path, lines: &[String]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(ATTACKS_FILE))?
+        .write_all(lines.concat().as_bytes())
+}
+
 /// Reads the attackers' lines in `dir` against the cluster's `tokens`.
 pub fn check(dir: &Path, tokens: &[String]) -> AttackReport {
     let hashes: BTreeSet<String> = tokens.iter().map(|t| sha256_hex(t.trim())).collect();
@@ -343,7 +354,7 @@ pub fn check(dir: &Path, tokens: &[String]) -> AttackReport {
                 r.calls += 1;
                 r.accepted += (*outcome == "ok") as usize;
             }
-            ["try", job, _, _] => {
+            ["try", job, ..] => {
                 jobs.insert(job.to_string());
                 r.node_attacks += 1;
             }

@@ -115,9 +115,9 @@ impl Decoys {
 }
 
 /// Runs every attack of the module docs as job `job`, with the soak's
-/// directory `dir`; returns the lines for the attacks file.
-pub fn run(job: u64, dir: &Path) -> Vec<String> {
-    let mut lines = Vec::new();
+/// directory `dir`, giving each line for the attacks file to `say` as it
+/// goes: the last attack (a link where the worker reads) ends the launch.
+pub fn run(job: u64, dir: &Path, say: &mut dyn FnMut(String)) {
     let decoys = dir.join(DECOYS);
     let (secret, target_dir) = (decoys.join("secret"), decoys.join("dir"));
     let var = |k: &str| std::env::var_os(k).map(PathBuf::from);
@@ -126,7 +126,7 @@ pub fn run(job: u64, dir: &Path) -> Vec<String> {
         var("BLOX_REPORT_DIR"),
         var("BLOX_CHECKPOINT_DIR"),
     ) else {
-        return lines;
+        return;
     };
     // Links where the worker writes.
     let mut planted = 0;
@@ -142,20 +142,7 @@ pub fn run(job: u64, dir: &Path) -> Vec<String> {
         let _ = std::fs::remove_file(&p);
         planted += std::os::unix::fs::symlink(&secret, &p).is_ok() as u32;
     }
-    lines.push(format!("try {job} link-control {planted}-planted\n"));
-    // A link where the worker reads, for a few of its polls.
-    let metrics = report.join("metrics");
-    let real = report.join("metrics.real");
-    if std::fs::rename(&metrics, &real).is_ok() {
-        let ok = std::os::unix::fs::symlink(&secret, &metrics).is_ok();
-        std::thread::sleep(Duration::from_millis(200));
-        let _ = std::fs::remove_file(&metrics);
-        let _ = std::fs::rename(&real, &metrics);
-        lines.push(format!(
-            "try {job} link-metrics {}\n",
-            if ok { "planted" } else { "denied" }
-        ));
-    }
+    say(format!("try {job} link-control {planted}-planted\n"));
     // Where coordination directories were once made, and a tree for its
     // next launch's worker to hand over.
     let mut planted = 0;
@@ -170,7 +157,7 @@ pub fn run(job: u64, dir: &Path) -> Vec<String> {
         planted += std::os::unix::fs::symlink(to, ckpt.join(name)).is_ok() as u32;
     }
     let _ = std::fs::hard_link(&secret, ckpt.join("attack/hard"));
-    lines.push(format!("try {job} link-checkpoint {planted}-planted\n"));
+    say(format!("try {job} link-checkpoint {planted}-planted\n"));
     // Out of its launch: sessions of their own.
     let detached = |cmd: &mut std::process::Command| {
         use std::process::Stdio;
@@ -197,18 +184,31 @@ pub fn run(job: u64, dir: &Path) -> Vec<String> {
             &report.join("w").display().to_string(),
         ]))
     });
-    lines.push(format!(
+    say(format!(
         "try {job} escape sleep-{} worker-{}\n",
         if slept { "started" } else { "failed" },
         if as_worker { "started" } else { "none" }
     ));
     if let Some(n) = fork_bomb() {
-        lines.push(format!("budget {job} processes {n} {MAX_PROCESSES}\n"));
+        say(format!("budget {job} processes {n} {MAX_PROCESSES}\n"));
     }
     if let Some(mb) = memory_hog() {
-        lines.push(format!("budget {job} memory {mb} {MEMORY_MB}\n"));
+        say(format!("budget {job} memory {mb} {MEMORY_MB}\n"));
     }
-    lines
+    // Last: a link where the worker reads. It refuses the link and ends
+    // this launch for it (the job's fault); the job is launched again.
+    let metrics = report.join("metrics");
+    let real = report.join("metrics.real");
+    if std::fs::rename(&metrics, &real).is_ok() {
+        let ok = std::os::unix::fs::symlink(&secret, &metrics).is_ok();
+        say(format!(
+            "try {job} link-metrics {}\n",
+            if ok { "planted" } else { "denied" }
+        ));
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = std::fs::remove_file(&metrics);
+        let _ = std::fs::rename(&real, &metrics);
+    }
 }
 
 /// The worker's program, from the command line of the nearest ancestor

@@ -324,9 +324,21 @@ impl Launch {
     }
 }
 
+/// A launch being started (its directories, cgroup and processes made
+/// outside the state's lock): its GPUs and uid are held meanwhile.
+struct Starting {
+    launch: u32,
+    gpus: Vec<u32>,
+    uid: Option<u32>,
+    /// Revoked meanwhile: stopped as soon as it runs.
+    revoked: bool,
+}
+
 #[derive(Default)]
 struct State {
     worker_id: Option<String>,
+    /// Launches being started.
+    starting: HashMap<u64, Starting>,
     /// Its credential from the scheduler (with `worker_id`): sent on every
     /// report, and required of every call the scheduler makes here.
     secret: Option<String>,
@@ -440,17 +452,42 @@ impl State {
         v
     }
 
-    /// The job uids in use here: the running launches', and those of ended
-    /// launches with a process or cgroup left (re-checked now).
+    /// Takes launch `job` out (it ends): its uid counts as busy until
+    /// nothing of it is left.
+    fn take_launch(&mut self, job: u64) -> Option<Launch> {
+        let l = self.launches.remove(&job)?;
+        self.draining.extend(l.uid);
+        Some(l)
+    }
+
+    /// The job uids in use here: the running and starting launches', and
+    /// those of ended launches with a process or cgroup left (re-checked
+    /// now), or whose leftovers are being removed.
     fn busy_uids(&mut self) -> Vec<u32> {
         let reaping = cgroup::draining_uids();
-        self.draining
-            .retain(|u| reaping.contains(u) || uids::process_of(*u).is_some());
-        let mut all: Vec<u32> = self
+        let held: Vec<u32> = self
             .launches
             .values()
             .filter_map(|l| l.uid)
+            .chain(self.starting.values().filter_map(|s| s.uid))
+            .collect();
+        let mut done = Vec::new();
+        self.draining.retain(|u| {
+            let busy = held.contains(u) || reaping.contains(u) || uids::process_of(*u).is_some();
+            if !busy {
+                done.push(*u);
+            }
+            busy
+        });
+        // What the uid left in the node's shared places goes before the
+        // uid is reported free (the next holder must not find it).
+        for u in done {
+            uids::cleanup(u);
+        }
+        let mut all: Vec<u32> = held
+            .into_iter()
             .chain(self.draining.iter().copied())
+            .chain(uids::cleaning())
             .collect();
         all.sort_unstable();
         all.dedup();
@@ -507,7 +544,10 @@ impl tonic::service::Interceptor for FromScheduler {
             ));
         };
         match crate::net::credential_of(req.metadata()) {
-            Some(c) if crate::net::constant_time_eq(c.as_bytes(), mine.as_bytes()) => Ok(req),
+            Some(c) if crate::net::constant_time_eq(c.as_bytes(), mine.as_bytes()) => {
+                crate::conn::authenticated(&req);
+                Ok(req)
+            }
             _ => Err(Status::unauthenticated(format!(
                 "this call needs the credential this worker's scheduler issued (`{}`)",
                 crate::net::WORKER_CREDENTIAL
@@ -693,6 +733,17 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
         ),
         None => {}
     }
+    // Then the directories an earlier run gave its launches and never took back
+    // (it was killed): taken back before the scheduler hears of this node.
+    if cfg.job_uids.is_some() {
+        let taken = crate::process::reclaim(&cfg.workdir);
+        if taken > 0 {
+            tracing::warn!(
+                taken,
+                "took back the directories launches of an earlier run of this worker still held"
+            );
+        }
+    }
     let mut gpus = discover_gpus(cfg.logical_gpus)?;
     speed::measure(&mut gpus, &cfg.gpu_slowdown, cfg.speed_probe.as_deref())?;
     std::fs::create_dir_all(&cfg.workdir)
@@ -784,6 +835,42 @@ mod tests {
             // Without them: the message says how to go on.
             Err(e) => assert!(e.to_string().contains("--gpus N"), "{e}"),
         }
+    }
+
+    #[test]
+    fn a_bad_worker_section_is_refused_with_its_file_line_and_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("worker.toml");
+        let read = |text: &str| {
+            std::fs::write(&f, text).unwrap();
+            WorkerSection::read(&f)
+        };
+        let e =
+            read("[worker]\npass_env = [\"LD_LIBRARY_PATH\", \"BLOX_TOKEN_FILE\"]\n").unwrap_err();
+        assert!(
+            e.contains("worker.toml") && e.contains(":2") && e.contains("BLOX_TOKEN_FILE"),
+            "{e}"
+        );
+        let e = read("[worker]\nmemory_gb = 1000000\n").unwrap_err();
+        assert!(
+            e.contains(":2") && e.contains("1000000") && e.contains("GB"),
+            "{e}"
+        );
+        let e = read("[worker]\nmax_processes = 0\n").unwrap_err();
+        assert!(e.contains("max_processes"), "{e}");
+        let e = read("[worker]\npass_envs = []\n").unwrap_err();
+        assert!(e.contains("pass_envs"), "{e}");
+        let w = read("[worker]\npass_env = [\"NCCL_*\"]\nmax_processes = 64\ncgroup = \"off\"\n")
+            .unwrap();
+        let mut cfg = WorkerConfig {
+            max_processes: Some(8),
+            ..WorkerConfig::default()
+        };
+        w.apply(&mut cfg);
+        // The command line's value stays; the file fills the rest.
+        assert_eq!(cfg.max_processes, Some(8));
+        assert_eq!(cfg.pass_env, vec!["NCCL_*".to_string()]);
+        assert_eq!(cfg.cgroup, cgroup::CgroupSetting::Off);
     }
 
     /// A job that stopped itself because its lease ran out is fenced even

@@ -108,6 +108,120 @@ pub(super) fn kill_all(uid: u32) {
     let _ = uid;
 }
 
+/// Uids whose leftovers are being removed ([`cleanup`]).
+static CLEANING: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The uids [`cleanup`] is still working on (busy meanwhile).
+pub(super) fn cleaning() -> Vec<u32> {
+    CLEANING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .copied()
+        .collect()
+}
+
+/// Removes, in the background, what a job uid whose launches have all
+/// ended here left in the node's shared places, so the next launch given
+/// the uid finds none of it: its entries in `/dev/shm`, `/tmp` and
+/// `/var/tmp` (shared memory, files, a setuid copy of a shell), and its
+/// System V shared memory, queues and semaphores. Nothing of the uid runs
+/// by then (its cgroup is gone, or no process runs as it), so nothing it
+/// owns changes meanwhile. Never root's or an account's uid (ranges
+/// exclude them).
+pub(super) fn cleanup(uid: u32) {
+    if uid == 0 {
+        return;
+    }
+    CLEANING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(uid);
+    let spawned = std::thread::Builder::new()
+        .name("blox-uid-cleanup".into())
+        .spawn(move || {
+            let removed = remove_leftovers(uid);
+            if removed > 0 {
+                tracing::info!(uid, removed, "removed what the job uid left on the node");
+            }
+            CLEANING
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&uid);
+        });
+    if spawned.is_err() {
+        CLEANING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uid);
+    }
+}
+
+/// [`cleanup`]'s work; returns how many things it removed.
+fn remove_leftovers(uid: u32) -> usize {
+    use crate::safe_fs::{Dir, Trust};
+    use std::os::unix::fs::MetadataExt;
+    let mut removed = 0;
+    for place in ["/dev/shm", "/tmp", "/var/tmp"] {
+        let Ok(dir) = Dir::open(Path::new(place), false, Trust::Same) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(place) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let owned = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.uid() == uid);
+            let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if owned && dir.remove(&name).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    #[cfg(target_os = "linux")]
+    for (file, kind) in [
+        ("/proc/sysvipc/shm", 0),
+        ("/proc/sysvipc/msg", 1),
+        ("/proc/sysvipc/sem", 2),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let mut lines = text.lines();
+        let Some(head) = lines.next() else { continue };
+        let cols: Vec<&str> = head.split_whitespace().collect();
+        let (Some(id_col), Some(uid_col)) = (
+            cols.iter()
+                .position(|c| matches!(*c, "shmid" | "msqid" | "semid")),
+            cols.iter().position(|c| *c == "uid"),
+        ) else {
+            continue;
+        };
+        for l in lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (Some(id), Some(owner)) = (
+                f.get(id_col).and_then(|v| v.parse::<i32>().ok()),
+                f.get(uid_col).and_then(|v| v.parse::<u32>().ok()),
+            ) else {
+                continue;
+            };
+            if owner != uid {
+                continue;
+            }
+            // SAFETY: plain syscalls removing an object by id.
+            let r = unsafe {
+                match kind {
+                    0 => libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                    1 => libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                    _ => libc::semctl(id, 0, libc::IPC_RMID),
+                }
+            };
+            removed += (r == 0) as usize;
+        }
+    }
+    removed
+}
+
 /// Checks a `--job-uids` range when the worker starts: not root's, not
 /// backwards, and no account's uid inside it (naming the first found).
 pub(super) fn check_range(range: (u32, u32)) -> Result<(), String> {

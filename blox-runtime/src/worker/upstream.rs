@@ -247,7 +247,13 @@ fn refuse(sh: &Shared, call: &str, e: &Status) {
 /// worker gone only after the lease and the grace are over, so no job runs
 /// here and on its next worker at once.
 async fn fence(sh: &Arc<Shared>, lease: Duration, grace: Duration) {
-    let taken: Vec<(u64, Launch)> = sh.lock().launches.drain().collect();
+    let taken: Vec<(u64, Launch)> = {
+        let mut st = sh.lock();
+        let jobs: Vec<u64> = st.launches.keys().copied().collect();
+        jobs.into_iter()
+            .filter_map(|j| st.take_launch(j).map(|l| (j, l)))
+            .collect()
+    };
     if taken.is_empty() {
         return;
     }
@@ -307,7 +313,7 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
     let taken = {
         let mut st = sh.lock();
         match st.launches.get(&l.job_id) {
-            Some(x) if x.launch == l.launch => st.launches.remove(&l.job_id),
+            Some(x) if x.launch == l.launch => st.take_launch(l.job_id),
             _ => None,
         }
     };
@@ -348,13 +354,18 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         value: v,
                     })
                 });
+                // A file it gave the worker to read was not its own plain
+                // file (a link planted at root): the launch ends.
+                if l.run.refusal().is_some() {
+                    l.run.kill();
+                }
                 if let Some(e) = l.run.exit() {
                     ended.push((*job, e, l.run.finished(&e)));
                 }
             }
             let contained = sh.containment.is_some();
             for (job, e, finished) in ended {
-                let l = st.launches.remove(&job).expect("listed above");
+                let l = st.take_launch(job).expect("listed above");
                 st.sweep(l.uid, contained);
                 // Killed by the kernel at its cgroup's memory limit: the
                 // job's own doing, said so.
@@ -382,7 +393,7 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         reason: if lapsed {
                             "fenced: it stopped itself when its lease ran out (its worker could not reach the scheduler)".into()
                         } else {
-                            oom.unwrap_or_default()
+                            oom.or(l.run.refusal()).unwrap_or_default()
                         },
                         exited_s_ago: 0.0,
                         fenced: lapsed,
@@ -400,22 +411,34 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                 std::mem::take(&mut st.metrics),
             )
         };
-        if !metrics.is_empty() {
+        // In batches the scheduler takes (at most 10,000 samples each).
+        let mut metrics = metrics;
+        while !metrics.is_empty() {
+            let rest = metrics.split_off(metrics.len().min(crate::validate::MAX_BATCH_SAMPLES));
             let batch = MetricBatch {
                 worker_id: id.clone(),
-                samples: metrics,
+                samples: std::mem::replace(&mut metrics, rest),
             };
-            if let Err(e) = client
+            match client
                 .push_metrics(with_credential(batch.clone(), &secret))
                 .await
             {
-                tracing::debug!("metric push failed: {}", e.message());
-                let mut st = sh.lock();
-                // Keep them for the next try, newest last.
-                let newer = std::mem::take(&mut st.metrics);
-                st.metrics = batch.samples;
-                st.metrics.extend(newer);
-                st.bound_metrics();
+                Ok(_) => {}
+                // Refused as it is: sending it again cannot help.
+                Err(e) if e.code() == Code::InvalidArgument => {
+                    tracing::warn!("metric batch refused and dropped: {}", e.message());
+                }
+                Err(e) => {
+                    tracing::debug!("metric push failed: {}", e.message());
+                    let mut st = sh.lock();
+                    // Keep them for the next try, newest last.
+                    let newer = std::mem::take(&mut st.metrics);
+                    st.metrics = batch.samples;
+                    st.metrics.append(&mut metrics);
+                    st.metrics.extend(newer);
+                    st.bound_metrics();
+                    break;
+                }
             }
         }
         let mut failed = Vec::new();

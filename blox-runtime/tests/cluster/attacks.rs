@@ -135,16 +135,19 @@ fn a_job_cannot_turn_its_workers_reads_and_writes_to_another_file() {
         "cd \"$BLOX_CONTROL_DIR\"; \
          for n in .lease.tmp lease revoked batch_size .revoked.tmp .batch_size.tmp stdout; do \
            ln -sfn {f} $n 2>>\"$BLOX_REPORT_DIR/denied\"; done; \
+         cat \"$BLOX_REPORT_DIR/denied\"; \
          ln -sfn {f} \"$BLOX_REPORT_DIR/metrics\"; ln -sfn {f} \"$BLOX_REPORT_DIR/done\"; \
-         sleep 2; cat \"$BLOX_REPORT_DIR/denied\"; echo END"
+         sleep 2; echo END"
     );
     let mut ctl = c.ctl();
     let id = ctl.submit(job("links", 1, sh(&script), None)).unwrap();
     let r = c.wait_all(&[id], Duration::from_secs(30));
     v.untouched();
-    // The links pointed at "progress 0.99" and a `done`: neither counted.
+    // The links pointed at "progress 0.99" and a `done`: neither counted,
+    // and the launch ended for them, the job's fault, saying why.
     assert_eq!(r[&id].status, "failed", "{:?}", r[&id]);
     assert!(r[&id].progress < 0.5, "{:?}", r[&id]);
+    assert!(r[&id].reason.contains("refused") && r[&id].reason.contains("link"), "{:?}", r[&id]);
     let out = std::fs::read_to_string(job_dir(&dir.path().join("u0"), id).join("launch-1/stdout"))
         .unwrap();
     assert_eq!(out.matches("Permission denied").count(), 7, "{out}");
@@ -386,4 +389,38 @@ fn launch_uids_are_unique_across_the_cluster_and_reused_once_free() {
     );
     // The first two ran at once, as different uids.
     assert_ne!(uids[0], uids[1]);
+}
+
+/// A job cannot hand a later holder of its uid anything: what it leaves in
+/// the node's shared places (a setuid copy of a shell in /tmp, a file in
+/// /dev/shm) is removed before its uid is given again, and no job gains
+/// privileges from a setuid program anyway (`no_new_privs`).
+#[test]
+fn a_job_leaves_nothing_for_the_next_holder_of_its_uid() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = uid_cluster(dir.path(), RANGE, 1, 0, |_| {});
+    let tag = format!("blox-attack-{}", std::process::id());
+    let (suid, shm) = (format!("/tmp/{tag}-sh"), format!("/dev/shm/{tag}"));
+    let a = format!(
+        "cp /bin/sh {suid} && chmod 4755 {suid}; echo secret > {shm}; \
+         grep NoNewPrivs /proc/self/status; touch \"$BLOX_REPORT_DIR/done\""
+    );
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("leaves", 1, sh(&a), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(30));
+    assert_eq!(r[&id].status, "finished", "{:?}", r[&id]);
+    let out = std::fs::read_to_string(job_dir(&dir.path().join("u0"), id).join("launch-1/stdout"))
+        .unwrap();
+    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    let t = Instant::now();
+    while std::path::Path::new(&suid).exists() || std::path::Path::new(&shm).exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{suid} or {shm} outlived the launch"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
