@@ -602,7 +602,7 @@ impl Running {
         let mut r = self.refusal.lock().unwrap_or_else(|e| e.into_inner());
         if r.is_none() {
             tracing::warn!(dir = %self.control.display(), "{why}: the launch is ended");
-            *r = Some(format!("refused: {why}"));
+            *r = Some(why);
         }
     }
 
