@@ -736,7 +736,7 @@ impl Running {
     /// Takes the directories given to the job back for the worker (their
     /// top level only: nothing below can be reached through them then).
     /// Each keeps the job's group, which tells the next launch of the job
-    /// whether it ran as the same uid ([`job_dir`]); mode 0700 gives that
+    /// whether it ran as the same uid (when it is given them again); mode 0700 gives that
     /// group nothing.
     pub fn hand_back(&self) {
         let me = rustix::process::geteuid().as_raw();

@@ -163,9 +163,11 @@ fn a_full_disk_refuses_submissions_and_stops_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
+    // (Submissions of 100 KB, over the default max_job_bytes.)
     let (mut procs, addr, sec) = scheduler_and_worker(
         d,
-        "checkpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n",
+        "checkpoint_dir = \"checkpoints\"\nevents = \"events.jsonl\"\n\
+         max_job_bytes = 200000\nmax_waiting_bytes_per_user = 67108864\n",
     );
     let mut ctl = Ctl::connect(&addr, &sec).unwrap();
     let long = ctl.submit(toy_submission(&toy, "long", 6.0, None)).unwrap();

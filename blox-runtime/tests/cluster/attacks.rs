@@ -147,7 +147,11 @@ fn a_job_cannot_turn_its_workers_reads_and_writes_to_another_file() {
     // and the launch ended for them, the job's fault, saying why.
     assert_eq!(r[&id].status, "failed", "{:?}", r[&id]);
     assert!(r[&id].progress < 0.5, "{:?}", r[&id]);
-    assert!(r[&id].reason.contains("refused") && r[&id].reason.contains("link"), "{:?}", r[&id]);
+    assert!(
+        r[&id].reason.contains("refused") && r[&id].reason.contains("link"),
+        "{:?}",
+        r[&id]
+    );
     let out = std::fs::read_to_string(job_dir(&dir.path().join("u0"), id).join("launch-1/stdout"))
         .unwrap();
     assert_eq!(out.matches("Permission denied").count(), 7, "{out}");

@@ -36,6 +36,8 @@ fn crashes_are_retried_from_the_checkpoint_then_fail_with_their_status() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = runtime_config(dir.path());
     cfg.max_retries = 1;
+    // (One submission carries 100 KB of arguments.)
+    cfg.max_job_bytes = 200_000;
     let c = Cluster::start(dir.path(), cfg, "fifo", 2);
     let mut ctl = c.ctl();
     let ids = [
@@ -554,7 +556,9 @@ fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
 #[test]
 fn status_comes_in_pages_that_fit_the_transport_and_filters_by_phase() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Cluster::start(dir.path(), runtime_config(dir.path()), "fifo", 1);
+    let mut cfg = runtime_config(dir.path());
+    cfg.max_job_bytes = 200_000;
+    let c = Cluster::start(dir.path(), cfg, "fifo", 1);
     let mut ctl = c.ctl();
     // 24 jobs of 100 KB each: 2.4 MB of status, more than one page holds.
     let big = "m".repeat(100_000);
