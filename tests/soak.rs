@@ -131,7 +131,9 @@ fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {
             .and_then(|s| s.split(':').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        assert!(node >= 5 * 4, "{attacks}");
+        // (Each attacker: its links, its escapes, its metrics link; one
+        // stopped half-way counts what it did.)
+        assert!(node >= 5 * 3, "{attacks}");
         let n: usize = attacks
             .strip_prefix("soak: attackers ")
             .and_then(|s| s.split(',').next())

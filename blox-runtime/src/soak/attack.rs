@@ -167,6 +167,9 @@ impl Attack {
 
     /// Gathers, tries every forgery, and appends the lines (module docs).
     pub fn run(&self) -> std::io::Result<()> {
+        // Counted as an attacker from here, whatever stops it later (a
+        // revocation past its grace, a worker killed under it).
+        append(&self.dir(), &[format!("try {} begin ok\n", self.job)])?;
         let (found, scheduler) = gather(&self.journal);
         let mut lines = Vec::new();
         let mut secrets = BTreeSet::new();
@@ -353,6 +356,9 @@ pub fn check(dir: &Path, tokens: &[String]) -> AttackReport {
                 jobs.insert(job.to_string());
                 r.calls += 1;
                 r.accepted += (*outcome == "ok") as usize;
+            }
+            ["try", job, "begin", ..] => {
+                jobs.insert(job.to_string());
             }
             ["try", job, ..] => {
                 jobs.insert(job.to_string());
