@@ -62,14 +62,22 @@ impl Slurm {
             conf: None,
             daemons: Vec::new(),
         };
-        if ok(&run(existing.command("sinfo").arg("-h"))) {
+        let probe = run(existing.command("sinfo").arg("-h"));
+        if ok(&probe) {
             return Ok(existing);
         }
+        // What `sinfo` said, for the message (a Slurm present but down).
+        let said = probe.as_ref().map_or("it did not run".to_string(), |o| {
+            format!(
+                "{} {}",
+                String::from_utf8_lossy(&o.stdout).trim(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            )
+        });
         if std::env::var("BLOX_TEST_SLURM").as_deref() != Ok("start") {
-            return Err(
-                "no Slurm answers `sinfo`; set BLOX_TEST_SLURM=start to start a private one-node Slurm"
-                    .into(),
-            );
+            return Err(format!(
+                "no Slurm answers `sinfo` (it said: {said}); set BLOX_TEST_SLURM=start to start a private one-node Slurm"
+            ));
         }
         for bin in ["slurmctld", "slurmd", "munge"] {
             if !on_path(bin) {
@@ -133,8 +141,13 @@ impl Slurm {
                 return Ok(slurm);
             }
             if t.elapsed() > Duration::from_secs(60) {
+                let log =
+                    std::fs::read_to_string(state.join("log/slurmctld.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
                 return Err(format!(
-                    "the private Slurm did not come up in 60 s (logs in {})",
+                    "the private Slurm did not come up in 60 s: `sinfo -h -o %T` said {:?}; slurmctld's log ends {:?} (logs in {})",
+                    o.as_ref().map(|o| format!("{} {}", stdout(o), String::from_utf8_lossy(&o.stderr).trim())),
+                    tail,
                     state.join("log").display()
                 ));
             }
