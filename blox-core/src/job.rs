@@ -324,6 +324,13 @@ pub struct Job {
     /// crashed) before their first iteration.
     #[serde(default)]
     pub launches_without_progress: u32,
+    /// Times in a row the policies preempted or moved it before its first
+    /// iteration, and whether the loop now keeps it on its GPUs until it
+    /// starts (a livelock on a live cluster: [`crate::StartupRules`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub preempted_while_starting: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held_while_starting: bool,
     /// Something an operator should know (e.g. the job keeps being stopped
     /// before it starts), shown by `blox status`.
     #[serde(default)]
@@ -385,6 +392,8 @@ impl Job {
             startup_s: 0.0,
             startup_gpu_s: 0.0,
             launches_without_progress: 0,
+            preempted_while_starting: 0,
+            held_while_starting: false,
             warning: None,
             wait: None,
             wait_s: [0.0; 5],
@@ -422,6 +431,8 @@ impl Job {
             self.first_iteration_s = Some(at_s);
             self.last_startup_s = Some(startup_s.max(0.0));
             self.launches_without_progress = 0;
+            self.preempted_while_starting = 0;
+            self.held_while_starting = false;
             self.warning = None;
         }
     }
@@ -558,4 +569,8 @@ impl Job {
             _ => None,
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -395,3 +395,95 @@ proptest::proptest! {
         }
     }
 }
+
+/// A placement that moves every job it places to the other node each
+/// round (a policy bug of the kind that kept Pollux's job 144 of Sia's
+/// Philly workload 3 from ever starting).
+struct Flipping;
+
+impl PlacementPolicy for Flipping {
+    fn place(
+        &mut self,
+        round: &RoundInfo,
+        s: &Schedule,
+        jobs: &JobState,
+        _: &ClusterState,
+    ) -> Placement {
+        let node = (round.round % 2) as u32;
+        Placement {
+            preempt: Vec::new(),
+            launch: s
+                .entries
+                .iter()
+                .filter_map(|e| jobs.get(e.job))
+                .map(|j| {
+                    let first = node * 4;
+                    Assignment::new(
+                        j.id(),
+                        (first..first + j.spec.requested_gpus).map(GpuId).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A job the policies move before its first iteration round after round
+/// (its restart takes longer than a round, and nothing protects it) stops
+/// the run with an error naming the policies and the job, not a warning
+/// every round; `livelock_after = 0` lets it spin as before, and start-up
+/// protection alone keeps it from happening.
+#[test]
+fn a_job_moved_before_it_starts_round_after_round_stops_the_run() {
+    let build = |livelock_after: Option<u32>, protect: bool| {
+        let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
+        p.placement = Box::new(Flipping);
+        p.names.2 = "flipping".into();
+        let run = RunConfig {
+            round_s: Positive::of(60.0),
+            max_rounds: Some(60),
+            allow_unfinished: true,
+            livelock_after,
+            min_run_s: (!protect).then(|| NonNegative::of(0.0)),
+            min_run_startup_factor: (!protect).then(|| NonNegative::of(0.0)),
+            max_startup_s: (!protect).then(|| NonNegative::of(0.0)),
+            ..RunConfig::default()
+        };
+        let sim = SimConfig {
+            launch_overhead_s: 90.0,
+            restart_overhead_s: 90.0,
+            ..SimConfig::default()
+        };
+        let mut s = Simulation::new(
+            p,
+            ClusterState::homogeneous(2, 4),
+            run,
+            sim,
+            vec![job(7, 0.0, 2, 600.0)],
+        )?;
+        while s.step()? {}
+        Ok::<_, SimError>(s)
+    };
+    let e = error_chain(&build(None, false).err().expect("the livelock is stopped"));
+    assert!(
+        e.contains("flipping") && e.contains("job-7") && e.contains("20 rounds in a row"),
+        "{e}"
+    );
+    // Off: the run spins to its round limit, the job never started.
+    let s = build(Some(0), false).unwrap();
+    let j = s.round_loop.jobs.get(JobId(7)).expect("still active");
+    assert!(
+        j.first_start_s.is_some() && j.attained_service_gpu_s == 0.0,
+        "{j:?}"
+    );
+    // Start-up protection holds the job where it started: it finishes.
+    let s = build(None, true).unwrap();
+    assert!(
+        s.round_loop
+            .jobs
+            .finished()
+            .iter()
+            .any(|j| j.id() == JobId(7) && j.status == JobStatus::Finished),
+        "protected, it finishes"
+    );
+}

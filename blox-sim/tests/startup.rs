@@ -95,9 +95,11 @@ fn without_the_rule_jobs_preempted_while_starting_never_progress_and_are_reporte
         min_run_s: Some(NonNegative::of(0.0)),
         min_run_startup_factor: Some(NonNegative::of(0.0)),
         max_startup_s: Some(NonNegative::of(0.0)),
+        // (The livelock it is stops the run by default: below.)
+        livelock_after: Some(0),
         ..rounds_of_2s(600.0)
     };
-    let s = run(rotate(None), off, three_jobs());
+    let s = run(rotate(None), off.clone(), three_jobs());
     let jobs = all_jobs(&s);
     assert_eq!(jobs.len(), 3);
     for j in &jobs {
@@ -108,6 +110,29 @@ fn without_the_rule_jobs_preempted_while_starting_never_progress_and_are_reporte
         let w = j.warning.as_deref().unwrap_or_default();
         assert!(w.contains("before its first iteration"), "{j:?}");
     }
+    // By default the rotation is stopped as the livelock it is.
+    let mut s = Simulation::new(
+        rotate(None),
+        ClusterState::homogeneous(1, 1),
+        RunConfig {
+            livelock_after: None,
+            ..off
+        },
+        SimConfig::default(),
+        three_jobs(),
+    )
+    .unwrap();
+    let e = loop {
+        match s.step() {
+            Ok(true) => {}
+            Ok(false) => panic!("the livelock ran to its end"),
+            Err(e) => break error_chain(&e),
+        }
+    };
+    assert!(
+        e.contains("rotate") && e.contains("20 rounds in a row"),
+        "{e}"
+    );
 }
 
 #[test]

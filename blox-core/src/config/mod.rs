@@ -112,6 +112,12 @@ pub struct RunConfig {
     /// Warn about a job stopped before its first iteration this many
     /// launches in a row (default 3; 0: never).
     pub startup_warn_after: Option<u32>,
+    /// A job the policies preempt or move before its first iteration this
+    /// many rounds in a row is a livelock (default 20; 0: never checked):
+    /// a run that fails on invalid decisions (a simulation) stops with an
+    /// error naming the policies and the job; one that skips them (a live
+    /// scheduler) keeps the job on its GPUs until it starts.
+    pub livelock_after: Option<u32>,
     /// A launch still starting after this many seconds may be preempted
     /// like any other (default: 10 rounds, at least 600 s).
     pub max_startup_s: Option<NonNegative>,
@@ -168,6 +174,7 @@ impl Default for RunConfig {
             min_run_s: None,
             min_run_startup_factor: None,
             startup_warn_after: None,
+            livelock_after: None,
             max_startup_s: None,
             checkpoint_interval_s: None,
             min_run_until_checkpoint: None,

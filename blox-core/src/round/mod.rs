@@ -63,6 +63,16 @@ pub enum LoopError {
         key: String,
         job: JobId,
     },
+    /// The policies moved or preempted a job before its first iteration
+    /// `rounds` rounds in a row: it never gets past its start-up.
+    #[error(
+        "policies `{policies}` moved or preempted {job} before its first iteration {rounds} rounds in a row: a livelock (it never gets past its start-up, and the run would not end); [run] livelock_after = {rounds} stops the run here (0: never)"
+    )]
+    Livelock {
+        policies: String,
+        job: String,
+        rounds: u32,
+    },
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("policy selector `{module}` failed")]
@@ -162,6 +172,8 @@ pub struct RoundLoop {
     waiting: Vec<Job>,
     /// The last invalid decision dropped (logged once, not every round).
     last_invalid: Option<String>,
+    /// A livelock found this round (`note_stopped`), returned at its end.
+    livelock: Option<LoopError>,
     /// This round's scheduling note ([`crate::Schedule::note`]).
     note: Option<String>,
     events: Recorder,
@@ -194,6 +206,7 @@ impl RoundLoop {
             cluster,
             waiting: Vec::new(),
             last_invalid: None,
+            livelock: None,
             note: None,
             events: Recorder::default(),
             decided: wait::Decided::default(),
@@ -390,6 +403,9 @@ impl RoundLoop {
                 }
                 Err(e) => return Err(e),
             };
+        if let Some(e) = self.livelock.take() {
+            return Err(e);
+        }
         if self.check_invariants {
             self.cluster.check_invariants(&self.jobs)?;
         }
@@ -636,7 +652,12 @@ impl RoundLoop {
             .collect();
         b.preempt_all(info, &jobs).map_err(backend("preemption"))?;
         for (&id, lost) in ids.iter().zip(lost) {
-            self.note_stopped(id, Stopped::Preempted);
+            let round_after_launch = self
+                .jobs
+                .get(id)
+                .and_then(|j| j.last_launch_s)
+                .is_some_and(|l| info.now_s - l <= 1.5 * info.round_s);
+            self.note_stopped(id, Stopped::Preempted { round_after_launch });
             let job = self.jobs.get_mut(id).expect("validated");
             job.lost_work_gpu_s += lost;
             let gpus = std::mem::take(&mut job.allocation);

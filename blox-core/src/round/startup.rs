@@ -26,6 +26,10 @@ pub struct StartupRules {
     /// A job stopped before its first iteration this many launches in a row
     /// gets a warning (0: never).
     pub warn_after: u32,
+    /// A job the policies preempt or move before its first iteration this
+    /// many rounds in a row is a livelock (0: never checked): see
+    /// [`RoundLoop::note_stopped`].
+    pub livelock_after: u32,
     /// A launch still starting after this many seconds loses its protection
     /// (a hung job, or one that never reports its first iteration, must not
     /// hold its GPUs for ever).
@@ -56,6 +60,7 @@ impl StartupRules {
             min_run_s: round_s / 2.0,
             min_run_startup_factor: 1.0,
             warn_after: 3,
+            livelock_after: 20,
             max_startup_s: (10.0 * round_s).max(600.0),
             checkpoint_interval_s: None,
             until_checkpoint: true,
@@ -73,6 +78,7 @@ impl StartupRules {
                 .min_run_startup_factor
                 .map_or(d.min_run_startup_factor, |v| v.get()),
             warn_after: run.startup_warn_after.unwrap_or(d.warn_after),
+            livelock_after: run.livelock_after.unwrap_or(d.livelock_after),
             max_startup_s: run.max_startup_s.map_or(d.max_startup_s, |v| v.get()),
             checkpoint_interval_s: run.checkpoint_interval_s.map(|v| v.get()),
             until_checkpoint: run.min_run_until_checkpoint.unwrap_or(true),
@@ -92,6 +98,7 @@ impl StartupRules {
             min_run_s: 0.0,
             min_run_startup_factor: 0.0,
             warn_after: 0,
+            livelock_after: 0,
             max_startup_s: 0.0,
             checkpoint_interval_s: None,
             until_checkpoint: false,
@@ -104,8 +111,9 @@ impl StartupRules {
 /// Why a running job stopped (for the warning's hint).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Stopped {
-    /// A policy preempted or moved it.
-    Preempted,
+    /// A policy preempted or moved it; `round_after_launch`: in the round
+    /// after the one that launched it (what a livelock looks like).
+    Preempted { round_after_launch: bool },
     /// Its process ended without finishing (a crash, to be retried).
     Ended,
     /// Its node left the cluster.
@@ -121,6 +129,11 @@ impl RoundLoop {
             return false;
         }
         let Some(ran) = job.productive_run_s(now_s) else {
+            // A livelocked job (a live cluster) keeps its GPUs until it
+            // starts, whatever max_startup_s says.
+            if job.held_while_starting {
+                return true;
+            }
             let starting_for = now_s - job.last_launch_s.unwrap_or(now_s);
             return starting_for < self.startup.max_startup_s;
         };
@@ -197,12 +210,48 @@ impl RoundLoop {
     }
 
     /// Bookkeeping when a running job stops before or after its first
-    /// iteration (preempted, moved, lost with its node, crashed).
+    /// iteration (preempted, moved, lost with its node, crashed). A job the
+    /// policies preempt or move before its first iteration
+    /// `livelock_after` rounds in a row never gets past its start-up: a
+    /// loop that fails on invalid decisions stops with
+    /// [`LoopError::Livelock`] after this round; one that skips them (a
+    /// live scheduler) keeps the job on its GPUs until it starts.
     pub(super) fn note_stopped(&mut self, id: JobId, why: Stopped) {
         let warn_after = self.startup.warn_after;
+        let livelock_after = self.startup.livelock_after;
+        let fail = self.on_invalid == super::OnInvalidDecision::Fail;
+        let policies = self.policies.label();
         let Some(job) = self.jobs.get_mut(id) else {
             return;
         };
+        let moved_at_once = why
+            == Stopped::Preempted {
+                round_after_launch: true,
+            };
+        if job.first_iteration_s.is_some() || !moved_at_once {
+            job.preempted_while_starting = 0;
+        } else {
+            job.preempted_while_starting += 1;
+            let n = job.preempted_while_starting;
+            if livelock_after > 0 && n >= livelock_after && !job.held_while_starting {
+                if fail {
+                    let name = &job.spec.name;
+                    let job_name = if name.is_empty() || *name == id.0.to_string() {
+                        id.to_string()
+                    } else {
+                        format!("{id} ({name})")
+                    };
+                    self.livelock.get_or_insert(super::LoopError::Livelock {
+                        policies,
+                        job: job_name,
+                        rounds: n,
+                    });
+                } else {
+                    job.held_while_starting = true;
+                    tracing::error!(job = %id, policies = %policies, "moved or preempted before its first iteration {n} rounds in a row (a livelock): it keeps its GPUs until it starts ([run] livelock_after)");
+                }
+            }
+        }
         if job.first_iteration_s.is_some() {
             job.launches_without_progress = 0;
         } else {
@@ -210,7 +259,7 @@ impl RoundLoop {
             let n = job.launches_without_progress;
             if warn_after > 0 && n >= warn_after {
                 let hint = match why {
-                    Stopped::Preempted => {
+                    Stopped::Preempted { .. } => {
                         "preempted while starting: raise [run] max_startup_s, or lengthen the rounds"
                     }
                     Stopped::Ended => "its process ends while starting: see its stderr",
