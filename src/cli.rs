@@ -112,6 +112,8 @@ pub enum Command {
     Cancel {
         #[command(flatten)]
         connect: Connect,
+        /// The job's id: `7`, or `job-7` as logs and `blox events` name it.
+        #[arg(value_parser = parse_job_id)]
         job: u64,
     },
     /// Print an event log: the scheduler's decisions (`[runtime] events`,
@@ -445,7 +447,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Expected run time at --gpus GPUs (for SRTF-like policies).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub duration_s: Option<f64>,
     /// A metric known up front: `--metric best_cpus_per_gpu=6`.
     #[arg(long = "metric", value_name = "KEY=VALUE")]
@@ -466,4 +468,15 @@ fn parse_uid_range(s: &str) -> Result<(u32, u32), String> {
             .map_err(|e| format!("`{s}`: `{v}` is not a uid ({e})"))
     };
     Ok((n(a)?, n(b)?))
+}
+
+/// A job id as a user types it: `7`, or `job-7` (how logs, events and
+/// errors name a job).
+pub fn parse_job_id(s: &str) -> Result<u64, String> {
+    let digits = s.trim().strip_prefix("job-").unwrap_or(s.trim());
+    match digits.parse::<u64>() {
+        Ok(0) => Err("job ids start at 1".into()),
+        Ok(id) => Ok(id),
+        Err(_) => Err(format!("`{s}` is not a job id (a number, or job-N)")),
+    }
 }

@@ -500,3 +500,27 @@ fn a_workers_bad_settings_are_refused_at_start_naming_them() {
         "{e}"
     );
 }
+
+/// A negative run time is refused as one (not taken for a flag), and a job
+/// is named as logs name it (`job-7`) or by its number.
+#[test]
+fn a_negative_duration_and_a_job_named_as_logs_name_it() {
+    let o = blox(&["submit", "--duration-s", "-5", "--", "/bin/true"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--duration-s -5") && e.contains("positive"),
+        "{e}"
+    );
+    assert!(!e.contains("'-- -5'"), "{e}");
+    let o = blox(&["cancel", "job-x"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a job id (a number, or job-N)"),
+        "{}",
+        stderr(&o)
+    );
+    // `job-7` parses (the call then fails: no scheduler listens here).
+    let o = blox(&["cancel", "job-7", "--scheduler", "127.0.0.1:9"]);
+    assert!(!stderr(&o).contains("not a job id"), "{}", stderr(&o));
+}

@@ -302,7 +302,7 @@ pub trait SchedulingPolicy: Send {
     }
 
     /// What the policy orders jobs by, for `job`, in words (e.g. "attained
-    /// 3.2 GPU-h" for LAS); shown with the job's place in the order when it
+    /// 3.20 GPU-h" for LAS, in the unit that fits: `wait::gpu_time`); shown with the job's place in the order when it
     /// waits for GPUs. `None`: only the place is shown.
     fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
         let _ = (job, jobs);

@@ -125,3 +125,28 @@ mod tests {
         );
     }
 }
+
+/// GPU time in the unit that fits its size, for the words of a wait reason:
+/// `42 GPU-s`, `12.5 GPU-min`, `3.20 GPU-h` (a minute-scale job under LAS
+/// read "0.00 GPU-h" before).
+pub fn gpu_time(gpu_s: f64) -> String {
+    let g = gpu_s.max(0.0);
+    if g < 60.0 {
+        format!("{g:.0} GPU-s")
+    } else if g < 3600.0 {
+        format!("{:.1} GPU-min", g / 60.0)
+    } else {
+        format!("{:.2} GPU-h", g / 3600.0)
+    }
+}
+
+#[cfg(test)]
+mod gpu_time_tests {
+    #[test]
+    fn gpu_time_picks_the_unit_that_fits() {
+        assert_eq!(super::gpu_time(0.0), "0 GPU-s");
+        assert_eq!(super::gpu_time(42.4), "42 GPU-s");
+        assert_eq!(super::gpu_time(750.0), "12.5 GPU-min");
+        assert_eq!(super::gpu_time(3.2 * 3600.0), "3.20 GPU-h");
+    }
+}

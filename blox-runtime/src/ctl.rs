@@ -434,6 +434,19 @@ pub fn render_start(scheduler: &str, r: &StatusReply, now: f64) -> String {
             if !f.error.is_empty() {
                 let _ = writeln!(out, "the last forecast failed: {}", f.error);
             }
+            // Jobs it has not seen (submitted since): what it says does not
+            // cover them yet.
+            let unseen = r
+                .jobs
+                .iter()
+                .filter(|j| j.prediction.is_none() && j.finished_unix_s.is_none())
+                .count();
+            if unseen > 0 {
+                let _ = writeln!(
+                    out,
+                    "{unseen} of these jobs came after it: the next forecast (after the next round) includes them"
+                );
+            }
         }
     }
     let when = |t: Option<f64>| match t {
@@ -448,6 +461,9 @@ pub fn render_start(scheduler: &str, r: &StatusReply, now: f64) -> String {
     );
     for j in &r.jobs {
         let (start, finish, from) = match &j.prediction {
+            None if r.forecast.is_some() => {
+                ("next forecast".to_string(), String::new(), String::new())
+            }
             None => ("not forecast yet".to_string(), String::new(), String::new()),
             Some(p) => (
                 if j.phase() == JobPhase::Running {

@@ -271,6 +271,9 @@ pub struct Running {
 pub struct StartError {
     pub message: String,
     pub node: bool,
+    /// Trying again cannot help: its program does not exist or is not
+    /// executable (the job fails at once).
+    pub permanent: bool,
 }
 
 impl StartError {
@@ -278,12 +281,14 @@ impl StartError {
         StartError {
             message: message.into(),
             node: false,
+            permanent: false,
         }
     }
     pub fn node(message: impl Into<String>) -> StartError {
         StartError {
             message: message.into(),
             node: true,
+            permanent: false,
         }
     }
 }
@@ -531,10 +536,13 @@ impl Running {
                     )));
                 }
                 Err(e) => {
-                    return Err(StartError::job(format!(
-                        "cannot start {}: {e}",
-                        argv_summary(&spec.argv)
-                    )));
+                    let mut err =
+                        StartError::job(format!("cannot start {}: {e}", argv_summary(&spec.argv)));
+                    err.permanent = matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                    );
+                    return Err(err);
                 }
             }
         }

@@ -187,6 +187,9 @@ pub(crate) struct Ended {
     /// The job's own fault (a crash, a program that cannot start), which
     /// counts against its retries; a lost worker does not.
     pub blame: bool,
+    /// The job's own fault that no retry can help (its program does not
+    /// exist): the job fails now.
+    pub permanent: bool,
 }
 
 impl Ended {
@@ -198,6 +201,7 @@ impl Ended {
             finished: true,
             reason: String::new(),
             blame: false,
+            permanent: false,
         }
     }
 
@@ -214,6 +218,7 @@ impl Ended {
             finished: false,
             reason,
             blame: true,
+            permanent: false,
         }
     }
 }
@@ -244,7 +249,12 @@ pub(crate) fn settle<'a>(
         if e.blame {
             rec.crashes += 1;
         }
-        if rec.crashes > max_retries {
+        if e.blame && e.permanent {
+            tracing::warn!(job = %e.job, "failed: {} (not retried: trying again cannot help)", e.reason);
+            job.status = JobStatus::Failed;
+            job.finish_s = Some(e.at_s);
+            job.end_reason = Some(format!("{} (not retried)", e.reason));
+        } else if rec.crashes > max_retries {
             tracing::warn!(job = %e.job, "failed after {} attempts: {}", rec.crashes, e.reason);
             job.status = JobStatus::Failed;
             job.finish_s = Some(e.at_s);

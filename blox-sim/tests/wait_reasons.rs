@@ -166,7 +166,7 @@ fn a_preempted_job_says_so_then_waits_in_las_order_by_attained_service() {
     let (w, text) = wait_of(&s, 0);
     if w.is_some() {
         assert!(
-            text.contains("`las`: ") && text.contains("attained 0.02 GPU-h"),
+            text.contains("`las`: ") && text.contains("attained 1.0 GPU-min"),
             "{text}"
         );
     }

@@ -135,7 +135,7 @@ pub fn scheduler(
         }
     });
     handle.wait()?;
-    eprintln!("blox scheduler: stopped; running jobs are requeued when it starts again");
+    eprintln!("blox scheduler: stopped; running jobs run on under their workers' leases: started again within the lease, it adopts them, and requeues those that stopped");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -245,7 +245,10 @@ fn submission(a: &SubmitArgs) -> Result<JobSubmission> {
     if a.model.is_some() {
         j.model = a.model.clone();
     }
-    if a.duration_s.is_some() {
+    if let Some(d) = a.duration_s {
+        if !(d > 0.0 && d.is_finite()) {
+            bail!("--duration-s {d}: the expected run time must be a positive number of seconds");
+        }
         j.duration_s = a.duration_s;
     }
     for m in &a.metrics {

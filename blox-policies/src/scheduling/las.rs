@@ -29,8 +29,8 @@ impl SchedulingPolicy for Las {
 
     fn sort_key(&self, job: &Job, _jobs: &JobState) -> Option<String> {
         Some(format!(
-            "attained {:.2} GPU-h",
-            job.attained_service_gpu_s / 3600.0
+            "attained {}",
+            blox_core::wait::gpu_time(job.attained_service_gpu_s)
         ))
     }
 }

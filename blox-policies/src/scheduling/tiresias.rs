@@ -207,10 +207,10 @@ impl SchedulingPolicy for Tiresias {
         let e = self.jobs.get(&job.id())?;
         let gpus = jobs.get(job.id()).map_or(1, |j| j.requested_gpus()) as f64;
         Some(format!(
-            "queue {} of {}, executed {:.2} GPU-h",
+            "queue {} of {}, executed {}",
             e.queue + 1,
             self.queues.len(),
-            e.executed_s * gpus / 3600.0
+            blox_core::wait::gpu_time(e.executed_s * gpus)
         ))
     }
 }

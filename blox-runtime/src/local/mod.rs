@@ -348,12 +348,19 @@ impl LaunchMechanism for LocalBackend {
                     },
                 );
             }
-            Err(StartError { message: why, .. }) => {
+            Err(StartError {
+                message: why,
+                permanent,
+                ..
+            }) => {
                 // The job's fault, not the scheduler's: it is retried, then
-                // fails with this reason; the loop goes on.
+                // fails with this reason (at once when a retry cannot help:
+                // its program does not exist); the loop goes on.
                 tracing::warn!(job = %id, "{why}");
                 let at_s = self.now();
-                self.ended.push(Ended::crashed(id, at_s, None, Some(why)));
+                let mut e = Ended::crashed(id, at_s, None, Some(why));
+                e.permanent = permanent;
+                self.ended.push(e);
             }
         }
         Ok(())

@@ -407,9 +407,15 @@ impl Scheduler for Service {
                 .parse::<JobStatus>()
                 .is_ok_and(|s| s.is_terminal())
             {
+                // (A cancelled job's status word is "failed", for old
+                // clients; its phase says what happened.)
+                let how = if info.phase() == JobPhase::Cancelled {
+                    "cancelled"
+                } else {
+                    info.status.as_str()
+                };
                 return Err(Status::failed_precondition(format!(
-                    "job {id} already ended ({})",
-                    info.status
+                    "job {id} already ended ({how})"
                 )));
             }
             let queued = h.submissions.iter().position(|s| s.id.0 == id);

@@ -344,6 +344,10 @@ fn start_launch(
                 Err(Status::unavailable(format!(
                     "this node cannot start the launch: {e}"
                 )))
+            } else if e.permanent {
+                // NOT_FOUND: the job fails at once (a retry cannot help).
+                tracing::warn!(job = l.job_id, "{e}");
+                Err(Status::not_found(e.to_string()))
             } else {
                 tracing::warn!(job = l.job_id, "{e}");
                 Err(Status::failed_precondition(e.to_string()))

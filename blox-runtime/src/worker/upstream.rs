@@ -392,8 +392,19 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
                         finished,
                         reason: if lapsed {
                             "fenced: it stopped itself when its lease ran out (its worker could not reach the scheduler)".into()
+                        } else if finished {
+                            String::new()
                         } else {
-                            oom.or(l.run.refusal()).unwrap_or_default()
+                            // Where to look: its output on this node.
+                            oom.or(l.run.refusal()).unwrap_or_else(|| {
+                                format!(
+                                    "{}; its output: {}/stderr{} on {}",
+                                    e.code.map_or("killed by a signal".into(), |c| format!("exit status {c}")),
+                                    l.run.control.display(),
+                                    if l.ranks > 1 { ".rank*" } else { "" },
+                                    sh.cfg.name
+                                )
+                            })
                         },
                         exited_s_ago: 0.0,
                         fenced: lapsed,

@@ -104,6 +104,37 @@ impl LaunchMechanism for ClusterBackend {
                 None => groups.push((node, vec![idx])),
             }
         }
+        // Nothing goes to a worker that has missed more than two heartbeats
+        // (killed, hung or cut off, but not declared gone yet): the job
+        // waits without blame, and this try is not one of its runs.
+        let silent: Option<(String, f64)> = {
+            let h = lock(&self.hub);
+            // (At least a second: a loaded machine delays beats of 0.2 s.)
+            let limit = (2.0 * self.cfg.heartbeat_s).max(1.0);
+            groups.iter().find_map(|(node, _)| {
+                let wid = &self.nodes[*node];
+                let quiet = h
+                    .workers
+                    .get(wid)
+                    .map_or(f64::INFINITY, |w| w.last_seen.elapsed().as_secs_f64());
+                (quiet > limit).then(|| (wid.clone(), quiet))
+            })
+        };
+        if let Some((worker, quiet)) = silent {
+            tracing::debug!(job = %id, worker = %worker, "not launched: its worker has been silent for {quiet:.1} s");
+            self.records.entry(id).or_default().refused += 1;
+            let mut e = Ended::crashed(
+                id,
+                self.now(),
+                None,
+                Some(format!(
+                    "not launched: worker {worker} has been silent for {quiet:.1} s (more than two heartbeats); the job waits"
+                )),
+            );
+            e.blame = false;
+            self.ended.push(e);
+            return Ok(());
+        }
         // The parts, rank 0's host (for the job's collective library), the
         // job's limits and its uid.
         let (parts, master, limits, uid) = {
@@ -287,9 +318,11 @@ impl LaunchMechanism for ClusterBackend {
             self.metrics.launch_failures.inc();
             self.revoke_parts(id, &live, true);
             let at_s = self.now();
+            let permanent = e.code() == tonic::Code::NotFound;
             let mut e = Ended::crashed(id, at_s, None, Some(reason));
-            e.blame = blame;
-            if !blame {
+            e.blame = blame || permanent;
+            e.permanent = permanent;
+            if !e.blame {
                 self.records.entry(id).or_default().refused += 1;
             }
             self.ended.push(e);
