@@ -301,6 +301,21 @@ pub trait SchedulingPolicy: Send {
         None
     }
 
+    /// Told, when the policies are built, which placement policy (by its
+    /// registered name) carries out its schedules; refuses one it cannot
+    /// work with, saying why. A joint policy that lays its jobs out in more
+    /// than one way reads its choice here (Sia: `explicit`, or
+    /// `sia-artifact` for its artifact's layout). The default accepts any
+    /// placement unless [`Self::requires_placement`] names another.
+    fn pair_with_placement(&mut self, placement: &str) -> Result<(), String> {
+        match self.requires_placement() {
+            Some(need) if need != placement => Err(format!(
+                "it would drop the GPUs this policy chooses for each job: it needs `placement.policy = \"{need}\"`"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// What the policy orders jobs by, for `job`, in words (e.g. "attained
     /// 3.20 GPU-h" for LAS, in the unit that fits: `wait::gpu_time`); shown with the job's place in the order when it
     /// waits for GPUs. `None`: only the place is shown.
@@ -446,6 +461,13 @@ pub trait PlacementPolicy: Send {
     /// the cluster's GPU count can be placed.
     fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
         let _ = (job, cluster);
+        None
+    }
+
+    /// The scheduling policy (by its registered name) this placement only
+    /// works with, if any (`sia-artifact` carries out Sia's layout and
+    /// nothing else's). Checked when the policies are built.
+    fn requires_scheduling(&self) -> Option<&'static str> {
         None
     }
 

@@ -145,20 +145,31 @@ pub fn build_policies(
     placement: &ModuleConfig,
 ) -> Result<Policies, ConfigError> {
     let admission_b = build_admission(admission)?;
-    let scheduling_b = build_scheduling(scheduling)?;
+    let mut scheduling_b = build_scheduling(scheduling)?;
     let placement_b = build_placement(placement)?;
-    if let Some(need) = scheduling_b.requires_placement() {
-        if need != placement.policy {
+    if let Some(need) = placement_b.requires_scheduling() {
+        if need != scheduling.policy {
             return Err(ConfigError::Incompatible {
                 at: placement.location(),
                 message: format!(
-                    "[placement] policy `{}` would drop the GPUs scheduling policy `{}` ({}) chooses for each job: it needs `placement.policy = \"{need}\"`",
+                    "[placement] policy `{}` carries out the layout of scheduling policy `{need}` only, not of `{}` ({}): set `scheduling.policy = \"{need}\"` or another placement",
                     placement.policy,
                     scheduling.policy,
                     scheduling.location()
                 ),
             });
         }
+    }
+    if let Err(why) = scheduling_b.pair_with_placement(&placement.policy) {
+        return Err(ConfigError::Incompatible {
+            at: placement.location(),
+            message: format!(
+                "[placement] policy `{}` cannot carry out scheduling policy `{}` ({}): {why}",
+                placement.policy,
+                scheduling.policy,
+                scheduling.location()
+            ),
+        });
     }
     Ok(Policies {
         admission: admission_b,

@@ -76,13 +76,18 @@ impl PolicyForks {
             &self.names.0,
             &mut notes,
         )?;
-        let s = one(
+        let mut s = one(
             &self.scheduling,
             |p| p.fork(),
             || registry::build_scheduling(scheduling),
             &self.names.1,
             &mut notes,
         )?;
+        s.pair_with_placement(&self.names.2)
+            .map_err(|message| ConfigError::Incompatible {
+                at: placement.location(),
+                message,
+            })?;
         let p = one(
             &self.placement,
             |p| p.fork(),

@@ -27,8 +27,9 @@ pub struct StartupRules {
     /// gets a warning (0: never).
     pub warn_after: u32,
     /// A job the policies preempt or move before its first iteration this
-    /// many rounds in a row is a livelock (0: never checked): see
-    /// [`RoundLoop::note_stopped`].
+    /// many rounds in a row is a livelock (0: never checked): the run stops
+    /// with [`crate::round::LoopError::Livelock`] (a simulation), or the job
+    /// keeps its GPUs until it starts (a live scheduler).
     pub livelock_after: u32,
     /// A launch still starting after this many seconds loses its protection
     /// (a hung job, or one that never reports its first iteration, must not

@@ -96,6 +96,10 @@ impl SchedulingPolicy for LossTermination {
         self.inner.requires_placement()
     }
 
+    fn pair_with_placement(&mut self, placement: &str) -> Result<(), String> {
+        self.inner.pair_with_placement(placement)
+    }
+
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }

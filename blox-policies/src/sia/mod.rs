@@ -13,7 +13,10 @@
 //! 4. choose at most one configuration per job within each type's GPUs to
 //!    minimise `Σ A·X + λ_n·(jobs − Σ X)` for `p < 0` (maximise for `p > 0`)
 //!    (Eq. 1, [`solve`]); a job in checkpoint-restore keeps its configuration;
-//! 5. place the chosen configurations on GPUs ([`placement`]).
+//! 5. place the chosen configurations on GPUs: with `[placement] policy =
+//!    "explicit"`, as the artifact's physical-cluster scheduler does
+//!    ([`placement`]); with `"sia-artifact"`, as its simulator does
+//!    ([`artifact_layout`]).
 //!
 //! Defaults are the artifact's run (`run_experiment.sh`): `p = −0.5`,
 //! `λ_n = 1.1`, 60 s rounds (the config's), projected throughputs and replica
@@ -29,6 +32,7 @@
 //! inputs; only a live scheduler (`RoundInfo::wall_clock`) adds the
 //! wall-clock `solver_time_limit_s` as a safeguard.
 
+pub mod artifact_layout;
 pub mod configs;
 pub mod matrix;
 pub mod params;
@@ -60,6 +64,9 @@ pub struct SiaDecision {
     pub gap: f64,
     /// Chosen jobs the placement found no room for (they wait this round).
     pub left_out: usize,
+    /// Jobs the artifact's layout could not give their shape (`sia-artifact`
+    /// only; see [`artifact_layout`]).
+    pub reshaped: usize,
     /// Seconds to build the matrix, and to solve.
     pub build_s: f64,
     pub solve_s: f64,
@@ -73,6 +80,23 @@ pub struct Sia {
     projected: std::collections::HashSet<(String, String)>,
     /// Metric names per GPU type, for the types of the last round.
     keys: Vec<TypeKeys>,
+    /// How chosen configurations become GPUs: the placement policy paired
+    /// with it ([`SchedulingPolicy::pair_with_placement`]).
+    layout: Layout,
+    /// The artifact's record of each job's type and shape (`sia-artifact`).
+    shapes: artifact_layout::Shapes,
+}
+
+/// Step 5's rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// `explicit`: the artifact's physical-cluster scheduler's
+    /// (`alloc_to_placement_smart`, [`placement`]).
+    #[default]
+    Smart,
+    /// `sia-artifact`: the artifact's simulator's
+    /// (`alloc_to_placement_fast`, [`artifact_layout`]).
+    Artifact,
 }
 
 impl Sia {
@@ -82,7 +106,14 @@ impl Sia {
             last: SiaDecision::default(),
             projected: Default::default(),
             keys: Vec::new(),
+            layout: Layout::Smart,
+            shapes: Default::default(),
         }
+    }
+
+    /// Step 5's rule (as `pair_with_placement` sets it).
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// The type index and GPU count a running job holds now, if on one type.
@@ -208,18 +239,26 @@ impl Sia {
     }
 
     /// Step 5: each type's chosen configurations onto GPUs. Returns the
-    /// GPUs of each placed job and the jobs left out, with their counts.
+    /// GPUs of each placed job, the jobs left out with their counts, and the
+    /// jobs reshaped.
     fn place(
+        &mut self,
         program: &solve::Program,
         solved: &solve::Solved,
         order: &[&Job],
+        rows: &[JobRow],
         cluster: &ClusterState,
         configs: &Configs,
-    ) -> placement::Placed {
+    ) -> (placement::Placed, usize) {
         let mut wants: Vec<Vec<placement::Want>> = vec![Vec::new(); configs.types.len()];
-        for (i, c) in solved.chosen.iter().enumerate() {
-            if let Some(c) = c {
-                let (t, gpus) = program.configs[*c as usize];
+        // The artifact lists jobs of fixed size before adaptive ones.
+        let mut listed: Vec<usize> = (0..order.len()).collect();
+        if self.layout == Layout::Artifact {
+            listed.sort_by_key(|&i| rows[i].history.kind != Kind::Rigid);
+        }
+        for i in listed {
+            if let Some(c) = solved.chosen[i] {
+                let (t, gpus) = program.configs[c as usize];
                 wants[t].push(placement::Want {
                     job: order[i].id(),
                     gpus,
@@ -232,12 +271,36 @@ impl Sia {
             .map(|j| (j.id(), j.allocation.clone()))
             .collect();
         let mut all = placement::Placed::default();
+        let mut reshaped = 0;
+        let mut shapes = artifact_layout::Shapes::new();
         for (t, w) in wants.iter().enumerate() {
-            let p = placement::place_type(cluster, &configs.nodes[t], w, &current);
+            let p = match self.layout {
+                Layout::Smart => placement::place_type(cluster, &configs.nodes[t], w, &current),
+                Layout::Artifact => {
+                    let max_nodes = self.params.max_nodes.get(&configs.types[t]).copied();
+                    let laid = artifact_layout::place_type(
+                        cluster,
+                        t,
+                        &configs.nodes[t],
+                        max_nodes,
+                        w,
+                        &current,
+                        &self.shapes,
+                    );
+                    for j in &laid.reshaped {
+                        tracing::debug!(job = %j, "sia-artifact: no nodes with room for the job's shape this round; it takes its GPUs where most are free");
+                    }
+                    reshaped += laid.reshaped.len();
+                    shapes.extend(laid.shapes.into_iter().map(|(j, s)| (j, (t, s))));
+                    laid.placed
+                }
+            };
             all.gpus.extend(p.gpus);
             all.left_out.extend(p.left_out);
         }
-        all
+        // A job not placed this round is suspended: its shape is forgotten.
+        self.shapes = shapes;
+        (all, reshaped)
     }
 
     /// Logs once per (model, GPU type) that the type is estimated from
@@ -349,8 +412,9 @@ impl SchedulingPolicy for Sia {
         }
         let solve_s = t1.elapsed().as_secs_f64();
         // Step 5: placement.
-        let mut placed = Self::place(&program, &solved, &order, cluster, &configs);
-        let note = (!placed.left_out.is_empty()).then(|| {
+        let (mut placed, reshaped) =
+            self.place(&program, &solved, &order, &rows, cluster, &configs);
+        let mut note = (!placed.left_out.is_empty()).then(|| {
             let list: Vec<String> = placed
                 .left_out
                 .iter()
@@ -364,6 +428,16 @@ impl SchedulingPolicy for Sia {
             tracing::warn!("round {}: {note}", round.round);
             note
         });
+        if reshaped > 0 {
+            let more = format!(
+                "sia-artifact: {reshaped} job(s) found no nodes with room for their shape and took their GPUs where most were free"
+            );
+            tracing::debug!("round {}: {more}", round.round);
+            note = Some(match note {
+                Some(n) => format!("{n}; {more}"),
+                None => more,
+            });
+        }
         tracing::debug!(
             round = round.round,
             jobs = order.len(),
@@ -384,6 +458,7 @@ impl SchedulingPolicy for Sia {
             proven_optimal: solved.proven,
             gap,
             left_out: placed.left_out.len(),
+            reshaped,
             build_s: built,
             solve_s,
         };
@@ -417,6 +492,22 @@ impl SchedulingPolicy for Sia {
 
     fn requires_placement(&self) -> Option<&'static str> {
         Some("explicit")
+    }
+
+    /// `explicit` (its own layout) or `sia-artifact` (its artifact
+    /// simulator's).
+    fn pair_with_placement(&mut self, placement: &str) -> Result<(), String> {
+        self.layout = match placement {
+            "explicit" => Layout::Smart,
+            artifact_layout::NAME => Layout::Artifact,
+            _ => {
+                return Err(format!(
+                    "it would drop the GPUs Sia chooses for each job: it needs `placement.policy = \"explicit\"` (Sia's own layout) or `\"{}\"` (its artifact simulator's)",
+                    artifact_layout::NAME
+                ))
+            }
+        };
+        Ok(())
     }
 }
 

@@ -384,6 +384,10 @@ impl SchedulingPolicy for Timed<Box<dyn SchedulingPolicy>> {
         self.inner.requires_placement()
     }
 
+    fn pair_with_placement(&mut self, placement: &str) -> Result<(), String> {
+        self.inner.pair_with_placement(placement)
+    }
+
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }
@@ -416,6 +420,10 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
 
     fn requires_variability(&self) -> bool {
         self.inner.requires_variability()
+    }
+
+    fn requires_scheduling(&self) -> Option<&'static str> {
+        self.inner.requires_scheduling()
     }
 
     fn fits_cluster(&self, cluster: &ClusterState) -> std::result::Result<(), String> {

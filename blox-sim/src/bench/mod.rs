@@ -102,6 +102,10 @@ impl SchedulingPolicy for Timed {
         self.inner.requires_placement()
     }
 
+    fn pair_with_placement(&mut self, placement: &str) -> std::result::Result<(), String> {
+        self.inner.pair_with_placement(placement)
+    }
+
     fn sort_key(&self, job: &blox_core::Job, jobs: &blox_core::JobState) -> Option<String> {
         self.inner.sort_key(job, jobs)
     }

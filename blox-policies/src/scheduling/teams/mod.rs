@@ -374,6 +374,10 @@ impl SchedulingPolicy for Teams {
         self.inner.requires_placement()
     }
 
+    fn pair_with_placement(&mut self, placement: &str) -> Result<(), String> {
+        self.inner.pair_with_placement(placement)
+    }
+
     fn sort_key(&self, job: &Job, jobs: &JobState) -> Option<String> {
         let team = self
             .team_of(&job.spec)
