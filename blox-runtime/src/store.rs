@@ -16,6 +16,10 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// Who holds each job uid of `[runtime] job_uids` (JSON of
 /// [`crate::scheduler::uids::Holder`]).
 const UIDS: TableDefinition<u32, &[u8]> = TableDefinition::new("uids");
+/// The workers in the cluster as last written: id → address. A restarted
+/// scheduler knows from it which workers to wait for before it queues the
+/// jobs they ran again.
+const WORKERS: TableDefinition<&str, &str> = TableDefinition::new("workers");
 
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("job table {path}: {message}")]
@@ -250,6 +254,44 @@ impl Store {
                 let h = serde_json::from_slice(v.value())
                     .map_err(|e| self.err(format!("holder of job uid {}: {e}", k.value())))?;
                 out.push((k.value(), h));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Replaces the workers in the cluster (id → address), durably.
+    pub fn write_workers(
+        &self,
+        workers: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        self.with(|db| {
+            let tx = db.begin_write().map_err(|e| self.err(e))?;
+            {
+                let mut t = tx.open_table(WORKERS).map_err(|e| self.err(e))?;
+                t.retain(|_, _| false).map_err(|e| self.err(e))?;
+                for (id, address) in workers {
+                    t.insert(id.as_str(), address.as_str())
+                        .map_err(|e| self.err(e))?;
+                }
+            }
+            tx.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    /// The workers in the cluster as last written (none for a table older
+    /// than this record).
+    pub fn load_workers(&self) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+        self.with(|db| {
+            let tx = db.begin_read().map_err(|e| self.err(e))?;
+            let t = match tx.open_table(WORKERS) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Default::default()),
+                Err(e) => return Err(self.err(e)),
+            };
+            let mut out = std::collections::BTreeMap::new();
+            for row in t.iter().map_err(|e| self.err(e))? {
+                let (k, v) = row.map_err(|e| self.err(e))?;
+                out.insert(k.value().to_string(), v.value().to_string());
             }
             Ok(out)
         })

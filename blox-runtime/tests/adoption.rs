@@ -126,3 +126,59 @@ fn a_launch_missing_a_rank_after_the_restart_is_revoked_and_its_job_resumes() {
     assert!(err.contains("resumed at iteration"), "{err}");
     assert!(!err.contains("resumed at iteration 0\n"), "{err}");
 }
+
+/// The scheduler down longer than the workers' lease: they stop their jobs
+/// (each checkpoints within the grace) and register again with nothing
+/// running once it is back. The restarted scheduler knows which workers
+/// ran each job (the job table records the cluster's workers), so it queues
+/// the job again as soon as they are back without it, not at the end of
+/// its restart hold (a worker timeout, 30 s here): the GPUs do not sit idle.
+/// Meanwhile the job reads as held, not as a new submission.
+#[test]
+fn jobs_whose_leases_lapsed_are_relaunched_once_their_workers_are_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.worker_timeout_s = 30.0;
+    cfg.lease_s = Some(1.0);
+    cfg.fence_grace_s = Some(2.0);
+    let mut c = Cluster::start(dir.path(), cfg.clone(), "fifo", 1);
+    let journal_file = dir.path().join("journal");
+    let mut ctl = c.ctl();
+    let a = ctl
+        .submit(job("long", 2, journaled_toy(12.0, &journal_file), None))
+        .unwrap();
+    wait_running(&c, &[a]);
+    // Past its first checkpoint, then the scheduler goes for longer than
+    // the lease and its grace.
+    std::thread::sleep(Duration::from_secs(2));
+    let old = c.sched.take().unwrap();
+    cfg.listen = old.address.to_string();
+    old.shutdown().unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let t = Instant::now();
+    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), 1.0).unwrap());
+    let mut ctl = c.ctl();
+    let mut saw_held = false;
+    loop {
+        let s = ctl.status(&[a]).unwrap();
+        let j = &s.jobs[0];
+        if j.status == "running" {
+            assert_eq!(j.launches, 2, "{j:?}");
+            break;
+        }
+        saw_held |= j.wait.as_ref().is_some_and(|w| w.kind == "held");
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "not relaunched well before the 30 s hold ended: {j:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let relaunched = t.elapsed();
+    let r = c.wait_all(&[a], Duration::from_secs(90));
+    assert_eq!(r[&a].status, "finished", "{:?}", r[&a]);
+    assert_eq!(r[&a].launches, 2, "{:?}", r[&a]);
+    let seen = journal::check(&journal_file).unwrap();
+    assert!(seen.overlaps.is_empty(), "{seen:?}");
+    assert!(seen.regressions.is_empty(), "{seen:?}");
+    eprintln!("relaunched {relaunched:?} after the restart (held seen: {saw_held})");
+}

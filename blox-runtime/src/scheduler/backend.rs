@@ -133,6 +133,8 @@ pub struct ClusterBackend {
     /// The restart hold ended (decided once per round, so the reports
     /// settled and the held jobs released in one round agree).
     pub(super) hold_over: bool,
+    /// The workers in the cluster as last written to the job table.
+    pub(super) workers_written: std::collections::BTreeMap<String, String>,
     pub(super) metrics: Arc<super::metrics::Metrics>,
     /// How long launches waited for their spawn lately (the forecast's
     /// launch costs).
@@ -499,6 +501,9 @@ impl JobSource for ClusterBackend {
             for s in held.into_iter().rev() {
                 h.submissions.push_front(s);
             }
+            h.held_on.clear();
+        } else if !h.held.is_empty() {
+            release_early(&mut h);
         }
         let cap = h.cluster_gpus;
         let mut out = Vec::new();
@@ -670,6 +675,59 @@ impl RoundClock for ClusterBackend {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_secs_f64(left.min(0.05)));
+        }
+    }
+}
+
+/// Queues the held jobs whose previous workers are all back (see
+/// `Hub::restart_workers`) and did not report them: a worker registers
+/// again only after what its lapsed lease stopped has exited, so nothing of
+/// the job runs any more and its GPUs need not sit idle until the hold ends.
+fn release_early(h: &mut super::Hub) {
+    if h.restart_workers.is_empty() {
+        return;
+    }
+    let back: HashSet<&str> = h
+        .workers
+        .values()
+        .filter(|w| w.alive)
+        .map(|w| w.address.as_str())
+        .collect();
+    let everyone = h
+        .restart_workers
+        .values()
+        .all(|a| back.contains(a.as_str()));
+    let reported: HashSet<u64> = h
+        .workers
+        .values()
+        .flat_map(|w| w.reported.iter().filter_map(|r| r.launch.map(|l| l.job_id)))
+        .chain(h.expected.values().flat_map(|s| s.iter().map(|(j, _)| *j)))
+        .chain(h.in_doubt.keys().copied())
+        .collect();
+    let mut released = Vec::new();
+    let mut keep = VecDeque::new();
+    for s in std::mem::take(&mut h.held) {
+        let id = s.id.0;
+        let gone = match h.held_on.get(&id) {
+            Some(on) => on.iter().all(|a| back.contains(a.as_str())),
+            None => everyone,
+        };
+        if gone && !reported.contains(&id) {
+            h.held_on.remove(&id);
+            released.push(s);
+        } else {
+            keep.push_back(s);
+        }
+    }
+    h.held = keep;
+    if !released.is_empty() {
+        tracing::info!(
+            jobs = released.len(),
+            "queued again before the restart hold ends: every worker they ran on registered again without them"
+        );
+        // Ahead of newer submissions, in id order, as at the hold's end.
+        for s in released.into_iter().rev() {
+            h.submissions.push_front(s);
         }
     }
 }

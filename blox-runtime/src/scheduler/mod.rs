@@ -149,6 +149,14 @@ struct Hub {
     /// revoked it on registering again, or fenced it when its lease ran out).
     held: VecDeque<JobSpec>,
     hold_until: Instant,
+    /// The previous run's workers (id → address, as the job table last
+    /// recorded them) and, for each held job that ran, the addresses of the
+    /// workers it ran on. A held job is queued before `hold_until` once
+    /// every worker it ran on (a job that did not run: every previous
+    /// worker) registered again without reporting it: a worker registers
+    /// only after the jobs its lapsed lease stopped have exited.
+    restart_workers: BTreeMap<String, String>,
+    held_on: HashMap<u64, Vec<String>>,
     /// Every job's record, as persisted (status, placement, counters).
     jobs: jobs::JobTable,
     /// Ended jobs in the order they ended, with when (Unix seconds) and
@@ -419,6 +427,8 @@ pub fn start_with(
         in_doubt: HashMap::new(),
         held: VecDeque::new(),
         hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
+        restart_workers: store.load_workers()?,
+        held_on: HashMap::new(),
         jobs: jobs::JobTable::default(),
         ended: VecDeque::new(),
         ended_bytes: 0,
@@ -449,7 +459,7 @@ pub fn start_with(
     if n_restored > 0 {
         tracing::info!(
             jobs = n_restored,
-            "restored unfinished jobs from the job table: held for a worker timeout; those the workers still run are adopted, the others queued again"
+            "restored unfinished jobs from the job table: those the workers still run are adopted; the others are queued again once the workers they ran on register again without them (at most a worker timeout)"
         );
     }
     let reads = policies.scheduling.metrics_read();
@@ -549,6 +559,7 @@ pub fn start_with(
         unwritten: Vec::new(),
         restored,
         hold_over: false,
+        workers_written: Default::default(),
         metrics: metrics.clone(),
         waits: Default::default(),
         failed_nodes: HashMap::new(),

@@ -69,6 +69,23 @@ impl ClusterBackend {
                 )
             }))
             .collect();
+        // The workers in the cluster, for a restarted scheduler (until the
+        // restart hold ends, the previous run's too: a second restart
+        // still waits for them).
+        let mut workers: std::collections::BTreeMap<String, String> = h
+            .workers
+            .iter()
+            .filter(|(_, w)| w.alive && w.node.is_some())
+            .map(|(id, w)| (id.clone(), w.address.clone()))
+            .collect();
+        if !self.hold_over {
+            workers.extend(
+                h.restart_workers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+        }
+        let workers = (workers != self.workers_written).then_some(workers);
         let mut urgent: Vec<u64> = Vec::new();
         let mut ended: Vec<(u64, f64)> = Vec::new();
         let mut dirty: Vec<u64> = Vec::new();
@@ -222,6 +239,8 @@ impl ClusterBackend {
         ids.sort_unstable();
         ids.dedup();
         if ids.is_empty() && uid_holders.is_none() {
+            drop(h);
+            self.write_workers(workers);
             return Ok(());
         }
         let recs: Vec<JobRecord> = ids
@@ -257,7 +276,23 @@ impl ClusterBackend {
                 }
             }
         }
+        self.write_workers(workers);
         Ok(())
+    }
+
+    /// Records the workers in the cluster when they changed; a failure is
+    /// logged and tried again next round (a restarted scheduler without the
+    /// record only waits out its whole hold).
+    fn write_workers(&mut self, workers: Option<std::collections::BTreeMap<String, String>>) {
+        let Some(w) = workers else {
+            return;
+        };
+        match self.store.write_workers(&w) {
+            Ok(()) => self.workers_written = w,
+            Err(e) => tracing::warn!(
+                "{e}: the workers in the cluster were not recorded; tried again next round"
+            ),
+        }
     }
 
     /// A job table write failed: said once (and in `Status`'s
@@ -329,8 +364,35 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 },
             );
             if let Some(i) = r.info.as_mut() {
+                // The workers it ran on, by address: once they are back
+                // without it, it is queued at once (unknown ones: it waits
+                // out the hold).
+                let ids: HashSet<&str> = i
+                    .gpus
+                    .iter()
+                    .filter_map(|g| g.rsplit_once(':').map(|(w, _)| w))
+                    .collect();
+                let on: Option<HashSet<String>> = ids
+                    .iter()
+                    .map(|w| hub.restart_workers.get(*w).cloned())
+                    .collect();
+                if let Some(on) = on.filter(|o| !o.is_empty()) {
+                    let mut on: Vec<String> = on.into_iter().collect();
+                    on.sort();
+                    hub.held_on.insert(info.id, on);
+                }
                 i.status = JobStatus::Submitted.as_str().into();
                 i.set_phase(JobPhase::Submitted);
+                // Its work so far is kept; what it waits for, said.
+                i.wait = Some(WaitInfo {
+                    kind: "held".into(),
+                    reason: if i.gpus.is_empty() {
+                        "the scheduler restarted: queued again once the previous run's workers register again (at most worker_timeout_s)".into()
+                    } else {
+                        "the scheduler restarted: adopted if its workers still run it, else queued again once they register again (at most worker_timeout_s); its work so far is kept".into()
+                    },
+                    ..Default::default()
+                });
                 i.gpus.clear();
             }
             restored += 1;
