@@ -314,17 +314,20 @@ fn a_restarted_worker_kills_what_its_killed_run_left() {
         ..Default::default()
     };
     Ctl::connect(&addr, &sec).unwrap().submit(job).unwrap();
+    // `sleep 1113` runs once `setsid` has left the job's group: counting
+    // processes alone can see the forked shell before it got that far.
+    let running = |what: &str| job_commands_under(&d.join("a")).iter().any(|c| c == what);
     wait_until(
         "the job and its escaped sleep run",
         Duration::from_secs(30),
-        || job_processes_under(&d.join("a")).len() >= 3,
+        || running("sleep 1113") && running("sleep 1114"),
     );
     procs.kill("a");
     // The guardian took the job's group; the session of its own is left.
     wait_until(
         "the job's own group is gone",
-        Duration::from_secs(5),
-        || job_processes_under(&d.join("a")).len() == 1,
+        Duration::from_secs(10),
+        || job_commands_under(&d.join("a")) == ["sleep 1113"],
     );
     procs.worker(&addr, d, "a", 1, &[]);
     wait_until(

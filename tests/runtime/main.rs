@@ -146,6 +146,22 @@ fn job_processes_under(dir: &Path) -> Vec<u32> {
     out
 }
 
+/// The command lines (arguments joined by spaces) of the job processes
+/// under `dir`, as [`job_processes_under`] finds them.
+fn job_commands_under(dir: &Path) -> Vec<String> {
+    job_processes_under(dir)
+        .into_iter()
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|c| {
+            c.split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 fn status(addr: &str, sec: &Security) -> Vec<JobInfo> {
     // The scheduler may be restarting: retry.
     for _ in 0..100 {
