@@ -99,9 +99,10 @@ fn free_gpus_the_placement_will_not_use_block_by_placement() {
     );
     let (w, text) = wait_of(&s, 2);
     assert_eq!(w, Some(WaitReason::BlockedByPlacement { asked: 1 }));
+    // The words name what it waits behind: job 1, ahead in the order.
     assert_eq!(
         text,
-        "blocked by placement `consolidated`: 1 GPU free in all, but it did not place the 1 GPU asked"
+        "blocked behind job-1 (2nd of 3 in `fifo`'s order, 2 GPUs asked, 1 GPU free in all): `consolidated` did not place it, nor the 1 GPU asked after it"
     );
 }
 

@@ -136,6 +136,7 @@ impl RoundLoop {
             lp: self,
             positions: std::cell::OnceCell::new(),
             by_type: std::cell::OnceCell::new(),
+            first_unplaced: std::cell::OnceCell::new(),
         }
     }
 
@@ -160,9 +161,36 @@ pub struct WaitExplainer<'a> {
     lp: &'a RoundLoop,
     positions: std::cell::OnceCell<std::collections::HashMap<JobId, (u32, u32)>>,
     by_type: std::cell::OnceCell<Vec<(String, u32)>>,
+    first_unplaced: std::cell::OnceCell<Option<(JobId, u32, u32)>>,
 }
 
 impl WaitExplainer<'_> {
+    /// The first job of the round's order that waits unplaced
+    /// (`waiting-for-gpus` or `blocked-by-placement`), if it comes before
+    /// `job`: (its id, GPUs asked, place, jobs ordered).
+    fn blocker_ahead_of(&self, job: JobId) -> Option<(JobId, u32, u32, u32)> {
+        let lp = self.lp;
+        let first = self.first_unplaced.get_or_init(|| {
+            lp.decided
+                .order
+                .iter()
+                .enumerate()
+                .find_map(|(i, &(id, asked))| {
+                    let waits = lp.jobs.get(id).and_then(|j| j.wait).is_some_and(|w| {
+                        matches!(
+                            w,
+                            WaitReason::WaitingForGpus { .. }
+                                | WaitReason::BlockedByPlacement { .. }
+                        )
+                    });
+                    waits.then_some((id, asked, i as u32 + 1))
+                })
+        });
+        let &(b, asked, p) = first.as_ref()?;
+        let &(mine, of) = self.positions().get(&job)?;
+        (b != job && p < mine).then_some((b, asked, p, of))
+    }
+
     /// Every ordered job's place ([`RoundLoop::wait_positions`]), read once.
     pub fn positions(&self) -> &std::collections::HashMap<JobId, (u32, u32)> {
         self.positions.get_or_init(|| self.lp.wait_positions())
@@ -204,11 +232,29 @@ impl WaitExplainer<'_> {
                 }
                 s
             }
-            WaitReason::BlockedByPlacement { asked } => format!(
-                "blocked by placement `{placement}`: {} free in all, but it did not place the {} asked",
-                gpus(free),
-                gpus(asked)
-            ),
+            WaitReason::BlockedByPlacement { asked } => match self.blocker_ahead_of(job.id()) {
+                // A job ahead of it in the order was not placed either:
+                // a placement that keeps the order places nothing after
+                // it, so that job is what this one waits behind.
+                Some((b, b_asked, p, of)) => format!(
+                    "blocked behind {}{} ({} of {of} in `{scheduling}`'s order, {} asked, {} free in all): `{placement}` did not place it, nor the {} asked after it",
+                    b,
+                    lp.jobs
+                        .get(b)
+                        .map(|j| j.spec.name.as_str())
+                        .filter(|n| !n.is_empty() && *n != b.0.to_string() && *n != b.to_string())
+                        .map_or(String::new(), |n| format!(" `{n}`")),
+                    ordinal(p),
+                    gpus(b_asked),
+                    gpus(free),
+                    gpus(asked)
+                ),
+                None => format!(
+                    "blocked by placement `{placement}`: {} free in all, but it did not place the {} asked",
+                    gpus(free),
+                    gpus(asked)
+                ),
+            },
             WaitReason::Held {
                 cause: HoldCause::StartupProtection,
             } => "held: the GPUs it was placed on belong to jobs still starting or not past min_run_s".into(),
