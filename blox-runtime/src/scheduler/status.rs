@@ -117,6 +117,14 @@ pub(super) fn reply_matching(
         } else {
             h.workers.range((from, std::ops::Bound::Unbounded))
         };
+        // A worker declared gone whose address registered again reads as
+        // that worker's earlier self (each registration gets a new id).
+        let again: std::collections::HashMap<&str, &str> = h
+            .workers
+            .iter()
+            .filter(|(_, w)| w.alive)
+            .map(|(id, w)| (w.address.as_str(), id.as_str()))
+            .collect();
         for (id, w) in range {
             let info = WorkerInfo {
                 id: id.clone(),
@@ -134,6 +142,11 @@ pub(super) fn reply_matching(
                     .and_then(|n| h.node_notes.get(&n.0))
                 {
                     format!("not in the cluster: {note}")
+                } else if !w.alive {
+                    match again.get(w.address.as_str()) {
+                        Some(now) => format!("gone: registered again as {now}"),
+                        None => "gone: no heartbeat within worker_timeout_s".into(),
+                    }
                 } else {
                     String::new()
                 },

@@ -143,6 +143,20 @@ fn a_lost_worker_is_a_failed_node_and_one_that_keeps_failing_is_quarantined() {
         worker_at(s, &address).is_some_and(|w| w.alive && w.node == Some(old_node))
     });
     assert!(worker_at(&back, &address).unwrap().problem.is_empty());
+    // Its earlier self is listed gone, with what became of it.
+    let gone = |s: &StatusReply| -> Vec<String> {
+        s.workers
+            .iter()
+            .filter(|w| w.address == address && !w.alive)
+            .map(|w| w.problem.clone())
+            .collect()
+    };
+    assert_eq!(
+        gone(&before),
+        ["gone: no heartbeat within worker_timeout_s"]
+    );
+    let now = &worker_at(&back, &address).unwrap().id;
+    assert_eq!(gone(&back), [format!("gone: registered again as {now}")]);
     // It fails again within the window, and comes back quarantined.
     c.workers[i].shutdown();
     wait_status(&c, "declared gone again", |s| {
