@@ -184,6 +184,32 @@ fn sia_finishes_jobs_sooner_than_gavel_on_its_setting() {
     assert!(s < 0.8 * g, "Sia {s:.0} s against Gavel {g:.0} s");
 }
 
+/// Pollux on Sia's three GPU types runs a whole Philly workload to its end.
+/// Its agents fit throughput per type while the genetic search is
+/// type-blind; a fit of the type a job was just moved to, reaching the
+/// search before the job ran there, moved YOLOv3 jobs between a
+/// single-type and a mixed allocation every round, never past their
+/// 80 s restart (issue 57; the loop's livelock guard stops such a run at
+/// round 583 of this workload). A smaller search than the config's keeps
+/// the debug build quick; it livelocked the same way.
+#[test]
+fn pollux_runs_a_philly_workload_to_its_end_on_sias_setting() {
+    let w = "data/sia/workloads/philly/workload-3.csv";
+    let jobs = run(
+        "pollux-p3",
+        "pollux",
+        w,
+        &["scheduling.population=20", "scheduling.generations=20"],
+    );
+    assert_eq!(jobs.len(), 160);
+    let unfinished: Vec<&String> = jobs
+        .iter()
+        .filter(|(_, r)| r["jct_s"].parse::<f64>().is_err())
+        .map(|(n, _)| n)
+        .collect();
+    assert!(unfinished.is_empty(), "never finished: {unfinished:?}");
+}
+
 /// Rigid, strong-scaling, minimum-count and pipeline-parallel jobs: Sia
 /// schedules them within their constraints (the loop refuses any decision
 /// that breaks one); a policy that resizes jobs refuses them by name before

@@ -261,7 +261,8 @@ pub fn typed_fit(
     TypedKeys::new(gpu_type).fit(get)
 }
 
-const PARAM_KEYS: [&str; 7] = [
+/// The metric names of θ_sys, in [`ThroughputParams::to_array`] order.
+pub const PARAM_KEYS: [&str; 7] = [
     "pollux.alpha_c",
     "pollux.beta_c",
     "pollux.alpha_n",

@@ -371,8 +371,24 @@ impl MetricCollector for SimBackend {
                     m.set(id, metric::LR_SCALE, b / b0 as f64);
                 }
                 if let Tuner::Pollux(a) = &p.tuner {
+                    // The agent's throughput fit (θ and the replicas it was
+                    // measured at) reaches the scheduler from a launch past
+                    // its start-up only: a real agent pushes it once it
+                    // trains, and until then the scheduler keeps the last
+                    // launch's. Moved to another GPU type, the agent holds
+                    // that type's fit at once; published then, it reached a
+                    // type-blind PolluxSched before the job ran there, and
+                    // the two types' fits disagreeing, it moved a job back
+                    // and forth every round, never past its start-up (Sia's
+                    // Philly workload 3; docs/RESULTS.md). The job's constants
+                    // and gradient statistics are the job's, on any type.
+                    let starting = job.is_running() && job.first_iteration_s.is_none();
                     for (k, v) in a.report().to_metrics() {
-                        m.set(id, k, v);
+                        let fit = k == "pollux.max_profiled_replicas"
+                            || blox_goodput::agent::PARAM_KEYS.contains(&k);
+                        if !(starting && fit) {
+                            m.set(id, k, v);
+                        }
                     }
                     for (k, v) in a.typed_metrics() {
                         m.set(id, &k, v);
