@@ -210,6 +210,38 @@ fn pollux_runs_a_philly_workload_to_its_end_on_sias_setting() {
     assert!(unfinished.is_empty(), "never finished: {unfinished:?}");
 }
 
+/// The other families of Sia's setting under Pollux, each run to its end
+/// (a smaller search still: a debug build; every workload of each family
+/// ran to its end in a release build with the config's search,
+/// docs/RESULTS.md): Philly 7 (the longest), Helios (`saturn`) 3, and the
+/// first 240 jobs of newTrace 2.
+#[test]
+fn pollux_runs_each_sia_family_to_its_end() {
+    for (tag, w, jobs) in [
+        ("pollux-p7", "data/sia/workloads/philly/workload-7.csv", 160),
+        ("pollux-s3", "data/sia/workloads/saturn/workload-3.csv", 160),
+        (
+            "pollux-n2",
+            "data/sia/workloads/newtrace/workload-2.csv",
+            240,
+        ),
+    ] {
+        let n = format!("workload.num_jobs={jobs}");
+        let out = run(
+            tag,
+            "pollux",
+            w,
+            &["scheduling.population=10", "scheduling.generations=10", &n],
+        );
+        assert_eq!(out.len(), jobs, "{w}");
+        let unfinished = out
+            .values()
+            .filter(|r| r["jct_s"].parse::<f64>().is_err())
+            .count();
+        assert_eq!(unfinished, 0, "{w}: {unfinished} jobs never finished");
+    }
+}
+
 /// Rigid, strong-scaling, minimum-count and pipeline-parallel jobs: Sia
 /// schedules them within their constraints (the loop refuses any decision
 /// that breaks one); a policy that resizes jobs refuses them by name before
