@@ -420,6 +420,39 @@ fn gpu_count(w: &What) -> Option<usize> {
 /// its workers join); GPU counts are.
 pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
     let (oa, ob) = (origin(a), origin(b));
+    diff_with(a, b, slack_rounds, |e| rel(e, oa), |e| rel(e, ob))
+}
+
+/// [`diff`] for two logs on one clock (a history and its replay): an
+/// event's round is its time's, `(time_s − t0) / round_s` to the nearest
+/// round, in both. A live scheduler numbers every round, idle ones too,
+/// and a late round's events keep its number; a simulation skips idle
+/// rounds without numbering them: times agree where numbers cannot.
+pub fn diff_on_clock(
+    a: &[Event],
+    b: &[Event],
+    slack_rounds: u64,
+    t0: f64,
+    round_s: f64,
+) -> EventDiff {
+    let on_clock = |e: &Event| {
+        let r = ((e.time_s - t0) / round_s).round();
+        if r.is_finite() {
+            r as i64
+        } else {
+            0
+        }
+    };
+    diff_with(a, b, slack_rounds, on_clock, on_clock)
+}
+
+fn diff_with(
+    a: &[Event],
+    b: &[Event],
+    slack_rounds: u64,
+    rel_a: impl Fn(&Event) -> i64,
+    rel_b: impl Fn(&Event) -> i64,
+) -> EventDiff {
     let in_b = keyed(b);
     // What `a` has not matched yet.
     let mut kb: HashMap<&Key, &Event> = in_b.iter().map(|(k, e)| (k, *e)).collect();
@@ -428,12 +461,12 @@ pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
         let Some(eb) = kb.remove(&k) else {
             d.differences.push(format!(
                 "only in the first: round {} {}",
-                rel(ea, oa),
+                rel_a(ea),
                 show(&k)
             ));
             continue;
         };
-        let (ra, rb) = (rel(ea, oa), rel(eb, ob));
+        let (ra, rb) = (rel_a(ea), rel_b(eb));
         let mut why = Vec::new();
         if ra.abs_diff(rb) > slack_rounds {
             why.push(format!("round {ra} against {rb}"));
@@ -456,7 +489,7 @@ pub fn diff(a: &[Event], b: &[Event], slack_rounds: u64) -> EventDiff {
         if kb.contains_key(k) {
             d.differences.push(format!(
                 "only in the second: round {} {}",
-                rel(eb, ob),
+                rel_b(eb),
                 show(k)
             ));
         }
@@ -581,6 +614,7 @@ mod tests {
                 reason: Some("done".into()),
                 attained_gpu_s: Some(3.0),
                 lost_gpu_s: Some(0.5),
+                startup_s: Some(0.25),
             },
             What::Submitted {
                 spec: Box::new(crate::JobSpec::new(4, 2.0, 8).with_duration(60.0)),

@@ -137,6 +137,7 @@ mod tests {
                 reason: None,
                 attained_gpu_s: None,
                 lost_gpu_s: None,
+                startup_s: None,
             },
         }
     }

@@ -529,6 +529,8 @@ pub struct ConfigRequest {
     pub workload: Option<(PathBuf, String)>,
     pub sections: Vec<SectionSource>,
     pub overrides: Vec<Override>,
+    /// A config without `[cluster]` is read (`ConfigInput::cluster_optional`).
+    pub cluster_optional: bool,
 }
 
 impl ConfigRequest {
@@ -538,7 +540,15 @@ impl ConfigRequest {
             workload: None,
             sections: Vec::new(),
             overrides: Vec::new(),
+            cluster_optional: false,
         }
+    }
+
+    /// Reads a config without `[cluster]` too: its cluster comes from
+    /// elsewhere (a replayed log's nodes).
+    pub fn cluster_optional(mut self) -> Self {
+        self.cluster_optional = true;
+        self
     }
 
     /// Replaces the workload file; `origin` names where it was asked for.
@@ -567,12 +577,14 @@ impl ConfigRequest {
         let file = self.path.display().to_string();
         let mut input = ConfigInput::new(&text, &file, &base);
         input.sections = self.sections.clone();
+        input.cluster_optional = self.cluster_optional;
         if let Some((w, origin)) = &self.workload {
             let abs = std::path::absolute(w).unwrap_or_else(|_| w.clone());
             let kind = workload::detect_format(&abs)?;
             let mut cfg_kind = kind.to_string();
             let mut probe = ConfigInput::new(&text, &file, &base);
             probe.sections = self.sections.clone();
+            probe.cluster_optional = self.cluster_optional;
             let probe = Config::from_input(probe)?;
             let old = probe.section("workload");
             // A Philly-format file keeps a config's `blox-recipe` kind.

@@ -25,7 +25,12 @@ fn targets(a: &WhatifArgs) -> Result<Vec<Target>> {
             .map_or("config".into(), |s| s.to_string_lossy().into_owned())
     };
     for path in &a.configs {
-        let cfg = blox_sim::load_config(path, None, &common)?;
+        // Its cluster may come from the history (a log's nodes, a live
+        // scheduler's workers); replays say when neither gives one.
+        let cfg = blox_sim::ConfigRequest::new(path)
+            .overrides(common.clone())
+            .cluster_optional()
+            .load()?;
         // Errors name the file and line already.
         registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
         out.push(Target {
@@ -38,7 +43,10 @@ fn targets(a: &WhatifArgs) -> Result<Vec<Target>> {
         for kv in v.split(',').filter(|s| !s.trim().is_empty()) {
             o.push(Override::parse_cli(kv.trim())?);
         }
-        let cfg = blox_sim::load_config(&a.configs[0], None, &o)
+        let cfg = blox_sim::ConfigRequest::new(&a.configs[0])
+            .overrides(o)
+            .cluster_optional()
+            .load()
             .with_context(|| format!("--variant {v}"))?;
         registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)
             .with_context(|| format!("--variant {v}"))?;

@@ -255,6 +255,18 @@ fn a_variant_of_the_first_config_is_replayed_beside_it() {
     assert!(ok, "{t}");
     assert_eq!(matched(&t, "philly-fifo").1, 0, "{t}");
     assert!(t.contains("philly-fifo[scheduling.policy=srtf]"), "{t}");
+    // A config without [cluster] is read (a live log's nodes are the
+    // cluster: blox-runtime/tests/same_loop.rs), but a simulation's log
+    // names no starting nodes: the replay says it needs the config's.
+    let bare = dir.join("bare.toml");
+    std::fs::write(&bare, "[scheduling]\npolicy = \"fifo\"\n").unwrap();
+    let (ok, t) = whatif(&["--events", &log, "--config", bare.to_str().unwrap()]);
+    assert!(!ok, "{t}");
+    assert!(
+        t.contains("bare.toml")
+            && t.contains("missing [cluster] section: the history names no nodes"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -300,6 +300,9 @@ pub struct ConfigInput<'a> {
     /// Sections replacing the file's own.
     pub sections: Vec<SectionSource>,
     pub overrides: Vec<Override>,
+    /// A missing `[cluster]` is no error (the cluster comes from elsewhere:
+    /// a replayed log's nodes); [`Config::has_section`] says it was missing.
+    pub cluster_optional: bool,
 }
 
 impl<'a> ConfigInput<'a> {
@@ -310,6 +313,7 @@ impl<'a> ConfigInput<'a> {
             base_dir,
             sections: Vec::new(),
             overrides: Vec::new(),
+            cluster_optional: false,
         }
     }
 }
@@ -420,7 +424,7 @@ impl Config {
         let live = sections.contains_key("runtime") || sections.contains_key("worker");
         let cluster = match sections.get("cluster") {
             Some(s) => s.parse::<ClusterConfig>()?,
-            None if live => ClusterConfig::default(),
+            None if live || input.cluster_optional => ClusterConfig::default(),
             None => {
                 return Err(ConfigError::Parse {
                     file: file.to_string(),
@@ -469,8 +473,9 @@ impl Config {
         };
         // A scheduler's config may describe only the topology's levels
         // (`[cluster.topology]`): its workers bring the nodes.
-        let workers_bring_gpus =
-            live && cfg.cluster.nodes.is_none() && cfg.cluster.node_groups.is_empty();
+        let workers_bring_gpus = (live || (input.cluster_optional && !cfg.has_section("cluster")))
+            && cfg.cluster.nodes.is_none()
+            && cfg.cluster.node_groups.is_empty();
         if !workers_bring_gpus {
             cfg.cluster_state()?;
         }

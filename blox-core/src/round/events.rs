@@ -73,6 +73,11 @@ pub enum What {
         /// `attained_gpu_s − lost_gpu_s` ([`What::finished_work_gpu_s`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lost_gpu_s: Option<f64>,
+        /// Wall seconds it spent starting, over all its launches
+        /// (`Job::startup_s`; `None` when none): a replay of a live log
+        /// gives its launches the start-up they took.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        startup_s: Option<f64>,
     },
     /// The job ended without reaching its end.
     Failed { reason: String },
@@ -327,6 +332,7 @@ impl Recorder {
                     reason,
                     attained_gpu_s: Some(job.attained_service_gpu_s),
                     lost_gpu_s: (job.lost_work_gpu_s > 0.0).then_some(job.lost_work_gpu_s),
+                    startup_s: (job.startup_s > 0.0).then_some(job.startup_s),
                 },
                 crate::JobStatus::Cancelled => What::Cancelled,
                 _ => What::Failed {

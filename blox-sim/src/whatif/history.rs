@@ -76,6 +76,12 @@ pub struct History {
     pub actual: HashMap<JobId, Actual>,
     /// What the history lacks (a log cut short or rotated, …).
     pub notes: Vec<String>,
+    /// A live cluster's log: each finished job's start-up per launch as
+    /// measured (its `finished` event's `startup_s` over its launches),
+    /// which its launches in a replay take in place of the config's
+    /// `[sim]` start-up model. (A simulation's log gets its start-ups from
+    /// the config that ran it.)
+    pub startup: HashMap<JobId, f64>,
 }
 
 impl History {
@@ -155,6 +161,7 @@ impl History {
             }
             None => events,
         };
+        let startup = measured_startups(events);
         let first_t = events.first().map_or(0.0, |e| e.time_s);
         let want = at_s.unwrap_or(first_t);
         // The start is the log's first round at or after `at_s`: one with
@@ -174,6 +181,21 @@ impl History {
                 at = t;
                 start_round = prev.round + n as u64;
             }
+        }
+        // A live scheduler's rounds keep to a grid of `round_s` but each
+        // starts a little late (milliseconds; more when a round waits): the
+        // replay's grid is the log's least late rounds', not that of the
+        // round it starts at (a job submitted just after that round's
+        // grid time is seen by the next round, as it was).
+        if !startup.is_empty() || events.iter().any(|e| e.unix_s.is_some()) {
+            let late = |t: f64| {
+                let k = (t - at) / round_s;
+                (k - k.round()) * round_s
+            };
+            at += events
+                .iter()
+                .map(|e| late(e.time_s))
+                .fold(0.0_f64, f64::min);
         }
         let mut h = History {
             at_s: at,
@@ -271,8 +293,10 @@ impl History {
                     t.speed = 1.0;
                 }
             }
-            t.apply(e, at, overheads);
+            let own = startup.get(&id).map(|&s| (s, s));
+            t.apply(e, at, own.unwrap_or(overheads));
         }
+        h.startup = startup;
         if typeless > 0 {
             let d = NodeSpec::with_gpus(1);
             h.notes.push(format!(
@@ -323,6 +347,35 @@ impl History {
         h.future.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
         Ok(h)
     }
+}
+
+/// A live cluster's log (its events carry Unix times): each finished
+/// job's mean start-up per launch, from its `finished` event's `startup_s`
+/// (all its launches' start-up) over its launches in the log. None for a
+/// simulation's log.
+fn measured_startups(events: &[Event]) -> HashMap<JobId, f64> {
+    let mut out = HashMap::new();
+    if !events.iter().any(|e| e.unix_s.is_some()) {
+        return out;
+    }
+    let mut launches: HashMap<JobId, u32> = HashMap::new();
+    for e in events {
+        let Some(id) = e.job else { continue };
+        match &e.what {
+            What::Launched { .. } => *launches.entry(id).or_default() += 1,
+            What::Finished {
+                startup_s: Some(s), ..
+            } => {
+                if let Some(n) = launches.get(&id).filter(|n| **n > 0) {
+                    if s.is_finite() && *s >= 0.0 {
+                        out.insert(id, s / f64::from(*n));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A job as the log shows it, up to the replay's start.

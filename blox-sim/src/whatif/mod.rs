@@ -39,17 +39,23 @@ pub struct Replay {
     pub notes: Vec<String>,
     /// Its decisions.
     pub events: Vec<blox_core::round::events::Event>,
+    /// Its config's round length.
+    pub round_s: f64,
 }
 
 impl Replay {
     /// Its decisions against the history's from the start on, rounds
-    /// within `slack` (`None` when the history has no decisions to compare).
+    /// within `slack`, each event's round read from its time on the
+    /// history's clock (`None` when the history has no decisions to
+    /// compare).
     pub fn against_history(
         &self,
         h: &History,
         slack: u64,
     ) -> Option<blox_core::event_log::EventDiff> {
-        (!h.tail.is_empty()).then(|| blox_core::event_log::diff(&h.tail, &self.events, slack))
+        (!h.tail.is_empty()).then(|| {
+            blox_core::event_log::diff_on_clock(&h.tail, &self.events, slack, h.at_s, self.round_s)
+        })
     }
 }
 
@@ -72,6 +78,12 @@ pub fn replay(
     let mut notes = Vec::new();
     let (mut cluster, mut planned) = match &h.nodes {
         Some(nodes) => history_cluster(nodes, h.at_s, cfg)?,
+        None if !cfg.has_section("cluster") && !cfg.has_section("runtime") => {
+            return Err(SimError::Config(ConfigError::Parse {
+                file: cfg.file.clone(),
+                message: "missing [cluster] section: the history names no nodes (a simulation's log: its starting nodes are its config's), so the replay needs the config's cluster (e.g. nodes = 16, gpus_per_node = 4)".into(),
+            }))
+        }
         None => (cfg.cluster_state()?, Vec::new()),
     };
     outages(h, cfg, &mut cluster, &mut planned, &mut notes);
@@ -90,7 +102,7 @@ pub fn replay(
         .map(|spec| match traced.get(&spec.id.0) {
             Some(j) => j.clone(),
             None => SimJob {
-                startup_s: None,
+                startup_s: h.startup.get(&spec.id).copied(),
                 converge_at: None,
                 spec: spec.clone(),
                 work: WorkModel::Duration {
@@ -206,6 +218,7 @@ pub fn replay(
         result,
         notes,
         events,
+        round_s,
     })
 }
 
