@@ -143,14 +143,25 @@ impl History {
         checkpoint_interval_s: Option<f64>,
     ) -> Result<History, EventLogError> {
         let overheads = (sim.launch_overhead_s, sim.restart_overhead_s);
-        // A scheduler that restarted starts its clock and rounds again: only
-        // the log of its last run is one history.
+        // A scheduler that restarted starts its clock and rounds again. A
+        // live log's runs are joined on the Unix clock its events carry
+        // (`join_runs`); without it only the log of the last run is one
+        // history.
         let restarts: Vec<usize> = (1..events.len())
-            .filter(|&i| events[i].round < events[i - 1].round)
+            .filter(|&i| {
+                events[i].round < events[i - 1].round || events[i].time_s < events[i - 1].time_s
+            })
             .collect();
         let mut notes = Vec::new();
-        let events = match restarts.last() {
-            Some(&i) => {
+        let joined = join_runs(events, &restarts, round_s);
+        let mut boundaries: Vec<(usize, f64)> = Vec::new();
+        let events: &[Event] = match (&joined, restarts.last()) {
+            (Some(j), _) => {
+                boundaries = j.boundaries.clone();
+                notes.push(j.note.clone());
+                &j.events
+            }
+            (None, Some(&i)) => {
                 notes.push(format!(
                     "the log spans {} scheduler restarts (its clock starts again at each); only the part after the last ({} of {} events) is replayed",
                     restarts.len(),
@@ -159,7 +170,7 @@ impl History {
                 ));
                 &events[i..]
             }
-            None => events,
+            (None, None) => events,
         };
         let startup = measured_startups(events);
         let first_t = events.first().map_or(0.0, |e| e.time_s);
@@ -192,11 +203,34 @@ impl History {
                 let k = (t - at) / round_s;
                 (k - k.round()) * round_s
             };
-            at += events
+            // The grid of the scheduler run the start falls in (each run
+            // of a restarted scheduler keeps its own).
+            let run_start = boundaries
+                .iter()
+                .map(|&(b, _)| b)
+                .filter(|&b| b <= from)
+                .max()
+                .unwrap_or(0);
+            let run_end = boundaries
+                .iter()
+                .map(|&(b, _)| b)
+                .find(|&b| b > from)
+                .unwrap_or(events.len());
+            at += events[run_start..run_end]
                 .iter()
                 .map(|e| late(e.time_s))
                 .fold(0.0_f64, f64::min);
         }
+        // A live log's cluster changes take effect in their round, at its
+        // time on the grid (the round that saw a node join placed on it).
+        let live = !startup.is_empty() || events.iter().any(|e| e.unix_s.is_some());
+        let on_grid = |t: f64| {
+            if live {
+                at + ((t - at) / round_s).round() * round_s
+            } else {
+                t
+            }
+        };
         let mut h = History {
             at_s: at,
             first_s: first_t,
@@ -210,7 +244,40 @@ impl History {
         let mut nodes: Vec<Option<HistoryNode>> = Vec::new();
         let mut typeless = 0;
         let mut last_t = first_t;
-        for e in events {
+        let mut next_boundary = boundaries.iter().peekable();
+        for (i, e) in events.iter().enumerate() {
+            // A scheduler restart: what ran stopped with it (a job its
+            // workers kept running is adopted below, with no start-up).
+            while let Some(&&(b, stopped_at)) = next_boundary.peek() {
+                if b > i {
+                    break;
+                }
+                next_boundary.next();
+                // Jobs the next run adopts ran on through the restart.
+                let end = boundaries
+                    .iter()
+                    .map(|&(x, _)| x)
+                    .find(|&x| x > b)
+                    .unwrap_or(events.len());
+                let mut adopted = std::collections::HashSet::new();
+                let mut relaunched = std::collections::HashSet::new();
+                for e in &events[b..end] {
+                    match (&e.what, e.job) {
+                        (What::Adopted { .. }, Some(j)) if !relaunched.contains(&j) => {
+                            adopted.insert(j);
+                        }
+                        (What::Launched { .. }, Some(j)) => {
+                            relaunched.insert(j);
+                        }
+                        _ => {}
+                    }
+                }
+                for (id, t) in jobs.iter_mut() {
+                    if !adopted.contains(id) {
+                        t.restarted(stopped_at, at);
+                    }
+                }
+            }
             last_t = last_t.max(e.time_s);
             match &e.what {
                 What::NodeJoined {
@@ -227,23 +294,28 @@ impl History {
                             NodeSpec::with_gpus(*gpus)
                         }
                     };
+                    // A node that joined again after a restart is the
+                    // node it was (the runs are joined).
+                    if nodes[n].as_ref().is_some_and(|x| x.left_s.is_none()) {
+                        continue;
+                    }
                     nodes[n] = Some(HistoryNode {
                         spec,
-                        joined_s: e.time_s,
+                        joined_s: on_grid(e.time_s),
                         left_s: None,
                     });
                     continue;
                 }
                 What::NodeLeft { node } => {
                     if let Some(Some(n)) = nodes.get_mut(*node as usize) {
-                        n.left_s = Some(e.time_s);
+                        n.left_s = Some(on_grid(e.time_s));
                     }
                     continue;
                 }
                 What::NodeFailed { node } => {
                     h.outages.push(Outage {
                         node: *node,
-                        failed_s: e.time_s,
+                        failed_s: on_grid(e.time_s),
                         repaired_s: None,
                     });
                     continue;
@@ -255,7 +327,7 @@ impl History {
                         .rev()
                         .find(|o| o.node == *node && o.repaired_s.is_none())
                     {
-                        o.repaired_s = Some(e.time_s);
+                        o.repaired_s = Some(on_grid(e.time_s));
                     }
                     continue;
                 }
@@ -263,6 +335,10 @@ impl History {
             }
             let Some(id) = e.job else { continue };
             if let What::Submitted { spec } = &e.what {
+                // Submitted again by a restarted scheduler: the job it was.
+                if jobs.contains_key(&id) {
+                    continue;
+                }
                 if e.time_s >= at {
                     h.future.push((**spec).clone());
                 }
@@ -347,6 +423,80 @@ impl History {
         h.future.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
         Ok(h)
     }
+}
+
+/// A live log's scheduler runs joined into one history.
+struct Joined {
+    events: Vec<Event>,
+    /// Where each later run starts in `events`, and when (the joined
+    /// clock) the run before it was last seen.
+    boundaries: Vec<(usize, f64)>,
+    note: String,
+}
+
+/// Joins the runs of a live log that spans scheduler restarts (`restarts`:
+/// where each later run starts) on the Unix clock its events carry: a
+/// later run's times and rounds move by its start's distance from the
+/// first run's; a job it submitted again (it was restored from the job
+/// table) and admitted again keeps its first `submitted` and `admitted`.
+/// `None` when there is nothing to join or a run lacks Unix times (a
+/// simulation's log, or one from before they were logged).
+fn join_runs(events: &[Event], restarts: &[usize], round_s: f64) -> Option<Joined> {
+    if restarts.is_empty() {
+        return None;
+    }
+    let starts: Vec<usize> = std::iter::once(0).chain(restarts.iter().copied()).collect();
+    let ends: Vec<usize> = restarts.iter().copied().chain([events.len()]).collect();
+    // Each run's Unix time at its clock's zero.
+    let zero: Option<Vec<f64>> = starts
+        .iter()
+        .zip(&ends)
+        .map(|(&a, &b)| {
+            events[a..b]
+                .iter()
+                .find_map(|e| e.unix_s.map(|u| u - e.time_s))
+        })
+        .collect();
+    let zero = zero?;
+    let mut out = Vec::with_capacity(events.len());
+    let mut boundaries = Vec::new();
+    let mut submitted = std::collections::HashSet::new();
+    let mut admitted = std::collections::HashSet::new();
+    let mut again = 0;
+    for (k, (&a, &b)) in starts.iter().zip(&ends).enumerate() {
+        let shift = zero[k] - zero[0];
+        let rounds = (shift / round_s).round().max(0.0) as u64;
+        if k > 0 {
+            let last = out.last().map_or(0.0, |e: &Event| e.time_s);
+            boundaries.push((out.len(), last));
+        }
+        for e in &events[a..b] {
+            let mut e = e.clone();
+            e.time_s += shift;
+            e.round += rounds;
+            if let (Some(id), What::Submitted { spec }) = (e.job, &mut e.what) {
+                if !submitted.insert(id) {
+                    again += 1;
+                    continue;
+                }
+                spec.arrival_s += shift;
+            }
+            if let (Some(id), What::Admitted) = (e.job, &e.what) {
+                if !admitted.insert(id) {
+                    continue;
+                }
+            }
+            out.push(e);
+        }
+    }
+    Some(Joined {
+        events: out,
+        boundaries,
+        note: format!(
+            "the log spans {} scheduler restarts, joined on the Unix clock its events carry ({again} jobs submitted again by a restarted scheduler count once); what a restart did (jobs it stopped and relaunched, jobs adopted) is in the log, not in a replay, so decisions about those jobs after it can differ",
+            restarts.len()
+        ),
+    })
 }
 
 /// A live cluster's log (its events carry Unix times): each finished
@@ -475,6 +625,11 @@ impl Tracked {
         let before = e.time_s < at;
         match &e.what {
             What::Admitted if before => self.job.status = JobStatus::Queued,
+            // Adopted by a restarted scheduler while its launch ran on
+            // (the runs joined): the same launch, its progress unbroken.
+            What::Adopted { gpus } if self.progress_from.is_some() => {
+                self.places = gpus.clone();
+            }
             What::Launched { gpus, .. } | What::Adopted { gpus } => {
                 self.stop(e.time_s, at, true, false);
                 self.gpus = gpus.len() as u32;
@@ -530,6 +685,19 @@ impl Tracked {
                 self.job.wait_counted_s = Some(e.time_s);
             }
             _ => {}
+        }
+    }
+
+    /// The scheduler stopped at `t` (a restart): a launch running then
+    /// ended without rolling back (its workers' lapsed leases stopped it
+    /// with a checkpoint, or it runs on to be adopted).
+    fn restarted(&mut self, t: f64, at: f64) {
+        if self.progress_from.is_some() {
+            self.stop(t, at, false, false);
+            if t < at && self.job.status == JobStatus::Running {
+                self.job.status = JobStatus::Queued;
+                self.places.clear();
+            }
         }
     }
 
@@ -625,5 +793,160 @@ impl Tracked {
         } else {
             State::Active(self.job, Vec::new())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(round: u64, t: f64, unix0: f64, job: Option<u64>, what: What) -> Event {
+        Event {
+            round,
+            time_s: t,
+            unix_s: Some(unix0 + t),
+            job: job.map(JobId),
+            name: job.map(|j| format!("j{j}")),
+            what,
+        }
+    }
+
+    fn launched(n: u32) -> What {
+        What::Launched {
+            gpus: (0..n).map(|gpu| GpuPlace { node: 0, gpu }).collect(),
+            batch_size: None,
+        }
+    }
+
+    /// A live log whose scheduler restarted 9 s after it started (its
+    /// second run's clock starts at 0 again): job 1 ran through the
+    /// restart (adopted), job 2 was stopped by it and relaunched; the
+    /// second run submitted and admitted both again from its job table.
+    fn restarted_log() -> Vec<Event> {
+        let (a, b) = (1000.0, 1009.0);
+        let joined = What::NodeJoined {
+            node: 0,
+            gpus: 2,
+            worker: Some("w".into()),
+            spec: None,
+        };
+        let submitted = |id: u64, at: f64| What::Submitted {
+            spec: Box::new(JobSpec::new(id, at, 1).with_duration(6.0)),
+        };
+        let finished = |jct: f64| What::Finished {
+            jct_s: Some(jct),
+            reason: None,
+            attained_gpu_s: Some(6.0),
+            lost_gpu_s: None,
+            startup_s: Some(0.02),
+        };
+        vec![
+            ev(1, 1.0, a, None, joined.clone()),
+            ev(1, 1.0, a, Some(1), submitted(1, 0.9)),
+            ev(1, 1.0, a, Some(2), submitted(2, 0.95)),
+            ev(1, 1.0, a, Some(1), What::Admitted),
+            ev(1, 1.0, a, Some(2), What::Admitted),
+            ev(1, 1.0, a, Some(1), launched(1)),
+            ev(1, 1.0, a, Some(2), launched(1)),
+            ev(
+                2,
+                2.0,
+                a,
+                Some(2),
+                What::Waiting {
+                    wait_kind: "waiting-for-gpus".into(),
+                    reason: String::new(),
+                },
+            ),
+            // The second run: its clock is 9 s behind the first's.
+            ev(1, 1.0, b, None, joined),
+            ev(1, 1.0, b, Some(1), submitted(1, -9.1)),
+            ev(1, 1.0, b, Some(2), submitted(2, -9.05)),
+            ev(1, 1.0, b, Some(1), What::Admitted),
+            ev(1, 1.0, b, Some(2), What::Admitted),
+            ev(
+                1,
+                1.0,
+                b,
+                Some(1),
+                What::Adopted {
+                    gpus: vec![GpuPlace { node: 0, gpu: 0 }],
+                },
+            ),
+            ev(1, 1.0, b, Some(2), launched(1)),
+            ev(
+                2,
+                2.0,
+                b,
+                Some(2),
+                What::Launched {
+                    gpus: vec![GpuPlace { node: 0, gpu: 1 }],
+                    batch_size: None,
+                },
+            ),
+            ev(3, 3.0, b, Some(1), finished(11.1)),
+        ]
+    }
+
+    #[test]
+    fn a_live_logs_runs_are_joined_on_the_unix_clock() {
+        let events = restarted_log();
+        let sim = crate::SimConfig::default();
+        let h = History::from_events(&events, None, &sim, 1.0).unwrap();
+        assert!(
+            h.notes
+                .iter()
+                .any(|n| n.contains("joined on the Unix clock")),
+            "{:?}",
+            h.notes
+        );
+        // Both jobs, once each, at their first run's arrivals.
+        let arrivals: Vec<(u64, f64)> = h.future.iter().map(|s| (s.id.0, s.arrival_s)).collect();
+        assert_eq!(arrivals, [(1, 0.9), (2, 0.95)]);
+        // The second run's events on the first's clock; nothing submitted
+        // or admitted twice; the node that joined again is the same node.
+        let t: Vec<f64> = h.tail.iter().map(|e| e.time_s).collect();
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        assert_eq!(h.tail.last().unwrap().time_s, 12.0);
+        let count = |k: &str| h.tail.iter().filter(|e| e.what.kind() == k).count();
+        assert_eq!((count("submitted"), count("admitted")), (2, 2));
+        assert_eq!(h.nodes.as_ref().map(|n| n.len()), Some(1));
+        assert_eq!(h.nodes.as_ref().unwrap()[0].as_ref().unwrap().joined_s, 1.0);
+        // Job 1 ended where its JCT says, on the joined clock; its
+        // measured start-up is its one launch's (it was adopted).
+        assert_eq!(h.actual[&JobId(1)].finish_s, Some(0.9 + 11.1));
+        assert_eq!(h.startup.get(&JobId(1)), Some(&0.02));
+    }
+
+    #[test]
+    fn at_a_start_after_the_restart_an_adopted_job_has_run_through_it() {
+        let events = restarted_log();
+        let sim = crate::SimConfig::default();
+        let h = History::from_events(&events, Some(10.5), &sim, 1.0).unwrap();
+        let active = |id: u64| {
+            h.active
+                .iter()
+                .find(|(j, _)| j.id() == JobId(id))
+                .map(|(j, _)| j.clone())
+                .unwrap()
+        };
+        // The start is the round at or after 10.5 s: 11 s. Job 1 ran from
+        // 1.02 s (after its start-up) to 11 s without a break: 9.98 GPU-s.
+        // Job 2 ran until the first run's last event (2 s) and again from
+        // its relaunch at 10 s: 2 GPU-s, not the 10 of a run through the
+        // restart.
+        let one = active(1);
+        assert!(one.is_running());
+        assert!(
+            (one.attained_service_gpu_s - 9.98).abs() < 0.05,
+            "{}",
+            one.attained_service_gpu_s
+        );
+        let two = active(2);
+        assert!(
+            (two.attained_service_gpu_s - 2.0).abs() < 1e-9,
+            "{}",
+            two.attained_service_gpu_s
+        );
     }
 }

@@ -183,7 +183,16 @@ pub fn replay(
     backend.start_at(h.at_s);
     backend.plan_nodes(planned);
     for j in jobs.active() {
-        backend.adopt(j, work(&j.spec), h.at_s);
+        match h.startup.get(&j.id()) {
+            // Its launches start up as they did in the log (one that had
+            // not run yet gets its measured start-up too).
+            Some(&s) if j.last_startup_s.is_none() => {
+                let mut j = j.clone();
+                j.last_startup_s = Some(s);
+                backend.adopt(&j, work(&j.spec), h.at_s);
+            }
+            _ => backend.adopt(j, work(&j.spec), h.at_s),
+        }
     }
     s.backend = backend;
     s.round_loop.jobs = jobs;
