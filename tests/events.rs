@@ -232,3 +232,51 @@ fn a_missing_log_and_a_bad_line_are_named() {
     let err = blox_err(&["events", "--job", "seven", p]);
     assert!(err.contains("--job seven"), "{err}");
 }
+
+/// A scheduler restart in a live log: the text view says where it
+/// restarted, and that the jobs it submitted and admitted again came from
+/// its job table (issue 57: read as the same jobs submitted twice).
+#[test]
+fn a_restart_and_the_jobs_it_queued_again_are_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("events.jsonl");
+    let line = |round: u64, t: f64, unix: f64, what: &str| {
+        format!(r#"{{"round":{round},"time_s":{t},"unix_s":{unix},"job":3,"name":"a",{what}}}"#)
+    };
+    let spec =
+        r#""event":"submitted","spec":{"id":3,"name":"a","arrival_s":0.5,"requested_gpus":1}"#;
+    let log = [
+        line(1, 1.0, 1001.0, spec),
+        line(1, 1.0, 1001.0, r#""event":"admitted""#),
+        line(
+            4,
+            4.0,
+            1004.0,
+            r#""event":"waiting","wait_kind":"waiting-for-gpus","reason":"r""#,
+        ),
+        line(1, 1.0, 1010.0, &spec.replace("0.5", "-9.5")),
+        line(1, 1.0, 1010.0, r#""event":"admitted""#),
+    ]
+    .join("\n");
+    std::fs::write(&p, log + "\n").unwrap();
+    let out = blox_ok(&["events", p.to_str().unwrap()]);
+    assert_eq!(
+        out.matches("-- the scheduler restarted").count(),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("(again: the restarted scheduler took it from its job table)")
+            .count(),
+        2,
+        "{out}"
+    );
+    let first = out.lines().position(|l| l.contains("submitted")).unwrap();
+    assert!(!out.lines().nth(first).unwrap().contains("again"), "{out}");
+    // The JSON view is the log's lines as they are.
+    let json = blox_ok(&["events", p.to_str().unwrap(), "--json"]);
+    assert!(
+        !json.contains("again") && !json.contains("restarted"),
+        "{json}"
+    );
+}

@@ -5,7 +5,7 @@ use crate::cli::EventsArgs;
 use crate::say;
 use anyhow::{Context, Result};
 use blox_core::event_log::{self, Follow};
-use blox_core::round::events::Event;
+use blox_core::round::events::{Event, What};
 use blox_runtime::scheduler::RuntimeConfig;
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,17 +45,39 @@ pub fn events(a: EventsArgs) -> Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    let show = |e: &Event| -> Result<()> {
+    // A restarted scheduler starts its clock and rounds again, and
+    // submits and admits the unended jobs of its job table again: said,
+    // in the text view, where it happens.
+    let mut seen: std::collections::HashSet<(u64, &'static str)> = Default::default();
+    let mut last: Option<(u64, f64)> = None;
+    let mut restarted = false;
+    let mut show = |e: &Event| -> Result<()> {
+        restarted |= last.is_some_and(|(r, t)| e.round < r || e.time_s < t);
+        last = Some((e.round, e.time_s));
+        let again = match (e.job, &e.what) {
+            (Some(j), What::Submitted { .. } | What::Admitted) => {
+                !seen.insert((j.0, e.what.kind()))
+            }
+            _ => false,
+        };
         if !wanted(e) {
             return Ok(());
         }
         if a.json {
             say!("{}", serde_json::to_string(e)?)?;
+            return Ok(());
+        }
+        if std::mem::take(&mut restarted) {
+            say!("-- the scheduler restarted: its rounds and clock start again; it queues the jobs of its job table again (adopting those still running) --")?;
+        }
+        let note = if again {
+            " (again: the restarted scheduler took it from its job table)"
         } else {
-            match e.unix_s {
-                Some(u) => say!("{}  {e}", blox_runtime::ctl::utc(u))?,
-                None => say!("{e}")?,
-            }
+            ""
+        };
+        match e.unix_s {
+            Some(u) => say!("{}  {e}{note}", blox_runtime::ctl::utc(u))?,
+            None => say!("{e}{note}")?,
         }
         Ok(())
     };
