@@ -550,6 +550,8 @@ struct Tracked {
     weighted_all: f64,
     /// Productive GPU-seconds the log's `finished` event gives.
     finished_attained: Option<f64>,
+    /// The work its stops lost as the log's `finished` event gives it.
+    logged_lost: Option<f64>,
     ended_before: bool,
     actual: Actual,
     gpus: u32,
@@ -580,6 +582,7 @@ impl Tracked {
             weighted_before: 0.0,
             weighted_all: 0.0,
             finished_attained: None,
+            logged_lost: None,
             ended_before: false,
             actual: Actual::default(),
             gpus: 0,
@@ -671,6 +674,9 @@ impl Tracked {
             What::Finished { jct_s, .. } => {
                 self.stop(e.time_s, at, false, false);
                 self.finished_attained = e.what.finished_work_gpu_s();
+                if let What::Finished { lost_gpu_s, .. } = &e.what {
+                    self.logged_lost = Some(lost_gpu_s.unwrap_or(0.0));
+                }
                 // Its exact end, where the log gives its JCT (the round
                 // that saw it end comes after).
                 let end = jct_s.map_or(e.time_s, |j| self.job.spec.arrival_s + j);
@@ -774,6 +780,17 @@ impl Tracked {
                 let ran = (at - from).max(0.0) * f64::from(self.gpus);
                 self.attained_before += ran;
                 self.weighted_before += ran * self.speed;
+            }
+        }
+        // What its stops lost as the loop that ran measured it (from the
+        // checkpoints the job reported), where the log gives it and it is
+        // not what the model here gives (a live job's own checkpoints; a
+        // node failure the model takes as losing the whole launch): the
+        // model's split before and after the start is kept.
+        if let Some(l) = self.logged_lost {
+            if self.lost_all > 0.0 && (l - self.lost_all).abs() > 1e-6 * l.max(1.0) {
+                self.lost_before = l * self.lost_before / self.lost_all;
+                self.lost_all = l;
             }
         }
         let j = &mut self.job;
@@ -916,6 +933,75 @@ mod tests {
         // measured start-up is its one launch's (it was adopted).
         assert_eq!(h.actual[&JobId(1)].finish_s, Some(0.9 + 11.1));
         assert_eq!(h.startup.get(&JobId(1)), Some(&0.02));
+    }
+
+    /// A live job that checkpoints on its own lost only what it did since
+    /// its last checkpoint when its node failed (the log's `lost_gpu_s`),
+    /// not its whole launch as a job that saves only when stopped would.
+    #[test]
+    fn a_live_jobs_logged_losses_set_its_progress_at_the_start() {
+        let u = 1000.0;
+        let on = || What::Launched {
+            gpus: vec![GpuPlace { node: 0, gpu: 0 }],
+            batch_size: None,
+        };
+        let events = vec![
+            ev(
+                0,
+                0.0,
+                u,
+                None,
+                What::NodeJoined {
+                    node: 0,
+                    gpus: 1,
+                    worker: None,
+                    spec: None,
+                },
+            ),
+            ev(
+                0,
+                0.0,
+                u,
+                Some(1),
+                What::Submitted {
+                    spec: Box::new(JobSpec::new(1, 0.0, 1)),
+                },
+            ),
+            ev(0, 0.0, u, Some(1), What::Admitted),
+            ev(0, 0.0, u, Some(1), on()),
+            ev(10, 10.0, u, None, What::NodeFailed { node: 0 }),
+            ev(
+                10,
+                10.0,
+                u,
+                Some(1),
+                What::Requeued {
+                    reason: "node-0 failed".into(),
+                },
+            ),
+            ev(10, 10.0, u, None, What::NodeRepaired { node: 0 }),
+            ev(10, 10.0, u, Some(1), on()),
+            ev(
+                20,
+                20.0,
+                u,
+                Some(1),
+                What::Finished {
+                    jct_s: Some(20.0),
+                    reason: None,
+                    attained_gpu_s: Some(20.0),
+                    lost_gpu_s: Some(3.0),
+                    startup_s: None,
+                },
+            ),
+        ];
+        let sim = crate::SimConfig::default();
+        let h = History::from_events(&events, Some(15.0), &sim, 1.0).unwrap();
+        assert_eq!(h.work_of(JobId(1)).unwrap().duration_s, 17.0);
+        let (j, _) = &h.active[0];
+        // 15 s run, 3 of them lost: 12 of its 17 s.
+        assert!((j.progress - 12.0 / 17.0).abs() < 1e-9, "{}", j.progress);
+        assert_eq!(j.lost_work_gpu_s, 3.0);
     }
 
     #[test]
