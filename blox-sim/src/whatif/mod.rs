@@ -14,6 +14,7 @@
 
 mod history;
 mod live;
+mod live_log;
 mod table;
 
 pub use history::{Actual, History, HistoryNode, Outage, Work};
