@@ -379,14 +379,36 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     wait_for_workers(&addr, &sec, 1);
     ids.push(submit("after-restart", 1, 1.0));
 
+    // Every job ends; where one does not, the jobs and the restarted
+    // scheduler's log say why.
     let mut last = Vec::new();
-    wait_until("every job ended", Duration::from_secs(120), || {
-        last = status(&addr, &sec);
-        last.len() == ids.len()
-            && last
+    let t = Instant::now();
+    while !(last.len() == ids.len()
+        && last
+            .iter()
+            .all(|j: &JobInfo| matches!(j.status.as_str(), "finished" | "failed" | "rejected")))
+    {
+        if t.elapsed() > Duration::from_secs(120) {
+            let log = std::fs::read_to_string(d.join("scheduler2.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let jobs: Vec<String> = last
                 .iter()
-                .all(|j| matches!(j.status.as_str(), "finished" | "failed" | "rejected"))
-    });
+                .map(|j| {
+                    format!(
+                        "{} {} {} launches={} gpus={:?} reason={:?} wait={:?}",
+                        j.id, j.name, j.status, j.launches, j.gpus, j.reason, j.wait
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out waiting until every job ended:\n{}\nthe restarted scheduler's log, last lines first:\n{}",
+                jobs.join("\n"),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        last = status(&addr, &sec);
+    }
     for j in &last {
         assert_eq!(j.status, "finished", "{j:?}");
         assert!(ids.contains(&j.id));
