@@ -1,9 +1,162 @@
-//! The GPU table's invariants, checked by the loop after every round.
+//! The GPU table's invariants, checked by the loop after every round: in
+//! full, or over what the round changed.
 
 use super::{ClusterError, ClusterState, HOST_EPS};
+use crate::ids::{GpuId, JobId};
 use crate::job_state::JobState;
 
+/// The GPUs whose holder or share changed since the last check, or that
+/// anything else did (nodes joined, left or came back; a cluster read back
+/// from a snapshot): then the next check is a full one.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Changed {
+    pub gpus: Vec<u32>,
+    pub everything: bool,
+}
+
+impl Changed {
+    pub fn everything() -> Self {
+        Changed {
+            gpus: Vec::new(),
+            everything: true,
+        }
+    }
+
+    pub fn set_everything(&mut self) {
+        self.everything = true;
+        self.gpus.clear();
+    }
+
+    /// Notes a change to `gpu` of a table of `table` GPUs. The list never
+    /// grows past the table (a caller that never checks, or a round that
+    /// moved every GPU): the next check is then a full one.
+    pub fn gpu(&mut self, gpu: GpuId, table: usize) {
+        if self.everything {
+            return;
+        }
+        if self.gpus.len() >= table.max(64) {
+            self.set_everything();
+        } else {
+            self.gpus.push(gpu.0);
+        }
+    }
+}
+
 impl ClusterState {
+    /// [`check_invariants`](Self::check_invariants) over what changed since
+    /// the last check: each changed GPU's entry in the free index, its
+    /// node's count and row, its holder (running, with the GPU in its
+    /// allocation, and holding all of its allocation), the changed nodes'
+    /// host shares, and the free count's total. A round costs what it
+    /// changed, not what runs. After nodes changed it checks everything.
+    pub fn check_changes(&mut self, jobs: &JobState) -> Result<(), ClusterError> {
+        let mut changed = std::mem::take(&mut self.changed);
+        let r = if changed.everything {
+            self.check_invariants(jobs)
+        } else {
+            self.check_gpus(&mut changed.gpus, jobs)
+        };
+        changed.gpus.clear();
+        changed.everything = false;
+        self.changed = changed;
+        r
+    }
+
+    /// [`check_invariants`](Self::check_invariants), starting the next
+    /// [`check_changes`](Self::check_changes) afresh.
+    pub fn check_all(&mut self, jobs: &JobState) -> Result<(), ClusterError> {
+        self.changed.gpus.clear();
+        self.changed.everything = false;
+        self.check_invariants(jobs)
+    }
+
+    fn check_gpus(&self, changed: &mut Vec<u32>, jobs: &JobState) -> Result<(), ClusterError> {
+        changed.sort_unstable();
+        changed.dedup();
+        let mut nodes: Vec<u32> = Vec::new();
+        let mut holders: Vec<JobId> = Vec::new();
+        for &i in changed.iter() {
+            let Some(g) = self.gpus.get(i as usize) else {
+                return Err(ClusterError::Invariant(format!(
+                    "gpu-{i} changed but the table has {} GPUs",
+                    self.gpus.len()
+                )));
+            };
+            let is_free = g.online && g.job.is_none();
+            if self.index.free.get(i as usize) != Some(&is_free) {
+                return Err(ClusterError::Invariant(
+                    "the free-GPU index does not match the table".into(),
+                ));
+            }
+            nodes.push(g.node.0);
+            if let Some(j) = g.job {
+                let ok = jobs
+                    .get(j)
+                    .is_some_and(|job| job.is_running() && job.allocation.contains(&g.id));
+                if !ok {
+                    return Err(ClusterError::Invariant(format!(
+                        "{j} holds {} but is not a running job with it in its allocation",
+                        g.id
+                    )));
+                }
+                holders.push(j);
+            }
+        }
+        holders.sort_unstable();
+        holders.dedup();
+        for j in holders {
+            let job = jobs.get(j).expect("checked above");
+            for g in &job.allocation {
+                if self.gpus.get(g.index()).and_then(|x| x.job) != Some(j) {
+                    let held = self.holders().remove(&j).unwrap_or_default();
+                    return Err(ClusterError::Invariant(format!(
+                        "{j} is running with allocation {:?} but the GPU table gives it {held:?}",
+                        job.allocation
+                    )));
+                }
+            }
+        }
+        nodes.sort_unstable();
+        nodes.dedup();
+        let rows = self.index.by_free.len();
+        for n in nodes {
+            let node = &self.nodes[n as usize];
+            let free = node
+                .gpus
+                .iter()
+                .filter(|g| {
+                    let g = &self.gpus[g.index()];
+                    g.online && g.job.is_none()
+                })
+                .count() as u32;
+            let (w, bit) = (n as usize / 64, 1u64 << (n % 64));
+            let in_row = |r: usize| self.index.by_free[r].get(w).is_some_and(|x| x & bit != 0);
+            let rows_ok = (0..rows).all(|r| in_row(r) == (free as usize == r + 1));
+            if self.index.per_node.get(n as usize) != Some(&free) || !rows_ok {
+                return Err(ClusterError::Invariant(
+                    "the free-GPU index does not match the table".into(),
+                ));
+            }
+            if self.custom_host {
+                let (c, m) = self.host_used(node.id);
+                if c > node.spec.cpus as f64 + HOST_EPS || m > node.spec.host_mem_gb + HOST_EPS {
+                    return Err(ClusterError::Invariant(format!(
+                        "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
+                        node.id, node.spec.cpus, node.spec.host_mem_gb
+                    )));
+                }
+            }
+        }
+        let counted: u32 = self.index.per_node.iter().sum();
+        if counted != self.free {
+            return Err(ClusterError::Invariant(format!(
+                "the counter says {} free, the nodes' counts {counted}",
+                self.free
+            )));
+        }
+        Ok(())
+    }
+
     /// The loop's invariants: the counters and the free index match the
     /// table; every running job holds exactly its allocation; no GPU is held
     /// by a job that is not running; no node gives out more CPUs or memory

@@ -103,6 +103,10 @@ pub struct ClusterState {
     /// Which GPUs are free, by GPU and by node, kept with the table.
     #[serde(skip)]
     index: FreeIndex,
+    /// What changed since the last check, for the check of a round's
+    /// changes ([`check_changes`](Self::check_changes)).
+    #[serde(skip)]
+    changed: checks::Changed,
 }
 
 /// What a cluster is written as; read back, the rest is rebuilt from it.
@@ -128,6 +132,7 @@ impl From<Wire> for ClusterState {
             // Host shares are not known to be proportional: checked.
             custom_host: true,
             index,
+            changed: checks::Changed::everything(),
             ..Default::default()
         }
     }
@@ -254,6 +259,7 @@ impl ClusterState {
         self.free += spec.gpus;
         self.online += spec.gpus;
         self.index.add_node(spec.gpus as usize);
+        self.changed.set_everything();
         if !spec.labels.is_empty() {
             if let Some(t) = self.topology.as_mut() {
                 // Checked when the worker registered; a node whose labels
@@ -309,6 +315,7 @@ impl ClusterState {
             return Ok(());
         }
         n.online = true;
+        self.changed.set_everything();
         let mem = n.spec.gpu_mem_gb;
         for gid in n.gpus.clone() {
             let g = &mut self.gpus[gid.index()];
@@ -335,6 +342,7 @@ impl ClusterState {
             return Ok(Vec::new());
         }
         n.online = false;
+        self.changed.set_everything();
         let mut affected = Vec::new();
         for gid in n.gpus.clone() {
             let g = &mut self.gpus[gid.index()];
@@ -528,6 +536,7 @@ impl ClusterState {
             }
             g.host_cpus = share.cpus_per_gpu;
             g.host_mem_gb = share.mem_gb_per_gpu;
+            self.changed.gpu(gpu, self.gpus.len());
         }
         Ok(())
     }
@@ -565,6 +574,7 @@ impl ClusterState {
                         self.free += 1;
                         self.index.set(gpu.index(), g.node.index(), true);
                     }
+                    self.changed.gpu(gpu, self.gpus.len());
                 }
             }
         }

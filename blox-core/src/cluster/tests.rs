@@ -249,3 +249,131 @@ proptest! {
         prop_assert!(c.check_invariants(&jobs(&wrong)).is_err());
     }
 }
+
+#[test]
+fn the_check_of_changes_finds_what_a_round_broke_and_checks_all_after_nodes_change() {
+    let state = |jobs: &[crate::job::Job]| {
+        let mut s = JobState::new();
+        for j in jobs {
+            s.insert(j.clone());
+        }
+        s
+    };
+    let mut c = ClusterState::homogeneous(2, 4);
+    // Nodes were added: the first check is a full one.
+    assert!(c.changed.everything);
+    c.check_changes(&JobState::new()).unwrap();
+    assert!(!c.changed.everything && c.changed.gpus.is_empty());
+    c.assign(JobId(1), &[GpuId(0), GpuId(1)]).unwrap();
+    assert_eq!(c.changed.gpus, [0, 1]);
+    c.check_changes(&state(&[running(1, &[0, 1])])).unwrap();
+    assert!(c.changed.gpus.is_empty());
+    // A job given a GPU its allocation does not name.
+    c.assign(JobId(2), &[GpuId(5)]).unwrap();
+    let e = c
+        .check_changes(&state(&[running(1, &[0, 1]), running(2, &[6])]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job-2 holds gpu-5"), "{e}");
+    // Its allocation names one more than the table gives it.
+    c.release(JobId(2), &[GpuId(5)]);
+    c.assign(JobId(2), &[GpuId(5)]).unwrap();
+    let e = c
+        .check_changes(&state(&[running(1, &[0, 1]), running(2, &[5, 6])]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job-2 is running with allocation"), "{e}");
+    // A GPU given to a job that is not running.
+    c.release(JobId(2), &[GpuId(5)]);
+    c.assign(JobId(2), &[GpuId(5)]).unwrap();
+    let mut queued = running(2, &[5]);
+    queued.status = crate::job::JobStatus::Queued;
+    let e = c
+        .check_changes(&state(&[running(1, &[0, 1]), queued]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("job-2 holds gpu-5"), "{e}");
+    // The free index parted from a changed GPU's entry.
+    c.release(JobId(2), &[GpuId(5)]);
+    c.index.free[5] = false;
+    let e = c.check_changes(&state(&[running(1, &[0, 1])])).unwrap_err();
+    assert!(e.to_string().contains("free-GPU index"), "{e}");
+    c.index.free[5] = true;
+    // A node's count parted from the table.
+    c.release(JobId(1), &[GpuId(1)]);
+    c.index.per_node[0] += 1;
+    let e = c.check_changes(&state(&[])).unwrap_err();
+    assert!(e.to_string().contains("free-GPU index"), "{e}");
+    c.index.per_node[0] -= 1;
+    // A node going away: the next check is a full one, and finds job-1's
+    // GPU 0 held by a job the state does not have.
+    c.remove_node(NodeId(1)).unwrap();
+    assert!(c.changed.everything);
+    let e = c.check_changes(&state(&[])).unwrap_err().to_string();
+    assert!(e.contains("job-1 holds"), "{e}");
+}
+
+#[test]
+fn the_list_of_changes_never_outgrows_the_table() {
+    let mut c = ClusterState::homogeneous(100, 8);
+    c.check_all(&JobState::new()).unwrap();
+    // Nobody checks (a throwaway fork): the list stops at the table's
+    // size and the next check is a full one.
+    for _ in 0..10 {
+        for g in 0..800 {
+            c.assign(JobId(1), &[GpuId(g)]).unwrap();
+            c.release(JobId(1), &[GpuId(g)]);
+        }
+    }
+    assert!(c.changed.everything);
+    assert!(c.changed.gpus.len() <= 800);
+}
+
+proptest! {
+    /// Checked after each step of any assignment and release, the check of
+    /// changes agrees with the full check, and a corrupted allocation among
+    /// the changed ones is found by both.
+    #[test]
+    fn the_check_of_changes_agrees_with_the_full_check(
+        ops in proptest::collection::vec((0u64..6, 1usize..4, any::<bool>()), 1..40),
+        corrupt in any::<u64>(),
+    ) {
+        let mut c = ClusterState::homogeneous(3, 4);
+        let mut held: std::collections::BTreeMap<u64, Vec<GpuId>> = Default::default();
+        let jobs = |h: &std::collections::BTreeMap<u64, Vec<GpuId>>| {
+            let mut s = JobState::new();
+            for (j, g) in h {
+                s.insert(running(*j, &g.iter().map(|g| g.0).collect::<Vec<_>>()));
+            }
+            s
+        };
+        for (step, (job, n, release)) in ops.into_iter().enumerate() {
+            let mut touched = None;
+            if release {
+                if let Some(g) = held.remove(&job) {
+                    c.release(JobId(job), &g);
+                }
+            } else if let std::collections::btree_map::Entry::Vacant(e) = held.entry(job) {
+                let free: Vec<GpuId> = c.gpus().iter().filter(|g| g.job.is_none()).map(|g| g.id).take(n).collect();
+                if free.len() == n {
+                    c.assign(JobId(job), &free).unwrap();
+                    e.insert(free);
+                    touched = Some(job);
+                }
+            }
+            let mut state = jobs(&held);
+            let broken = touched.filter(|_| corrupt % 7 == step as u64 % 7);
+            if let Some(j) = broken {
+                // The job just placed reports one GPU fewer.
+                let mut g = held[&j].clone();
+                g.pop();
+                state = jobs(&held);
+                state.get_mut(JobId(j)).unwrap().allocation = g;
+            }
+            let full = c.check_invariants(&state).is_ok();
+            let changes = c.check_changes(&state).is_ok();
+            prop_assert_eq!(full, broken.is_none());
+            prop_assert_eq!(changes, full);
+        }
+    }
+}

@@ -149,11 +149,17 @@ pub struct RoundReport {
     pub events: Vec<events::Event>,
 }
 
+/// Rounds between full checks of the GPU table against the jobs in a
+/// release build; the rounds between check what they changed.
+const FULL_CHECK_EVERY: u64 = 256;
+
 /// A composed scheduler: the policies plus the shared state they work on.
 pub struct RoundLoop {
     /// Swaps `policies` between rounds (policy synthesis), if set.
     pub selector: Option<Box<dyn PolicySelector>>,
-    /// Re-check the GPU table against the jobs after every round (default on).
+    /// Re-check the GPU table against the jobs after every round (default
+    /// on): in full in debug builds and every 256th round, over what the
+    /// round changed otherwise ([`ClusterState::check_changes`]).
     /// Decisions are validated before they run either way; throwaway forks
     /// (the synthesizer's) turn this off for speed.
     pub check_invariants: bool,
@@ -407,7 +413,13 @@ impl RoundLoop {
             return Err(e);
         }
         if self.check_invariants {
-            self.cluster.check_invariants(&self.jobs)?;
+            // In full in debug builds (the tests) and every so many rounds;
+            // otherwise over what the round changed.
+            if cfg!(debug_assertions) || self.round % FULL_CHECK_EVERY == 0 {
+                self.cluster.check_all(&self.jobs)?;
+            } else {
+                self.cluster.check_changes(&self.jobs)?;
+            }
         }
         self.decided.preempted.extend(preempted.iter().copied());
         if self.wait_reasons {
