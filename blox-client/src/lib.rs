@@ -20,7 +20,7 @@
 //!   lease holds and the grace after it (`<until_s> <grace_s>`, seconds of
 //!   the node's monotonic clock, [`monotonic_s`]), renewed at every
 //!   acknowledged heartbeat. A lease that ran out counts as revoked, so a
-//!   job stops itself even when its worker hangs (issue 35: no job runs
+//!   job stops itself even when its worker hangs (no job runs
 //!   twice); past the grace as well, [`Job::attach`]'s watchdog ends the
 //!   process (exit status [`LEASE_LOST_EXIT`]). No `lease` file: the lease
 //!   holds until revoked (the local backend).

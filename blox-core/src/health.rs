@@ -1,5 +1,5 @@
 //! What the cluster knows about its nodes' failures, and the two
-//! mechanisms that act on it at the node level (issue 37, item 3):
+//! mechanisms that act on it at the node level:
 //!
 //! - **Hot spares** (`[cluster] spares = k`): `k` nodes are kept out of the
 //!   scheduler's reach. A job that loses GPUs to a failed node resumes at

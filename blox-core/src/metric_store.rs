@@ -6,7 +6,7 @@
 //! round, into one compact array. The table a simulator updates for its
 //! thousands of running jobs then stays the size of what runs, not of
 //! everything that ever ran, and an ended job costs a few dozen bytes instead
-//! of a table entry and an allocation (issue 39: a million-job run).
+//! of a table entry and an allocation (a million-job run).
 
 use crate::ids::JobId;
 use dashmap::DashMap;
@@ -34,7 +34,7 @@ pub struct MetricStore {
     reads: Arc<Reads>,
 }
 
-/// Metrics on demand (issue 39): the keys the loop's policies declare they
+/// Metrics on demand: the keys the loop's policies declare they
 /// read, the per-round keys a backend leaves out because none of them does,
 /// and the first read that would have needed one.
 #[derive(Debug, Default)]

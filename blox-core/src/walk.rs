@@ -44,7 +44,7 @@ use serde::Deserialize;
 /// Free GPUs during the walk: a copy of the cluster's free index (a dense
 /// bitmap, per-node counts, and the nodes grouped by how many GPUs they
 /// have free, so a best fit costs the GPUs a node can hold, not a scan of
-/// every node: issue 39), changed as the walk takes and frees GPUs.
+/// every node), changed as the walk takes and frees GPUs.
 pub struct FreeGpus<'a> {
     pub cluster: &'a ClusterState,
     index: FreeIndex,

@@ -9,7 +9,7 @@
 //! forward-mode automatic differentiation. The fits are then the artifact's
 //! own: on its fits of Philly workload 1 the parameters agree within
 //! 2e-5 (test below). Few observations leave the fit under-
-//! determined, so a different optimiser (ours before issue 34: projected
+//! determined, so a different optimiser (ours at first: projected
 //! L-BFGS in log space) lands elsewhere on the flat valley, and Sia's and
 //! Pollux's decisions follow the fit.
 

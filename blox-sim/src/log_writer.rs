@@ -1,8 +1,7 @@
 //! A simulation's event log written on a thread of its own: a round hands
 //! its events over and goes on, while the writer turns them into JSON lines
 //! and the kernel copies them into the file. At ten million jobs the log is
-//! several GB, and writing it was a tenth of the simulation's thread
-//! (issue 39).
+//! several GB, and writing it was a tenth of the simulation's thread.
 //! The file is the same, line for line: one writer, rounds in order.
 
 use blox_core::event_log::{EventLog, EventLogError};

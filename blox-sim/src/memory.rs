@@ -1,6 +1,6 @@
 //! A workload too large for this machine is refused before it is drawn or
 //! run, with the estimate and the limit, rather than killed by the kernel
-//! hours in (issue 39).
+//! hours in.
 //!
 //! The estimate is per job: a run keeps a table row and the metrics of
 //! every ended job (the newest few thousand whole), and the trace's jobs

@@ -1,4 +1,4 @@
-//! Failure-aware placement (issue 37, item 3): large gangs avoid nodes with
+//! Failure-aware placement: large gangs avoid nodes with
 //! a bad recent history. A job interrupted by any one of its nodes fails
 //! with the sum of their rates, so the nodes that failed lately (lemons
 //! fail again: Kokolis et al., HPCA'25, arXiv 2410.21680, §V) cost a large
@@ -91,7 +91,7 @@ impl PlacementPolicy for FailureAware {
 
 blox_core::register_placement!(
     "failure-aware",
-    "large gangs on the nodes with the fewest recent failures, small jobs on the rest (issue 37)",
+    "large gangs on the nodes with the fewest recent failures, small jobs on the rest",
     |p| {
         let p: Params = p.parse()?;
         Ok(Box::new(FailureAware {

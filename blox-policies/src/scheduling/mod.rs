@@ -15,7 +15,7 @@ pub mod tiresias;
 
 /// Runnable jobs by `(key, arrival, id)`, floats by `total_cmp`: the key is
 /// read once per job and the sort runs over a contiguous table rather than
-/// following a pointer per comparison (issue 39: a large cluster's policy
+/// following a pointer per comparison (a large cluster's policy
 /// sorts thousands of jobs every round). Ids are distinct, so the order is
 /// total and equals a stable sort by the same comparison.
 pub fn by_key_then_arrival<'a>(
@@ -54,7 +54,7 @@ fn insertion_sort_within(v: &mut [Keyed<'_>], budget: usize) -> bool {
 }
 
 /// [`by_key_then_arrival`] that starts each round from the last round's
-/// order (an incremental order, issue 39). Keys move little from one round
+/// order (an incremental order). Keys move little from one round
 /// to the next (a running job's attained service or remaining time changes
 /// by a round's worth), so the table laid out in the last order is nearly
 /// sorted, and a run-detecting sort finishes it in close to one pass

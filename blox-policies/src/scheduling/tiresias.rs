@@ -80,8 +80,8 @@ impl SchedulingPolicy for Tiresias {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let elapsed = self.last_now.map_or(0.0, |t| round.now_s - t);
         self.last_now = Some(round.now_s);
-        // One pass over the active jobs beside its own (both in id order,
-        // issue 39) finds the jobs it knows that ended or left (forgotten;
+        // One pass over the active jobs beside its own (both in id order)
+        // finds the jobs it knows that ended or left (forgotten;
         // the queues hold exactly the jobs of `self.jobs`) and the runnable
         // ones it does not know yet (new).
         let mut dead: Vec<JobId> = Vec::new();

@@ -1,4 +1,4 @@
-//! `blox bench submit`: the live scheduler's intake (issue 39).
+//! `blox bench submit`: the live scheduler's intake.
 //!
 //! `clients` gRPC clients, each its own connection and user, submit `jobs`
 //! jobs in all to a scheduler on loopback that has mock workers (they

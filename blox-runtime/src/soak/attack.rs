@@ -1,4 +1,4 @@
-//! The soak's attacker job (issue 35): `blox-toy-job --attack VICTIM`
+//! The soak's attacker job: `blox-toy-job --attack VICTIM`
 //! first tries, as a job on a shared cluster could, to get hold of a
 //! cluster credential and to act for another job, then trains as usual.
 //!

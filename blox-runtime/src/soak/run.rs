@@ -517,7 +517,7 @@ fn submissions(
                         command.extend(["--attack".into(), "1".into()]);
                     }
                     // One job in 20 forks a child that outlives it unless
-                    // its process group is killed (issue 35).
+                    // its process group is killed.
                     if k % FORKING_EVERY == FORKING_EVERY / 2 {
                         let mut wrapped = vec![
                             "/bin/sh".to_string(),

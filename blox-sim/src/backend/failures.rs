@@ -1,7 +1,7 @@
 //! `[failures]`: nodes fail and come back after their repair, as a seeded
 //! renewal process per node, plus correlated failures of a topology domain
 //! (a rack, a switch) and a share of *lemon* nodes that fail several times
-//! more often (issue 37).
+//! more often.
 //!
 //! Each node of `g` GPUs of type `t` fails with mean time between failures
 //! `gpu_mtbf_h(t) / g` hours (independent GPUs in series), exponentially or

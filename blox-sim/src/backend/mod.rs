@@ -45,7 +45,7 @@ pub struct SimBackend {
     /// Extra offset when fast-forwarding over idle time (whole rounds).
     /// Jobs not yet submitted, by arrival: each leaves at its submission
     /// (its spec moves to the loop), and the buffer shrinks as it empties,
-    /// so a million-job trace does not outlive its arrivals (issue 39).
+    /// so a million-job trace does not outlive its arrivals.
     trace: std::collections::VecDeque<SimJob>,
     jobs: HashMap<JobId, SimJobState>,
     /// Whether any job run by its profile has arrived (only then does

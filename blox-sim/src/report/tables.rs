@@ -277,7 +277,7 @@ impl SimResult {
     /// [`SimResult::from_loop`] for a loop that is done, `earlier` being
     /// the rows of the ended jobs it no longer holds: its ended records
     /// become rows a slice at a time and their memory goes as they do, so a
-    /// million-job run does not hold every job twice at its end (issue 39).
+    /// million-job run does not hold every job twice at its end.
     pub fn from_finished_loop(
         mut lp: RoundLoop,
         earlier: Vec<JobRow>,

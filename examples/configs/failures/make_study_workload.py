@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes study-workload.csv, the workload of the 16,384-GPU failures study
-(issue 37, item 4): a few hero jobs of 1,024 to 8,192 GPUs, weeks long, over
+(docs/RELIABILITY.md): a few hero jobs of 1,024 to 8,192 GPUs, weeks long, over
 a stream of Philly-shaped jobs (GPU counts and durations drawn from the
 Philly digest, Poisson arrivals) for 54 days. Deterministic (seeded).
 
