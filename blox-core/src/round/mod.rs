@@ -415,7 +415,7 @@ impl RoundLoop {
         if self.check_invariants {
             // In full in debug builds (the tests) and every so many rounds;
             // otherwise over what the round changed.
-            if cfg!(debug_assertions) || self.round % FULL_CHECK_EVERY == 0 {
+            if cfg!(debug_assertions) || self.round.is_multiple_of(FULL_CHECK_EVERY) {
                 self.cluster.check_all(&self.jobs)?;
             } else {
                 self.cluster.check_changes(&self.jobs)?;
