@@ -4,7 +4,9 @@
 //! cut off from the scheduler past its timeout — and nothing lost,
 //! duplicated, run twice at once or resumed from an older checkpoint.
 //! Its own test binary: it loads the machine, and the timing tests in the
-//! other binaries do not run beside it.
+//! other binaries do not run beside it. Each run takes about a minute of
+//! real time: both are long tests, which the README's test command leaves
+//! out and `.ci/run` runs (`cargo test --test soak -- --ignored`).
 
 mod common;
 
@@ -43,6 +45,7 @@ fn soak(extra: &[&str]) -> String {
 /// same faults lose, duplicate, overlap and regress nothing either, and a
 /// team below its quota gets it back within seconds.
 #[test]
+#[ignore = "long (a minute of real time): .ci/run runs it with --ignored"]
 fn the_reduced_soak_with_teams_keeps_its_invariants() {
     let stdout = soak(&["--teams"]);
     assert!(
@@ -66,6 +69,7 @@ fn the_reduced_soak_with_teams_keeps_its_invariants() {
 }
 
 #[test]
+#[ignore = "long (a minute of real time): .ci/run runs it with --ignored"]
 fn the_reduced_soak_loses_duplicates_overlaps_and_regresses_nothing() {
     let stdout = soak(&[]);
     let line = stdout
