@@ -39,8 +39,8 @@ pub use module::{
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
 pub use round::{
-    error_chain, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicySelector, RoundLoop,
-    RoundReport, RoundTimings, SelectorError, StartupRules,
+    error_chain, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicyNames, PolicySelector,
+    RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
 };
 
 pub use forecast::{

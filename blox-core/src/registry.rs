@@ -15,7 +15,7 @@
 
 use crate::config::{ConfigError, ModuleConfig, Section};
 use crate::module::{AdmissionPolicy, PlacementPolicy, SchedulingPolicy};
-use crate::round::Policies;
+use crate::round::{Policies, PolicyNames};
 
 macro_rules! entry_type {
     ($(#[$doc:meta])* $entry:ident, $trait:ident, $kind:literal, $find:ident, $all:ident) => {
@@ -175,7 +175,7 @@ pub fn build_policies(
         admission: admission_b,
         scheduling: scheduling_b,
         placement: placement_b,
-        names: (
+        names: PolicyNames::new(
             admission.policy.clone(),
             scheduling.policy.clone(),
             placement.policy.clone(),

@@ -25,14 +25,14 @@ pub enum SimError {
     /// Jobs wait, nothing runs and nothing can change: the run would never end.
     #[error(
         "no progress is possible at round {round} ({time_h:.2} h): {detail}; no job runs, all {gpus} GPUs are idle and no arrival or cluster change is pending. The policies (admission `{}`, scheduling `{}`, placement `{}`) start none of the waiting jobs",
-        policies.0, policies.1, policies.2
+        policies.admission, policies.scheduling, policies.placement
     )]
     Stalled {
         round: u64,
         time_h: f64,
         gpus: u32,
         detail: String,
-        policies: (String, String, String),
+        policies: blox_core::PolicyNames,
     },
     /// A job keeps failing and never keeps any work (`[failures]`): its
     /// time between interruptions is shorter than its checkpoint interval
@@ -109,7 +109,7 @@ fn check_variability(
             at: at.to_string(),
             message: format!(
                 "[placement] policy `{}` orders GPUs by their per-class slowdown factors, and the cluster has none: give them in [cluster.variability] (`factors = \"file.csv\"`, `default_class`; docs/RESULTS.md, PAL)",
-                policies.names.2
+                policies.names.placement
             ),
         }
         .into());
@@ -150,7 +150,7 @@ impl Simulation {
             // Name the starting policies the way the synthesizer names its
             // candidates, so the first decision recognises them.
             use crate::synth::module_label;
-            s.round_loop.policies.names = (
+            s.round_loop.policies.names = PolicyNames::new(
                 module_label(&cfg.admission),
                 module_label(&cfg.scheduling),
                 module_label(&cfg.placement),
@@ -190,7 +190,7 @@ impl Simulation {
             if let Err(why) = policies.scheduling.accepts(&j.spec) {
                 return Err(SimError::Workload(WorkloadError::Invalid(format!(
                     "scheduling policy `{}` refuses job {} ({}): {why}",
-                    policies.names.1, j.spec.id, j.spec.name
+                    policies.names.scheduling, j.spec.id, j.spec.name
                 ))));
             }
         }
@@ -198,13 +198,13 @@ impl Simulation {
         if let Err(why) = policies.placement.fits_cluster(&cluster) {
             return Err(SimError::Workload(WorkloadError::Invalid(format!(
                 "placement policy `{}` does not fit the cluster: {why}",
-                policies.names.2
+                policies.names.placement
             ))));
         }
         if let Err(why) = policies.scheduling.fits_cluster(&cluster) {
             return Err(SimError::Workload(WorkloadError::Invalid(format!(
                 "scheduling policy `{}` does not fit the cluster ({} GPUs): {why}",
-                policies.names.1,
+                policies.names.scheduling,
                 cluster.num_gpus()
             ))));
         }

@@ -121,7 +121,7 @@ impl Candidate {
     /// Builds the three modules, named by their labels.
     pub fn build(&self) -> Result<Policies, ConfigError> {
         let mut p = registry::build_policies(&self.admission, &self.scheduling, &self.placement)?;
-        p.names = (
+        p.names = PolicyNames::new(
             module_label(&self.admission),
             module_label(&self.scheduling),
             module_label(&self.placement),
@@ -281,7 +281,7 @@ impl Synthesizer {
                     &c.scheduling,
                     &c.placement,
                 )?;
-                p.names = (
+                p.names = PolicyNames::new(
                     module_label(&c.admission),
                     module_label(&c.scheduling),
                     module_label(&c.placement),

@@ -27,7 +27,7 @@ impl<F: FnMut(&JobState) -> Schedule + Send> SchedulingPolicy for Broken<F> {
 fn with_scheduling(s: Box<dyn SchedulingPolicy>) -> Policies {
     let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
     p.scheduling = s;
-    p.names.1 = "broken".into();
+    p.names.scheduling = "broken".into();
     p
 }
 
@@ -286,7 +286,7 @@ fn an_admission_policy_that_defers_forever_is_a_stall() {
     }
     let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
     p.admission = Box::new(Never);
-    p.names.0 = "never".into();
+    p.names.admission = "never".into();
     let e = simulate(p, vec![job(0, 0.0, 1, 600.0)], run_config())
         .err()
         .unwrap();
@@ -438,7 +438,7 @@ fn a_job_moved_before_it_starts_round_after_round_stops_the_run() {
     let build = |livelock_after: Option<u32>, protect: bool| {
         let mut p = registry::build_named("accept-all", "fifo", "first-free").unwrap();
         p.placement = Box::new(Flipping);
-        p.names.2 = "flipping".into();
+        p.names.placement = "flipping".into();
         let run = RunConfig {
             round_s: Positive::of(60.0),
             max_rounds: Some(60),

@@ -65,7 +65,7 @@ fn run(from: u64, declares: bool) -> (Result<(), String>, Seen) {
         declares,
         seen: seen.clone(),
     });
-    p.names.1 = "reader".into();
+    p.names.scheduling = "reader".into();
     let jobs: Vec<SimJob> = (0..12)
         .map(|i| {
             let d = 900.0 + 300.0 * i as f64;

@@ -49,7 +49,7 @@ fn policies(scheduling: &str) -> Policies {
 fn rotate(min_run_s: Option<f64>) -> Policies {
     let mut p = policies("fifo");
     p.scheduling = Box::new(Rotate { min_run_s });
-    p.names.1 = "rotate".into();
+    p.names.scheduling = "rotate".into();
     p
 }
 

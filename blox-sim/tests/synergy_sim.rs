@@ -193,7 +193,7 @@ impl PlacementPolicy for Greedy {
 fn the_loop_refuses_a_placement_that_oversubscribes_a_servers_cpus() {
     let mut p = synergy("tune");
     p.placement = Box::new(Greedy);
-    p.names.2 = "greedy".into();
+    p.names.placement = "greedy".into();
     let run = RunConfig {
         round_s: Positive::of(60.0),
         ..RunConfig::default()

@@ -132,7 +132,7 @@ impl AdmissionPolicy for Quota {
 fn an_admission_policy_says_why_it_holds_a_job() {
     let mut p = named("accept-all", "fifo", "first-free");
     p.admission = Box::new(Quota);
-    p.names.0 = "quota".into();
+    p.names.admission = "quota".into();
     let mut s = sim(
         p,
         ClusterState::homogeneous(1, 4),
@@ -188,7 +188,7 @@ impl SchedulingPolicy for Silent {
 fn a_policy_that_gives_no_reason_still_gets_the_loops() {
     let mut p = named("accept-all", "fifo", "first-free");
     p.scheduling = Box::new(Silent);
-    p.names.1 = "silent".into();
+    p.names.scheduling = "silent".into();
     let mut s = sim(
         p,
         ClusterState::homogeneous(1, 1),

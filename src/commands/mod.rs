@@ -54,7 +54,7 @@ pub fn policies_of(
     let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
     let selector = blox_sim::synth::Synthesizer::from_config(cfg, &sim)?.map(|s| {
         use blox_sim::synth::module_label;
-        policies.names = (
+        policies.names = blox_core::PolicyNames::new(
             module_label(&cfg.admission),
             module_label(&cfg.scheduling),
             module_label(&cfg.placement),

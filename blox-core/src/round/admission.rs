@@ -44,7 +44,7 @@ impl RoundLoop {
             .admit(info, &offered, &self.jobs, &self.cluster);
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "admission",
-            module: self.policies.names.0.clone(),
+            module: self.policies.names.admission.clone(),
             reason,
         };
         let offered_ids: FxHashSet<JobId> = offered.iter().map(|j| j.id()).collect();

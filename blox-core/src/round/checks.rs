@@ -50,9 +50,9 @@ impl RoundLoop {
             Some((job, key)) => {
                 let n = &self.policies.names;
                 let module = match which {
-                    0 => &n.0,
-                    1 => &n.1,
-                    _ => &n.2,
+                    0 => &n.admission,
+                    1 => &n.scheduling,
+                    _ => &n.placement,
                 };
                 Err(LoopError::UndeclaredMetric {
                     kind,
@@ -77,7 +77,7 @@ impl RoundLoop {
     fn check_schedule(&self, s: &Schedule, marks: &mut IdMarks) -> Result<(), LoopError> {
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "scheduling",
-            module: self.policies.names.1.clone(),
+            module: self.policies.names.scheduling.clone(),
             reason,
         };
         let unknown = |verb: &str, id: JobId| -> String {
@@ -211,7 +211,7 @@ impl RoundLoop {
     pub(super) fn validate(&self, p: &Placement) -> Result<(), LoopError> {
         let bad = |reason: String| LoopError::InvalidDecision {
             kind: "placement",
-            module: self.policies.names.2.clone(),
+            module: self.policies.names.placement.clone(),
             reason,
         };
         // Running jobs that give their GPUs up: preempted or launched again.

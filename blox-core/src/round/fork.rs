@@ -15,7 +15,7 @@ pub struct PolicyForks {
     admission: Fork<dyn AdmissionPolicy>,
     scheduling: Fork<dyn SchedulingPolicy>,
     placement: Fork<dyn PlacementPolicy>,
-    names: (String, String, String),
+    names: super::PolicyNames,
 }
 
 impl Policies {
@@ -73,17 +73,17 @@ impl PolicyForks {
             &self.admission,
             |p| p.fork(),
             || registry::build_admission(admission),
-            &self.names.0,
+            &self.names.admission,
             &mut notes,
         )?;
         let mut s = one(
             &self.scheduling,
             |p| p.fork(),
             || registry::build_scheduling(scheduling),
-            &self.names.1,
+            &self.names.scheduling,
             &mut notes,
         )?;
-        s.pair_with_placement(&self.names.2)
+        s.pair_with_placement(&self.names.placement)
             .map_err(|message| ConfigError::Incompatible {
                 at: placement.location(),
                 message,
@@ -92,7 +92,7 @@ impl PolicyForks {
             &self.placement,
             |p| p.fork(),
             || registry::build_placement(placement),
-            &self.names.2,
+            &self.names.placement,
             &mut notes,
         )?;
         let policies = Policies {

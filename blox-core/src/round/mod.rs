@@ -16,7 +16,7 @@ mod wait;
 
 use events::{GpuPlace, Recorder, What};
 pub use fork::PolicyForks;
-pub use policies::{Policies, PolicySelector};
+pub use policies::{Policies, PolicyNames, PolicySelector};
 pub use startup::StartupRules;
 use startup::Stopped;
 use timings::lap;

@@ -12,8 +12,42 @@ pub struct Policies {
     pub admission: Box<dyn AdmissionPolicy>,
     pub scheduling: Box<dyn SchedulingPolicy>,
     pub placement: Box<dyn PlacementPolicy>,
-    /// Registered names, for messages and reports: (admission, scheduling, placement).
-    pub names: (String, String, String),
+    /// Registered names, for messages and reports.
+    pub names: PolicyNames,
+}
+
+/// The names of a loop's three policies (as registered, or as a config
+/// labels them), for messages and reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyNames {
+    pub admission: String,
+    pub scheduling: String,
+    pub placement: String,
+}
+
+impl PolicyNames {
+    pub fn new(
+        admission: impl Into<String>,
+        scheduling: impl Into<String>,
+        placement: impl Into<String>,
+    ) -> Self {
+        PolicyNames {
+            admission: admission.into(),
+            scheduling: scheduling.into(),
+            placement: placement.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyNames {
+    /// `admission/scheduling/placement`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.admission, self.scheduling, self.placement
+        )
+    }
 }
 
 /// Policy synthesis (Blox, EuroSys'24, §5.2): a module that may swap the
@@ -39,7 +73,7 @@ pub trait PolicySelector: Send {
 impl Policies {
     /// `admission/scheduling/placement`.
     pub fn label(&self) -> String {
-        format!("{}/{}/{}", self.names.0, self.names.1, self.names.2)
+        self.names.to_string()
     }
 
     /// The job metrics the three policies read, together.

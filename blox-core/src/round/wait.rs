@@ -199,7 +199,11 @@ impl WaitExplainer<'_> {
     /// `job`'s wait reason in words ([`RoundLoop::explain_wait`]).
     pub fn explain(&self, job: &Job) -> Option<String> {
         let lp = self.lp;
-        let (admission, scheduling, placement) = &lp.policies.names;
+        let super::PolicyNames {
+            admission,
+            scheduling,
+            placement,
+        } = &lp.policies.names;
         let free = lp.cluster.num_free();
         Some(match job.wait? {
             WaitReason::NotAdmitted => {

@@ -371,7 +371,7 @@ pub fn start_with(
     policies.placement.fits_cluster(&empty).map_err(|why| {
         SchedulerError::Runtime(format!(
             "placement policy `{}` does not fit the cluster: {why}",
-            policies.names.2
+            policies.names.placement
         ))
     })?;
     let probe = write_checkpoint_probe(&cfg)?;
@@ -466,7 +466,7 @@ pub fn start_with(
     if !reads.is_empty() {
         tracing::info!(
             "scheduling policy `{}` reads these job metrics, which jobs push through blox_client (docs/RUNTIME.md, \"Metrics each policy reads\"): {}",
-            policies.names.1,
+            policies.names.scheduling,
             reads.join(", ")
         );
     }

@@ -10,7 +10,7 @@ use std::fmt;
 /// Headline numbers of a run (over the tracked jobs).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
-    pub policies: (String, String, String),
+    pub policies: blox_core::PolicyNames,
     pub jobs_total: usize,
     pub jobs_finished: usize,
     pub jobs_rejected: usize,
@@ -77,7 +77,7 @@ impl Summary {
         gpus: u32,
         now_s: f64,
         rounds: u64,
-        policies: (String, String, String),
+        policies: blox_core::PolicyNames,
         stop: Option<StopReason>,
     ) -> Self {
         let mut jcts: Vec<f64> = tracked.iter().filter_map(|j| j.jct_s).collect();
@@ -159,7 +159,11 @@ fn hours(s: f64) -> String {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (a, s, p) = &self.policies;
+        let blox_core::PolicyNames {
+            admission: a,
+            scheduling: s,
+            placement: p,
+        } = &self.policies;
         writeln!(
             f,
             "policies           admission={a}  scheduling={s}  placement={p}"

@@ -199,7 +199,7 @@ pub fn replay(
     s.round_loop.jobs = jobs;
     s.round_loop.cluster = cluster;
     s.round_loop.startup = rules;
-    s.round_loop.policies.names = (
+    s.round_loop.policies.names = blox_core::PolicyNames::new(
         cfg.admission.policy.clone(),
         cfg.scheduling.policy.clone(),
         cfg.placement.policy.clone(),

@@ -47,7 +47,7 @@ fn first_start(r: &blox_sim::SimResult, id: u64) -> f64 {
 fn config_selects_the_example_policy_and_small_job_runs_first() {
     let dir = tempdir();
     let r = run(&dir, &[]);
-    assert_eq!(r.summary.policies.1, "fewest-gpus-first");
+    assert_eq!(r.summary.policies.scheduling, "fewest-gpus-first");
     assert_eq!(first_start(&r, 1), 0.0);
     assert!(first_start(&r, 0) >= 600.0);
     let _ = JobId(0);
