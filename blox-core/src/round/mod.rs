@@ -14,6 +14,9 @@ mod startup;
 mod timings;
 mod wait;
 
+#[cfg(test)]
+mod tests;
+
 use events::{GpuPlace, Recorder, What};
 pub use fork::PolicyForks;
 pub use policies::{Policies, PolicyNames, PolicySelector};
