@@ -9,7 +9,12 @@
 use super::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-const RANGE: (u32, u32) = (1_900_000_100, 1_900_000_163);
+/// A uid range of its own for each test: the tests run at once, and uids
+/// are the machine's (a worker kills whatever runs as its jobs' uids, and
+/// checks that nothing does before it hands one out).
+const fn range(slot: u32) -> (u32, u32) {
+    (1_900_000_100 + 64 * slot, 1_900_000_163 + 64 * slot)
+}
 
 fn root() -> bool {
     // SAFETY: reads this process's credentials only.
@@ -129,7 +134,7 @@ fn a_job_cannot_turn_its_workers_reads_and_writes_to_another_file() {
     }
     let dir = tempfile::tempdir().unwrap();
     let v = Victims::new(dir.path());
-    let c = uid_cluster(dir.path(), RANGE, 1, 0, |_| {});
+    let c = uid_cluster(dir.path(), range(0), 1, 0, |_| {});
     let f = v.file.display();
     let script = format!(
         "cd \"$BLOX_CONTROL_DIR\"; \
@@ -168,7 +173,7 @@ fn a_job_cannot_make_its_worker_hand_it_another_directory() {
     }
     let dir = tempfile::tempdir().unwrap();
     let v = Victims::new(dir.path());
-    let c = uid_cluster(dir.path(), RANGE, 2, 1, |_| {});
+    let c = uid_cluster(dir.path(), range(1), 2, 1, |_| {});
     let (d, f) = (v.dir.display(), v.file.display());
     let script = format!(
         "c=\"$BLOX_CHECKPOINT_DIR\"; g=$BLOX_GENERATION; \
@@ -212,7 +217,7 @@ fn nothing_a_job_starts_outlives_its_launch() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let c = uid_cluster(dir.path(), RANGE, 1, 0, |_| {});
+    let c = uid_cluster(dir.path(), range(3), 1, 0, |_| {});
     let me = std::env::current_exe().unwrap();
     let script = format!(
         "setsid sleep 300 </dev/null >/dev/null 2>&1 & \
@@ -224,7 +229,7 @@ fn nothing_a_job_starts_outlives_its_launch() {
     let a = ctl.submit(job("escape", 1, sh(&script), None)).unwrap();
     let r = c.wait_all(&[a], Duration::from_secs(30));
     assert_eq!(r[&a].status, "finished", "{:?}", r[&a]);
-    assert_no_job_process_left(RANGE);
+    assert_no_job_process_left(range(3));
     let b = ctl.submit(job("next", 1, toy(0.5, &[]), None)).unwrap();
     let r = c.wait_all(&[b], Duration::from_secs(30));
     assert_eq!(r[&b].status, "finished", "{:?}", r[&b]);
@@ -240,7 +245,7 @@ fn a_fork_bomb_and_a_memory_hog_stay_inside_their_launches() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let c = uid_cluster(dir.path(), RANGE, 1, 0, |_| {});
+    let c = uid_cluster(dir.path(), range(4), 1, 0, |_| {});
     let mut ctl = c.ctl();
     let mut bomb = job(
         "bomb",
@@ -263,7 +268,7 @@ fn a_fork_bomb_and_a_memory_hog_stay_inside_their_launches() {
     let t = Instant::now();
     let mut most = 0;
     while t.elapsed() < Duration::from_secs(4) {
-        let n: usize = (RANGE.0..=RANGE.1)
+        let n: usize = (range(4).0..=range(4).1)
             .map(|u| processes_of(u).len())
             .max()
             .unwrap_or(0);
@@ -282,7 +287,7 @@ fn a_fork_bomb_and_a_memory_hog_stay_inside_their_launches() {
         "{:?}",
         r[&ids[1]]
     );
-    assert_no_job_process_left(RANGE);
+    assert_no_job_process_left(range(4));
 }
 
 /// A job sees none of its worker's environment but the allowed variables
@@ -358,7 +363,7 @@ fn launch_uids_are_unique_across_the_cluster_and_reused_once_free() {
     }
     let dir = tempfile::tempdir().unwrap();
     // Two uids for three jobs on four GPUs: the third waits.
-    let range = (RANGE.0, RANGE.0 + 1);
+    let range = (range(6).0, range(6).0 + 1);
     let c = uid_cluster(dir.path(), range, 2, 0, |_| {});
     let mut ctl = c.ctl();
     let script = "id -u; sleep 2; touch \"$BLOX_REPORT_DIR/done\"";
@@ -406,7 +411,7 @@ fn a_job_leaves_nothing_for_the_next_holder_of_its_uid() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let c = uid_cluster(dir.path(), RANGE, 1, 0, |_| {});
+    let c = uid_cluster(dir.path(), range(7), 1, 0, |_| {});
     let tag = format!("blox-attack-{}", std::process::id());
     let (suid, shm) = (format!("/tmp/{tag}-sh"), format!("/dev/shm/{tag}"));
     let a = format!(
