@@ -203,6 +203,43 @@ fn the_invariant_check_finds_allocations_that_part_from_the_table() {
     assert!(e.contains("job-2 holds"), "{e}");
 }
 
+/// Held GPUs by job, as the proptests track them.
+type Held = std::collections::BTreeMap<u64, Vec<GpuId>>;
+
+/// One step of a proptest: `job` releases what it holds, or takes `n`
+/// free GPUs if it holds none and that many are free. Returns the job
+/// when it took GPUs.
+fn step(c: &mut ClusterState, held: &mut Held, job: u64, n: usize, release: bool) -> Option<u64> {
+    if release {
+        if let Some(g) = held.remove(&job) {
+            c.release(JobId(job), &g);
+        }
+    } else if let std::collections::btree_map::Entry::Vacant(e) = held.entry(job) {
+        let free: Vec<GpuId> = c
+            .gpus()
+            .iter()
+            .filter(|g| g.job.is_none())
+            .map(|g| g.id)
+            .take(n)
+            .collect();
+        if free.len() == n {
+            c.assign(JobId(job), &free).unwrap();
+            e.insert(free);
+            return Some(job);
+        }
+    }
+    None
+}
+
+/// A job state of running jobs with the allocations `held`.
+fn jobs_of(held: &Held) -> JobState {
+    let mut s = JobState::new();
+    for (j, g) in held {
+        s.insert(running(*j, &g.iter().map(|g| g.0).collect::<Vec<_>>()));
+    }
+    s
+}
+
 proptest! {
     /// Under any assignment and release, allocations that are the table's
     /// pass; moving one allocated GPU to a free one, or dropping one, fails.
@@ -212,28 +249,11 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let mut c = ClusterState::homogeneous(3, 4);
-        let mut held: std::collections::BTreeMap<u64, Vec<GpuId>> = Default::default();
+        let mut held = Held::default();
         for (job, n, release) in ops {
-            if release {
-                if let Some(g) = held.remove(&job) {
-                    c.release(JobId(job), &g);
-                }
-            } else if let std::collections::btree_map::Entry::Vacant(e) = held.entry(job) {
-                let free: Vec<GpuId> = c.gpus().iter().filter(|g| g.job.is_none()).map(|g| g.id).take(n).collect();
-                if free.len() == n {
-                    c.assign(JobId(job), &free).unwrap();
-                    e.insert(free);
-                }
-            }
+            step(&mut c, &mut held, job, n, release);
         }
-        let jobs = |h: &std::collections::BTreeMap<u64, Vec<GpuId>>| {
-            let mut s = JobState::new();
-            for (j, g) in h {
-                s.insert(running(*j, &g.iter().map(|g| g.0).collect::<Vec<_>>()));
-            }
-            s
-        };
-        prop_assert!(c.check_invariants(&jobs(&held)).is_ok());
+        prop_assert!(c.check_invariants(&jobs_of(&held)).is_ok());
         let Some((&victim, _)) = held.iter().nth(seed as usize % held.len().max(1)) else {
             return Ok(());
         };
@@ -246,7 +266,7 @@ proptest! {
                 list.remove(at);
             }
         }
-        prop_assert!(c.check_invariants(&jobs(&wrong)).is_err());
+        prop_assert!(c.check_invariants(&jobs_of(&wrong)).is_err());
     }
 }
 
@@ -339,36 +359,14 @@ proptest! {
         corrupt in any::<u64>(),
     ) {
         let mut c = ClusterState::homogeneous(3, 4);
-        let mut held: std::collections::BTreeMap<u64, Vec<GpuId>> = Default::default();
-        let jobs = |h: &std::collections::BTreeMap<u64, Vec<GpuId>>| {
-            let mut s = JobState::new();
-            for (j, g) in h {
-                s.insert(running(*j, &g.iter().map(|g| g.0).collect::<Vec<_>>()));
-            }
-            s
-        };
-        for (step, (job, n, release)) in ops.into_iter().enumerate() {
-            let mut touched = None;
-            if release {
-                if let Some(g) = held.remove(&job) {
-                    c.release(JobId(job), &g);
-                }
-            } else if let std::collections::btree_map::Entry::Vacant(e) = held.entry(job) {
-                let free: Vec<GpuId> = c.gpus().iter().filter(|g| g.job.is_none()).map(|g| g.id).take(n).collect();
-                if free.len() == n {
-                    c.assign(JobId(job), &free).unwrap();
-                    e.insert(free);
-                    touched = Some(job);
-                }
-            }
-            let mut state = jobs(&held);
-            let broken = touched.filter(|_| corrupt % 7 == step as u64 % 7);
+        let mut held = Held::default();
+        for (i, (job, n, release)) in ops.into_iter().enumerate() {
+            let touched = step(&mut c, &mut held, job, n, release);
+            let mut state = jobs_of(&held);
+            let broken = touched.filter(|_| corrupt % 7 == i as u64 % 7);
             if let Some(j) = broken {
                 // The job just placed reports one GPU fewer.
-                let mut g = held[&j].clone();
-                g.pop();
-                state = jobs(&held);
-                state.get_mut(JobId(j)).unwrap().allocation = g;
+                state.get_mut(JobId(j)).unwrap().allocation.pop();
             }
             let full = c.check_invariants(&state).is_ok();
             let changes = c.check_changes(&state).is_ok();

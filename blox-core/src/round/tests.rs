@@ -182,16 +182,28 @@ impl PlacementPolicy for FirstFree {
         c: &ClusterState,
     ) -> Placement {
         let mut free: Vec<GpuId> = c.free_gpus().collect();
-        let mut out = Placement::default();
-        for d in &s.entries {
-            if jobs.get(d.job).is_some_and(|j| !j.is_running()) && free.len() >= d.gpus as usize {
-                let gpus: Vec<GpuId> = free.drain(..d.gpus as usize).collect();
-                out.launch.push(Assignment::new(d.job, gpus));
-            }
-        }
+        let mut out = Placement {
+            preempt: Vec::new(),
+            launch: launch_in_order(s, jobs, &mut free),
+        };
         out.launch.extend(self.extra.clone());
         out
     }
+}
+
+/// The schedule's jobs that are not running, in its order, each on the
+/// first of `free` while enough are left.
+fn launch_in_order(s: &Schedule, jobs: &JobState, free: &mut Vec<GpuId>) -> Vec<Assignment> {
+    let mut out = Vec::new();
+    for d in &s.entries {
+        if jobs.get(d.job).is_some_and(|j| !j.is_running()) && free.len() >= d.gpus as usize {
+            out.push(Assignment::new(
+                d.job,
+                free.drain(..d.gpus as usize).collect(),
+            ));
+        }
+    }
+    out
 }
 
 fn policies(admission: Admit, scheduling: Fifo, placement: FirstFree) -> Policies {
@@ -424,29 +436,18 @@ fn start_up_protection_keeps_a_starting_job_on_its_gpus() {
             c: &ClusterState,
         ) -> Placement {
             let keep: Vec<JobId> = s.job_order();
-            let mut out = Placement {
-                preempt: jobs
-                    .running()
-                    .map(|j| j.id())
-                    .filter(|id| !keep.contains(id))
-                    .collect(),
-                launch: Vec::new(),
-            };
+            let preempt: Vec<JobId> = jobs
+                .running()
+                .map(|j| j.id())
+                .filter(|id| !keep.contains(id))
+                .collect();
             let mut free: Vec<GpuId> = c.free_gpus().collect();
-            for id in &out.preempt {
+            for id in &preempt {
                 free.extend(jobs.get(*id).unwrap().allocation.iter().copied());
             }
             free.sort();
-            for d in &s.entries {
-                if jobs.get(d.job).is_some_and(|j| !j.is_running()) && free.len() >= d.gpus as usize
-                {
-                    out.launch.push(Assignment::new(
-                        d.job,
-                        free.drain(..d.gpus as usize).collect(),
-                    ));
-                }
-            }
-            out
+            let launch = launch_in_order(s, jobs, &mut free);
+            Placement { preempt, launch }
         }
     }
     let make = |min_run_s: f64| {
