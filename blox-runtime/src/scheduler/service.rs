@@ -423,11 +423,11 @@ impl Scheduler for Service {
             match (queued, held) {
                 (Some(pos), _) => {
                     let spec = h.submissions.remove(pos).expect("found above");
-                    Some((spec, rec_of(&h, id)))
+                    Some((spec, rec_of(&h, id), false))
                 }
                 (None, Some(pos)) => {
                     let spec = h.held.remove(pos).expect("found above");
-                    Some((spec, rec_of(&h, id)))
+                    Some((spec, rec_of(&h, id), true))
                 }
                 (None, None) => {
                     h.cancels.insert(id, CANCELLED.into());
@@ -435,7 +435,7 @@ impl Scheduler for Service {
                 }
             }
         };
-        if let Some((spec, mut rec)) = taken {
+        if let Some((spec, mut rec, from_held)) = taken {
             // Not handed to the loop yet: it ends here. It left the queue at
             // once (the loop must not start it); the table is written outside
             // the lock (an fsync must not stall heartbeats), and the status
@@ -447,24 +447,36 @@ impl Scheduler for Service {
             let now = unix_now();
             info.finished_unix_s = Some(now);
             info.jct_s = Some((now - info.submitted_unix_s).max(0.0));
-            let store = self.store.clone();
-            let written =
-                tokio::task::spawn_blocking(move || store.write(&[&rec], None).map(|_| rec))
-                    .await
-                    .map_err(|e| Status::internal(e.to_string()))
-                    .and_then(|r| r.map_err(table_unavailable));
-            let mut h = lock(&self.hub);
-            match written {
-                Ok(rec) => {
-                    h.jobs.insert(id, rec);
-                    h.push_ended(id, now);
+            // In a task of its own, as a submission's write: a caller that
+            // hangs up must not leave the job out of the queue with its
+            // status unchanged (it would never run nor end).
+            let (store, hub) = (self.store.clone(), self.hub.clone());
+            tokio::spawn(async move {
+                let written =
+                    tokio::task::spawn_blocking(move || store.write(&[&rec], None).map(|_| rec))
+                        .await
+                        .map_err(|e| Status::internal(e.to_string()))
+                        .and_then(|r| r.map_err(table_unavailable));
+                let mut h = lock(&hub);
+                match written {
+                    Ok(rec) => {
+                        h.jobs.insert(id, rec);
+                        h.push_ended(id, now);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // Nothing changed: it waits where it waited.
+                        if from_held {
+                            h.held.push_front(spec);
+                        } else {
+                            h.submissions.push_front(spec);
+                        }
+                        Err(e)
+                    }
                 }
-                Err(e) => {
-                    // Nothing changed: it waits in the queue again.
-                    h.submissions.push_front(spec);
-                    return Err(e);
-                }
-            }
+            })
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
         }
         tracing::info!(job = id, "cancel requested");
         Ok(Response::new(CancelReply {}))

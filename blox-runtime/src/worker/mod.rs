@@ -326,12 +326,18 @@ impl Launch {
 
 /// A launch being started (its directories, cgroup and processes made
 /// outside the state's lock): its GPUs and uid are held meanwhile.
+///
+/// It is reported as running (registration, heartbeats): a scheduler that
+/// restarted meanwhile must know of it before it runs, else it could launch
+/// the job again elsewhere while this start completes.
 struct Starting {
     launch: u32,
-    gpus: Vec<u32>,
     uid: Option<u32>,
     /// Revoked meanwhile: stopped as soon as it runs.
     revoked: bool,
+    /// What it reports (its GPUs, ranks, generation), and since when.
+    report: RunningLaunch,
+    since: Instant,
 }
 
 #[derive(Default)]
@@ -447,7 +453,15 @@ impl State {
 
     /// The launches running here, as reported when registering again.
     fn reports(&self) -> Vec<RunningLaunch> {
-        let mut v: Vec<RunningLaunch> = self.launches.iter().map(|(j, l)| l.report(*j)).collect();
+        let mut v: Vec<RunningLaunch> = self
+            .launches
+            .iter()
+            .map(|(j, l)| l.report(*j))
+            .chain(self.starting.values().map(|s| RunningLaunch {
+                running_s: s.since.elapsed().as_secs_f64(),
+                ..s.report.clone()
+            }))
+            .collect();
         v.sort_by_key(|r| r.launch.map(|l| l.job_id));
         v
     }
@@ -494,14 +508,13 @@ impl State {
         all
     }
 
-    /// The launches running here.
+    /// The launches running or starting here.
     fn running(&self) -> Vec<LaunchRef> {
         self.launches
             .iter()
-            .map(|(j, l)| LaunchRef {
-                job_id: *j,
-                launch: l.launch,
-            })
+            .map(|(j, l)| (*j, l.launch))
+            .chain(self.starting.iter().map(|(j, s)| (*j, s.launch)))
+            .map(|(job_id, launch)| LaunchRef { job_id, launch })
             .collect()
     }
 }

@@ -33,64 +33,16 @@ impl Worker for Service {
                 .map(|u| u.uid);
             (spec, uid)
         };
+        // The rest runs as a task of its own: a scheduler that hangs up
+        // mid-launch (killed, restarted, timed out) drops this call, and a
+        // dropped call must not leave its reservation behind, holding the
+        // GPUs for a launch that never runs or is never reported. The task
+        // ends what it began: the launch is recorded (reported in every
+        // heartbeat, so the scheduler adopts it or stops it) or undone.
         let job = l.job_id;
-        let limits = super::cgroup::Limits {
-            memory_bytes: r.memory_gb.or(sh.cfg.memory_gb).map(|gb| (gb * 1e9) as u64),
-            max_processes: r
-                .max_processes
-                .or(sh.cfg.max_processes)
-                .or(Some(super::DEFAULT_MAX_PROCESSES)),
-        };
-        let started = {
-            let sh = sh.clone();
-            tokio::task::spawn_blocking(move || start_launch(&sh, spec, l, limits, uid))
-                .await
-                .map_err(|e| Status::internal(format!("launch of job {job}: {e}")))
-        };
-        let mut st = sh.lock();
-        let reserved = st.starting.remove(&job);
-        let (run, group) = match started {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => {
-                let contained = sh.containment.is_some();
-                st.sweep(uid, contained);
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        // Revoked while it started (or the lease ran out meanwhile): it
-        // stops at once, its exit reported as for any launch.
-        if reserved.is_some_and(|s| s.revoked) || st.fenced() {
-            run.kill();
-        }
-        tracing::info!(job, launch = l.launch, gpus = ?r.gpus, "launched");
-        let ranks = if r.process_per_gpu {
-            r.gpus.len() as u32
-        } else {
-            1
-        };
-        st.launches.insert(
-            job,
-            Launch {
-                launch: l.launch,
-                gpus: r.gpus,
-                run,
-                first_rank: r.first_rank,
-                ranks,
-                world_size: if r.world_size > 0 {
-                    r.world_size
-                } else {
-                    ranks
-                },
-                generation: r.generation,
-                batch_size: r.batch_size,
-                spawned: Instant::now(),
-                startup_s: None,
-                uid,
-                group,
-            },
-        );
-        Ok(Response::new(Ack {}))
+        tokio::spawn(finish_launch(sh, r, l, spec, uid))
+            .await
+            .map_err(|e| Status::internal(format!("launch of job {job}: {e}")))?
     }
 
     async fn revoke(&self, req: Request<RevokeRequest>) -> Result<Response<RevokeReply>, Status> {
@@ -125,34 +77,42 @@ impl Worker for Service {
         };
         let grace = Duration::from_secs_f64(if r.kill { 0.0 } else { r.grace_s });
         let job = l.job_id;
-        let out = tokio::task::spawn_blocking(move || {
-            if grace.is_zero() {
-                launch.run.kill();
+        // As a task of its own, like a launch: a caller that hangs up
+        // mid-revocation does not leave the launch's uid and leftovers
+        // unswept.
+        let sh = self.0.clone();
+        tokio::spawn(async move {
+            let out = tokio::task::spawn_blocking(move || {
+                if grace.is_zero() {
+                    launch.run.kill();
+                }
+                let e = launch.run.revoke_and_wait(grace, job);
+                let finished = launch.run.finished(&e);
+                (e, finished, launch)
+            })
+            .await
+            .map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?;
+            let (e, finished, mut launch) = out;
+            // Metrics written up to the exit (the last progress) still count.
+            let mut samples = Vec::new();
+            launch.run.read_metrics(job, |k, v| {
+                samples.push(MetricSample {
+                    launch: Some(l),
+                    key: k.to_string(),
+                    value: v,
+                })
+            });
+            {
+                let mut st = sh.lock();
+                st.metrics.extend(samples);
+                let contained = sh.containment.is_some();
+                st.sweep(launch.uid, contained);
             }
-            let e = launch.run.revoke_and_wait(grace, job);
-            let finished = launch.run.finished(&e);
-            (e, finished, launch)
+            tracing::info!(job, launch = l.launch, code = ?e.code, finished, "revoked");
+            Ok(Response::new(reply(&e, finished)))
         })
         .await
-        .map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?;
-        let (e, finished, mut launch) = out;
-        // Metrics written up to the exit (the last progress) still count.
-        let mut samples = Vec::new();
-        launch.run.read_metrics(job, |k, v| {
-            samples.push(MetricSample {
-                launch: Some(l),
-                key: k.to_string(),
-                value: v,
-            })
-        });
-        {
-            let mut st = self.0.lock();
-            st.metrics.extend(samples);
-            let contained = self.0.containment.is_some();
-            st.sweep(launch.uid, contained);
-        }
-        tracing::info!(job, launch = l.launch, code = ?e.code, finished, "revoked");
-        Ok(Response::new(reply(&e, finished)))
+        .map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?
     }
 
     async fn reconfigure(&self, req: Request<ReconfigureRequest>) -> Result<Response<Ack>, Status> {
@@ -170,6 +130,85 @@ impl Worker for Service {
                 l.job_id, l.launch
             ))),
         }
+    }
+}
+
+/// Starts a reserved launch (the directories, the cgroup, the processes;
+/// outside the state's lock) and records it, or undoes the reservation.
+async fn finish_launch(
+    sh: Arc<Shared>,
+    r: LaunchRequest,
+    l: LaunchRef,
+    spec: LaunchSpec,
+    uid: Option<u32>,
+) -> Result<Response<Ack>, Status> {
+    let job = l.job_id;
+    let limits = super::cgroup::Limits {
+        memory_bytes: r.memory_gb.or(sh.cfg.memory_gb).map(|gb| (gb * 1e9) as u64),
+        max_processes: r
+            .max_processes
+            .or(sh.cfg.max_processes)
+            .or(Some(super::DEFAULT_MAX_PROCESSES)),
+    };
+    let started = {
+        let sh = sh.clone();
+        tokio::task::spawn_blocking(move || start_launch(&sh, spec, l, limits, uid))
+            .await
+            .map_err(|e| Status::internal(format!("launch of job {job}: {e}")))
+    };
+    let mut st = sh.lock();
+    let reserved = st.starting.remove(&job);
+    let (run, group) = match started {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            let contained = sh.containment.is_some();
+            st.sweep(uid, contained);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    // Revoked while it started (or the lease ran out meanwhile): it
+    // stops at once, its exit reported as for any launch.
+    if reserved.is_some_and(|s| s.revoked) || st.fenced() {
+        run.kill();
+    }
+    tracing::info!(job, launch = l.launch, gpus = ?r.gpus, "launched");
+    let (ranks, world_size) = (ranks(&r), world_size(&r));
+    st.launches.insert(
+        job,
+        Launch {
+            launch: l.launch,
+            gpus: r.gpus,
+            run,
+            first_rank: r.first_rank,
+            ranks,
+            world_size,
+            generation: r.generation,
+            batch_size: r.batch_size,
+            spawned: Instant::now(),
+            startup_s: None,
+            uid,
+            group,
+        },
+    );
+    Ok(Response::new(Ack {}))
+}
+
+/// The ranks a launch runs here: one per GPU, or one for all.
+fn ranks(r: &LaunchRequest) -> u32 {
+    if r.process_per_gpu {
+        r.gpus.len() as u32
+    } else {
+        1
+    }
+}
+
+/// The ranks of the launch's world (all its parts): this part's, alone.
+fn world_size(r: &LaunchRequest) -> u32 {
+    if r.world_size > 0 {
+        r.world_size
+    } else {
+        ranks(r)
     }
 }
 
@@ -227,7 +266,7 @@ fn check_and_reserve(
         .launches
         .iter()
         .map(|(j, x)| (*j, &x.gpus))
-        .chain(st.starting.iter().map(|(j, x)| (*j, &x.gpus)));
+        .chain(st.starting.iter().map(|(j, x)| (*j, &x.report.gpus)));
     for (job, gpus) in held_gpus {
         if let Some(g) = r.gpus.iter().find(|g| gpus.contains(g)) {
             // Not this job's fault: the scheduler's view is behind.
@@ -273,9 +312,20 @@ fn check_and_reserve(
         l.job_id,
         Starting {
             launch: l.launch,
-            gpus: r.gpus.clone(),
             uid,
             revoked: false,
+            report: RunningLaunch {
+                launch: Some(l),
+                gpus: r.gpus.clone(),
+                first_rank: r.first_rank,
+                ranks: ranks(r),
+                world_size: world_size(r),
+                generation: r.generation,
+                batch_size: r.batch_size,
+                running_s: 0.0,
+                startup_s: None,
+            },
+            since: Instant::now(),
         },
     );
     Ok(LaunchSpec {
@@ -353,5 +403,157 @@ fn start_launch(
                 Err(Status::failed_precondition(e.to_string()))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registered worker of two logical GPUs in `dir`, without cgroups.
+    fn worker(dir: &std::path::Path) -> Arc<Shared> {
+        Arc::new(Shared {
+            cfg: WorkerConfig {
+                workdir: dir.to_path_buf(),
+                cgroup: super::super::cgroup::CgroupSetting::Off,
+                ..WorkerConfig::default()
+            },
+            job_user: None,
+            job_uids: None,
+            containment: None,
+            gpus: logical_gpus(2),
+            address: "127.0.0.1:1".into(),
+            state: Mutex::new(State {
+                worker_id: Some("w".into()),
+                lease_epoch: 1,
+                ..State::default()
+            }),
+            refused: tokio::sync::watch::channel(None).0,
+        })
+    }
+
+    fn launch(job: u64) -> LaunchRequest {
+        LaunchRequest {
+            launch: Some(LaunchRef {
+                job_id: job,
+                launch: 1,
+            }),
+            command: vec!["sleep".into(), "30".into()],
+            gpus: vec![0, 1],
+            worker_id: "w".into(),
+            ..Default::default()
+        }
+    }
+
+    fn revoke(job: u64) -> RevokeRequest {
+        RevokeRequest {
+            launch: Some(LaunchRef {
+                job_id: job,
+                launch: 1,
+            }),
+            grace_s: 0.0,
+            kill: true,
+        }
+    }
+
+    /// Polls `call` once, as a caller that hangs up right after sending it
+    /// does (a scheduler killed or restarted mid-call), then drops it.
+    async fn hang_up<T>(call: impl std::future::Future<Output = T>) {
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            _ = &mut call => {}
+            _ = std::future::ready(()) => {}
+        }
+    }
+
+    /// Before, a launch call dropped while its processes started left its
+    /// reservation behind: the GPUs stayed "held" by a launch the worker
+    /// never reported, so no scheduler could stop it, and every later
+    /// launch onto them was refused (seen after a scheduler restart).
+    #[test]
+    fn a_launch_or_revocation_whose_caller_hangs_up_still_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = worker(dir.path());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let svc = Service(sh.clone());
+            hang_up(svc.launch(Request::new(launch(1)))).await;
+            let one = LaunchRef {
+                job_id: 1,
+                launch: 1,
+            };
+            // Starting or started, it is reported.
+            assert_eq!(sh.lock().running(), vec![one]);
+            let t = Instant::now();
+            while sh.lock().starting.contains_key(&1) {
+                assert!(t.elapsed() < Duration::from_secs(20), "still starting");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            // It runs, and it is reported: a scheduler adopts it or stops it.
+            assert_eq!(sh.lock().running(), vec![one]);
+            assert_eq!(sh.lock().reports().len(), 1);
+            // A revocation whose caller hangs up still ends it; its GPUs
+            // take the next launch.
+            hang_up(svc.revoke(Request::new(revoke(1)))).await;
+            assert!(sh.lock().launches.is_empty());
+            let t = Instant::now();
+            loop {
+                match svc.launch(Request::new(launch(2))).await {
+                    Ok(_) => break,
+                    // The revoked launch's uid or leftovers may still drain.
+                    Err(e) if t.elapsed() < Duration::from_secs(20) => {
+                        assert_ne!(e.code(), Code::InvalidArgument, "{}", e.message());
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("the freed GPUs refuse a launch: {}", e.message()),
+                }
+            }
+            svc.revoke(Request::new(revoke(2))).await.unwrap();
+            assert!(sh.lock().launches.is_empty() && sh.lock().starting.is_empty());
+        });
+    }
+
+    /// A launch still starting is reported, with its GPUs and ranks, and a
+    /// scheduler's stop marks it to stop as soon as it runs.
+    #[test]
+    fn a_starting_launch_is_reported_and_can_be_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = worker(dir.path());
+        let mut r = launch(3);
+        r.process_per_gpu = true;
+        r.world_size = 4;
+        r.first_rank = 2;
+        let spec = check_and_reserve(&sh, &mut sh.lock(), &r, r.launch.unwrap()).unwrap();
+        drop(spec);
+        let reports = sh.lock().reports();
+        assert_eq!(reports.len(), 1);
+        let rep = &reports[0];
+        assert_eq!(
+            (rep.gpus.clone(), rep.first_rank, rep.ranks, rep.world_size),
+            (vec![0, 1], 2, 2, 4)
+        );
+        assert_eq!(sh.lock().running(), vec![r.launch.unwrap()]);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Another launch number of the job is not this one.
+        let other = LaunchRef {
+            job_id: 3,
+            launch: 2,
+        };
+        rt.block_on(super::super::stop_launch_within(&sh, other, Duration::ZERO));
+        assert!(!sh.lock().starting[&3].revoked);
+        rt.block_on(super::super::stop_launch_within(
+            &sh,
+            r.launch.unwrap(),
+            Duration::ZERO,
+        ));
+        assert!(sh.lock().starting[&3].revoked);
     }
 }

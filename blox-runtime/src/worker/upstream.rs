@@ -314,7 +314,14 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
         let mut st = sh.lock();
         match st.launches.get(&l.job_id) {
             Some(x) if x.launch == l.launch => st.take_launch(l.job_id),
-            _ => None,
+            _ => {
+                // Still starting: it stops as soon as it runs, and its exit
+                // is reported then.
+                if let Some(s) = st.starting.get_mut(&l.job_id) {
+                    s.revoked |= s.launch == l.launch;
+                }
+                None
+            }
         }
     };
     if let Some(launch) = taken {
