@@ -4,8 +4,8 @@
 
 mod shared;
 
-use blox_core::event_log::{self, EventLog};
 use blox_core::round::events::{Event, What};
+use blox_eventlog::{self as event_log, EventLog};
 use shared::{blox_err, blox_ok};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

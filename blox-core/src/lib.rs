@@ -7,7 +7,6 @@
 
 pub mod cluster;
 pub mod config;
-pub mod event_log;
 pub mod forecast;
 pub mod health;
 pub mod ids;

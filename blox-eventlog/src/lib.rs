@@ -1,10 +1,12 @@
-//! The event log: the round loop's decisions ([`crate::round::events`])
+//! # blox-eventlog
+//!
+//! The event log: the round loop's decisions ([`blox_core::round::events`])
 //! as JSON lines. The simulator writes `events.jsonl` beside its tables;
 //! the scheduler appends to one beside its job table, rotated by size.
 //! [`read`] and [`Follow`] read them back (`blox events`), and [`diff`]
 //! compares two logs decision by decision (`blox events --diff`).
 
-use crate::round::events::{Event, What};
+use blox_core::round::events::{Event, What};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -377,7 +379,7 @@ fn keyed(events: &[Event]) -> Vec<(Key, &Event)> {
             }
             // A wait reason is matched by its kind (`waiting-for-gpus`, …).
             let kind = match &e.what {
-                What::Waiting { wait_kind, .. } => crate::wait::WaitReason::KINDS
+                What::Waiting { wait_kind, .. } => blox_core::wait::WaitReason::KINDS
                     .iter()
                     .copied()
                     .find(|k| k == wait_kind)
@@ -509,8 +511,8 @@ fn show(k: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::events::GpuPlace;
-    use crate::JobId;
+    use blox_core::round::events::GpuPlace;
+    use blox_core::JobId;
 
     fn ev(round: u64, job: u64, what: What) -> Event {
         Event {
@@ -617,7 +619,7 @@ mod tests {
                 startup_s: Some(0.25),
             },
             What::Submitted {
-                spec: Box::new(crate::JobSpec::new(4, 2.0, 8).with_duration(60.0)),
+                spec: Box::new(blox_core::JobSpec::new(4, 2.0, 8).with_duration(60.0)),
             },
             What::Failed { reason: "f".into() },
             What::Cancelled,
@@ -640,7 +642,7 @@ mod tests {
                 gpus: 4,
                 worker: None,
                 spec: Some(Box::new({
-                    let mut s = crate::NodeSpec::with_gpus(4);
+                    let mut s = blox_core::NodeSpec::with_gpus(4);
                     s.gpu_type = "A100".into();
                     s.labels.insert("rack".into(), "r1".into());
                     s

@@ -73,9 +73,9 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
     // end, in the same round give or take one.
     let sim_events = dir.path().join("sim-events.jsonl");
     run_sim_logging_events("las", &trace, ClusterState::homogeneous(2, 2), &sim_events);
-    let live = blox_core::event_log::read(&dir.path().join("events.jsonl"), true).unwrap();
-    let simulated = blox_core::event_log::read(&sim_events, false).unwrap();
-    let d = blox_core::event_log::diff(&live, &simulated, 1);
+    let live = blox_eventlog::read(&dir.path().join("events.jsonl"), true).unwrap();
+    let simulated = blox_eventlog::read(&sim_events, false).unwrap();
+    let d = blox_eventlog::diff(&live, &simulated, 1);
     assert!(d.is_same(), "{:#?}", d.differences);
     let kinds = |k: &str| live.iter().filter(|e| e.what.kind() == k).count();
     assert_eq!(kinds("finished"), trace.len());
@@ -145,7 +145,7 @@ fn a_live_fifo_log_of_whole_second_jobs_replays_decision_for_decision() {
     }
     let real = c.wait_all(&ids, Duration::from_secs(90));
     assert!(real.values().all(|j| j.status == "finished"), "{real:?}");
-    let live = blox_core::event_log::read(&dir.path().join("events.jsonl"), true).unwrap();
+    let live = blox_eventlog::read(&dir.path().join("events.jsonl"), true).unwrap();
     let cfg = replay_config("fifo");
     let sim_cfg = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
     let h = blox_sim::whatif::History::from_events(&live, None, &sim_cfg, 1.0).unwrap();

@@ -4,8 +4,8 @@
 //! several GB, and writing it was a tenth of the simulation's thread.
 //! The file is the same, line for line: one writer, rounds in order.
 
-use blox_core::event_log::{EventLog, EventLogError};
 use blox_core::round::events::Event;
+use blox_eventlog::{EventLog, EventLogError};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::thread::JoinHandle;
 

@@ -47,7 +47,7 @@ pub enum SimError {
         time_h: f64,
     },
     #[error(transparent)]
-    Events(#[from] blox_core::event_log::EventLogError),
+    Events(#[from] blox_eventlog::EventLogError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -254,7 +254,7 @@ impl Simulation {
     /// Writes every decision of the run from now on to `path` as JSON lines
     /// (`blox sim --out` writes `events.jsonl`; `blox events` reads it).
     pub fn log_events(&mut self, path: &std::path::Path) -> Result<(), SimError> {
-        let log = blox_core::event_log::EventLog::create(path)?;
+        let log = blox_eventlog::EventLog::create(path)?;
         self.events = Some(crate::log_writer::LogWriter::spawn(log)?);
         self.round_loop.record_events(true);
         Ok(())

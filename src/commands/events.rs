@@ -4,8 +4,8 @@
 use crate::cli::EventsArgs;
 use crate::say;
 use anyhow::{Context, Result};
-use blox_core::event_log::{self, Follow};
 use blox_core::round::events::{Event, What};
+use blox_eventlog::{self as event_log, Follow};
 use blox_runtime::scheduler::RuntimeConfig;
 use std::path::Path;
 use std::process::ExitCode;

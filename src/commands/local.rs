@@ -62,9 +62,7 @@ pub fn run(
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             lp.record_events(true);
-            Some(blox_core::event_log::EventLog::create(
-                &dir.join("events.jsonl"),
-            )?)
+            Some(blox_eventlog::EventLog::create(&dir.join("events.jsonl"))?)
         }
         None => None,
     };

@@ -72,7 +72,7 @@ pub fn whatif(a: WhatifArgs) -> Result<ExitCode> {
     let sim0 = blox_sim::SimConfig::from_section(&targets[0].cfg.section("sim"))?;
     let history = match (&a.events, &a.scheduler) {
         (Some(path), _) => {
-            let (events, cut) = blox_core::event_log::read_cut(path, true)?;
+            let (events, cut) = blox_eventlog::read_cut(path, true)?;
             if let Some(n) = cut {
                 eprintln!("note: {n}");
             }

@@ -3,8 +3,8 @@
 //! rotated by size; `blox events` prints it.
 
 use super::{RuntimeConfig, SchedulerError};
-use blox_core::event_log::EventLog;
 use blox_core::round::events::{Event, What};
+use blox_eventlog::EventLog;
 
 pub(super) struct EventSink {
     log: EventLog,

@@ -4,9 +4,9 @@
 //! off its first prediction was (`blox_prediction_error_seconds`).
 
 use super::common::*;
-use blox_core::event_log;
 use blox_core::round::events::What;
 use blox_core::{Config, Forecaster};
+use blox_eventlog as event_log;
 use blox_runtime::scheduler::Extras;
 use blox_sim::forecast::SimForecaster;
 use std::collections::BTreeMap;

@@ -1,9 +1,9 @@
 //! The state a replay starts from ([`History`]), from an event log.
 
 use super::live_log::{join_runs, measured_startups};
-use blox_core::event_log::EventLogError;
 use blox_core::round::events::{Event, GpuPlace, What};
 use blox_core::*;
+use blox_eventlog::EventLogError;
 use std::collections::{BTreeMap, HashMap};
 
 /// A job's work for a replay: its run time at its requested GPUs, and

@@ -49,13 +49,9 @@ impl Replay {
     /// within `slack`, each event's round read from its time on the
     /// history's clock (`None` when the history has no decisions to
     /// compare).
-    pub fn against_history(
-        &self,
-        h: &History,
-        slack: u64,
-    ) -> Option<blox_core::event_log::EventDiff> {
+    pub fn against_history(&self, h: &History, slack: u64) -> Option<blox_eventlog::EventDiff> {
         (!h.tail.is_empty()).then(|| {
-            blox_core::event_log::diff_on_clock(&h.tail, &self.events, slack, h.at_s, self.round_s)
+            blox_eventlog::diff_on_clock(&h.tail, &self.events, slack, h.at_s, self.round_s)
         })
     }
 }
