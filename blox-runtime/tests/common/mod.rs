@@ -170,15 +170,16 @@ impl Cluster {
         let t = Instant::now();
         loop {
             let s = ctl.status(&[]).unwrap();
+            // A worker has its node number once the round that added its
+            // node began; that round's cluster changes come before it takes
+            // new submissions, so a job submitted from now on sees the GPUs.
             let gpus: usize = s
                 .workers
                 .iter()
-                .filter(|w| w.alive)
+                .filter(|w| w.alive && w.node.is_some())
                 .map(|w| w.gpus.len())
                 .sum();
-            // One round after registering, the node is in the cluster.
-            if gpus >= n && s.rounds >= 2 {
-                std::thread::sleep(Duration::from_millis(1100));
+            if gpus >= n {
                 return;
             }
             assert!(
