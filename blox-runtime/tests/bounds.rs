@@ -129,7 +129,7 @@ fn a_metric_flood_is_bounded_per_job_and_counted() {
     // Distinct keys per job are bounded too: 300 new keys, at most 256 kept.
     rt.block_on(client.push_metrics(batch(id, 300, &|i| format!("new{i}"))))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    c.wait_rounds(1);
     let after = ctl.status(&[id]).unwrap().metrics_dropped;
     assert!(after >= s.metrics_dropped + 300 - 256, "{after}");
     // The scheduler still serves and the job finishes.
@@ -357,7 +357,7 @@ fn waiting_jobs_are_bounded_per_user_and_in_all() {
         j
     };
     // Rounds settle between submissions: the counts are the round's.
-    let settle = || std::thread::sleep(Duration::from_millis(1200));
+    let settle = || c.wait_rounds(1);
     let mut waiting = Vec::new();
     for k in 0..3 {
         waiting.push(ctl.submit(of("ann", k)).unwrap());
@@ -485,7 +485,7 @@ fn submissions_are_bounded_in_bytes() {
         j.command.push("y".repeat(2500));
         j
     };
-    let settle = || std::thread::sleep(Duration::from_millis(1200));
+    let settle = || c.wait_rounds(1);
     let mut waiting = vec![ctl.submit(of("ann", 0)).unwrap()];
     settle();
     waiting.push(ctl.submit(of("ann", 1)).unwrap());

@@ -297,7 +297,7 @@ fn dashboard(browser: Option<PathBuf>) {
     assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
     assert!(r.values().any(|j| j.preemptions > 0), "{r:?}");
     // The status view catches up at the next round.
-    std::thread::sleep(Duration::from_millis(1500));
+    c.wait_rounds(1);
 
     // The API: a page of all jobs, as `blox status` sees them.
     let s = api(addr, "/api/status");

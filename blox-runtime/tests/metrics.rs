@@ -37,7 +37,7 @@ fn a_scrape_counts_what_happened() {
     let r = c.wait_all(&ids, Duration::from_secs(60));
     assert!(r.values().all(|j| j.status == "finished"), "{r:?}");
     // The job table's state reaches the status view at the next round.
-    std::thread::sleep(Duration::from_millis(1500));
+    c.wait_rounds(1);
     let (status, body) = http_get(addr, "/metrics", None);
     assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
     assert_eq!(value(&body, "blox_submissions_total"), 3.0);

@@ -289,7 +289,7 @@ fn the_workers_token_alone_forges_no_report() {
         .unwrap();
     // Rounds later the victim still runs its launch, uncrashed, and its
     // progress is its own.
-    std::thread::sleep(Duration::from_millis(1500));
+    c.wait_rounds(2);
     let now = ctl.status(&[victim]).unwrap().jobs[0].clone();
     assert_eq!(now.phase(), JobPhase::Running, "{now:?}");
     assert_eq!(now.launches, running.launches, "{now:?}");

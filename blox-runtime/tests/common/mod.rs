@@ -190,6 +190,22 @@ impl Cluster {
         }
     }
 
+    /// Waits until `n` whole rounds ran after this call (the round under way
+    /// when it is made does not count): what was sent before it has reached
+    /// the loop and the status view by then, on a slow machine too.
+    pub fn wait_rounds(&self, n: u64) {
+        let mut ctl = self.ctl();
+        let from = ctl.status(&[]).unwrap().rounds;
+        let t = Instant::now();
+        while ctl.status(&[]).unwrap().rounds < from + n + 1 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{n} rounds did not run in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn started(&self) -> Instant {
         self.sched.as_ref().unwrap().started
     }
