@@ -371,6 +371,9 @@ struct State {
     /// Job uids of launches that ended here, until nothing of them is left
     /// (reported as busy meanwhile: `HeartbeatRequest.busy_uids`).
     draining: std::collections::BTreeSet<u32>,
+    /// The worker shuts down: a launch that finishes starting now is
+    /// killed at once.
+    closing: bool,
 }
 
 /// The most metric samples a worker holds for the scheduler (when it cannot
@@ -457,10 +460,17 @@ impl State {
             .launches
             .iter()
             .map(|(j, l)| l.report(*j))
-            .chain(self.starting.values().map(|s| RunningLaunch {
-                running_s: s.since.elapsed().as_secs_f64(),
-                ..s.report.clone()
-            }))
+            // (One revoked while it starts is killed as it runs: not one
+            // to adopt.)
+            .chain(
+                self.starting
+                    .values()
+                    .filter(|s| !s.revoked)
+                    .map(|s| RunningLaunch {
+                        running_s: s.since.elapsed().as_secs_f64(),
+                        ..s.report.clone()
+                    }),
+            )
             .collect();
         v.sort_by_key(|r| r.launch.map(|l| l.job_id));
         v
@@ -630,13 +640,12 @@ impl WorkerHandle {
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        let launches: Vec<Launch> = self
-            .shared
-            .lock()
-            .launches
-            .drain()
-            .map(|(_, l)| l)
-            .collect();
+        let launches: Vec<Launch> = {
+            let mut st = self.shared.lock();
+            // Launches still starting are killed as soon as they run.
+            st.closing = true;
+            st.launches.drain().map(|(_, l)| l).collect()
+        };
         for l in &launches {
             l.run.kill();
         }

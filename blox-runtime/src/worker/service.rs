@@ -59,10 +59,11 @@ impl Worker for Service {
                 }
                 match st.starting.get_mut(&l.job_id) {
                     Some(s) if s.launch == l.launch => {
+                        // Stopped as soon as it runs (it has done nothing
+                        // to save yet), also if this call is dropped; its
+                        // exit is reported then.
+                        s.revoked = true;
                         if t.elapsed() > Duration::from_secs(60) {
-                            // Stopped as soon as it runs; its exit is
-                            // reported then.
-                            s.revoked = true;
                             break None;
                         }
                     }
@@ -158,18 +159,34 @@ async fn finish_launch(
     };
     let mut st = sh.lock();
     let reserved = st.starting.remove(&job);
-    let (run, group) = match started {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => {
+    let (run, group) = match started.and_then(|r| r) {
+        Ok(x) => x,
+        Err(e) => {
             let contained = sh.containment.is_some();
             st.sweep(uid, contained);
+            // Its end is also reported as any launch's: a scheduler that
+            // restarted meanwhile may have adopted it as it started (one
+            // that got this error ignores the report: the launch is not
+            // its job's current one).
+            st.exits.push((
+                ExitReport {
+                    worker_id: String::new(),
+                    launch: Some(l),
+                    code: None,
+                    finished: false,
+                    reason: e.message().to_string(),
+                    exited_s_ago: 0.0,
+                    fenced: e.code() == Code::Unavailable,
+                },
+                Instant::now(),
+            ));
             return Err(e);
         }
-        Err(e) => return Err(e),
     };
-    // Revoked while it started (or the lease ran out meanwhile): it
-    // stops at once, its exit reported as for any launch.
-    if reserved.is_some_and(|s| s.revoked) || st.fenced() {
+    // Revoked while it started (or the lease ran out, or the worker shuts
+    // down meanwhile): it stops at once, its exit reported as for any
+    // launch.
+    if reserved.is_some_and(|s| s.revoked) || st.fenced() || st.closing {
         run.kill();
     }
     tracing::info!(job, launch = l.launch, gpus = ?r.gpus, "launched");
@@ -518,6 +535,36 @@ mod tests {
         });
     }
 
+    /// A launch that fails to start after its caller hung up is reported
+    /// ended (a scheduler that restarted meanwhile may have adopted it), and
+    /// leaves nothing held.
+    #[test]
+    fn a_launch_that_fails_to_start_unheard_is_reported_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = worker(dir.path());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let svc = Service(sh.clone());
+            let mut r = launch(4);
+            r.command = vec!["/nonexistent/blox-job".into()];
+            hang_up(svc.launch(Request::new(r))).await;
+            let t = Instant::now();
+            while !sh.lock().starting.is_empty() {
+                assert!(t.elapsed() < Duration::from_secs(20), "still starting");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        let st = sh.lock();
+        assert!(st.launches.is_empty() && st.running().is_empty());
+        let (e, _) = st.exits.last().expect("its end is reported");
+        assert_eq!(e.launch.map(|l| l.job_id), Some(4));
+        assert!(!e.finished && e.reason.contains("nonexistent"), "{e:?}");
+    }
+
     /// A launch still starting is reported, with its GPUs and ranks, and a
     /// scheduler's stop marks it to stop as soon as it runs.
     #[test]
@@ -555,5 +602,8 @@ mod tests {
             Duration::ZERO,
         ));
         assert!(sh.lock().starting[&3].revoked);
+        // Revoked, it is killed as it runs: not one to adopt.
+        assert!(sh.lock().reports().is_empty());
+        assert_eq!(sh.lock().running().len(), 1);
     }
 }
