@@ -268,47 +268,12 @@ impl RoundLoop {
             }
         }
         let keeps = |holder: JobId| !releasing.contains(&holder) && !launched.contains(&holder);
-        // Host CPUs and memory on every node a launch uses, after the
-        // decision: what the jobs that keep their GPUs there hold, plus what
-        // every launch asks for.
-        let mut host: BTreeMap<NodeId, (f64, f64)> = BTreeMap::new();
-        for a in &p.launch {
-            for g in &a.gpus {
-                if let Some(gpu) = self.cluster.gpu(*g) {
-                    let node = &self.cluster.nodes()[gpu.node.index()];
-                    let share = a.host.unwrap_or_else(|| node.spec.proportional_share());
-                    if share.cpus_per_gpu < 0.0 || share.mem_gb_per_gpu < 0.0 {
-                        return Err(bad(format!(
-                            "gives {} a negative host share {share:?}",
-                            a.job
-                        )));
-                    }
-                    let e = host.entry(gpu.node).or_insert_with(|| {
-                        let mut held = (0.0, 0.0);
-                        for x in &node.gpus {
-                            let Some(gx) = self.cluster.gpu(*x) else {
-                                continue;
-                            };
-                            if gx.job.is_some_and(keeps) {
-                                held.0 += gx.host_cpus;
-                                held.1 += gx.host_mem_gb;
-                            }
-                        }
-                        held
-                    });
-                    e.0 += share.cpus_per_gpu;
-                    e.1 += share.mem_gb_per_gpu;
-                }
-            }
-        }
-        for (node, (c, m)) in &host {
+        if let Some((node, c, m)) = self.host_overflow(p, &keeps).map_err(bad)? {
             let spec = &self.cluster.nodes()[node.index()].spec;
-            if *c > spec.cpus as f64 + HOST_EPS || *m > spec.host_mem_gb + HOST_EPS {
-                return Err(bad(format!(
-                    "gives out {c:.2} CPUs and {m:.1} GiB on {node}, which has {} CPUs and {} GiB",
-                    spec.cpus, spec.host_mem_gb
-                )));
-            }
+            return Err(bad(format!(
+                "gives out {c:.2} CPUs and {m:.1} GiB on {node}, which has {} CPUs and {} GiB",
+                spec.cpus, spec.host_mem_gb
+            )));
         }
         // Every launched GPU exists, is online, and has one owner afterwards.
         let mut given: FxHashMap<GpuId, JobId> = FxHashMap::default();
@@ -331,5 +296,48 @@ impl RoundLoop {
             }
         }
         Ok(())
+    }
+
+    /// Host CPUs and memory on every node a launch of `p` uses, after the
+    /// decision: what the jobs that `keep` their GPUs there hold, plus what
+    /// every launch asks for. The first node (by id) given more than it has,
+    /// with what it would be given; `Err` names a negative share.
+    pub(super) fn host_overflow(
+        &self,
+        p: &Placement,
+        keeps: &dyn Fn(JobId) -> bool,
+    ) -> Result<Option<(NodeId, f64, f64)>, String> {
+        let mut host: BTreeMap<NodeId, (f64, f64)> = BTreeMap::new();
+        for a in &p.launch {
+            for g in &a.gpus {
+                if let Some(gpu) = self.cluster.gpu(*g) {
+                    let node = &self.cluster.nodes()[gpu.node.index()];
+                    let share = a.host.unwrap_or_else(|| node.spec.proportional_share());
+                    if share.cpus_per_gpu < 0.0 || share.mem_gb_per_gpu < 0.0 {
+                        return Err(format!("gives {} a negative host share {share:?}", a.job));
+                    }
+                    let e = host.entry(gpu.node).or_insert_with(|| {
+                        let mut held = (0.0, 0.0);
+                        for x in &node.gpus {
+                            let Some(gx) = self.cluster.gpu(*x) else {
+                                continue;
+                            };
+                            if gx.job.is_some_and(keeps) {
+                                held.0 += gx.host_cpus;
+                                held.1 += gx.host_mem_gb;
+                            }
+                        }
+                        held
+                    });
+                    e.0 += share.cpus_per_gpu;
+                    e.1 += share.mem_gb_per_gpu;
+                }
+            }
+        }
+        Ok(host.into_iter().find_map(|(node, (c, m))| {
+            let spec = &self.cluster.nodes()[node.index()].spec;
+            (c > spec.cpus as f64 + HOST_EPS || m > spec.host_mem_gb + HOST_EPS)
+                .then_some((node, c, m))
+        }))
     }
 }

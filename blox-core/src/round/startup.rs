@@ -202,10 +202,62 @@ impl RoundLoop {
             deferred = before - p.launch.len(),
             "jobs still starting (or not past min_run_s) keep their GPUs"
         );
-        // What is left is a subset; if host shares no longer fit, only the
-        // preemptions of unprotected jobs run this round.
-        if self.validate(&p).is_err() {
-            p.launch.clear();
+        // What is left is a subset of a checked decision, and the kept jobs
+        // hold their host shares: the CPUs and memory of a node may no
+        // longer cover its launches. Those are deferred, the last of the
+        // node's first, until the rest fits; the others run this round.
+        let mut deferred = 0;
+        while self.validate(&p).is_err() {
+            let releasing: HashSet<JobId> = p
+                .preempt
+                .iter()
+                .copied()
+                .chain(p.launch.iter().map(|a| a.job))
+                .collect();
+            let keeps = |holder: JobId| !releasing.contains(&holder);
+            let on = |node| {
+                move |a: &crate::module::Assignment| {
+                    a.gpus
+                        .iter()
+                        .any(|g| self.cluster.gpu(*g).is_some_and(|x| x.node == node))
+                }
+            };
+            let last = match self.host_overflow(&p, &keeps) {
+                Ok(Some((node, _, _))) => p.launch.iter().rposition(on(node)),
+                _ => None,
+            };
+            let Some(last) = last else {
+                // Not a matter of host shares (it cannot be: the rest was
+                // checked); said, and nothing is launched this round.
+                tracing::warn!(
+                    launches = p.launch.len(),
+                    "the launches left after keeping the jobs still starting fail the placement check: none runs this round"
+                );
+                deferred += p.launch.len();
+                p.launch.clear();
+                break;
+            };
+            let a = p.launch.remove(last);
+            deferred += 1;
+            // A running job whose move waits keeps its GPUs: launches onto
+            // them wait too.
+            if let Some(held) = self
+                .jobs
+                .get(a.job)
+                .filter(|j| j.is_running())
+                .map(|j| j.allocation.clone())
+            {
+                let before = p.launch.len();
+                p.launch
+                    .retain(|x| !x.gpus.iter().any(|g| held.contains(g)));
+                deferred += before - p.launch.len();
+            }
+        }
+        if deferred > 0 {
+            tracing::info!(
+                deferred,
+                "launches deferred: the jobs still starting keep their host CPUs and memory"
+            );
         }
         p
     }

@@ -3,7 +3,7 @@
 //! policies written here, so each step is tested without the simulator.
 
 use super::*;
-use crate::cluster::ClusterState;
+use crate::cluster::{ClusterState, HostShare, NodeSpec};
 use crate::ids::NodeId;
 use crate::job::{JobSpec, JobStatus};
 use crate::module::*;
@@ -484,4 +484,72 @@ fn start_up_protection_keeps_a_starting_job_on_its_gpus() {
     }
     let t = first_preempted.expect("job 1 is preempted once its protection ends");
     assert!(t >= 60.0, "preempted at {t} s, inside its 60 s");
+}
+
+#[test]
+fn protection_defers_only_the_launches_whose_host_share_no_longer_fits() {
+    // Two nodes of 2 GPUs and 4 CPUs. Job 1 runs on node 0 with all 4 CPUs.
+    // When jobs 2 and 3 arrive the placement preempts job 1 and gives job 2
+    // node 0's CPUs, job 3 node 1's: valid as decided. Job 1 is still in its
+    // protected time, so it keeps its GPU and CPUs: job 2 no longer fits
+    // and waits, job 3 runs. (Before, every launch of the round was
+    // dropped, without a word.)
+    struct Script;
+    impl PlacementPolicy for Script {
+        fn place(
+            &mut self,
+            _: &RoundInfo,
+            _: &Schedule,
+            jobs: &JobState,
+            _: &ClusterState,
+        ) -> Placement {
+            let all = Some(HostShare {
+                cpus_per_gpu: 4.0,
+                mem_gb_per_gpu: 1.0,
+            });
+            let on = |job: u64, gpu: u32| Assignment {
+                host: all,
+                ..Assignment::new(JobId(job), vec![GpuId(gpu)])
+            };
+            let queued = |id: u64| jobs.get(JobId(id)).is_some_and(|j| !j.is_running());
+            let mut p = Placement::default();
+            if queued(2) && queued(3) {
+                p.preempt.extend(jobs.running().map(Job::id));
+                p.launch = vec![on(2, 1), on(3, 2)];
+            } else if queued(1) && jobs.running().next().is_none() {
+                p.launch = vec![on(1, 0)];
+            }
+            p
+        }
+    }
+    let p = Policies {
+        admission: Box::new(Admit { hold: false }),
+        scheduling: Box::new(Fifo { fixed: None }),
+        placement: Box::new(Script),
+        names: PolicyNames::new("admit", "fifo", "script"),
+    };
+    let mut cluster = ClusterState::new();
+    for _ in 0..2 {
+        let mut spec = NodeSpec::with_gpus(2);
+        spec.cpus = 4;
+        spec.host_mem_gb = 8.0;
+        cluster.add_node(spec);
+    }
+    let mut l = RoundLoop::new(p, cluster, 10.0);
+    l.startup = StartupRules::off();
+    l.startup.min_run_s = 60.0;
+    let mut b = Fake::with(&[
+        (1, 0.0, 1, 1000.0),
+        (2, 10.0, 1, 1000.0),
+        (3, 10.0, 1, 1000.0),
+    ]);
+    let r = l.run_round(&mut b).unwrap();
+    assert_eq!(r.launched, vec![JobId(1)]);
+    let r = l.run_round(&mut b).unwrap();
+    assert!(r.invalid.is_none(), "{:?}", r.invalid);
+    assert!(r.preempted.is_empty(), "{:?}", r.preempted);
+    assert_eq!(r.launched, vec![JobId(3)]);
+    assert!(l.jobs.get(JobId(1)).unwrap().is_running());
+    assert!(!l.jobs.get(JobId(2)).unwrap().is_running());
+    assert_eq!(l.cluster.num_free(), 2);
 }
