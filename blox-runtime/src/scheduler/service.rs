@@ -497,23 +497,6 @@ impl Scheduler for Service {
             .worker_client_as_scheduler(&r.address, &secret)
             .map_err(|e| Status::invalid_argument(format!("address: {e}")))?;
         let mut h = lock(&self.hub);
-        // Its place in the topology, checked before it is known.
-        let labels: std::collections::BTreeMap<String, String> = r
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if !labels.is_empty() {
-            let at = h.labelled;
-            let Some(t) = h.topology.as_mut() else {
-                return Err(Status::invalid_argument(
-                    "labels: this scheduler's config has no [cluster.topology] to place a worker in",
-                ));
-            };
-            t.add_node(NodeId(at), &labels)
-                .map_err(|e| Status::invalid_argument(format!("labels: {e}")))?;
-            h.labelled += 1;
-        }
         // Job uids: the worker must run launches as the uids this
         // scheduler gives, and hold all of the cluster's range.
         let worker_range = (r.job_uid_first != 0).then_some((r.job_uid_first, r.job_uid_last));
@@ -532,6 +515,23 @@ impl Scheduler for Service {
                 )));
             }
             _ => {}
+        }
+        // Its place in the topology, checked before it is known.
+        let labels: std::collections::BTreeMap<String, String> = r
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !labels.is_empty() {
+            let at = h.labelled;
+            let Some(t) = h.topology.as_mut() else {
+                return Err(Status::invalid_argument(
+                    "labels: this scheduler's config has no [cluster.topology] to place a worker in",
+                ));
+            };
+            t.add_node(NodeId(at), &labels)
+                .map_err(|e| Status::invalid_argument(format!("labels: {e}")))?;
+            h.labelled += 1;
         }
         h.next_worker += 1;
         let name = if r.name.is_empty() { "worker" } else { &r.name };
