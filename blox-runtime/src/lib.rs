@@ -16,12 +16,12 @@
 //! - [`worker`]: the worker manager of one node: GPU discovery (NVML, or
 //!   logical GPUs), job processes ([`process`]), leases, metric forwarding,
 //!   exit reports, heartbeats.
-//! - [`soak`]: fault injection (a cuttable proxy) and the soak's checks.
+//! - `toy`: the example job's attacker modes (Unix), which `blox-harness`'s
+//!   soak counts.
 //! - [`net`]: the users' and workers' tokens and TLS; [`ctl`]: blocking helpers for tools
 //!   (`blox submit`, `blox status`, `blox cancel`).
 
 pub mod auth;
-pub mod bench;
 pub mod codec;
 pub mod conn;
 pub mod ctl;
@@ -31,8 +31,9 @@ pub mod process;
 mod record;
 pub mod safe_fs;
 pub mod scheduler;
-pub mod soak;
 pub mod store;
+#[cfg(unix)]
+pub mod toy;
 pub mod validate;
 pub mod worker;
 

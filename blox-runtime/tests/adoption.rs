@@ -5,7 +5,7 @@
 
 mod common;
 
-use blox_runtime::soak::journal;
+use blox_harness::soak::journal;
 use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 
 mod common;
 
-use blox_runtime::soak::{journal, ports::reserve_port, proxy::CutProxy};
+use blox_harness::soak::{journal, ports::reserve_port, proxy::CutProxy};
 use blox_runtime::worker::WorkerConfig;
 use common::*;
 use std::net::SocketAddr;

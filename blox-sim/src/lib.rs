@@ -6,7 +6,6 @@
 //! `blox_core::RoundLoop` — the same code that drives a real cluster.
 
 pub mod backend;
-pub mod bench;
 pub mod forecast;
 mod log_writer;
 pub mod memory;

@@ -126,15 +126,15 @@ pub fn bench(which: &str, repeat: usize, soak: &SoakArgs, scale: &ScaleArgs) -> 
             }
         }
     };
-    if blox_runtime::bench::NAMES.contains(&which) {
-        blox_runtime::bench::run(which, repeat, &mut print)?;
-    } else if which == "all" || blox_sim::bench::NAMES.contains(&which) {
-        blox_sim::bench::run(which, repeat, &configs, &mut print)?;
+    if blox_harness::runtime_bench::NAMES.contains(&which) {
+        blox_harness::runtime_bench::run(which, repeat, &mut print)?;
+    } else if which == "all" || blox_harness::sim_bench::NAMES.contains(&which) {
+        blox_harness::sim_bench::run(which, repeat, &configs, &mut print)?;
     } else {
         anyhow::bail!(
             "unknown benchmark `{which}`; choose {}, {}, scale, soak, submit or all",
-            blox_sim::bench::NAMES.join(", "),
-            blox_runtime::bench::NAMES.join(", ")
+            blox_harness::sim_bench::NAMES.join(", "),
+            blox_harness::runtime_bench::NAMES.join(", ")
         );
     }
     match failed {
@@ -150,7 +150,7 @@ fn submit_bench(a: &SoakArgs) -> Result<ExitCode> {
         eprintln!("note: this is a debug build; time with `cargo run --release -- bench submit`");
     }
     let (clients, jobs) = (a.clients.unwrap_or(64), a.jobs.unwrap_or(20_000));
-    let r = blox_runtime::bench::submissions(clients, jobs, 1.0)?;
+    let r = blox_harness::runtime_bench::submissions(clients, jobs, 1.0)?;
     crate::out::line(format_args!(
         "submit  {} clients, {} jobs: {:.0} submissions/s, latency p50 {:.1} ms p99 {:.1} ms, {} retried; {} lost, {} duplicated; round time p50 {:.1} ms p99 {:.1} ms (1 s rounds); Status of {} jobs: page of 1,000 p50 {:.1} ms, slowest {:.1} ms; peak RSS {:.0} MiB (scheduler and clients, one process)",
         r.clients,
@@ -178,7 +178,7 @@ fn submit_bench(a: &SoakArgs) -> Result<ExitCode> {
 /// `blox bench scale`: the cells of `scale-1m.toml`, each in a child process
 /// of its own (so each reports its own peak memory) unless `--in-process`.
 fn scale_bench(a: &ScaleArgs) -> Result<ExitCode> {
-    use blox_sim::bench::scale::{default_cells, run_cell, Cell};
+    use blox_harness::sim_bench::scale::{default_cells, run_cell, Cell};
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build; time with `cargo run --release --no-default-features -- bench scale`");
     }
@@ -234,7 +234,7 @@ fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
         .out
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("blox-soak-{}", std::process::id())));
-    let mut cfg = blox_runtime::soak::SoakConfig::new(blox, toy, dir.clone());
+    let mut cfg = blox_harness::soak::SoakConfig::new(blox, toy, dir.clone());
     if a.reduced {
         cfg = cfg.reduced();
     }
@@ -260,7 +260,7 @@ fn soak_bench(a: &SoakArgs) -> Result<ExitCode> {
     }
     cfg.max_time_s = a.max_time_s;
     cfg.teams = a.teams;
-    let report = blox_runtime::soak::run(&cfg, &mut |line| eprintln!("{line}"))?;
+    let report = blox_harness::soak::run(&cfg, &mut |line| eprintln!("{line}"))?;
     crate::out::line(format_args!("{report}"))?;
     if report.sound() {
         if !keep {

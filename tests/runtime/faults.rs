@@ -80,7 +80,7 @@ fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
     let j = last.iter().find(|j| j.id == id).unwrap();
     assert!(j.launches >= 2, "{j:?}");
     // Never two launches at once, and no checkpoint went backwards.
-    let seen = blox_runtime::soak::journal::check(&journal).unwrap();
+    let seen = blox_harness::soak::journal::check(&journal).unwrap();
     assert!(seen.launches >= 2, "{seen:?}");
     assert!(seen.overlaps.is_empty(), "{seen:?}");
     assert!(seen.regressions.is_empty(), "{seen:?}");
@@ -140,7 +140,7 @@ fn a_launch_sent_to_a_hanging_worker_stalls_no_round_and_never_runs_late() {
         "the hung worker ran it: {}",
         on_a.display()
     );
-    let seen = blox_runtime::soak::journal::check(&journal).unwrap();
+    let seen = blox_harness::soak::journal::check(&journal).unwrap();
     assert_eq!(seen.launches, 1, "{seen:?}");
     assert!(
         seen.overlaps.is_empty() && seen.regressions.is_empty(),

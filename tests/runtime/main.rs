@@ -596,7 +596,7 @@ fn policy_synthesis_runs_on_the_real_scheduler() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let toy = toy_job();
-    let mut port = blox_runtime::soak::ports::reserve_port().unwrap();
+    let mut port = blox_harness::soak::ports::reserve_port().unwrap();
     let dashboard = port.release();
     let mut procs = Procs::default();
     let log = d.join("scheduler.log");

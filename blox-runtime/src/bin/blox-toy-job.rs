@@ -21,7 +21,7 @@
 //! jobs the scheduler counts finished that never did their work.
 //! `--attack BACK` (with `--journal`) first plays an attacker on a shared
 //! cluster: it reads what credentials it can and forges reports for job
-//! `BLOX_JOB_ID − BACK` (`blox_runtime::soak::attack`), then trains as usual.
+//! `BLOX_JOB_ID − BACK` (`blox_runtime::toy::attack`), then trains as usual.
 //!
 //! Two ways to set the work:
 //!
@@ -178,7 +178,7 @@ fn main() {
     if let Some(back) = arg(&args, "--attack") {
         let journal =
             text_arg(&args, "--journal").unwrap_or_else(|| fail("`--attack` needs `--journal`", 2));
-        let attack = blox_runtime::soak::attack::Attack {
+        let attack = blox_runtime::toy::attack::Attack {
             job: job.env.job_id,
             victim: job.env.job_id.saturating_sub(back.max(0.0) as u64),
             journal: journal.into(),

@@ -256,7 +256,7 @@ pub fn toy(dur: f64, extra: &[&str]) -> Vec<String> {
 }
 
 /// A toy job of `secs` seconds that checkpoints every 5 iterations and
-/// writes its launches to `journal` (`blox_runtime::soak::journal`).
+/// writes its launches to `journal` (`blox_harness::soak::journal`).
 pub fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
     let j = journal.display().to_string();
     toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])

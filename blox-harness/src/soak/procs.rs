@@ -122,4 +122,4 @@ fn log_tail(log: &Path) -> String {
     out
 }
 
-pub(super) use crate::conn::raise_fd_limit;
+pub(super) use blox_runtime::conn::raise_fd_limit;

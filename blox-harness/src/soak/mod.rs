@@ -2,16 +2,12 @@
 //! clients as real processes on loopback, with worker kills, scheduler
 //! restarts and network cuts ([`proxy::CutProxy`]) during the run; the
 //! journal of toy-job launches ([`journal`]) shows overlapping runs and
-//! checkpoint regressions; attacker jobs ([`attack`]) try to steal a
+//! checkpoint regressions; attacker jobs (`blox_runtime::toy::attack`) try to steal a
 //! credential and forge reports. Figures: docs/RELIABILITY.md.
 
-#[cfg(unix)]
-pub mod attack;
 mod faults;
 mod isolation;
 pub mod journal;
-#[cfg(unix)]
-pub mod node_attack;
 pub mod ports;
 mod procs;
 pub mod proxy;

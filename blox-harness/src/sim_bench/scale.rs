@@ -11,8 +11,8 @@
 //! past the warm-up).
 
 use super::{peak_rss_mib, BenchError, Result};
-use crate::{load_config, Simulation};
 use blox_core::Override;
+use blox_sim::{load_config, Simulation};
 use std::path::Path;
 use std::time::Instant;
 

@@ -10,9 +10,9 @@
 //! time: none may be missing or there twice.
 
 use super::{bench_config, policies, register, rt, serve_mock_worker, wait_status, BenchError};
-use crate::net::Security;
-use crate::proto::*;
-use crate::scheduler;
+use blox_runtime::net::Security;
+use blox_runtime::proto::*;
+use blox_runtime::scheduler;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

@@ -33,8 +33,8 @@ mod forecast;
 pub mod scale;
 mod sia;
 
-use crate::{load_config, SimError, Simulation};
 use blox_core::*;
+use blox_sim::{load_config, SimError, Simulation};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -380,7 +380,7 @@ impl SchedulingPolicy for NoSchedule {
 fn synth(dir: &Path, out: Out) -> Result<()> {
     let cfg = load_config(&dir.join("synth-philly.toml"), None, &[])?;
     let mut sim = Simulation::from_config(&cfg)?;
-    let mut synth = crate::synth::Synthesizer::from_config(&cfg, &sim.sim)?
+    let mut synth = blox_sim::synth::Synthesizer::from_config(&cfg, &sim.sim)?
         .ok_or_else(|| BenchError::Setup("synth-philly.toml has no [synthesizer]".into()))?;
     // The live run keeps its starting policies; decisions are only timed.
     sim.round_loop.selector = None;

@@ -6,8 +6,8 @@
 //! a team waits below its quota while another runs on borrowed GPUs.
 
 use super::SoakConfig;
-use crate::net::SchedulerClient;
-use crate::proto::*;
+use blox_runtime::net::SchedulerClient;
+use blox_runtime::proto::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -6,11 +6,11 @@
 //! worker service that accepts every launch and revocation without starting
 //! a process, so what is measured is the scheduler.
 
-use crate::net::Security;
-use crate::proto::worker_server::{Worker, WorkerServer};
-use crate::proto::*;
-use crate::scheduler::{self, RuntimeConfig};
 use blox_core::*;
+use blox_runtime::net::Security;
+use blox_runtime::proto::worker_server::{Worker, WorkerServer};
+use blox_runtime::proto::*;
+use blox_runtime::scheduler::{self, RuntimeConfig};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
@@ -139,7 +139,7 @@ pub async fn serve_mock_worker() -> Result<String, BenchError> {
         .map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
     tokio::spawn(async move {
-        let incoming = crate::net::incoming(l);
+        let incoming = blox_runtime::net::incoming(l);
         let _ = tonic::transport::Server::builder()
             .add_service(WorkerServer::new(MockWorker))
             .serve_with_incoming(incoming)
@@ -197,7 +197,7 @@ fn rt() -> Result<tokio::runtime::Runtime, String> {
 /// Registers `n` workers of `gpus` GPUs each, all served by the mock at
 /// `mock`; each one's credential by its id.
 async fn register(
-    client: &mut crate::net::SchedulerClient,
+    client: &mut blox_runtime::net::SchedulerClient,
     mock: &str,
     n: usize,
     gpus: u32,
@@ -267,7 +267,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
         // (that would mean the benchmark pushes for launches the scheduler
         // does not run there, and measures only their refusal).
         for (job_id, launch, worker) in &launches {
-            c.push_metrics(crate::net::with_credential(
+            c.push_metrics(blox_runtime::net::with_credential(
                 MetricBatch {
                     worker_id: worker.clone(),
                     samples: vec![MetricSample {
@@ -311,7 +311,7 @@ pub fn metric_push(clients: usize, batch: usize, seconds: f64) -> Result<PushRes
                         samples: samples.clone(),
                     };
                     if c
-                        .push_metrics(crate::net::with_credential(req, &cred))
+                        .push_metrics(blox_runtime::net::with_credential(req, &cred))
                         .await
                         .is_err()
                     {
@@ -433,7 +433,7 @@ impl PlacementPolicy for Timed<Box<dyn PlacementPolicy>> {
 
 /// Polls the scheduler's status until `done` holds; that status.
 async fn wait_status(
-    c: &mut crate::net::SchedulerClient,
+    c: &mut blox_runtime::net::SchedulerClient,
     done: impl Fn(&StatusReply) -> bool,
 ) -> Result<StatusReply, String> {
     loop {
@@ -476,7 +476,7 @@ fn running_launches(s: &StatusReply) -> Vec<(u64, u32, String)> {
 
 /// Submits `n` mock jobs of `gpus` GPUs each; their ids.
 async fn submit(
-    c: &mut crate::net::SchedulerClient,
+    c: &mut blox_runtime::net::SchedulerClient,
     n: usize,
     gpus: u32,
 ) -> Result<Vec<u64>, String> {
@@ -500,7 +500,7 @@ async fn submit(
 
 /// Waits until every job runs; their launches (see [`running_launches`]).
 async fn all_running(
-    c: &mut crate::net::SchedulerClient,
+    c: &mut blox_runtime::net::SchedulerClient,
 ) -> Result<Vec<(u64, u32, String)>, String> {
     let s = wait_status(c, |s| {
         s.jobs
@@ -571,7 +571,7 @@ pub fn round_overhead(
                         })
                         .collect();
                     let _ = pc
-                        .push_metrics(crate::net::with_credential(
+                        .push_metrics(blox_runtime::net::with_credential(
                             MetricBatch {
                                 worker_id: worker.clone(),
                                 samples,

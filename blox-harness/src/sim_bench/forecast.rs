@@ -6,9 +6,9 @@
 //! without a wall-clock bound (until every job finished), `repeat` times.
 
 use super::{Out, Result};
-use crate::forecast::SimForecaster;
-use crate::{SimConfig, SimJob, Simulation};
 use blox_core::*;
+use blox_sim::forecast::SimForecaster;
+use blox_sim::{SimConfig, SimJob, Simulation};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 

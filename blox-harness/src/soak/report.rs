@@ -210,25 +210,4 @@ impl fmt::Display for SoakReport {
     }
 }
 
-/// What the attacker jobs of a soak achieved (`soak::attack`).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AttackReport {
-    /// Attacker launches that wrote their lines.
-    pub attempts: usize,
-    /// Secrets read whose hash is one of `tokens`'.
-    pub stolen: usize,
-    /// Forged calls answered `ok`, and forged launches that ran.
-    pub accepted: usize,
-    /// Forged calls in all.
-    pub calls: usize,
-    /// Attacks on the node tried (links, escapes: `soak::node_attack`).
-    pub node_attacks: usize,
-    /// Fork bombs and memory hogs that got past their launch's limit, and
-    /// huge submissions accepted.
-    pub budgets_exceeded: usize,
-    /// Root-owned decoys whose content, owner or mode changed.
-    pub decoys_changed: usize,
-    /// Processes of a job uid still alive after every worker was killed
-    /// and started again (it kills what its launches left).
-    pub escaped: usize,
-}
+pub use blox_runtime::toy::attack::AttackReport;

@@ -15,8 +15,8 @@ use super::ports::reserve_port;
 use super::procs::{raise_fd_limit, Proc};
 use super::proxy::CutProxy;
 use super::{err, teams, SoakConfig, SoakError, SoakReport};
-use crate::net::{SchedulerClient, Security};
-use crate::proto::*;
+use blox_runtime::net::{SchedulerClient, Security};
+use blox_runtime::proto::*;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -74,7 +74,8 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
         std::fs::write(dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
     };
     let secret = |name: &str, text: &str| {
-        crate::net::write_private(&dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
+        blox_runtime::net::write_private(&dir.join(name), text)
+            .map_err(|e| err(format!("{name}: {e}")))
     };
     secret("user-token", &format!("soak-user-{}\n", cfg.seed))?;
     secret("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
@@ -83,7 +84,10 @@ pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakRep
     // Root-owned decoys the attackers aim the worker at (checked at the end).
     #[cfg(unix)]
     let decoys = if iso.attackers {
-        Some(super::node_attack::Decoys::plant(&dir).map_err(|e| err(format!("decoys: {e}")))?)
+        Some(
+            blox_runtime::toy::node_attack::Decoys::plant(&dir)
+                .map_err(|e| err(format!("decoys: {e}")))?,
+        )
     } else {
         None
     };
@@ -446,7 +450,7 @@ worker_timeout_s = 4
             .iter()
             .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
             .collect();
-        let mut a = super::attack::check(&dir, &tokens);
+        let mut a = blox_runtime::toy::attack::check(&dir, &tokens);
         a.escaped = escaped;
         if let Some(d) = &decoys {
             let changed = d.changed();

@@ -28,13 +28,35 @@
 //! must be 0 ([`check`]), as must the decoys changed and the processes
 //! that outlived their launches (counted by the soak itself).
 
-pub use super::report::AttackReport;
 use crate::net::{with_credential, Security};
 use crate::proto::*;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// What the attacker jobs of a soak achieved (`blox-harness`'s soak; [`check`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttackReport {
+    /// Attacker launches that wrote their lines.
+    pub attempts: usize,
+    /// Secrets read whose hash is one of `tokens`'.
+    pub stolen: usize,
+    /// Forged calls answered `ok`, and forged launches that ran.
+    pub accepted: usize,
+    /// Forged calls in all.
+    pub calls: usize,
+    /// Attacks on the node tried (links, escapes: [`super::node_attack`]).
+    pub node_attacks: usize,
+    /// Fork bombs and memory hogs that got past their launch's limit, and
+    /// huge submissions accepted.
+    pub budgets_exceeded: usize,
+    /// Root-owned decoys whose content, owner or mode changed.
+    pub decoys_changed: usize,
+    /// Processes of a job uid still alive after every worker was killed
+    /// and started again (it kills what its launches left).
+    pub escaped: usize,
+}
 
 /// The file beside the journal the attacker writes to.
 pub const ATTACKS_FILE: &str = "attacks";

@@ -6,7 +6,7 @@
 //! `rounds` rounds that have jobs.
 
 use super::{percentiles, NoSchedule, Out, Result, Timed};
-use crate::run::{load_config, Simulation};
+use blox_sim::run::{load_config, Simulation};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

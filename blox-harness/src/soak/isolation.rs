@@ -1,6 +1,6 @@
 //! How the soak's jobs run: as root's soak, every job as a uid of its own
 //! (`blox worker --job-uids`, as a secure shared cluster runs them), with
-//! one job in [`ATTACKER_EVERY`] an attacker ([`super::attack`]); as
+//! one job in [`ATTACKER_EVERY`] an attacker (`blox_runtime::toy::attack`); as
 //! anyone else, as the soak's own user and with no attackers (a job that
 //! runs as its worker's user can read whatever the worker can: that
 //! cluster promises nothing against its jobs).
@@ -59,7 +59,10 @@ pub(super) fn prepare(dir: &Path, toy: &Path, journal: &Path) -> Result<Isolatio
         let copy = bin.join("blox-toy-job");
         std::fs::copy(toy, &copy).map_err(|e| err(format!("{}: {e}", copy.display())))?;
         mode(&copy, 0o755)?;
-        for shared in [journal.to_path_buf(), dir.join(super::attack::ATTACKS_FILE)] {
+        for shared in [
+            journal.to_path_buf(),
+            dir.join(blox_runtime::toy::attack::ATTACKS_FILE),
+        ] {
             std::fs::write(&shared, "").map_err(|e| err(format!("{}: {e}", shared.display())))?;
             mode(&shared, 0o666)?;
         }
@@ -69,9 +72,12 @@ pub(super) fn prepare(dir: &Path, toy: &Path, journal: &Path) -> Result<Isolatio
                 "--job-uids".into(),
                 JOB_UIDS.into(),
                 "--max-processes".into(),
-                super::node_attack::MAX_PROCESSES.to_string(),
+                blox_runtime::toy::node_attack::MAX_PROCESSES.to_string(),
                 "--memory-gb".into(),
-                format!("{}", super::node_attack::MEMORY_MB as f64 / 1000.0),
+                format!(
+                    "{}",
+                    blox_runtime::toy::node_attack::MEMORY_MB as f64 / 1000.0
+                ),
             ],
             runtime_lines: format!("job_uids = \"{JOB_UIDS}\"\n"),
             toy: copy,
