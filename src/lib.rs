@@ -20,7 +20,6 @@
 pub mod cli;
 pub mod commands;
 #[doc(hidden)]
-pub mod fuzzing;
 #[doc(hidden)]
 pub mod out;
 

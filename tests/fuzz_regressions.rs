@@ -1,6 +1,6 @@
 //! The fuzz targets' inputs on stable Rust: every file under
 //! `fuzz/regressions/<target>/` (seeds, and the inputs `cargo fuzz` found
-//! that once failed) runs through the target's body (`blox::fuzzing`), and
+//! that once failed) runs through the target's body (`blox_harness::fuzzing`), and
 //! so do a few hundred seeded mutations of each. None may panic.
 
 use std::path::Path;
@@ -8,10 +8,10 @@ use std::path::Path;
 type Body = fn(&[u8]);
 
 const TARGETS: [(&str, Body); 4] = [
-    ("config", blox::fuzzing::config),
-    ("workload", blox::fuzzing::workload),
-    ("jobs_file", blox::fuzzing::jobs_file),
-    ("rpc", blox::fuzzing::rpc),
+    ("config", blox_harness::fuzzing::config),
+    ("workload", blox_harness::fuzzing::workload),
+    ("jobs_file", blox_harness::fuzzing::jobs_file),
+    ("rpc", blox_harness::fuzzing::rpc),
 ];
 
 /// xorshift64: the same mutations on every run.

@@ -1,4 +1,4 @@
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    blox::fuzzing::jobs_file(data);
+    blox_harness::fuzzing::jobs_file(data);
 });

@@ -1,4 +1,4 @@
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    blox::fuzzing::rpc(data);
+    blox_harness::fuzzing::rpc(data);
 });

@@ -5,6 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+// The config target builds policies by name: the built-in ones are linked.
+use blox_policies as _;
+
 /// A config file and `--set` overrides: the text before a line `#--set`
 /// is the config; each later `key=value` line is an override. The config
 /// is parsed and every section a command reads is checked (policies by
