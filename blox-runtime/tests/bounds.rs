@@ -449,7 +449,7 @@ fn workers_come_in_pages_that_fit_the_transport() {
 /// hint) and read back once through `Status` pages.
 #[test]
 fn a_burst_of_submissions_is_listed_once_each() {
-    let r = blox_harness::runtime_bench::submissions(4, 1_500, 0.5).unwrap();
+    let r = blox_harness::runtime_bench::submissions(4, 1_500, 0.5, 0).unwrap();
     assert_eq!((r.lost, r.duplicated, r.listed), (0, 0, 1_500), "{r:?}");
     assert!(r.per_s > 0.0 && r.latency_p99_s >= r.latency_p50_s, "{r:?}");
 }

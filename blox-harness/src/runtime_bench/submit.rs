@@ -12,7 +12,7 @@
 use super::{bench_config, policies, register, rt, serve_mock_worker, wait_status, BenchError};
 use blox_runtime::net::Security;
 use blox_runtime::proto::*;
-use blox_runtime::scheduler;
+use blox_runtime::scheduler::{self, RoundStats};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,19 @@ pub struct SubmitResult {
     pub listed: usize,
     /// The peak resident memory of this process (scheduler and clients), KiB.
     pub peak_rss_kib: u64,
+    /// Once every submission is in: `steady_rounds` rounds with nothing
+    /// new, the jobs past the cluster's 128 GPUs waiting (`waiting`), each
+    /// round's own time (`Status`'s measure): median and 99th percentile,
+    /// seconds (0 when no steady rounds were asked for).
+    pub steady_rounds: usize,
+    pub waiting: usize,
+    pub steady_p50_s: f64,
+    pub steady_p99_s: f64,
 }
+
+/// The GPUs of the bench's cluster: 16 mock workers of 8.
+const WORKERS: usize = 16;
+const GPUS_PER_WORKER: u32 = 8;
 
 /// Peak resident set of this process, KiB (`VmHWM`; 0 where unreadable).
 fn peak_rss_kib() -> u64 {
@@ -68,8 +80,14 @@ fn backoff(s: &tonic::Status) -> Duration {
 }
 
 /// Runs the benchmark: `jobs` submissions from `clients` clients against a
-/// scheduler with `round_s` rounds and 16 mock workers of 8 GPUs.
-pub fn submissions(clients: usize, jobs: usize, round_s: f64) -> Result<SubmitResult, BenchError> {
+/// scheduler with `round_s` rounds and 16 mock workers of 8 GPUs; then,
+/// for `steady_rounds` rounds, the round time with what did not fit waiting.
+pub fn submissions(
+    clients: usize,
+    jobs: usize,
+    round_s: f64,
+    steady_rounds: usize,
+) -> Result<SubmitResult, BenchError> {
     let clients = clients.max(1);
     let mut cfg = bench_config("submit", round_s);
     cfg.max_waiting_jobs = jobs.max(1) + 1;
@@ -82,7 +100,7 @@ pub fn submissions(clients: usize, jobs: usize, round_s: f64) -> Result<SubmitRe
         let mock = serve_mock_worker().await?;
         let sec = Security::default();
         let mut c = sec.scheduler_client(&addr).map_err(|e| e.to_string())?;
-        register(&mut c, &mock, 16, 8).await?;
+        register(&mut c, &mock, WORKERS, GPUS_PER_WORKER).await?;
         wait_status(&mut c, |s| s.rounds >= 1).await?;
         let t0 = Instant::now();
         let mut tasks = Vec::with_capacity(clients);
@@ -193,7 +211,45 @@ pub fn submissions(clients: usize, jobs: usize, round_s: f64) -> Result<SubmitRe
             status_page_max_s: page_max,
             listed,
             peak_rss_kib: peak_rss_kib(),
+            steady_rounds,
+            waiting: jobs.saturating_sub(WORKERS * GPUS_PER_WORKER as usize),
+            steady_p50_s: 0.0,
+            steady_p99_s: 0.0,
         })
+    });
+    // The intake's last rounds pass first (two rounds), then the steady
+    // ones are measured.
+    let result = result.and_then(|mut r| {
+        if steady_rounds == 0 {
+            return Ok(r);
+        }
+        let rounds = || {
+            let s = sched.round_stats();
+            s.busy_s
+                .iter()
+                .zip(&s.publish_s)
+                .map(|(b, p)| b + p)
+                .collect::<Vec<f64>>()
+        };
+        let wait_for = |n: usize| -> Result<Vec<f64>, BenchError> {
+            let from = rounds().len();
+            let t = Instant::now();
+            loop {
+                let v = rounds();
+                if v.len() >= from + n || v.len() >= RoundStats::KEPT {
+                    return Ok(v[v.len().saturating_sub(n)..].to_vec());
+                }
+                if t.elapsed() > Duration::from_secs_f64(60.0 + 10.0 * n as f64 * round_s) {
+                    return Err(BenchError(format!("{n} rounds did not complete")));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        wait_for(2)?;
+        let mut steady = wait_for(steady_rounds)?;
+        r.steady_p50_s = blox_core::stats::quantile(&mut steady.clone(), 0.5);
+        r.steady_p99_s = blox_core::stats::quantile(&mut steady, 0.99);
+        Ok(r)
     });
     let _ = sched.shutdown();
     drop(rt);

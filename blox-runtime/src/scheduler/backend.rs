@@ -499,25 +499,17 @@ impl JobSource for ClusterBackend {
         if !h.held.is_empty() && self.hold_over {
             let held = std::mem::take(&mut h.held);
             for s in held.into_iter().rev() {
-                h.submissions.push_front(s);
+                let b = submission_bytes(&h, s.id.0);
+                h.submissions.push_front(s, b);
             }
             h.held_on.clear();
         } else if !h.held.is_empty() {
             release_early(&mut h);
         }
         let cap = h.cluster_gpus;
-        let mut out = Vec::new();
-        let mut keep = VecDeque::new();
         // Jobs larger than the cluster as it is now (workers still joining
         // after a restart) wait here.
-        while let Some(s) = h.submissions.pop_front() {
-            if s.requested_gpus <= cap {
-                out.push(s);
-            } else {
-                keep.push_back(s);
-            }
-        }
-        h.submissions = keep;
+        let out = h.submissions.take_where(|s| s.requested_gpus <= cap);
         // They wait in the loop now: counted against the bounds on
         // submissions until the round's end counts them afresh.
         h.waiting_total += out.len();
@@ -727,7 +719,17 @@ fn release_early(h: &mut super::Hub) {
         );
         // Ahead of newer submissions, in id order, as at the hold's end.
         for s in released.into_iter().rev() {
-            h.submissions.push_front(s);
+            let b = submission_bytes(h, s.id.0);
+            h.submissions.push_front(s, b);
         }
     }
+}
+
+/// The encoded size of job `id`'s submission in the job table, bytes (what
+/// the intake's byte bounds count).
+pub(super) fn submission_bytes(h: &super::Hub, id: u64) -> u64 {
+    h.jobs
+        .get(&id)
+        .and_then(|r| r.job.as_ref())
+        .map_or(0, |j| prost::Message::encoded_len(j) as u64)
 }

@@ -33,6 +33,7 @@ mod forecast;
 mod http;
 mod jobs;
 pub mod metrics;
+mod queue;
 mod service;
 mod status;
 mod table;
@@ -131,7 +132,7 @@ struct Hub {
     credentials: HashMap<String, String>,
     next_worker: u64,
     /// Accepted submissions not yet handed to the loop.
-    submissions: VecDeque<JobSpec>,
+    submissions: queue::Submissions,
     exits: Vec<(ExitReport, Instant)>,
     /// Metrics pushed since the last round, by job (bounded per job: the
     /// oldest are dropped), and how many were dropped in all.
@@ -418,7 +419,7 @@ pub fn start_with(
         waiting_total: 0,
         waiting_by_user: HashMap::new(),
         next_worker: 0,
-        submissions: VecDeque::new(),
+        submissions: Default::default(),
         exits: Vec::new(),
         metrics: HashMap::new(),
         metrics_dropped: 0,

@@ -256,11 +256,8 @@ impl Scheduler for Service {
                 ));
             }
             let user = j.user.as_deref().unwrap_or("");
-            let mine = h.waiting_by_user.get(user).copied().unwrap_or(0)
-                + h.submissions
-                    .iter()
-                    .filter(|s| s.user.as_deref().unwrap_or("") == user)
-                    .count();
+            let (queued, queued_bytes) = h.submissions.of_user(user);
+            let mine = h.waiting_by_user.get(user).copied().unwrap_or(0) + queued;
             if mine >= self.cfg.max_waiting_per_user {
                 return Err(retry_after(
                     Status::resource_exhausted(format!(
@@ -272,19 +269,8 @@ impl Scheduler for Service {
             }
             // And in bytes (per user, and in all).
             let size = prost::Message::encoded_len(&j);
-            let my_bytes = h.waiting_bytes_by_user.get(user).copied().unwrap_or(0)
-                + h.submissions
-                    .iter()
-                    .filter(|s| s.user.as_deref().unwrap_or("") == user)
-                    .filter_map(|s| h.jobs.get(&s.id.0).and_then(|r| r.job.as_ref()))
-                    .map(|j| prost::Message::encoded_len(j) as u64)
-                    .sum::<u64>();
-            let all_bytes = h.waiting_bytes
-                + h.submissions
-                    .iter()
-                    .filter_map(|s| h.jobs.get(&s.id.0).and_then(|r| r.job.as_ref()))
-                    .map(|j| prost::Message::encoded_len(j) as u64)
-                    .sum::<u64>();
+            let my_bytes = h.waiting_bytes_by_user.get(user).copied().unwrap_or(0) + queued_bytes;
+            let all_bytes = h.waiting_bytes + h.submissions.bytes();
             if my_bytes + size as u64 > self.cfg.max_waiting_bytes_per_user as u64 {
                 return Err(retry_after(
                     Status::resource_exhausted(format!(
@@ -311,6 +297,7 @@ impl Scheduler for Service {
             id
         };
         let spec = spec_of(id, &j, self.start.elapsed().as_secs_f64());
+        let bytes = prost::Message::encoded_len(&j) as u64;
         let rec = JobRecord {
             info: Some(JobInfo {
                 id,
@@ -344,7 +331,7 @@ impl Scheduler for Service {
                 Ok(rec) => {
                     timer.observe_duration();
                     h.jobs.insert(id, rec);
-                    h.submissions.push_back(spec);
+                    h.submissions.push_back(spec, bytes);
                     metrics.submissions.inc();
                     tracing::info!(job = id, "submitted");
                     Ok(id)
@@ -418,13 +405,10 @@ impl Scheduler for Service {
                     "job {id} already ended ({how})"
                 )));
             }
-            let queued = h.submissions.iter().position(|s| s.id.0 == id);
+            let queued = h.submissions.remove(id);
             let held = h.held.iter().position(|s| s.id.0 == id);
             match (queued, held) {
-                (Some(pos), _) => {
-                    let spec = h.submissions.remove(pos).expect("found above");
-                    Some((spec, rec_of(&h, id), false))
-                }
+                (Some((spec, _)), _) => Some((spec, rec_of(&h, id), false)),
                 (None, Some(pos)) => {
                     let spec = h.held.remove(pos).expect("found above");
                     Some((spec, rec_of(&h, id), true))
@@ -469,7 +453,8 @@ impl Scheduler for Service {
                         if from_held {
                             h.held.push_front(spec);
                         } else {
-                            h.submissions.push_front(spec);
+                            let b = super::backend::submission_bytes(&h, id);
+                            h.submissions.push_front(spec, b);
                         }
                         Err(e)
                     }
