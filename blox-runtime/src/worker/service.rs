@@ -37,12 +37,21 @@ impl Worker for Service {
         // mid-launch (killed, restarted, timed out) drops this call, and a
         // dropped call must not leave its reservation behind, holding the
         // GPUs for a launch that never runs or is never reported. The task
-        // ends what it began: the launch is recorded (reported in every
-        // heartbeat, so the scheduler adopts it or stops it) or undone.
+        // ends what it began: the launch is recorded or undone. One whose
+        // caller hung up is stopped as soon as it runs (`CallerGone`): the
+        // caller took the launch as failed and may have placed the job
+        // elsewhere.
         let job = l.job_id;
-        tokio::spawn(finish_launch(sh, r, l, spec, uid))
+        let mut gone = CallerGone {
+            sh: sh.clone(),
+            l,
+            armed: true,
+        };
+        let r = tokio::spawn(finish_launch(sh, r, l, spec, uid))
             .await
-            .map_err(|e| Status::internal(format!("launch of job {job}: {e}")))?
+            .map_err(|e| Status::internal(format!("launch of job {job}: {e}")))?;
+        gone.armed = false;
+        r
     }
 
     async fn revoke(&self, req: Request<RevokeRequest>) -> Result<Response<RevokeReply>, Status> {
@@ -130,6 +139,32 @@ impl Worker for Service {
                 "job {} launch {} does not run here",
                 l.job_id, l.launch
             ))),
+        }
+    }
+}
+
+/// Dropped while armed (the launch call was dropped: its caller hung up):
+/// the launch stops as soon as it runs, or at once if it runs already; its
+/// exit is reported as any launch's.
+struct CallerGone {
+    sh: Arc<Shared>,
+    l: LaunchRef,
+    armed: bool,
+}
+
+impl Drop for CallerGone {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut st = self.sh.lock();
+        if let Some(s) = st.starting.get_mut(&self.l.job_id) {
+            s.revoked |= s.launch == self.l.launch;
+        }
+        if let Some(x) = st.launches.get(&self.l.job_id) {
+            if x.launch == self.l.launch {
+                x.run.kill();
+            }
         }
     }
 }
@@ -487,7 +522,11 @@ mod tests {
     /// Before, a launch call dropped while its processes started left its
     /// reservation behind: the GPUs stayed "held" by a launch the worker
     /// never reported, so no scheduler could stop it, and every later
-    /// launch onto them was refused (seen after a scheduler restart).
+    /// launch onto them was refused (seen after a scheduler restart). Now
+    /// the launch is recorded, stopped as soon as it runs (its caller took
+    /// it as failed and may run the job elsewhere), and its GPUs are free
+    /// once its exit is collected. A revocation whose caller hangs up still
+    /// ends its launch.
     #[test]
     fn a_launch_or_revocation_whose_caller_hangs_up_still_completes() {
         let dir = tempfile::tempdir().unwrap();
@@ -504,23 +543,40 @@ mod tests {
                 job_id: 1,
                 launch: 1,
             };
-            // Starting or started, it is reported.
-            assert_eq!(sh.lock().running(), vec![one]);
+            // Starting or started, it is counted (its GPUs are held), but
+            // never offered for adoption.
+            {
+                let st = sh.lock();
+                assert_eq!(st.running(), vec![one]);
+                if st.starting.contains_key(&1) {
+                    assert!(st.reports().is_empty());
+                }
+            }
             let t = Instant::now();
             while sh.lock().starting.contains_key(&1) {
                 assert!(t.elapsed() < Duration::from_secs(20), "still starting");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            // It runs, and it is reported: a scheduler adopts it or stops it.
-            assert_eq!(sh.lock().running(), vec![one]);
-            assert_eq!(sh.lock().reports().len(), 1);
-            // A revocation whose caller hangs up still ends it; its GPUs
-            // take the next launch.
-            hang_up(svc.revoke(Request::new(revoke(1)))).await;
+            // Recorded, and killed as it ran: it exits (the report loop
+            // then reports the exit and frees its GPUs, as here).
+            let t = Instant::now();
+            while sh.lock().launches[&1].run.exit().is_none() {
+                assert!(t.elapsed() < Duration::from_secs(20), "it runs on");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            {
+                let mut st = sh.lock();
+                let l = st.take_launch(1).unwrap();
+                st.sweep(l.uid, false);
+            }
+            // A launch whose call is answered runs on; a revocation whose
+            // caller hangs up still ends it, and its GPUs take the next.
+            svc.launch(Request::new(launch(2))).await.unwrap();
+            hang_up(svc.revoke(Request::new(revoke(2)))).await;
             assert!(sh.lock().launches.is_empty());
             let t = Instant::now();
             loop {
-                match svc.launch(Request::new(launch(2))).await {
+                match svc.launch(Request::new(launch(3))).await {
                     Ok(_) => break,
                     // The revoked launch's uid or leftovers may still drain.
                     Err(e) if t.elapsed() < Duration::from_secs(20) => {
@@ -530,7 +586,8 @@ mod tests {
                     Err(e) => panic!("the freed GPUs refuse a launch: {}", e.message()),
                 }
             }
-            svc.revoke(Request::new(revoke(2))).await.unwrap();
+            assert!(sh.lock().launches[&3].run.exit().is_none(), "it runs");
+            svc.revoke(Request::new(revoke(3))).await.unwrap();
             assert!(sh.lock().launches.is_empty() && sh.lock().starting.is_empty());
         });
     }
