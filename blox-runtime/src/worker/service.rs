@@ -508,6 +508,15 @@ mod tests {
         }
     }
 
+    /// A runtime of two threads: the launch's task runs beside the test.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
     /// Polls `call` once, as a caller that hangs up right after sending it
     /// does (a scheduler killed or restarted mid-call), then drops it.
     async fn hang_up<T>(call: impl std::future::Future<Output = T>) {
@@ -531,11 +540,7 @@ mod tests {
     fn a_launch_or_revocation_whose_caller_hangs_up_still_completes() {
         let dir = tempfile::tempdir().unwrap();
         let sh = worker(dir.path());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         rt.block_on(async {
             let svc = Service(sh.clone());
             hang_up(svc.launch(Request::new(launch(1)))).await;
@@ -599,11 +604,7 @@ mod tests {
     fn a_launch_that_fails_to_start_unheard_is_reported_ended() {
         let dir = tempfile::tempdir().unwrap();
         let sh = worker(dir.path());
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         rt.block_on(async {
             let svc = Service(sh.clone());
             let mut r = launch(4);
