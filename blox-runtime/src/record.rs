@@ -14,6 +14,11 @@ pub(crate) struct Record {
     /// Launches a node refused for a reason of its own (not the job's):
     /// tried, but not the job's runs.
     pub refused: u32,
+    /// Launches whose requests went out to workers: from the first, a
+    /// process of the job may have run and left checkpoints, so later
+    /// launches resume (a launch refused before any went out does not
+    /// count: the job's first run is then told to start afresh).
+    pub sent: u32,
     pub crashes: u32,
     /// Wall seconds holding GPUs, start-up included.
     pub run_time_s: f64,

@@ -355,6 +355,7 @@ pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId,
                 Record {
                     launches: info.launches,
                     refused: 0,
+                    sent: info.launches,
                     crashes: 0,
                     run_time_s: r.run_time_s,
                     attained_gpu_s: info.attained_gpu_s,

@@ -223,6 +223,11 @@ impl LaunchMechanism for ClusterBackend {
             }
             _ => String::new(),
         };
+        let resume = {
+            let r = self.records.entry(id).or_default();
+            r.sent += 1;
+            r.sent > 1
+        } || self.restored.contains(&id);
         let mut first_rank = 0;
         let mut calls = Vec::new();
         for p in &parts {
@@ -234,7 +239,7 @@ impl LaunchMechanism for ClusterBackend {
                 command: job.spec.command.clone(),
                 gpus: p.gpus.clone(),
                 batch_size: batch_size.or(job.current_batch_size),
-                resume: launch > 1 || self.restored.contains(&id),
+                resume,
                 checkpoint_dir: ckpt.clone(),
                 master_addr: master.clone(),
                 process_per_gpu: self.cfg.process_per_gpu,
