@@ -254,6 +254,10 @@ pub struct Running {
     /// The directories given to the job (report, checkpoint, coordination),
     /// taken back by [`Running::hand_back`].
     given: Vec<Dir>,
+    /// Those of `given` that the launch's parts on other workers share
+    /// were moved out ([`Running::keep_shared`]): the control directory
+    /// still lists them ([`GIVEN_FILE`]) until they are taken back.
+    kept_shared: bool,
     ranks: Vec<Rank>,
     metrics_offset: u64,
     /// Why a file the job gave the worker to read was refused (a link, a
@@ -375,6 +379,7 @@ impl Running {
             report,
             owner: user.map(|u| u.uid),
             given: Vec::new(),
+            kept_shared: false,
             ranks: Vec::new(),
             metrics_offset: 0,
             refusal: std::sync::Mutex::new(None),
@@ -760,7 +765,70 @@ impl Running {
                 self.control.display()
             );
         }
-        let _ = self.control_dir.remove(GIVEN_FILE);
+        if !self.kept_shared {
+            let _ = self.control_dir.remove(GIVEN_FILE);
+        }
+    }
+
+    /// Moves the checkpoint and coordination directories out of this
+    /// launch, for a part of a launch that spans several workers: they are
+    /// shared with the other parts, which may still run when this one ends,
+    /// so they stay the job's (`uid`'s) until the scheduler says every part
+    /// ended ([`SharedDirs::take_back`]); [`Running::hand_back`] takes back
+    /// the rest. `None` when they cannot be kept (the control directory's
+    /// handle cannot be duplicated): they go back with the rest.
+    pub fn keep_shared(&mut self, uid: u32) -> Option<SharedDirs> {
+        let control = match self.control_dir.try_clone() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("{e}: the launch's shared directories are taken back at once");
+                return None;
+            }
+        };
+        self.kept_shared = true;
+        Some(SharedDirs {
+            dirs: std::mem::take(&mut self.given),
+            control,
+            uid,
+        })
+    }
+}
+
+/// The shared directories (checkpoints, coordination) of an ended part of a
+/// launch on several workers, still the job's while other parts may run
+/// ([`Running::keep_shared`]).
+pub struct SharedDirs {
+    dirs: Vec<Dir>,
+    control: Dir,
+    uid: u32,
+}
+
+impl SharedDirs {
+    /// The job uid they were given to.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// Takes them back for the worker, as [`Running::hand_back`] does; one
+    /// that is no longer the uid's (a later launch of the job was given it
+    /// meanwhile, on another worker) is left as it is.
+    pub fn take_back(self) {
+        let me = rustix::process::geteuid().as_raw();
+        for d in &self.dirs {
+            match d.stat() {
+                Ok(st) if st.st_uid == self.uid => {
+                    if let Err(e) = d.chown(Some(me), None).and_then(|_| d.chmod(0o700)) {
+                        tracing::warn!("cannot take {} back from its job: {e}", d.path().display());
+                    }
+                }
+                Ok(_) => tracing::debug!(
+                    dir = %d.path().display(),
+                    "no longer the ended launch's uid's: left to its holder"
+                ),
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        let _ = self.control.remove(GIVEN_FILE);
     }
 }
 

@@ -243,6 +243,17 @@ impl Dir {
             .map_err(|e| err(&self.path, "cannot change the owner of", e))
     }
 
+    /// A second handle on the same directory.
+    pub fn try_clone(&self) -> Result<Dir, String> {
+        Ok(Dir {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|e| err(&self.path, "cannot duplicate the handle of", e))?,
+            path: self.path.clone(),
+        })
+    }
+
     pub fn chmod(&self, mode: u32) -> Result<(), String> {
         fchmod(&self.fd, Mode::from_raw_mode(mode))
             .map_err(|e| err(&self.path, "cannot change the mode of", e))

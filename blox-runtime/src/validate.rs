@@ -320,6 +320,12 @@ pub fn heartbeat(r: &HeartbeatRequest) -> Result<(), Status> {
             r.busy_uids.len()
         )));
     }
+    if r.kept.len() > MAX_WORKER_LAUNCHES {
+        return Err(invalid(format!(
+            "kept: {} launches, at most {MAX_WORKER_LAUNCHES}",
+            r.kept.len()
+        )));
+    }
     Ok(())
 }
 

@@ -627,8 +627,27 @@ impl Scheduler for Service {
         // What the node still uses of the job uids: the others it ran
         // are free there.
         h.uids.heard(&r.worker_id, &node, &r.busy_uids);
+        // Kept shared directories of launches that ended on every worker
+        // (no worker is expected to run them, none is in doubt) go back;
+        // none while a restarted scheduler holds the previous run's jobs
+        // (a launch of them not adopted yet may still run).
+        let take_back = if h.held.is_empty() {
+            r.kept
+                .into_iter()
+                .filter(|l| {
+                    let at = (l.job_id, l.launch);
+                    !h.expected.values().any(|e| e.contains(&at))
+                        && !h
+                            .in_doubt
+                            .get(&l.job_id)
+                            .is_some_and(|p| p.iter().any(|(_, n)| *n == l.launch))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.metrics.heartbeats.inc();
-        Ok(Response::new(HeartbeatReply { stop }))
+        Ok(Response::new(HeartbeatReply { stop, take_back }))
     }
 
     async fn report_exit(&self, req: Request<ExitReport>) -> Result<Response<Ack>, Status> {

@@ -30,6 +30,13 @@ pub struct Holder {
     /// The launch ended: the uid is free once `nodes` is empty (each node
     /// is taken off when it beats without the uid).
     pub ended: bool,
+    /// The launch ran on several workers sharing its checkpoints: each
+    /// keeps them the job's after its part ends, until told every part
+    /// ended (`HeartbeatReply.take_back`), and reports the uid busy
+    /// meanwhile; the job is not launched again until they did
+    /// ([`UidPool::settling`]).
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// The cluster's uid range and who holds what.
@@ -81,7 +88,13 @@ impl UidPool {
     /// A uid for launch `launch` of `job` on `nodes`: its last one where
     /// free, else the next free one. `None`: no range (uids are not
     /// assigned), or every uid is held (`Err` names how many).
-    pub fn take(&mut self, job: u64, launch: u32, nodes: &[String]) -> Result<Option<u32>, String> {
+    pub fn take(
+        &mut self,
+        job: u64,
+        launch: u32,
+        nodes: &[String],
+        shared: bool,
+    ) -> Result<Option<u32>, String> {
         let Some((first, last)) = self.range else {
             return Ok(None);
         };
@@ -90,6 +103,7 @@ impl UidPool {
             launch,
             nodes: nodes.iter().cloned().collect(),
             ended: false,
+            shared,
         };
         if let Some(&u) = self.last.get(&job) {
             if self.free(u) {
@@ -207,6 +221,18 @@ impl UidPool {
         Some(self.held.iter().map(|(u, h)| (*u, h.clone())).collect())
     }
 
+    /// The nodes that may still keep the shared directories of an ended
+    /// launch of `job` that ran on several workers (the uid is not free
+    /// there yet), if any: the job's next launch waits for them, else it
+    /// could be given its checkpoints while an ended part's worker is
+    /// about to take them back.
+    pub fn settling(&self, job: u64) -> Option<&BTreeSet<String>> {
+        self.held
+            .values()
+            .find(|h| h.job == job && h.ended && h.shared && !h.nodes.is_empty())
+            .map(|h| &h.nodes)
+    }
+
     /// The uid held by launch `launch` of `job`, if any.
     pub fn of(&self, job: u64, launch: u32) -> Option<u32> {
         self.held
@@ -253,48 +279,70 @@ mod tests {
     #[test]
     fn a_uid_is_free_again_only_once_every_node_of_its_launch_beat_without_it() {
         let mut p = UidPool::new(Some((100, 101)));
-        let a = p.take(1, 1, &nodes(&["n0", "n1"])).unwrap().unwrap();
-        let b = p.take(2, 1, &nodes(&["n0"])).unwrap().unwrap();
+        let a = p.take(1, 1, &nodes(&["n0", "n1"]), false).unwrap().unwrap();
+        let b = p.take(2, 1, &nodes(&["n0"]), false).unwrap().unwrap();
         assert_ne!(a, b);
-        let e = p.take(3, 1, &nodes(&["n0"])).unwrap_err();
+        let e = p.take(3, 1, &nodes(&["n0"]), false).unwrap_err();
         assert!(e.contains("100-101"), "{e}");
         p.release(1, 1);
         // n0 beats without it, n1 still lists it busy: held.
         p.heard("w0", "n0", &[b]);
         p.heard("w1", "n1", &[a]);
-        assert!(p.take(3, 1, &nodes(&["n0"])).is_err());
+        assert!(p.take(3, 1, &nodes(&["n0"]), false).is_err());
         // n1 now without it: free, and job 3 gets it.
         p.heard("w1", "n1", &[]);
-        assert_eq!(p.take(3, 1, &nodes(&["n2"])).unwrap(), Some(a));
+        assert_eq!(p.take(3, 1, &nodes(&["n2"]), false).unwrap(), Some(a));
         // A worker's busy list alone keeps a uid held (a restart that
         // lost the last write).
         let mut q = UidPool::new(Some((100, 100)));
         q.heard("w0", "n0", &[100]);
-        assert!(q.take(1, 1, &nodes(&["n0"])).is_err());
+        assert!(q.take(1, 1, &nodes(&["n0"]), false).is_err());
         q.heard("w0", "n0", &[]);
-        assert_eq!(q.take(1, 1, &nodes(&["n0"])).unwrap(), Some(100));
+        assert_eq!(q.take(1, 1, &nodes(&["n0"]), false).unwrap(), Some(100));
         // Two workers of one node: one beating without a uid the other
         // still lists frees nothing.
         let mut r = UidPool::new(Some((7, 7)));
-        r.take(1, 1, &nodes(&["n"])).unwrap();
+        r.take(1, 1, &nodes(&["n"]), false).unwrap();
         r.release(1, 1);
         r.heard("a", "n", &[7]);
         r.heard("b", "n", &[]);
-        assert!(r.take(2, 1, &nodes(&["n"])).is_err());
+        assert!(r.take(2, 1, &nodes(&["n"]), false).is_err());
         r.heard("a", "n", &[]);
-        assert_eq!(r.take(2, 1, &nodes(&["n"])).unwrap(), Some(7));
+        assert_eq!(r.take(2, 1, &nodes(&["n"]), false).unwrap(), Some(7));
     }
 
     #[test]
     fn a_job_gets_its_last_uid_back_where_it_is_free() {
         let mut p = UidPool::new(Some((10, 20)));
-        let u = p.take(7, 1, &nodes(&["a"])).unwrap().unwrap();
-        p.take(8, 1, &nodes(&["a"])).unwrap();
+        let u = p.take(7, 1, &nodes(&["a"]), false).unwrap().unwrap();
+        p.take(8, 1, &nodes(&["a"]), false).unwrap();
         p.release(7, 1);
         p.heard("wa", "a", &[]);
-        assert_eq!(p.take(7, 2, &nodes(&["b"])).unwrap(), Some(u));
+        assert_eq!(p.take(7, 2, &nodes(&["b"]), false).unwrap(), Some(u));
         // No range: no uids.
-        assert_eq!(UidPool::new(None).take(1, 1, &[]).unwrap(), None);
+        assert_eq!(UidPool::new(None).take(1, 1, &[], false).unwrap(), None);
+    }
+
+    #[test]
+    fn a_shared_launch_settles_once_every_node_beat_without_its_uid() {
+        let mut p = UidPool::new(Some((1, 4)));
+        let u = p.take(1, 1, &nodes(&["a", "b"]), true).unwrap().unwrap();
+        assert!(p.settling(1).is_none(), "running, not ended");
+        p.release(1, 1);
+        assert_eq!(
+            p.settling(1),
+            Some(&["a".to_string(), "b".to_string()].into())
+        );
+        // `a` took its part's directories back; `b` still keeps them.
+        p.heard("wa", "a", &[]);
+        p.heard("wb", "b", &[u]);
+        assert_eq!(p.settling(1), Some(&["b".to_string()].into()));
+        p.heard("wb", "b", &[]);
+        assert!(p.settling(1).is_none());
+        // A launch on one worker never makes its job wait.
+        p.take(2, 1, &nodes(&["a"]), false).unwrap();
+        p.release(2, 1);
+        assert!(p.settling(2).is_none());
     }
 
     #[test]
@@ -324,7 +372,7 @@ mod tests {
                     0 if !running.contains_key(&job) => {
                         launches += 1;
                         let on = nodes(&[names[node]]);
-                        if let Ok(Some(u)) = p.take(job, launches, &on) {
+                        if let Ok(Some(u)) = p.take(job, launches, &on, false) {
                             prop_assert!(
                                 in_use.get(&u).is_none_or(|n| n.is_empty()),
                                 "uid {u} given while {:?} may still use it", in_use.get(&u)

@@ -13,7 +13,7 @@
 //! cannot register again in time fences its jobs.
 
 use crate::net::{with_credential, NetError, SchedulerClient, Security};
-use crate::process::{LaunchSpec, Running};
+use crate::process::{LaunchSpec, Running, SharedDirs};
 use crate::proto::worker_server::{Worker, WorkerServer};
 use crate::proto::*;
 use std::collections::HashMap;
@@ -287,6 +287,10 @@ struct Launch {
     /// The uid of its own it runs as (`--job-uids`): the directories it
     /// holds meanwhile are taken back when it is dropped.
     uid: Option<u32>,
+    /// Parts of it run on other workers too, sharing its checkpoint and
+    /// coordination directories: when this part ends, those stay the job's
+    /// until the scheduler says every part ended ([`State::kept`]).
+    shared: bool,
     /// Its cgroups, killed and removed when it is dropped.
     group: Option<cgroup::LaunchGroup>,
 }
@@ -368,6 +372,11 @@ struct State {
     /// within the grace after it, and is reported fenced, not crashed,
     /// though the lease holds again by the time it exits.
     lapsed_at: Option<Instant>,
+    /// The shared directories of ended parts of launches on several
+    /// workers, still their jobs' while other parts may run: reported to
+    /// the scheduler (`HeartbeatRequest.kept`, their uids as busy) until it
+    /// answers that every part ended (`HeartbeatReply.take_back`).
+    kept: Vec<(LaunchRef, SharedDirs)>,
     /// Job uids of launches that ended here, until nothing of them is left
     /// (reported as busy meanwhile: `HeartbeatRequest.busy_uids`).
     draining: std::collections::BTreeSet<u32>,
@@ -375,6 +384,9 @@ struct State {
     /// killed at once.
     closing: bool,
 }
+
+/// The most kept launches one heartbeat reports (the proto's bound).
+const MAX_KEPT_REPORTED: usize = crate::validate::MAX_WORKER_LAUNCHES;
 
 /// The most metric samples a worker holds for the scheduler (when it cannot
 /// reach it); older ones are dropped.
@@ -479,9 +491,38 @@ impl State {
     /// Takes launch `job` out (it ends): its uid counts as busy until
     /// nothing of it is left.
     fn take_launch(&mut self, job: u64) -> Option<Launch> {
-        let l = self.launches.remove(&job)?;
+        let mut l = self.launches.remove(&job)?;
         self.draining.extend(l.uid);
+        if let (true, Some(uid)) = (l.shared, l.uid) {
+            if let Some(dirs) = l.run.keep_shared(uid) {
+                let at = LaunchRef {
+                    job_id: job,
+                    launch: l.launch,
+                };
+                self.kept.push((at, dirs));
+            }
+        }
         Some(l)
+    }
+
+    /// The launches whose shared directories are kept here (at most
+    /// [`MAX_KEPT_REPORTED`] are reported; the rest next time).
+    fn kept_refs(&self) -> Vec<LaunchRef> {
+        self.kept
+            .iter()
+            .take(MAX_KEPT_REPORTED)
+            .map(|(l, _)| *l)
+            .collect()
+    }
+
+    /// Takes out the kept directories of `ended` launches (every part
+    /// ended), to be taken back.
+    fn release_kept(&mut self, ended: &[LaunchRef]) -> Vec<SharedDirs> {
+        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.kept)
+            .into_iter()
+            .partition(|(l, _)| ended.contains(l));
+        self.kept = keep;
+        out.into_iter().map(|(_, d)| d).collect()
     }
 
     /// The job uids in use here: the running and starting launches', and
@@ -494,6 +535,7 @@ impl State {
             .values()
             .filter_map(|l| l.uid)
             .chain(self.starting.values().filter_map(|s| s.uid))
+            .chain(self.kept.iter().map(|(_, d)| d.uid()))
             .collect();
         let mut done = Vec::new();
         self.draining.retain(|u| {
@@ -646,6 +688,17 @@ impl WorkerHandle {
             st.closing = true;
             st.launches.drain().map(|(_, l)| l).collect()
         };
+        // Nothing of the worker's outlives it: what it kept of launches
+        // on several workers goes back too (another part that still runs
+        // loses its checkpoint writes, as its worker is told this one is
+        // gone).
+        let kept: Vec<SharedDirs> = std::mem::take(&mut self.shared.lock().kept)
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        for d in kept {
+            d.take_back();
+        }
         for l in &launches {
             l.run.kill();
         }

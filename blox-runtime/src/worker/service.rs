@@ -240,6 +240,7 @@ async fn finish_launch(
             spawned: Instant::now(),
             startup_s: None,
             uid,
+            shared: !r.coord_dir.is_empty(),
             group,
         },
     );
@@ -354,7 +355,8 @@ fn check_and_reserve(
                     st.starting
                         .iter()
                         .filter_map(|(j, x)| x.uid.map(|u| (*j, u))),
-                );
+                )
+                .chain(st.kept.iter().map(|(l, d)| (l.job_id, d.uid())));
             Some(super::uids::account_for(range, r.job_uid, l.job_id, held)?)
         }
         None => sh.job_user.clone(),

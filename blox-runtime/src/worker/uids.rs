@@ -14,7 +14,12 @@
 //! runs as, and a uid that is some account's. While the job runs, its
 //! directories are its uid's (its checkpoints handed over when an earlier
 //! launch ran as another uid); when its launch ends they go back to the
-//! worker, so a later launch given the same uid cannot open them. Without
+//! worker, so a later launch given the same uid cannot open them. A launch
+//! on several workers shares its checkpoint and coordination directories:
+//! a part that ends leaves those to the uid (reported busy meanwhile,
+//! `HeartbeatRequest.kept`) until the scheduler says every part ended
+//! (`HeartbeatReply.take_back`), and the job's next launch waits for that.
+//! Without
 //! cgroups, every process still running as its uid is then killed
 //! ([`kill_all`]); with them, the launch's cgroup is.
 

@@ -108,13 +108,14 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                 }
             }
             Some(id) => {
-                let (running, secret, lease_epoch, busy_uids) = {
+                let (running, secret, lease_epoch, busy_uids, kept) = {
                     let mut st = sh.lock();
                     (
                         st.running(),
                         st.secret.clone().unwrap_or_default(),
                         st.lease_epoch,
                         st.busy_uids(),
+                        st.kept_refs(),
                     )
                 };
                 // Read on every beat until accepted: an operator may mount
@@ -133,6 +134,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                             checkpoint_probe,
                             lease_epoch,
                             busy_uids,
+                            kept,
                         },
                         &secret,
                     )),
@@ -155,9 +157,11 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                         // The scheduler checks the probe until it once
                         // matches; a new registration names it again.
                         probe_path = None;
-                        for l in r.into_inner().stop {
+                        let r = r.into_inner();
+                        for l in r.stop {
                             stop_launch(&sh, l).await;
                         }
+                        take_back(&sh, &r.take_back).await;
                         warned = false;
                     }
                     Err(e) if e.code() == Code::NotFound => {
@@ -484,4 +488,27 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
             st.exits = failed;
         }
     }
+}
+
+/// Takes back the kept shared directories of launches the scheduler says
+/// ended on every worker (off the async threads: shared storage may be
+/// slow). Their uids are reported free from the next beat.
+async fn take_back(sh: &Arc<Shared>, ended: &[LaunchRef]) {
+    if ended.is_empty() {
+        return;
+    }
+    let dirs = sh.lock().release_kept(ended);
+    if dirs.is_empty() {
+        return;
+    }
+    tracing::debug!(
+        launches = dirs.len(),
+        "taking back the shared directories of launches that ended on every worker"
+    );
+    let _ = tokio::task::spawn_blocking(move || {
+        for d in dirs {
+            d.take_back();
+        }
+    })
+    .await;
 }

@@ -203,6 +203,45 @@ fn a_job_cannot_make_its_worker_hand_it_another_directory() {
         .is_symlink());
 }
 
+/// A job on two workers whose parts end apart: the part that ends first
+/// leaves the shared checkpoints the job's, so the other still saves into
+/// them (its write was refused once: the first part's worker took them
+/// back), and they go back to the worker once both parts ended.
+#[test]
+fn a_part_that_ends_first_leaves_the_shared_checkpoints_to_the_others() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = uid_cluster(dir.path(), range(8), 2, 0, |_| {});
+    let script = "c=\"$BLOX_CHECKPOINT_DIR\"; touch \"$BLOX_REPORT_DIR/done\"; \
+         if [ \"$BLOX_RANK\" = 0 ]; then sleep 1.5; echo saved > \"$c/state.0\" || exit 3; fi; exit 0";
+    let mut ctl = c.ctl();
+    let id = ctl.submit(job("apart", 4, sh(script), None)).unwrap();
+    let r = c.wait_all(&[id], Duration::from_secs(30));
+    assert_eq!(r[&id].status, "finished", "{:?}", r[&id]);
+    let ck = keyed_dir(&dir.path().join("checkpoints"), id);
+    assert_eq!(
+        std::fs::read_to_string(ck.join("state.0")).unwrap(),
+        "saved\n"
+    );
+    // Both workers took them back (root's, 0700) within a few beats.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = std::fs::metadata(&ck).unwrap();
+        if (m.uid(), m.mode() & 0o777) == (0, 0o700) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the checkpoints stay uid {}'s, mode {:o}",
+            m.uid(),
+            m.mode() & 0o777
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Run by the test below as a job's process: a copy of the worker's own
 /// program that sleeps (once, a job that ran it escaped the sweep).
 #[test]

@@ -89,6 +89,33 @@ impl LaunchMechanism for ClusterBackend {
             self.ended.push(e);
             return Ok(());
         }
+        // Its last launch ran on several workers and one of them may still
+        // keep its checkpoints the last launch's uid's, about to take them
+        // back: given to this launch now, they could be taken from it. It
+        // waits (a heartbeat or two), without blame; a worker that is gone
+        // is not waited for.
+        let settling = {
+            let h = lock(&self.hub);
+            h.uids.settling(id.0).and_then(|nodes| {
+                nodes
+                    .iter()
+                    .find(|n| h.workers.values().any(|w| w.alive && &w.name == *n))
+                    .cloned()
+            })
+        };
+        if let Some(node) = settling {
+            let mut e = Ended::crashed(
+                id,
+                self.now(),
+                None,
+                Some(format!(
+                    "waiting for node {node} to take back its last launch's shared checkpoints"
+                )),
+            );
+            e.blame = false;
+            self.ended.push(e);
+            return Ok(());
+        }
         let rec = self.records.entry(id).or_default();
         rec.launches += 1;
         let launch = rec.launches;
@@ -170,7 +197,10 @@ impl LaunchMechanism for ClusterBackend {
                 .iter()
                 .filter_map(|p| h.workers.get(&p.worker).map(|w| w.name.clone()))
                 .collect();
-            let uid = h.uids.take(id.0, launch, &nodes);
+            // Its parts share its checkpoints (each worker keeps them the
+            // job's after its part ends, until every part did).
+            let shared = parts.len() > 1 && self.cfg.checkpoint_dir.is_some();
+            let uid = h.uids.take(id.0, launch, &nodes, shared);
             (parts, master.unwrap_or_default(), limits, uid)
         };
         let uid = match uid {
