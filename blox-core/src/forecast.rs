@@ -69,7 +69,7 @@ impl Snapshot {
             jobs,
             waiting: lp.waiting().to_vec(),
             cluster: lp.cluster.clone(),
-            startup: lp.startup,
+            startup: lp.startup(),
             launch_costs: LaunchCosts::default(),
             policies: Some(Arc::new(Mutex::new(lp.policies.fork()))),
         }

@@ -17,6 +17,7 @@ pub mod metric_store;
 pub mod module;
 pub mod registry;
 pub mod round;
+pub mod runner;
 pub mod stats;
 pub mod topology;
 pub mod variability;
@@ -38,8 +39,8 @@ pub use module::{
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
 pub use round::{
-    error_chain, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicyNames, PolicySelector,
-    RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
+    error_chain, LoopBuilder, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicyNames,
+    PolicySelector, RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
 };
 
 pub use forecast::{

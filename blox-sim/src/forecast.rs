@@ -29,8 +29,9 @@
 //! min_progress = 0.01   # progress before a job's rate is trusted
 //! ```
 
-use crate::backend::SimConfig;
+use crate::backend::{SimBackend, SimConfig};
 use crate::synth::{fork_live, LiveView};
+use blox_core::runner::{self, Driver};
 use blox_core::*;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Deserialize;
@@ -199,7 +200,7 @@ impl Forecaster for SimForecaster {
             c.launch_wait_s,
             c.relaunch_wait_s
         );
-        let (mut fork, mut backend) = fork_live(
+        let (fork, mut backend) = fork_live(
             &sim,
             snap.startup,
             policies,
@@ -207,7 +208,7 @@ impl Forecaster for SimForecaster {
             snap.measured_at_s,
             |j| self.duration(j).0,
         );
-        fork.on_invalid = OnInvalidDecision::SkipRound;
+        let mut fork = fork.on_invalid(OnInvalidDecision::SkipRound).build();
         // Every job, with where its run time came from.
         let mut from: HashMap<JobId, DurationFrom> = HashMap::default();
         let mut unstarted = 0usize;
@@ -218,48 +219,20 @@ impl Forecaster for SimForecaster {
             unstarted += usize::from(!j.is_running());
             known_left += usize::from(f != DurationFrom::Unknown);
         }
-        // When each job not running now first gets GPUs in the fork.
-        let mut starts: HashMap<JobId, f64> = HashMap::default();
-        let end = snap.now_s + self.cfg.horizon_s.get();
-        let max_wall = self.cfg.max_wall_s.get();
-        let mut rounds = 0u64;
-        let stopped = loop {
-            // Done once every job started and every one that can finish has.
-            if unstarted == 0 && known_left == 0 {
-                break "every job started, and every one with a known run time finished";
-            }
-            if backend.now_s() >= end {
-                break "horizon_s reached";
-            }
-            if rounds >= self.cfg.max_rounds {
-                break "max_rounds reached";
-            }
-            if started.elapsed().as_secs_f64() >= max_wall {
-                break "max_wall_s reached";
-            }
-            let report = fork
-                .run_round(&mut backend)
-                .map_err(|e| ForecastError(error_chain(&e)))?;
-            rounds += 1;
-            for id in &report.launched {
-                let first =
-                    !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running());
-                if first {
-                    starts.insert(*id, report.time_s);
-                    unstarted -= 1;
-                }
-            }
-            for id in &report.ended {
-                if from.get(id).is_some_and(|f| *f != DurationFrom::Unknown) {
-                    known_left -= 1;
-                }
-                // Ended without starting (rejected): it never will.
-                if !starts.contains_key(id) && snap.jobs.get(*id).is_none_or(|j| !j.is_running()) {
-                    unstarted -= 1;
-                    starts.insert(*id, f64::NAN);
-                }
-            }
+        let mut ahead = Lookahead {
+            snap,
+            from: &from,
+            starts: HashMap::default(),
+            unstarted,
+            known_left,
+            end: snap.now_s + self.cfg.horizon_s.get(),
+            rounds: 0,
+            max_rounds: self.cfg.max_rounds,
+            max_wall_s: self.cfg.max_wall_s.get(),
+            started,
         };
+        let stopped = runner::run(&mut fork, &mut backend, &mut ahead)?;
+        let (starts, rounds) = (ahead.starts, ahead.rounds);
         let finishes: HashMap<JobId, f64> = fork
             .jobs
             .finished()
@@ -292,5 +265,79 @@ impl Forecaster for SimForecaster {
             },
             predictions,
         })
+    }
+}
+
+/// A forecast's fork: runs until every job started and every one of known
+/// run time finished, or a limit; notes when each job first starts.
+struct Lookahead<'a> {
+    snap: &'a Snapshot,
+    from: &'a HashMap<JobId, DurationFrom>,
+    /// When each job not running at the snapshot first gets GPUs in the
+    /// fork (NaN: it ended without starting).
+    starts: HashMap<JobId, f64>,
+    unstarted: usize,
+    known_left: usize,
+    end: f64,
+    rounds: u64,
+    max_rounds: u64,
+    max_wall_s: f64,
+    started: std::time::Instant,
+}
+
+impl Driver<SimBackend> for Lookahead<'_> {
+    type Stop = &'static str;
+    type Error = ForecastError;
+
+    fn stop(&mut self, _: &RoundLoop, backend: &SimBackend) -> Option<&'static str> {
+        if self.unstarted == 0 && self.known_left == 0 {
+            return Some("every job started, and every one with a known run time finished");
+        }
+        if backend.now_s() >= self.end {
+            return Some("horizon_s reached");
+        }
+        if self.rounds >= self.max_rounds {
+            return Some("max_rounds reached");
+        }
+        // (A forecast runs beside the live scheduler: wall-clock bounded.)
+        if self.started.elapsed().as_secs_f64() >= self.max_wall_s {
+            return Some("max_wall_s reached");
+        }
+        None
+    }
+
+    fn after_round(
+        &mut self,
+        report: RoundReport,
+        _: &mut RoundLoop,
+        _: &mut SimBackend,
+    ) -> Result<(), ForecastError> {
+        self.rounds += 1;
+        let running_before = |id: &JobId| self.snap.jobs.get(*id).is_some_and(|j| j.is_running());
+        for id in &report.launched {
+            if !self.starts.contains_key(id) && !running_before(id) {
+                self.starts.insert(*id, report.time_s);
+                self.unstarted -= 1;
+            }
+        }
+        for id in &report.ended {
+            if self
+                .from
+                .get(id)
+                .is_some_and(|f| *f != DurationFrom::Unknown)
+            {
+                self.known_left -= 1;
+            }
+            // Ended without starting (rejected): it never will.
+            if !self.starts.contains_key(id) && !running_before(id) {
+                self.unstarted -= 1;
+                self.starts.insert(*id, f64::NAN);
+            }
+        }
+        Ok(())
+    }
+
+    fn failed(&mut self, _: &RoundLoop, e: LoopError) -> ForecastError {
+        ForecastError(error_chain(&e))
     }
 }

@@ -12,6 +12,7 @@ pub mod memory;
 /// `[workload] host_profiles` files (Synergy), read with the workload.
 pub use workload::host_profile;
 pub mod report;
+mod rounds;
 pub mod run;
 pub mod sweep;
 pub mod synth;

@@ -2,9 +2,11 @@
 
 use crate::backend::failures::Failures;
 use crate::backend::{SimBackend, SimConfig};
-use crate::report::{JobRow, RoundRow, SimResult, StopReason};
+use crate::report::{SimResult, StopReason};
+use crate::rounds::{self, RunState, SimRounds};
 use crate::workload::{self, SimJob, WorkloadError};
 use blox_core::config::{ConfigInput, Override, SectionSource};
+use blox_core::runner;
 use blox_core::*;
 use std::path::{Path, PathBuf};
 
@@ -79,21 +81,8 @@ pub struct Simulation {
     /// that ended in the round just run too); older ones become rows. The
     /// tables are the same whatever it is (`tests/ended_rows.rs`).
     pub ended_kept: usize,
-    rounds: Vec<RoundRow>,
-    tracked_total: usize,
-    tracked_ended: usize,
-    seen_ended: usize,
-    /// Rows of the ended jobs the loop no longer keeps whole
-    /// ([`ENDED_KEPT`]), in the order they ended.
-    ended_rows: Vec<JobRow>,
-    stalled_rounds: u64,
-    /// Per job: its interruptions and useful GPU-seconds when it last kept
-    /// more work than before (`[failures]`; [`SimError::NoProgress`]).
-    kept_work: std::collections::HashMap<JobId, (u32, f64)>,
-    /// Where the loop's decisions go, when [`Simulation::log_events`] was called.
-    events: Option<crate::log_writer::LogWriter>,
-    /// The decisions kept in memory, when [`Simulation::keep_events`] was called.
-    kept: Option<Vec<blox_core::round::events::Event>>,
+    /// The tables and logs of the run so far.
+    st: RunState,
     /// The synthesizer's decisions, when one is configured.
     pub synth_decisions: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::synth::Decision>>>>,
 }
@@ -144,20 +133,24 @@ impl Simulation {
         let host = workload::load_host_profiles(&section, &jobs)?;
         let synth = crate::synth::Synthesizer::from_config(cfg, &sim)?;
         let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;
-        let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
-        s.backend = s.backend.with_host_profiles(host).with_failures(failures);
+        let mut policies = policies;
+        let mut selector: Option<Box<dyn PolicySelector>> = None;
+        let mut decisions = None;
         if let Some(synth) = synth {
             // Name the starting policies the way the synthesizer names its
             // candidates, so the first decision recognises them.
             use crate::synth::module_label;
-            s.round_loop.policies.names = PolicyNames::new(
+            policies.names = PolicyNames::new(
                 module_label(&cfg.admission),
                 module_label(&cfg.scheduling),
                 module_label(&cfg.placement),
             );
-            s.synth_decisions = Some(synth.decisions());
-            s.round_loop.selector = Some(Box::new(synth));
+            decisions = Some(synth.decisions());
+            selector = Some(Box::new(synth));
         }
+        let mut s = Self::build(policies, cluster, cfg.run.clone(), sim, jobs, selector)?;
+        s.backend = s.backend.with_host_profiles(host).with_failures(failures);
+        s.synth_decisions = decisions;
         Ok(s)
     }
 
@@ -184,6 +177,18 @@ impl Simulation {
         run: RunConfig,
         sim: SimConfig,
         jobs: Vec<SimJob>,
+    ) -> Result<Self, SimError> {
+        Self::build(policies, cluster, run, sim, jobs, None)
+    }
+
+    /// [`Simulation::new`], with a policy selector (synthesis).
+    fn build(
+        policies: Policies,
+        cluster: ClusterState,
+        run: RunConfig,
+        sim: SimConfig,
+        jobs: Vec<SimJob>,
+        selector: Option<Box<dyn PolicySelector>>,
     ) -> Result<Self, SimError> {
         check_jobs(&jobs)?;
         for j in &jobs {
@@ -226,27 +231,25 @@ impl Simulation {
         }
         let num_jobs = jobs.len();
         let backend = SimBackend::new(sim.clone(), run.round_s.get(), jobs, &cluster);
-        let mut round_loop = RoundLoop::new(policies, cluster, run.round_s.get());
+        let round_loop = RoundLoop::builder(policies, cluster, run.round_s.get())
+            .selector(selector)
+            .startup(StartupRules::from_run(&run))
+            .build();
         // Every job ends up as a row: room for them once, not a doubling
         // buffer (up to twice their size) grown as they end.
         let mut ended_rows = Vec::new();
         ended_rows.reserve_exact(num_jobs);
-        round_loop.startup = StartupRules::from_run(&run);
         Ok(Simulation {
             round_loop,
             backend,
             run,
             sim,
             ended_kept: ENDED_KEPT,
-            rounds: Vec::new(),
-            tracked_total,
-            tracked_ended: 0,
-            seen_ended: 0,
-            ended_rows,
-            stalled_rounds: 0,
-            kept_work: Default::default(),
-            events: None,
-            kept: None,
+            st: RunState {
+                tracked_total,
+                ended_rows,
+                ..RunState::default()
+            },
             synth_decisions: None,
         })
     }
@@ -255,7 +258,7 @@ impl Simulation {
     /// (`blox sim --out` writes `events.jsonl`; `blox events` reads it).
     pub fn log_events(&mut self, path: &std::path::Path) -> Result<(), SimError> {
         let log = blox_eventlog::EventLog::create(path)?;
-        self.events = Some(crate::log_writer::LogWriter::spawn(log)?);
+        self.st.events = Some(crate::log_writer::LogWriter::spawn(log)?);
         self.round_loop.record_events(true);
         Ok(())
     }
@@ -263,41 +266,46 @@ impl Simulation {
     /// Keeps every decision of the run from now on in memory (beside any
     /// log file), for [`Simulation::take_events`].
     pub fn keep_events(&mut self) {
-        self.kept = Some(Vec::new());
+        self.st.kept = Some(Vec::new());
         self.round_loop.record_events(true);
     }
 
     /// The decisions kept so far (see [`Simulation::keep_events`]).
     pub fn take_events(&mut self) -> Vec<blox_core::round::events::Event> {
-        self.kept.as_mut().map(std::mem::take).unwrap_or_default()
+        self.st
+            .kept
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
-    fn is_tracked(&self, id: JobId) -> bool {
-        match self.run.track_jobs {
-            Some([a, b]) => (a..=b).contains(&id.0),
-            None => true,
+    /// The same simulation with its loop built again from `f` applied to
+    /// the loop's builder ([`RoundLoop::into_builder`]): a replay starting
+    /// from a log's middle gives it the log's jobs and cluster.
+    pub(crate) fn map_loop(self, f: impl FnOnce(LoopBuilder) -> LoopBuilder) -> Self {
+        let Simulation {
+            round_loop,
+            backend,
+            run,
+            sim,
+            ended_kept,
+            st,
+            synth_decisions,
+        } = self;
+        Simulation {
+            round_loop: f(round_loop.into_builder()).build(),
+            backend,
+            run,
+            sim,
+            ended_kept,
+            st,
+            synth_decisions,
         }
     }
 
     /// Why the run stopped (or would stop now), if its stop condition holds.
     pub fn stop_reason(&self) -> Option<StopReason> {
-        if self.run.track_jobs.is_some() && self.tracked_ended >= self.tracked_total {
-            return Some(StopReason::Completed);
-        }
-        if self.backend.exhausted() && self.round_loop.is_idle() {
-            return Some(StopReason::Completed);
-        }
-        if let Some(m) = self.run.max_rounds {
-            if self.round_loop.rounds() >= m {
-                return Some(StopReason::Limit(format!("run.max_rounds = {m}")));
-            }
-        }
-        if let Some(t) = self.run.max_time_s.map(|t| t.get()) {
-            if self.backend.now_s() >= t {
-                return Some(StopReason::Limit(format!("run.max_time_s = {t}")));
-            }
-        }
-        None
+        rounds::stop_reason(&self.run, &self.st, &self.round_loop, &self.backend)
     }
 
     /// What a forecast forks from now: the loop's state, with the metrics
@@ -322,127 +330,30 @@ impl Simulation {
 
     /// Runs one round; returns false once done.
     pub fn step(&mut self) -> Result<bool, SimError> {
-        if self.is_done() {
-            // Everything written before a caller reads the log.
-            if let Some(log) = &mut self.events {
-                log.close()?;
+        let mut driver = SimRounds {
+            run: &self.run,
+            sim: &self.sim,
+            ended_kept: self.ended_kept,
+            st: &mut self.st,
+        };
+        match runner::step(&mut self.round_loop, &mut self.backend, &mut driver)? {
+            runner::Step::Ran => Ok(true),
+            runner::Step::Stopped(_) => {
+                // Everything written before a caller reads the log.
+                if let Some(log) = &mut self.st.events {
+                    log.close()?;
+                }
+                Ok(false)
             }
-            return Ok(false);
-        }
-        let mut r = self
-            .round_loop
-            .run_round(&mut self.backend)
-            .map_err(|source| SimError::Loop {
-                round: self.round_loop.rounds(),
-                source,
-            })?;
-        let finished = self.round_loop.jobs.finished();
-        for j in &finished[self.seen_ended..] {
-            if self.is_tracked(j.id()) {
-                self.tracked_ended += 1;
-            }
-        }
-        let ended_now = finished.len() - self.seen_ended;
-        self.seen_ended = finished.len();
-        self.compact_ended(ended_now);
-        let stuck = r.running_jobs == 0
-            && r.busy_gpus == 0
-            && r.queued_jobs + r.waiting_jobs > 0
-            && !self.backend.has_pending_events();
-        self.stalled_rounds = if stuck { self.stalled_rounds + 1 } else { 0 };
-        if self.stalled_rounds >= STALL_ROUNDS {
-            return Err(self.stalled(&r));
-        }
-        if self.backend.failure_counts().is_some() {
-            self.check_progress(r.time_s)?;
-        }
-        if let Some(k) = &mut self.kept {
-            k.extend(r.events.iter().cloned());
-        }
-        if let Some(log) = &mut self.events {
-            log.send(std::mem::take(&mut r.events))?;
-        }
-        self.rounds.push(RoundRow::from(r));
-        Ok(true)
-    }
-
-    /// Turns the oldest ended records into rows once the loop holds twice
-    /// what it keeps ([`Simulation::ended_kept`], and every job that ended
-    /// this round): a row is half a `Job`, and the run's end has nothing
-    /// left to convert.
-    fn compact_ended(&mut self, ended_now: usize) {
-        let keep = self.ended_kept.max(ended_now);
-        if self.round_loop.jobs.finished().len() < keep.saturating_mul(2) {
-            return;
-        }
-        let (quantized, round_s) = (self.sim.round_quantized, self.round_loop.round_s());
-        let old = self.round_loop.jobs.drain_finished_oldest(keep);
-        let n = old.len();
-        self.ended_rows
-            .extend(old.map(|j| JobRow::from_job(&j, quantized, round_s)));
-        self.seen_ended -= n;
-    }
-
-    /// Stops a run in which a job keeps failing without keeping work.
-    fn check_progress(&mut self, now_s: f64) -> Result<(), SimError> {
-        for j in self.round_loop.jobs.active() {
-            if j.interruptions == 0 {
-                continue;
-            }
-            let useful = j.attained_service_gpu_s - j.lost_work_gpu_s;
-            let mark = self
-                .kept_work
-                .entry(j.id())
-                .or_insert((j.interruptions, useful));
-            if useful > mark.1 + 1e-6 {
-                *mark = (j.interruptions, useful);
-            } else if j.interruptions >= mark.0 + FRUITLESS_INTERRUPTIONS {
-                return Err(SimError::NoProgress {
-                    job: j.id().0,
-                    gpus: j.requested_gpus(),
-                    interruptions: j.interruptions - mark.0,
-                    time_h: now_s / 3600.0,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn stalled(&self, r: &RoundReport) -> SimError {
-        let lp = &self.round_loop;
-        let mut waiting: Vec<String> = lp
-            .jobs
-            .queued()
-            .chain(lp.waiting())
-            .take(5)
-            .map(|j| {
-                let state = if j.status == JobStatus::Submitted {
-                    "waiting for admission"
-                } else {
-                    "admitted"
-                };
-                format!("{} ({} GPUs, {state})", j.id(), j.requested_gpus())
-            })
-            .collect();
-        let n = r.queued_jobs + r.waiting_jobs;
-        if n > waiting.len() {
-            waiting.push(format!("{} more", n - waiting.len()));
-        }
-        SimError::Stalled {
-            round: r.round,
-            time_h: r.time_s / 3600.0,
-            gpus: r.total_gpus,
-            detail: format!("{n} jobs wait: {}", waiting.join(", ")),
-            policies: lp.policies.names.clone(),
         }
     }
 
     /// Fraction of tracked jobs that have ended (for progress bars).
     pub fn fraction_done(&self) -> f64 {
-        if self.tracked_total == 0 {
+        if self.st.tracked_total == 0 {
             1.0
         } else {
-            self.tracked_ended as f64 / self.tracked_total as f64
+            self.st.tracked_ended as f64 / self.st.tracked_total as f64
         }
     }
 
@@ -461,16 +372,15 @@ impl Simulation {
             backend,
             run,
             sim,
-            rounds,
-            ended_rows,
+            st,
             ..
         } = self;
         // The simulator's own state goes before the tables are built.
         drop(backend);
         SimResult::from_finished_loop(
             round_loop,
-            ended_rows,
-            rounds,
+            st.ended_rows,
+            st.rounds,
             now_s,
             sim.round_quantized,
             run.track_jobs,

@@ -27,6 +27,7 @@
 
 use crate::backend::{SimBackend, SimConfig};
 use crate::workload::{SimJob, WorkModel};
+use blox_core::runner::{self, Driver};
 use blox_core::*;
 use rayon::prelude::*;
 use serde::Deserialize;
@@ -290,23 +291,18 @@ impl Synthesizer {
             }
             None => c.build()?,
         };
-        let (mut fork, mut backend) =
+        let (fork, mut backend) =
             fork_live(&self.sim, self.startup, policies, live, now, |j: &Job| {
                 self.estimate(j)
             });
-        let end = self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h);
-        let mut rounds = 0;
-        while !(fork.is_idle() && backend.exhausted())
-            && backend.now_s() < end
-            && rounds < self.cfg.max_fork_rounds
-        {
-            fork.run_round(&mut backend)
-                .map_err(|e| SelectorError::Fork {
-                    candidate: c.label(),
-                    source: Box::new(e),
-                })?;
-            rounds += 1;
-        }
+        let mut fork = fork.build();
+        let mut trial = Trial {
+            end: self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h),
+            rounds: 0,
+            max_rounds: self.cfg.max_fork_rounds,
+            candidate: c.label(),
+        };
+        runner::run(&mut fork, &mut backend, &mut trial)?;
         let t_end = backend.now_s();
         let (mut jct, mut resp, mut n) = (0.0, 0.0, 0usize);
         let mut score = |j: &Job| {
@@ -343,7 +339,8 @@ impl Synthesizer {
 /// `duration(job)` seconds at its requested GPUs. No future arrivals.
 /// `measured_at_s`: when the jobs' progress was measured (at most the live
 /// clock); running jobs are credited the progress since.
-/// Shared by the synthesizer and the forecaster (`crate::forecast`).
+/// Shared by the synthesizer and the forecaster (`crate::forecast`), which
+/// finish building the fork's loop (a throwaway one: [`LoopBuilder::fork`]).
 pub fn fork_live(
     sim: &SimConfig,
     startup: StartupRules,
@@ -351,7 +348,7 @@ pub fn fork_live(
     live: &LiveView,
     measured_at_s: f64,
     duration: impl Fn(&Job) -> f64,
-) -> (RoundLoop, SimBackend) {
+) -> (LoopBuilder, SimBackend) {
     let round_s = live.round.round_s;
     let now = live.round.now_s;
     let trace: Vec<SimJob> = live
@@ -382,11 +379,10 @@ pub fn fork_live(
     }
     // Running jobs made progress since it was measured.
     backend.catch_up(measured_at_s);
-    let mut fork = RoundLoop::new(policies, live.cluster.clone(), round_s);
-    fork.jobs = jobs;
-    fork.startup = startup;
-    fork.check_invariants = false;
-    fork.wait_reasons = false;
+    let fork = RoundLoop::builder(policies, live.cluster.clone(), round_s)
+        .jobs(jobs)
+        .startup(startup)
+        .fork();
     (fork, backend)
 }
 
@@ -449,5 +445,43 @@ impl PolicySelector for Synthesizer {
             return Ok(None);
         }
         Ok(Some(self.candidates[pick].build()?))
+    }
+}
+
+/// A candidate's fork: runs until its jobs ended, its horizon or its round
+/// budget.
+struct Trial {
+    end: f64,
+    rounds: u64,
+    max_rounds: u64,
+    candidate: String,
+}
+
+impl Driver<SimBackend> for Trial {
+    type Stop = ();
+    type Error = SelectorError;
+
+    fn stop(&mut self, lp: &RoundLoop, backend: &SimBackend) -> Option<()> {
+        (runner::all_done(lp, backend)
+            || backend.now_s() >= self.end
+            || self.rounds >= self.max_rounds)
+            .then_some(())
+    }
+
+    fn after_round(
+        &mut self,
+        _: RoundReport,
+        _: &mut RoundLoop,
+        _: &mut SimBackend,
+    ) -> Result<(), SelectorError> {
+        self.rounds += 1;
+        Ok(())
+    }
+
+    fn failed(&mut self, _: &RoundLoop, source: LoopError) -> SelectorError {
+        SelectorError::Fork {
+            candidate: std::mem::take(&mut self.candidate),
+            source: Box::new(source),
+        }
     }
 }

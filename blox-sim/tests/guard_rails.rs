@@ -244,7 +244,7 @@ fn a_live_loop_drops_an_invalid_decision_and_goes_on() {
         vec![job(0, 0.0, 1, 600.0)],
     )
     .unwrap();
-    s.round_loop.on_invalid = OnInvalidDecision::SkipRound;
+    s.round_loop.set_on_invalid(OnInvalidDecision::SkipRound);
     let r = s.run_to_end().unwrap();
     assert_eq!(r.summary.jobs_finished, 1);
     let first = &r.rounds[0];

@@ -218,7 +218,7 @@ fn a_dropped_decision_holds_every_waiting_job() {
         ClusterState::homogeneous(1, 4),
         vec![job(0, 0.0, 1, 60.0)],
     );
-    s.round_loop.on_invalid = OnInvalidDecision::SkipRound;
+    s.round_loop.set_on_invalid(OnInvalidDecision::SkipRound);
     s.step().unwrap();
     let (w, text) = wait_of(&s, 0);
     assert_eq!(

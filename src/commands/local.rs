@@ -49,9 +49,13 @@ pub fn run(
     };
     let mut backend = LocalBackend::new(local, &cluster, specs)?;
     let round_s = cfg.run.round_s.get();
-    let mut lp = RoundLoop::new(policies, cluster, round_s);
-    lp.selector = selector;
-    lp.startup = startup;
+    let mut lp = RoundLoop::builder(policies, cluster, round_s)
+        .selector(selector)
+        .startup(startup);
+    if out.is_some() {
+        lp = lp.record_events();
+    }
+    let mut lp = lp.build();
     eprintln!(
         "blox local: {n} jobs on {} GPUs, {round_s} s rounds; job output under {}",
         lp.cluster.num_gpus(),
@@ -61,7 +65,6 @@ pub fn run(
     let mut events = match out {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            lp.record_events(true);
             Some(blox_eventlog::EventLog::create(&dir.join("events.jsonl"))?)
         }
         None => None,

@@ -4,6 +4,7 @@
 //! every policy decision passes before it runs.
 
 mod admission;
+mod builder;
 mod checks;
 mod cluster_events;
 pub mod events;
@@ -17,6 +18,7 @@ mod wait;
 #[cfg(test)]
 mod tests;
 
+pub use builder::LoopBuilder;
 use events::{GpuPlace, Recorder, What};
 pub use fork::PolicyForks;
 pub use policies::{Policies, PolicyNames, PolicySelector};
@@ -159,7 +161,7 @@ const FULL_CHECK_EVERY: u64 = 256;
 /// A composed scheduler: the policies plus the shared state they work on.
 pub struct RoundLoop {
     /// Swaps `policies` between rounds (policy synthesis), if set.
-    pub selector: Option<Box<dyn PolicySelector>>,
+    selector: Option<Box<dyn PolicySelector>>,
     /// Re-check the GPU table against the jobs after every round (default
     /// on): in full in debug builds and every 256th round, over what the
     /// round changed otherwise ([`ClusterState::check_changes`]).
@@ -168,12 +170,12 @@ pub struct RoundLoop {
     pub check_invariants: bool,
     /// Give every job that is not running its wait reason after every round
     /// (default on; throwaway forks — forecasts, synthesis — turn it off).
-    pub wait_reasons: bool,
+    wait_reasons: bool,
     /// Fail on a policy's invalid decision, or drop it and go on.
-    pub on_invalid: OnInvalidDecision,
+    on_invalid: OnInvalidDecision,
     /// Jobs keep their GPUs while starting and for a while after
     /// (start-up-aware preemption; `[run] min_run_s`).
-    pub startup: StartupRules,
+    startup: StartupRules,
     pub policies: Policies,
     pub jobs: JobState,
     pub cluster: ClusterState,
@@ -203,31 +205,6 @@ pub struct RoundLoop {
 }
 
 impl RoundLoop {
-    pub fn new(policies: Policies, cluster: ClusterState, round_s: f64) -> Self {
-        RoundLoop {
-            selector: None,
-            check_invariants: true,
-            wait_reasons: true,
-            on_invalid: OnInvalidDecision::Fail,
-            startup: StartupRules::for_round(round_s),
-            policies,
-            jobs: JobState::new(),
-            cluster,
-            waiting: Vec::new(),
-            last_invalid: None,
-            livelock: None,
-            note: None,
-            events: Recorder::default(),
-            decided: wait::Decided::default(),
-            round: 0,
-            round_s,
-            last_start_s: None,
-            holds: HashMap::new(),
-            failed_out: Vec::new(),
-            id_marks: Default::default(),
-        }
-    }
-
     pub fn round_s(&self) -> f64 {
         self.round_s
     }
@@ -238,15 +215,26 @@ impl RoundLoop {
         self.events.set_on(on);
     }
 
+    /// How jobs keep their GPUs while starting ([`LoopBuilder::startup`]).
+    pub fn startup(&self) -> StartupRules {
+        self.startup
+    }
+
+    /// From now on, a policy's invalid decision does `on_invalid`
+    /// ([`LoopBuilder::on_invalid`]).
+    pub fn set_on_invalid(&mut self, on_invalid: OnInvalidDecision) {
+        self.on_invalid = on_invalid;
+    }
+
+    /// Takes the policy selector out: the loop keeps its current policies
+    /// from now on.
+    pub fn take_selector(&mut self) -> Option<Box<dyn PolicySelector>> {
+        self.selector.take()
+    }
+
     /// Rounds run so far.
     pub fn rounds(&self) -> u64 {
         self.round
-    }
-
-    /// Numbers the next round `round` (a replay that continues a log's
-    /// rounds, so its decisions line up with the log's).
-    pub fn set_next_round(&mut self, round: u64) {
-        self.round = round;
     }
 
     /// When the last round started: the time of the jobs' latest metrics.

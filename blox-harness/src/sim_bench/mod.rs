@@ -383,7 +383,7 @@ fn synth(dir: &Path, out: Out) -> Result<()> {
     let mut synth = blox_sim::synth::Synthesizer::from_config(&cfg, &sim.sim)?
         .ok_or_else(|| BenchError::Setup("synth-philly.toml has no [synthesizer]".into()))?;
     // The live run keeps its starting policies; decisions are only timed.
-    sim.round_loop.selector = None;
+    drop(sim.round_loop.take_selector());
     let mut times = Vec::new();
     let mut known = Vec::new();
     while sim.round_loop.rounds() < 2000 {

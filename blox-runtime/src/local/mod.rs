@@ -436,10 +436,13 @@ pub fn run_until_done(
     mut on_round: impl FnMut(&RoundReport, &RoundLoop),
 ) -> Result<Vec<RoundReport>, LoopError> {
     let mut rounds = Vec::new();
-    while !(backend.exhausted() && lp.is_idle()) {
-        let r = lp.run_round(backend)?;
-        on_round(&r, lp);
-        rounds.push(r);
-    }
+    blox_core::runner::run(
+        lp,
+        backend,
+        &mut blox_core::runner::UntilDone(|r: RoundReport, lp: &RoundLoop| {
+            on_round(&r, lp);
+            rounds.push(r);
+        }),
+    )?;
     Ok(rounds)
 }

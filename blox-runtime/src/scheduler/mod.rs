@@ -34,6 +34,7 @@ mod http;
 mod jobs;
 pub mod metrics;
 mod queue;
+mod rounds;
 mod service;
 mod status;
 mod table;
@@ -381,7 +382,7 @@ pub fn start_with(
     crate::conn::raise_fd_limit();
     let svc_connections = Arc::new(crate::conn::Registry::default());
     let store = Arc::new(Store::open(&cfg.state)?);
-    let mut events = events::EventSink::open(&cfg)?;
+    let events = events::EventSink::open(&cfg)?;
     let (records, next_job_id) = store.load()?;
     // Generations count per run of the table, never by the clock.
     let identity = store.begin_run(
@@ -585,51 +586,23 @@ pub fn start_with(
             cluster.set_topology(topo_levels.and_then(|l| topology::Topology::empty(l).ok()));
             cluster.health_mut().spares_target = spares;
             cluster.health_mut().quarantine = quarantine;
-            let mut lp = RoundLoop::new(policies, cluster, round_s);
-            lp.selector = selector;
-            if let Some(rules) = startup {
-                lp.startup = rules;
-            }
             // A policy's invalid decision is dropped and shown by `Status`;
             // the scheduler keeps serving.
-            lp.on_invalid = OnInvalidDecision::SkipRound;
-            lp.record_events(true);
-            let r = (|| {
-                while !stop3.load(Ordering::Relaxed) {
-                    let mut report = lp.run_round(&mut backend)?;
-                    metrics
-                        .largest_placeable
-                        .set(i64::from(report.largest_placeable));
-                    if let Some(f) = &forecasts {
-                        f.after_round(&lp, &report, backend.now_s(), &backend, &metrics);
-                    }
-                    if dashboard_address.is_some() {
-                        let mut v = view.lock().unwrap_or_else(|e| e.into_inner());
-                        v.update(&report, &lp, &backend.nodes, unix_now());
-                    }
-                    events.write(&mut report.events, &backend.nodes, unix0);
-                    for (part, secs) in report.timings.parts() {
-                        metrics
-                            .round_part_seconds
-                            .with_label_values(&[part])
-                            .observe(secs);
-                    }
-                    if let Some(e) = &report.invalid {
-                        lock(&backend.hub).last_error = format!("round {}: {e}", report.round);
-                    }
-                    let t = Instant::now();
-                    backend.publish(&lp)?;
-                    backend.compact(&mut lp)?;
-                    let mut s = backend.stats.lock().unwrap_or_else(|e| e.into_inner());
-                    RoundStats::push(&mut s.publish_s, t.elapsed().as_secs_f64());
-                    s.refresh();
-                    metrics.rounds.inc();
-                    if let (Some(b), Some(p)) = (s.busy_s.back(), s.publish_s.back()) {
-                        metrics.round_seconds.observe(b + p);
-                    }
-                }
-                Ok(())
-            })();
+            let mut lp = RoundLoop::builder(policies, cluster, round_s)
+                .selector(selector)
+                .startup(startup.unwrap_or_else(|| StartupRules::for_round(round_s)))
+                .on_invalid(OnInvalidDecision::SkipRound)
+                .record_events()
+                .build();
+            let mut driver = rounds::LiveRounds {
+                stop: stop3,
+                metrics,
+                forecasts,
+                view: dashboard_address.is_some().then_some(view),
+                events,
+                unix0,
+            };
+            let r = blox_core::runner::run(&mut lp, &mut backend, &mut driver);
             // Jobs keep running on their workers; a restarted scheduler
             // requeues them.
             drop(backend);

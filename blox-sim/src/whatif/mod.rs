@@ -111,6 +111,12 @@ pub fn replay(
     trace.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s));
     let mut run = cfg.run.clone();
     run.track_jobs = None;
+    let mut policies = policies;
+    policies.names = blox_core::PolicyNames::new(
+        cfg.admission.policy.clone(),
+        cfg.scheduling.policy.clone(),
+        cfg.placement.policy.clone(),
+    );
     let mut s = Simulation::new(policies, cluster.clone(), run, sim.clone(), Vec::new())?;
     // The jobs active at the start keep their GPUs where the cluster has them.
     let mut jobs = JobState::new();
@@ -192,15 +198,12 @@ pub fn replay(
         }
     }
     s.backend = backend;
-    s.round_loop.jobs = jobs;
-    s.round_loop.cluster = cluster;
-    s.round_loop.startup = rules;
-    s.round_loop.policies.names = blox_core::PolicyNames::new(
-        cfg.admission.policy.clone(),
-        cfg.scheduling.policy.clone(),
-        cfg.placement.policy.clone(),
-    );
-    s.round_loop.set_next_round(h.start_round);
+    let mut s = s.map_loop(|b| {
+        b.jobs(jobs)
+            .cluster_state(cluster)
+            .startup(rules)
+            .first_round(h.start_round)
+    });
     if let Some(p) = events {
         s.log_events(p)?;
     }
