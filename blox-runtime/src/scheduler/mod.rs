@@ -31,11 +31,13 @@ mod dashboard;
 mod events;
 mod forecast;
 mod http;
+mod hub;
 mod jobs;
 pub mod metrics;
 mod queue;
 mod rounds;
 mod service;
+mod start;
 mod status;
 mod table;
 pub mod uids;
@@ -43,17 +45,16 @@ pub mod uids;
 pub use backend::{coord_dir, ClusterBackend, RoundStats};
 pub use config::RuntimeConfig;
 
-use crate::net::{NetError, WorkerClient};
-use crate::proto::scheduler_server::SchedulerServer;
-use crate::proto::*;
-use crate::store::{Store, StoreError};
+use crate::net::NetError;
+use crate::store::StoreError;
 use blox_core::topology;
 use blox_core::*;
+use hub::{lock, Hub, SharedHub, WorkerEntry};
 use service::{spec_of, Service};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Errors that stop the scheduler.
@@ -79,135 +80,6 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-struct WorkerEntry {
-    /// Its node's name (`RegisterRequest.name`): job uids are released
-    /// node by node.
-    name: String,
-    /// How it contains its launches (`RegisterRequest.containment`).
-    containment: String,
-    address: String,
-    gpus: Vec<GpuDevice>,
-    cpus: u32,
-    host_mem_gb: f64,
-    last_seen: Instant,
-    alive: bool,
-    /// It showed it sees the shared checkpoint storage (or there is none):
-    /// only then does it join the cluster.
-    verified: bool,
-    /// When it was declared gone; shown by `Status` for an hour, then
-    /// forgotten (each restart of a worker registers a new one).
-    dead_since: Option<Instant>,
-    /// The node it is in the loop's cluster, once joined.
-    node: Option<NodeId>,
-    /// Calls it as the scheduler it registered with (its credential on
-    /// every call).
-    client: WorkerClient,
-    /// Launches it still ran when it registered (after this scheduler
-    /// restarted), while they wait to be adopted or revoked; it joins the
-    /// cluster once they are decided.
-    reported: Vec<RunningLaunch>,
-    /// Where it sits in the topology (`--labels`).
-    labels: BTreeMap<String, String>,
-    /// Its lease epoch as its last heartbeat gave it (0: none yet): named
-    /// in every launch, which the worker refuses once its lease ran out
-    /// since (`LaunchRequest.lease_epoch`).
-    lease_epoch: u64,
-}
-
-/// What the gRPC handlers and the round loop share.
-struct Hub {
-    epoch: String,
-    workers: BTreeMap<String, WorkerEntry>,
-    /// Jobs accepted and not running as of the last round, in all and by
-    /// user (`max_waiting_jobs`, `max_waiting_per_user`; submissions since
-    /// are counted from `submissions`).
-    waiting_total: usize,
-    waiting_by_user: HashMap<String, usize>,
-    /// Why the job table took no write lately (cleared by the next write
-    /// that succeeds); `None` while it takes them.
-    table_error: Option<String>,
-    /// Each registered worker's own credential (`RegisterReply.
-    /// worker_secret`) → its id: a worker is who its credential says.
-    credentials: HashMap<String, String>,
-    next_worker: u64,
-    /// Accepted submissions not yet handed to the loop.
-    submissions: queue::Submissions,
-    exits: Vec<(ExitReport, Instant)>,
-    /// Metrics pushed since the last round, by job (bounded per job: the
-    /// oldest are dropped), and how many were dropped in all.
-    metrics: HashMap<u64, VecDeque<MetricSample>>,
-    metrics_dropped: u64,
-    cancels: BTreeMap<u64, String>,
-    /// Launches each worker should be running.
-    expected: HashMap<String, HashSet<(u64, u32)>>,
-    /// Launches whose revocation got no answer (job → (worker, launch)):
-    /// they may still run, so the job is not launched again until the
-    /// worker's heartbeat shows them stopped or it is declared gone.
-    in_doubt: HashMap<u64, Vec<(String, u32)>>,
-    /// Jobs restored from the job table, held until `hold_until`: by then
-    /// every launch of the previous scheduler run has stopped (its worker
-    /// revoked it on registering again, or fenced it when its lease ran out).
-    held: VecDeque<JobSpec>,
-    hold_until: Instant,
-    /// The previous run's workers (id → address, as the job table last
-    /// recorded them) and, for each held job that ran, the addresses of the
-    /// workers it ran on. A held job is queued before `hold_until` once
-    /// every worker it ran on (a job that did not run: every previous
-    /// worker) registered again without reporting it: a worker registers
-    /// only after the jobs its lapsed lease stopped have exited.
-    restart_workers: BTreeMap<String, String>,
-    held_on: HashMap<u64, Vec<String>>,
-    /// Every job's record, as persisted (status, placement, counters).
-    jobs: jobs::JobTable,
-    /// Ended jobs in the order they ended, with when (Unix seconds) and
-    /// their record's bytes: the oldest are forgotten first
-    /// ([`RuntimeConfig::retention_s`], `retention_jobs`, `retention_bytes`).
-    ended: VecDeque<(u64, f64, u64)>,
-    /// The bytes of the records in `ended`.
-    ended_bytes: u64,
-    /// Bytes of the submissions waiting, by user and in all, as of the last
-    /// round (`max_waiting_bytes_per_user`, `max_waiting_bytes`).
-    waiting_bytes: u64,
-    waiting_bytes_by_user: HashMap<String, u64>,
-    compacted: u64,
-    next_job_id: u64,
-    /// The job of each idempotency key (`JobSubmission.idempotency_key`).
-    keys: HashMap<String, u64>,
-    /// GPUs of the workers in the loop's cluster.
-    cluster_gpus: u32,
-    rounds: u64,
-    policy: String,
-    /// The last invalid decision a policy made (dropped), for `Status`.
-    last_error: String,
-    /// The latest forecast of starts and finishes, and its drift.
-    forecasts: forecast::Forecasts,
-    /// The topology as registered workers placed themselves in it (to
-    /// check a new worker's labels), and how many did.
-    topology: Option<topology::Topology>,
-    labelled: u32,
-    /// Nodes the loop keeps out on purpose, with why (a spare, quarantined):
-    /// `Status` shows it as the worker's problem.
-    node_notes: HashMap<u32, String>,
-    /// The cluster's job uids ([`uids`]; `[runtime] job_uids`).
-    uids: uids::UidPool,
-}
-
-impl Hub {
-    /// Job `id` (its record in the table) ended at `at`.
-    fn push_ended(&mut self, id: u64, at: f64) {
-        use prost::Message;
-        let bytes = self.jobs.get(&id).map_or(0, |r| r.encoded_len() as u64);
-        self.ended_bytes += bytes;
-        self.ended.push_back((id, at, bytes));
-    }
-}
-
-type SharedHub = Arc<Mutex<Hub>>;
-
-fn lock(h: &SharedHub) -> MutexGuard<'_, Hub> {
-    h.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Writes `checkpoint_dir/.blox-probe` with a token of this scheduler run
@@ -350,145 +222,30 @@ pub fn start_with(
     let worker_security = cfg.worker_security()?;
     // Who may call the user API and read the HTTP endpoints.
     let access = cfg.access()?;
-    // A file over the size limit (`ulimit -f`) is an error the scheduler
-    // handles (the job table refuses the write, the loop goes on), not a
-    // signal that kills it.
-    #[cfg(unix)]
-    // SAFETY: setting a signal's disposition to "ignore" touches no memory.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-    }
+    start::survive_file_size_limit();
     if access.needs_token() && cfg.worker_token_file.is_none() {
         tracing::warn!("[runtime] worker_token_file is unset: workers use the users' token, so any user can register a worker and be handed jobs");
     }
-    let startup = cfg.startup;
-    // The placement's settings against the topology's levels, before
-    // anything starts (no nodes yet: they join as workers register).
-    let mut empty = ClusterState::new();
-    empty.set_topology(
-        cfg.topology
-            .clone()
-            .and_then(|l| topology::Topology::empty(l).ok()),
-    );
-    policies.placement.fits_cluster(&empty).map_err(|why| {
-        SchedulerError::Runtime(format!(
-            "placement policy `{}` does not fit the cluster: {why}",
-            policies.names.placement
-        ))
-    })?;
+    start::check_placement(&cfg, &policies)?;
     let probe = write_checkpoint_probe(&cfg)?;
-    // Connections: handshake deadline, caps (conn.rs).
-    let backend_conn_limits = cfg.conn_limits();
     crate::conn::raise_fd_limit();
-    let svc_connections = Arc::new(crate::conn::Registry::default());
-    let store = Arc::new(Store::open(&cfg.state)?);
+    let table = start::open_table(&cfg)?;
     let events = events::EventSink::open(&cfg)?;
-    let (records, next_job_id) = store.load()?;
-    // Generations count per run of the table, never by the clock.
-    let identity = store.begin_run(
-        backend::GENERATIONS_PER_RUN,
-        backend::generation_base(unix_now()),
-    )?;
-    tracing::info!(
-        cluster = identity.dir_key().as_deref().unwrap_or("legacy layout"),
-        generation_base = identity.generation_base,
-        "job table identity"
-    );
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("blox-scheduler-rpc")
-        .enable_all()
-        .build()
-        .map_err(|e| SchedulerError::Runtime(e.to_string()))?;
-    let listen: SocketAddr = cfg.listen.parse().map_err(|e| NetError::Address {
-        addr: cfg.listen.clone(),
-        message: format!("{e}"),
-    })?;
-    let listener = rt.block_on(crate::net::listen(listen))?;
-    let address = listener.local_addr().map_err(|e| NetError::Listen {
-        addr: cfg.listen.clone(),
-        message: e.to_string(),
-    })?;
+    let rt = start::rpc_runtime()?;
+    let (listener, address) = start::bind(&rt, &cfg.listen)?;
     let start = Instant::now();
     // Every accepted, unfinished job is queued again, in id order; its
     // service so far still counts.
-    let mut hub = Hub {
-        epoch: format!("{:x}", (unix_now() * 1000.0) as u64 % 0xffff_ffff),
-        workers: BTreeMap::new(),
-        credentials: HashMap::new(),
-        table_error: None,
-        waiting_total: 0,
-        waiting_by_user: HashMap::new(),
-        next_worker: 0,
-        submissions: Default::default(),
-        exits: Vec::new(),
-        metrics: HashMap::new(),
-        metrics_dropped: 0,
-        cancels: BTreeMap::new(),
-        expected: HashMap::new(),
-        in_doubt: HashMap::new(),
-        held: VecDeque::new(),
-        hold_until: Instant::now() + Duration::from_secs_f64(cfg.worker_timeout_s),
-        restart_workers: store.load_workers()?,
-        held_on: HashMap::new(),
-        jobs: jobs::JobTable::default(),
-        ended: VecDeque::new(),
-        ended_bytes: 0,
-        waiting_bytes: 0,
-        waiting_bytes_by_user: HashMap::new(),
-        compacted: 0,
-        // Job ids start at 1: 0 is "not set" in the API.
-        next_job_id: next_job_id.max(1),
-        keys: HashMap::new(),
-        cluster_gpus: 0,
-        rounds: 0,
-        policy: policies.label(),
-        last_error: String::new(),
-        forecasts: forecast::Forecasts::default(),
-        topology: cfg
-            .topology
-            .clone()
-            .and_then(|l| topology::Topology::empty(l).ok()),
-        labelled: 0,
-        node_notes: HashMap::new(),
-        uids: uids::UidPool::new(cfg.job_uid_range),
-    };
-    // Who held which job uid when the last run wrote it: none is given
-    // again until the nodes that ran it say it is free.
-    hub.uids.restore(store.load_uids()?);
-    let (seeded, n_restored) = table::restore(&mut hub, records);
-    let restored = seeded.keys().copied().collect();
-    if n_restored > 0 {
-        tracing::info!(
-            jobs = n_restored,
-            "restored unfinished jobs from the job table: those the workers still run are adopted; the others are queued again once the workers they ran on register again without them (at most a worker timeout)"
-        );
-    }
-    let reads = policies.scheduling.metrics_read();
-    if !reads.is_empty() {
-        tracing::info!(
-            "scheduling policy `{}` reads these job metrics, which jobs push through blox_client (docs/RUNTIME.md, \"Metrics each policy reads\"): {}",
-            policies.names.scheduling,
-            reads.join(", ")
-        );
-    }
+    let mut hub = Hub::new(&cfg, &table.store, policies.label(), table.next_job_id)?;
+    let (seeded, n_restored) = table::restore(&mut hub, table.records);
+    start::say_what_starts(n_restored, &policies);
     let hub = Arc::new(Mutex::new(hub));
     let stats = Arc::new(Mutex::new(RoundStats::default()));
     let metrics = Arc::new(metrics::Metrics::new());
     // The HTTP endpoints serve TLS when the gRPC API does.
     let http_tls = http::HttpTls::of(&security)?;
-    let metrics_address = match &cfg.metrics_listen {
-        None => None,
-        Some(addr) => {
-            let (m, h) = (metrics.clone(), hub.clone());
-            let render: Arc<dyn Fn() -> String + Send + Sync> =
-                Arc::new(move || m.render(&lock(&h)));
-            let handler = metrics::handler(access.clone(), render);
-            let bound = http::listen(&rt, addr, "metrics_listen", handler, http_tls.clone())?;
-            tracing::info!(address = %bound, "Prometheus metrics at /metrics");
-            Some(bound)
-        }
-    };
+    let metrics_address =
+        start::serve_metrics(&rt, &cfg, &access, &http_tls, metrics.clone(), hub.clone())?;
     let view = Arc::new(Mutex::new(dashboard::View::default()));
     let dashboard_address = match &cfg.dashboard_listen {
         None => None,
@@ -500,6 +257,7 @@ pub fn start_with(
             Some(bound)
         }
     };
+    let stop = Arc::new(AtomicBool::new(false));
     let gate = crate::auth::SchedulerGate {
         access: access.clone(),
         workers: worker_security.check(),
@@ -508,7 +266,7 @@ pub fn start_with(
     let svc = Service {
         stats: stats.clone(),
         hub: hub.clone(),
-        store: store.clone(),
+        store: table.store.clone(),
         start,
         cfg: cfg.clone(),
         probe,
@@ -517,31 +275,19 @@ pub fn start_with(
         metrics: metrics.clone(),
         round_s,
     };
-    let mut server = security.server()?;
-    let conn_limits = backend_conn_limits;
-    // A call without any of the cluster's tokens is refused before its body
-    // is decoded; each handler then checks the credential of its role
-    // (users, or a registered worker's own).
-    let router = server.add_service(SchedulerServer::with_interceptor(svc, gate));
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let connections = svc_connections.clone();
-    rt.spawn(async move {
-        let incoming = crate::conn::incoming(listener, conn_limits, connections);
-        let r = router
-            .serve_with_incoming_shutdown(incoming, async move {
-                while !stop2.load(Ordering::Relaxed) {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            })
-            .await;
-        if let Err(e) = r {
-            tracing::error!("scheduler service stopped: {e}");
-        }
-    });
+    start::serve_api(
+        &rt,
+        &security,
+        listener,
+        cfg.conn_limits(),
+        svc,
+        gate,
+        stop.clone(),
+    )?;
+    let startup = cfg.startup;
     let mut backend = ClusterBackend {
         hub,
-        store,
+        store: table.store,
         rt: rt.handle().clone(),
         cfg,
         start,
@@ -549,6 +295,7 @@ pub fn start_with(
         nodes: Vec::new(),
         gpu_map: Vec::new(),
         running: HashMap::new(),
+        restored: seeded.keys().copied().collect(),
         records: seeded,
         ended: Vec::new(),
         finished_seen: 0,
@@ -556,10 +303,9 @@ pub fn start_with(
         stop: stop.clone(),
         round_started: None,
         stats: stats.clone(),
-        generation_base: identity.generation_base,
-        cluster_key: identity.dir_key(),
+        generation_base: table.identity.generation_base,
+        cluster_key: table.identity.dir_key(),
         unwritten: Vec::new(),
-        restored,
         hold_over: false,
         workers_written: Default::default(),
         metrics: metrics.clone(),
@@ -576,32 +322,35 @@ pub fn start_with(
         ),
         None => None,
     };
-    let topo_levels = backend.cfg.topology.clone();
-    let (spares, quarantine) = (backend.cfg.spares, backend.cfg.quarantine);
-    let stop3 = stop.clone();
+    let mut cluster = ClusterState::new();
+    cluster.set_topology(
+        backend
+            .cfg
+            .topology
+            .clone()
+            .and_then(|l| topology::Topology::empty(l).ok()),
+    );
+    cluster.health_mut().spares_target = backend.cfg.spares;
+    cluster.health_mut().quarantine = backend.cfg.quarantine;
+    // A policy's invalid decision is dropped and shown by `Status`; the
+    // scheduler keeps serving.
+    let mut lp = RoundLoop::builder(policies, cluster, round_s)
+        .selector(selector)
+        .startup(startup.unwrap_or_else(|| StartupRules::for_round(round_s)))
+        .on_invalid(OnInvalidDecision::SkipRound)
+        .record_events()
+        .build();
+    let mut driver = rounds::LiveRounds {
+        stop: stop.clone(),
+        metrics,
+        forecasts,
+        view: dashboard_address.is_some().then_some(view),
+        events,
+        unix0,
+    };
     let thread = std::thread::Builder::new()
         .name("blox-scheduler".into())
         .spawn(move || {
-            let mut cluster = ClusterState::new();
-            cluster.set_topology(topo_levels.and_then(|l| topology::Topology::empty(l).ok()));
-            cluster.health_mut().spares_target = spares;
-            cluster.health_mut().quarantine = quarantine;
-            // A policy's invalid decision is dropped and shown by `Status`;
-            // the scheduler keeps serving.
-            let mut lp = RoundLoop::builder(policies, cluster, round_s)
-                .selector(selector)
-                .startup(startup.unwrap_or_else(|| StartupRules::for_round(round_s)))
-                .on_invalid(OnInvalidDecision::SkipRound)
-                .record_events()
-                .build();
-            let mut driver = rounds::LiveRounds {
-                stop: stop3,
-                metrics,
-                forecasts,
-                view: dashboard_address.is_some().then_some(view),
-                events,
-                unix0,
-            };
             let r = blox_core::runner::run(&mut lp, &mut backend, &mut driver);
             // Jobs keep running on their workers; a restarted scheduler
             // requeues them.
