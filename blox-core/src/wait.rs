@@ -87,14 +87,18 @@ impl WaitReason {
 
 /// `1st`, `2nd`, `3rd`, `4th`, … `11th`, `21st`.
 pub fn ordinal(n: u32) -> String {
-    let suffix = match (n % 10, n % 100) {
+    format!("{n}{}", ordinal_suffix(n))
+}
+
+/// The suffix of [`ordinal`]: `st`, `nd`, `rd` or `th`.
+pub fn ordinal_suffix(n: u32) -> &'static str {
+    match (n % 10, n % 100) {
         (_, 11..=13) => "th",
         (1, _) => "st",
         (2, _) => "nd",
         (3, _) => "rd",
         _ => "th",
-    };
-    format!("{n}{suffix}")
+    }
 }
 
 #[cfg(test)]

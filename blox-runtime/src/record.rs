@@ -4,7 +4,7 @@
 //! checkpoint, or failed once it crashed more than `max_retries` times.
 
 use blox_core::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Launches, crashes and service of one job (over its ended launches).
 #[derive(Clone, Debug, Default)]
@@ -232,7 +232,7 @@ impl Ended {
 /// its ended launches (`records`) plus the running ones (`live`).
 pub(crate) fn settle<'a>(
     ended: Vec<Ended>,
-    records: &mut HashMap<JobId, Record>,
+    records: &mut rustc_hash::FxHashMap<JobId, Record>,
     live: impl Iterator<Item = (JobId, &'a LaunchClock)>,
     jobs: &mut JobState,
     max_retries: u32,

@@ -152,7 +152,7 @@ fn submit_bench(a: &SoakArgs) -> Result<ExitCode> {
     let (clients, jobs) = (a.clients.unwrap_or(64), a.jobs.unwrap_or(20_000));
     let r = blox_harness::runtime_bench::submissions(clients, jobs, 1.0, 10)?;
     crate::out::line(format_args!(
-        "submit  {} clients, {} jobs: {:.0} submissions/s, latency p50 {:.1} ms p99 {:.1} ms, {} retried; {} lost, {} duplicated; round time p50 {:.1} ms p99 {:.1} ms (1 s rounds); then {} rounds with {} jobs waiting: p50 {:.1} ms p99 {:.1} ms; Status of {} jobs: page of 1,000 p50 {:.1} ms, slowest {:.1} ms; peak RSS {:.0} MiB (scheduler and clients, one process)",
+        "submit  {} clients, {} jobs: {:.0} submissions/s, latency p50 {:.1} ms p99 {:.1} ms, {} retried; {} lost, {} duplicated; round time p50 {:.1} ms p99 {:.1} ms (1 s rounds); then {} rounds with {} jobs waiting: p50 {:.1} ms p99 {:.1} ms (publishing p50 {:.1} ms); Status of {} jobs: page of 1,000 p50 {:.1} ms, slowest {:.1} ms; peak RSS {:.0} MiB (scheduler and clients, one process)",
         r.clients,
         r.jobs,
         r.per_s,
@@ -167,6 +167,7 @@ fn submit_bench(a: &SoakArgs) -> Result<ExitCode> {
         r.waiting,
         1e3 * r.steady_p50_s,
         1e3 * r.steady_p99_s,
+        1e3 * r.steady_publish_p50_s,
         r.listed,
         1e3 * r.status_page_p50_s,
         1e3 * r.status_page_max_s,

@@ -159,7 +159,7 @@ impl RoundLoop {
 /// the free GPUs by type are read once, when first needed.
 pub struct WaitExplainer<'a> {
     lp: &'a RoundLoop,
-    positions: std::cell::OnceCell<std::collections::HashMap<JobId, (u32, u32)>>,
+    positions: std::cell::OnceCell<rustc_hash::FxHashMap<JobId, (u32, u32)>>,
     by_type: std::cell::OnceCell<Vec<(String, u32)>>,
     first_unplaced: std::cell::OnceCell<Option<(JobId, u32, u32)>>,
 }
@@ -192,12 +192,68 @@ impl WaitExplainer<'_> {
     }
 
     /// Every ordered job's place ([`RoundLoop::wait_positions`]), read once.
-    pub fn positions(&self) -> &std::collections::HashMap<JobId, (u32, u32)> {
-        self.positions.get_or_init(|| self.lp.wait_positions())
+    pub fn positions(&self) -> &rustc_hash::FxHashMap<JobId, (u32, u32)> {
+        self.positions.get_or_init(|| {
+            let order = &self.lp.decided.order;
+            let of = order.len() as u32;
+            order
+                .iter()
+                .enumerate()
+                .map(|(i, (id, _))| (*id, (i as u32 + 1, of)))
+                .collect()
+        })
     }
 
     /// `job`'s wait reason in words ([`RoundLoop::explain_wait`]).
     pub fn explain(&self, job: &Job) -> Option<String> {
+        let mut out = String::new();
+        self.explain_into(job, &mut out).then_some(out)
+    }
+
+    /// [`WaitExplainer::explain`] into `out` (cleared first, its buffer
+    /// kept: a scheduler rewrites 100,000 jobs' words a round); false, and
+    /// `out` empty, when `job` does not wait.
+    pub fn explain_into(&self, job: &Job, out: &mut String) -> bool {
+        use std::fmt::Write;
+        out.clear();
+        let lp = self.lp;
+        // The common case, written in place: a job waiting for GPUs.
+        if let Some(WaitReason::WaitingForGpus { asked }) = job.wait {
+            let scheduling = &lp.policies.names.scheduling;
+            let _ = write!(
+                out,
+                "waiting for {asked} GPU{}",
+                if asked == 1 { "" } else { "s" }
+            );
+            let _ = write!(out, " ({} free", lp.cluster.num_free());
+            let by_type = self.by_type.get_or_init(|| lp.free_by_type());
+            if by_type.len() > 1 {
+                out.push_str(": ");
+                for (i, (t, n)) in by_type.iter().enumerate() {
+                    let _ = write!(out, "{}{n} {t}", if i > 0 { ", " } else { "" });
+                }
+            }
+            let _ = write!(out, "); `{scheduling}`: ");
+            let _ = match self.positions().get(&job.id()) {
+                Some(&(p, of)) => write!(out, "{p}{} of {of}", crate::wait::ordinal_suffix(p)),
+                None => write!(out, "not among the {} it ordered", lp.decided.order.len()),
+            };
+            if let Some(k) = lp.policies.scheduling.sort_key(job, &lp.jobs) {
+                let _ = write!(out, ", {k}");
+            }
+            return true;
+        }
+        match self.words(job) {
+            Some(w) => {
+                *out = w;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The words of every other wait reason.
+    fn words(&self, job: &Job) -> Option<String> {
         let lp = self.lp;
         let super::PolicyNames {
             admission,
@@ -219,21 +275,10 @@ impl WaitExplainer<'_> {
                     .unwrap_or_else(|| "not admitted yet".into());
                 format!("not admitted by `{admission}`: {why}")
             }
-            WaitReason::WaitingForGpus { asked } => {
-                let mut s = format!("waiting for {} ({free} free", gpus(asked));
-                let by_type = self.by_type.get_or_init(|| lp.free_by_type());
-                if by_type.len() > 1 {
-                    let t: Vec<String> = by_type.iter().map(|(t, n)| format!("{n} {t}")).collect();
-                    s += &format!(": {}", t.join(", "));
-                }
-                s += &format!("); `{scheduling}`: ");
-                match self.positions().get(&job.id()) {
-                    Some(&(p, of)) => s += &format!("{} of {of}", ordinal(p)),
-                    None => s += &format!("not among the {} it ordered", lp.decided.order.len()),
-                }
-                if let Some(k) = lp.policies.scheduling.sort_key(job, &lp.jobs) {
-                    s += &format!(", {k}");
-                }
+            // (Written in place by `explain_into`, which does not come here.)
+            WaitReason::WaitingForGpus { .. } => {
+                let mut s = String::new();
+                self.explain_into(job, &mut s);
                 s
             }
             WaitReason::BlockedByPlacement { asked } => match self.blocker_ahead_of(job.id()) {

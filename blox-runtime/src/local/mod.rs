@@ -83,7 +83,7 @@ pub struct LocalBackend {
     pending: Vec<JobSpec>,
     next_pending: usize,
     procs: HashMap<JobId, Proc>,
-    records: HashMap<JobId, Record>,
+    records: rustc_hash::FxHashMap<JobId, Record>,
     /// Local index of each GPU (`CUDA_VISIBLE_DEVICES`).
     local_index: Vec<u32>,
     /// Launches that ended since the last metric collection.
@@ -119,7 +119,7 @@ impl LocalBackend {
             pending: jobs,
             next_pending: 0,
             procs: HashMap::new(),
-            records: HashMap::new(),
+            records: Default::default(),
             ended: Vec::new(),
         })
     }

@@ -106,7 +106,7 @@ pub struct ClusterBackend {
     /// (node, worker's GPU index) of each GPU, by GPU id.
     pub(super) gpu_map: Vec<(usize, u32)>,
     pub(super) running: HashMap<JobId, Live>,
-    pub(super) records: HashMap<JobId, Record>,
+    pub(super) records: rustc_hash::FxHashMap<JobId, Record>,
     pub(super) ended: Vec<Ended>,
     /// How many of the loop's finished jobs were published.
     pub(super) finished_seen: usize,

@@ -44,6 +44,9 @@ pub(super) fn state_of(j: &Job) -> JobPhase {
 pub(super) struct JobTable {
     all: BTreeMap<u64, JobRecord>,
     by_phase: HashMap<i32, BTreeSet<u64>>,
+    /// Each job's submission, encoded: its bytes (the bounds on what
+    /// waits count them every round; a submission never changes).
+    bytes: HashMap<u64, u64>,
 }
 
 fn phase_of(r: &JobRecord) -> i32 {
@@ -74,8 +77,19 @@ impl JobTable {
         })
     }
 
+    /// The bytes of job `id`'s submission, encoded (0: none kept).
+    pub fn submission_bytes(&self, id: u64) -> u64 {
+        self.bytes.get(&id).copied().unwrap_or(0)
+    }
+
     pub fn insert(&mut self, id: u64, rec: JobRecord) -> Option<JobRecord> {
         let phase = phase_of(&rec);
+        self.bytes.insert(
+            id,
+            rec.job
+                .as_ref()
+                .map_or(0, |j| prost::Message::encoded_len(j) as u64),
+        );
         let old = self.all.insert(id, rec);
         if let Some(o) = &old {
             self.unindex(id, phase_of(o));
@@ -86,6 +100,7 @@ impl JobTable {
 
     pub fn remove(&mut self, id: &u64) -> Option<JobRecord> {
         let old = self.all.remove(id)?;
+        self.bytes.remove(id);
         self.unindex(*id, phase_of(&old));
         Some(old)
     }

@@ -12,32 +12,41 @@ use blox_core::*;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// `job`'s wait reason as the Status RPC gives it, while it waits
-/// (`words` reads the last round's order once for all jobs).
-fn wait_info(
+/// Sets `slot` to `job`'s wait reason as the Status RPC gives it, while it
+/// waits (`words` reads the last round's order once for all jobs), in
+/// place: a round rewrites every waiting job's words, into the buffer they
+/// had. Returns whether its kind changed.
+fn update_wait(
     words: &blox_core::round::WaitExplainer<'_>,
     job: &blox_core::Job,
-) -> Option<crate::proto::WaitInfo> {
-    let positions = words.positions();
+    slot: &mut Option<crate::proto::WaitInfo>,
+) -> bool {
     use blox_core::WaitReason;
-    let r = job
+    let Some(r) = job
         .wait
-        .filter(|_| !job.status.is_terminal() && !job.is_running())?;
+        .filter(|_| !job.status.is_terminal() && !job.is_running())
+    else {
+        return slot.take().is_some();
+    };
     let (asked, position, ordered) = match r {
         WaitReason::WaitingForGpus { asked } => {
+            let positions = words.positions();
             let p = positions.get(&job.id()).map(|p| p.0);
             (asked, p, positions.len() as u32)
         }
         WaitReason::BlockedByPlacement { asked } => (asked, None, 0),
         _ => (0, None, 0),
     };
-    Some(crate::proto::WaitInfo {
-        kind: r.kind().into(),
-        reason: words.explain(job).unwrap_or_default(),
-        asked,
-        position,
-        ordered,
-    })
+    let w = slot.get_or_insert_with(Default::default);
+    let changed = w.kind != r.kind();
+    if changed {
+        w.kind = r.kind().into();
+    }
+    words.explain_into(job, &mut w.reason);
+    w.asked = asked;
+    w.position = position;
+    w.ordered = ordered;
+    changed
 }
 
 impl ClusterBackend {
@@ -104,10 +113,8 @@ impl ClusterBackend {
             let Some(mut rec) = h.jobs.get_mut(&id) else {
                 continue;
             };
-            let run_time_s = self
-                .records
-                .get(&j.id())
-                .map_or(j.run_time_s, |r| r.run_time_s);
+            let record = self.records.get(&j.id());
+            let run_time_s = record.map_or(j.run_time_s, |r| r.run_time_s);
             let info = rec.info.as_mut().expect("records carry info");
             let status = wire_status(&j.status);
             let gpus: Vec<String> = j
@@ -120,12 +127,8 @@ impl ClusterBackend {
                 })
                 .collect();
             let reason = j.end_reason.clone().unwrap_or_default();
-            let launches = self
-                .records
-                .get(&j.id())
-                .map_or(0, |r| r.launches.saturating_sub(r.refused));
+            let launches = record.map_or(0, |r| r.launches.saturating_sub(r.refused));
             let warning = j.warning.clone().unwrap_or_default();
-            let wait = wait_info(&words, j);
             let state = state_of(j);
             let changed_state = info.phase() != state
                 || info.status != status
@@ -136,9 +139,7 @@ impl ClusterBackend {
             // The words of a wait (free GPUs, the place in the order) change
             // most rounds: Status always shows the current ones, the job table
             // stores them with the job's other changes or when the kind changes.
-            let wait_kind_changed = info.wait.as_ref().map(|w| w.kind.as_str())
-                != wait.as_ref().map(|w| w.kind.as_str());
-            info.wait = wait;
+            let wait_kind_changed = update_wait(&words, j, &mut info.wait);
             let changed = changed_state
                 || wait_kind_changed
                 || info.progress != j.progress
@@ -188,9 +189,9 @@ impl ClusterBackend {
         for (id, at) in ended {
             h.push_ended(id, at);
         }
-        // What waits, for the bounds on submissions: jobs and bytes.
-        let mut by_user: HashMap<String, usize> = HashMap::new();
-        let mut bytes_by_user: HashMap<String, u64> = HashMap::new();
+        // What waits, for the bounds on submissions: jobs and bytes (per
+        // user, counted under borrowed names: one owned name per user).
+        let mut per_user: HashMap<&str, (usize, u64)> = HashMap::new();
         let (mut total, mut bytes) = (0, 0);
         let waiting = lp
             .jobs
@@ -200,17 +201,22 @@ impl ClusterBackend {
             .map(|j| &j.spec)
             .chain(h.held.iter());
         for s in waiting {
-            let b = h
-                .jobs
-                .get(&s.id.0)
-                .and_then(|r| r.job.as_ref())
-                .map_or(0, |j| prost::Message::encoded_len(j) as u64);
-            let user = s.user.clone().unwrap_or_default();
+            let b = h.jobs.submission_bytes(s.id.0);
             total += 1;
             bytes += b;
-            *by_user.entry(user.clone()).or_default() += 1;
-            *bytes_by_user.entry(user).or_default() += b;
+            let u = per_user.entry(s.user.as_deref().unwrap_or("")).or_default();
+            u.0 += 1;
+            u.1 += b;
         }
+        let by_user: HashMap<String, usize> = per_user
+            .iter()
+            .map(|(u, (n, _))| (u.to_string(), *n))
+            .collect();
+        let bytes_by_user: HashMap<String, u64> = per_user
+            .iter()
+            .map(|(u, (_, b))| (u.to_string(), *b))
+            .collect();
+        drop(per_user);
         h.waiting_total = total;
         h.waiting_by_user = by_user;
         h.waiting_bytes = bytes;
@@ -319,8 +325,11 @@ impl ClusterBackend {
 /// Puts the job table's records into `hub`: every accepted, unfinished job
 /// is queued again (its JCT still counts from its submission, its service so
 /// far is kept). Returns the backend's records of those jobs and their count.
-pub(super) fn restore(hub: &mut Hub, records: Vec<JobRecord>) -> (HashMap<JobId, Record>, usize) {
-    let mut seeded = HashMap::new();
+pub(super) fn restore(
+    hub: &mut Hub,
+    records: Vec<JobRecord>,
+) -> (rustc_hash::FxHashMap<JobId, Record>, usize) {
+    let mut seeded = rustc_hash::FxHashMap::default();
     let mut restored = 0;
     for mut r in records {
         let info = r.info.clone().unwrap_or_default();
