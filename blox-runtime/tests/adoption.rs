@@ -148,9 +148,18 @@ fn jobs_whose_leases_lapsed_are_relaunched_once_their_workers_are_back() {
         .submit(job("long", 2, journaled_toy(12.0, &journal_file), None))
         .unwrap();
     wait_running(&c, &[a]);
-    // Past its first checkpoint, then the scheduler goes for longer than
-    // the lease and its grace.
-    std::thread::sleep(Duration::from_secs(2));
+    // Past its first checkpoint (its journal says so), then the scheduler
+    // goes for longer than the lease and its grace.
+    let t = Instant::now();
+    while !std::fs::read_to_string(&journal_file)
+        .is_ok_and(|j| j.lines().any(|l| l.starts_with("ckpt ")))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no checkpoint in the journal"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let old = c.sched.take().unwrap();
     cfg.listen = old.address.to_string();
     old.shutdown().unwrap();

@@ -25,7 +25,17 @@ fn a_preempted_job_loses_the_work_since_its_last_reported_checkpoint() {
     a.metrics.insert("checkpoint_interval_s".into(), 100.0);
     let a = ctl.submit(a).unwrap();
     wait_running(&c, &[a]);
-    std::thread::sleep(Duration::from_millis(2500));
+    // Two and a half seconds of work past its first iteration (its second
+    // checkpoint reported), however slow the machine.
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(&[a]).unwrap();
+        if s.jobs[0].attained_gpu_s >= 2.0 * 2.5 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // B has attained nothing: LAS preempts A for it.
     let b = ctl
         .submit(JobSubmission {
