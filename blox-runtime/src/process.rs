@@ -413,17 +413,19 @@ impl Running {
         let paths: Vec<&PathBuf> = std::iter::once(&spec.checkpoint)
             .chain(spec.coord.as_ref())
             .collect();
-        if user.is_some() {
-            let list: String = paths
-                .iter()
-                .map(|p| {
+        if let Some(u) = user {
+            // The uid first: once the report directory went back (a part
+            // of a launch on several workers that ended), its owner no
+            // longer says whose the listed directories are.
+            let list: String = std::iter::once(format!("{UID_LINE}{}\n", u.uid))
+                .chain(paths.iter().map(|p| {
                     format!(
                         "{}\n",
                         std::path::absolute(p)
                             .unwrap_or_else(|_| p.to_path_buf())
                             .display()
                     )
-                })
+                }))
                 .collect();
             self.control_dir
                 .write(GIVEN_FILE, list.as_bytes())
@@ -838,6 +840,9 @@ impl SharedDirs {
 /// ([`reclaim`]).
 pub const GIVEN_FILE: &str = "given";
 
+/// The first line of [`GIVEN_FILE`]: `uid=` and the uid they were given to.
+const UID_LINE: &str = "uid=";
+
 /// Takes back what launches of an earlier run of the worker were given and
 /// never returned (the worker was killed): under `workdir/jobs`, every
 /// launch directory that still lists what it was given ([`GIVEN_FILE`])
@@ -876,13 +881,21 @@ pub fn reclaim(workdir: &Path) -> usize {
         let Ok(report) = control.subdir(REPORT_DIR, 0o700, false) else {
             continue;
         };
-        let Ok(uid) = report.stat().map(|s| s.st_uid) else {
+        // The uid the list names (a file written before it named one: the
+        // report directory's owner).
+        let text = String::from_utf8_lossy(&list);
+        let named = text
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix(UID_LINE))
+            .and_then(|u| u.parse::<u32>().ok());
+        let Some(uid) = named.or_else(|| report.stat().ok().map(|s| s.st_uid)) else {
             continue;
         };
         let mut dirs = vec![report];
-        for line in String::from_utf8_lossy(&list)
+        for line in text
             .lines()
-            .filter(|l| !l.is_empty())
+            .filter(|l| !l.is_empty() && !l.starts_with(UID_LINE))
         {
             let path = Path::new(line);
             let (Some(parent), Some(name)) =
@@ -1275,5 +1288,68 @@ mod tests {
         };
         assert!(!control.join(REPORT_DIR).join("done").exists());
         assert!(!run.finished(&e), "the old launch's `done` spoke for it");
+    }
+
+    /// A part of a launch on several workers ended and kept the shared
+    /// directories its job's, then its worker was killed before taking
+    /// them back: the restarted worker's `reclaim` takes them back, though
+    /// the report directory (whose owner named the uid) went back already.
+    #[test]
+    fn a_killed_worker_takes_back_what_an_ended_part_kept() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if rustix::process::geteuid().as_raw() != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let uid = 1_900_000_700;
+        let spec = LaunchSpec {
+            job: 1,
+            argv: vec!["/bin/sh".into(), "-c".into(), "exit 0".into()],
+            devices: vec!["0".into()],
+            control: dir.path().join("jobs/1/launch-1"),
+            checkpoint: dir.path().join("ck"),
+            coord: Some(dir.path().join("coord")),
+            resume: false,
+            batch_size: None,
+            master_addr: String::new(),
+            worker_addr: String::new(),
+            process_per_gpu: false,
+            first_rank: 0,
+            world_size: Some(2),
+            generation: 1,
+            job_user: Some(JobUser {
+                name: format!("blox-job-{uid}"),
+                uid,
+                gid: uid,
+                home: None,
+                takes_over: Some((uid, uid + 10)),
+            }),
+            lease: None,
+            pass_env: Vec::new(),
+            cgroup_procs: Vec::new(),
+        };
+        let mut run = Running::spawn(&spec).unwrap();
+        let t = Instant::now();
+        while run.exit().is_none() {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let owner = |p: &str| {
+            let m = std::fs::metadata(dir.path().join(p)).unwrap();
+            (m.uid(), m.mode() & 0o777)
+        };
+        // The part ends: the shared directories stay the job's.
+        let kept = run.keep_shared(uid).unwrap();
+        run.hand_back();
+        assert_eq!(owner("ck"), (uid, 0o700));
+        assert_eq!(owner("coord"), (uid, 0o700));
+        // The worker dies before the scheduler says every part ended.
+        drop(kept);
+        drop(run);
+        assert_eq!(reclaim(dir.path()), 2);
+        assert_eq!(owner("ck"), (0, 0o700));
+        assert_eq!(owner("coord"), (0, 0o700));
+        assert!(!dir.path().join("jobs/1/launch-1").join(GIVEN_FILE).exists());
     }
 }

@@ -631,16 +631,18 @@ impl Scheduler for Service {
         // (no worker is expected to run them, none is in doubt) go back;
         // none while a restarted scheduler holds the previous run's jobs
         // (a launch of them not adopted yet may still run).
+        // A job that runs again, or whose launch may still run somewhere,
+        // keeps them: its checkpoints are one directory for all its
+        // launches (a later launch is given them anew).
         let take_back = if h.held.is_empty() {
             r.kept
                 .into_iter()
                 .filter(|l| {
-                    let at = (l.job_id, l.launch);
-                    !h.expected.values().any(|e| e.contains(&at))
+                    !h.in_doubt.contains_key(&l.job_id)
                         && !h
-                            .in_doubt
-                            .get(&l.job_id)
-                            .is_some_and(|p| p.iter().any(|(_, n)| *n == l.launch))
+                            .expected
+                            .values()
+                            .any(|e| e.iter().any(|(j, _)| *j == l.job_id))
                 })
                 .collect()
         } else {

@@ -221,15 +221,17 @@ impl UidPool {
         Some(self.held.iter().map(|(u, h)| (*u, h.clone())).collect())
     }
 
-    /// The nodes that may still keep the shared directories of an ended
-    /// launch of `job` that ran on several workers (the uid is not free
-    /// there yet), if any: the job's next launch waits for them, else it
-    /// could be given its checkpoints while an ended part's worker is
-    /// about to take them back.
-    pub fn settling(&self, job: u64) -> Option<&BTreeSet<String>> {
+    /// The nodes that may still keep the shared directories of an earlier
+    /// launch of `job` that ran on several workers (one set for each such
+    /// launch: the uid is not free there yet). The job's next launch waits
+    /// for them, else it could be given its checkpoints while an ended
+    /// part's worker is about to take them back. (A launch that stopped
+    /// this round is marked ended only when the round is published: it
+    /// counts too.)
+    pub fn settling(&self, job: u64) -> impl Iterator<Item = &BTreeSet<String>> {
         self.held
             .values()
-            .find(|h| h.job == job && h.ended && h.shared && !h.nodes.is_empty())
+            .filter(move |h| h.job == job && h.shared && !h.nodes.is_empty())
             .map(|h| &h.nodes)
     }
 
@@ -327,22 +329,22 @@ mod tests {
     fn a_shared_launch_settles_once_every_node_beat_without_its_uid() {
         let mut p = UidPool::new(Some((1, 4)));
         let u = p.take(1, 1, &nodes(&["a", "b"]), true).unwrap().unwrap();
-        assert!(p.settling(1).is_none(), "running, not ended");
+        let settling = |p: &UidPool, job| p.settling(job).cloned().collect::<Vec<_>>();
+        let ab: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        // Stopped this round, not yet marked ended: it counts.
+        assert_eq!(settling(&p, 1), std::slice::from_ref(&ab));
         p.release(1, 1);
-        assert_eq!(
-            p.settling(1),
-            Some(&["a".to_string(), "b".to_string()].into())
-        );
+        assert_eq!(settling(&p, 1), [ab]);
         // `a` took its part's directories back; `b` still keeps them.
         p.heard("wa", "a", &[]);
         p.heard("wb", "b", &[u]);
-        assert_eq!(p.settling(1), Some(&["b".to_string()].into()));
+        assert_eq!(settling(&p, 1), [BTreeSet::from(["b".to_string()])]);
         p.heard("wb", "b", &[]);
-        assert!(p.settling(1).is_none());
+        assert!(settling(&p, 1).is_empty());
         // A launch on one worker never makes its job wait.
         p.take(2, 1, &nodes(&["a"]), false).unwrap();
         p.release(2, 1);
-        assert!(p.settling(2).is_none());
+        assert!(settling(&p, 2).is_empty());
     }
 
     #[test]

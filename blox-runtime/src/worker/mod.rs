@@ -372,11 +372,19 @@ struct State {
     /// within the grace after it, and is reported fenced, not crashed,
     /// though the lease holds again by the time it exits.
     lapsed_at: Option<Instant>,
+    /// Launches being stopped (revoked, taken out of `launches`) whose
+    /// processes may still run, saving their last checkpoint: reported as
+    /// running until they exited, so the scheduler neither relaunches
+    /// their job nor has their shared directories taken back meanwhile.
+    stopping: std::collections::HashSet<(u64, u32)>,
     /// The shared directories of ended parts of launches on several
     /// workers, still their jobs' while other parts may run: reported to
     /// the scheduler (`HeartbeatRequest.kept`, their uids as busy) until it
     /// answers that every part ended (`HeartbeatReply.take_back`).
     kept: Vec<(LaunchRef, SharedDirs)>,
+    /// Uids of kept directories being taken back (off the heartbeat: shared
+    /// storage may be slow), busy until they are.
+    returning: Vec<u32>,
     /// Job uids of launches that ended here, until nothing of them is left
     /// (reported as busy meanwhile: `HeartbeatRequest.busy_uids`).
     draining: std::collections::BTreeSet<u32>,
@@ -522,7 +530,9 @@ impl State {
             .into_iter()
             .partition(|(l, _)| ended.contains(l));
         self.kept = keep;
-        out.into_iter().map(|(_, d)| d).collect()
+        let out: Vec<SharedDirs> = out.into_iter().map(|(_, d)| d).collect();
+        self.returning.extend(out.iter().map(SharedDirs::uid));
+        out
     }
 
     /// The job uids in use here: the running and starting launches', and
@@ -536,6 +546,7 @@ impl State {
             .filter_map(|l| l.uid)
             .chain(self.starting.values().filter_map(|s| s.uid))
             .chain(self.kept.iter().map(|(_, d)| d.uid()))
+            .chain(self.returning.iter().copied())
             .collect();
         let mut done = Vec::new();
         self.draining.retain(|u| {
@@ -566,6 +577,7 @@ impl State {
             .iter()
             .map(|(j, l)| (*j, l.launch))
             .chain(self.starting.iter().map(|(j, s)| (*j, s.launch)))
+            .chain(self.stopping.iter().copied())
             .map(|(job_id, launch)| LaunchRef { job_id, launch })
             .collect()
     }

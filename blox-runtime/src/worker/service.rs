@@ -63,7 +63,10 @@ impl Worker for Service {
             {
                 let mut st = self.0.lock();
                 match st.launches.get(&l.job_id) {
-                    Some(x) if x.launch == l.launch => break st.take_launch(l.job_id),
+                    Some(x) if x.launch == l.launch => {
+                        st.stopping.insert((l.job_id, l.launch));
+                        break st.take_launch(l.job_id);
+                    }
                     _ => {}
                 }
                 match st.starting.get_mut(&l.job_id) {
@@ -100,8 +103,10 @@ impl Worker for Service {
                 let finished = launch.run.finished(&e);
                 (e, finished, launch)
             })
-            .await
-            .map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?;
+            .await;
+            sh.lock().stopping.remove(&(job, l.launch));
+            let out =
+                out.map_err(|e| Status::internal(format!("revocation of job {job} failed: {e}")))?;
             let (e, finished, mut launch) = out;
             // Metrics written up to the exit (the last progress) still count.
             let mut samples = Vec::new();
@@ -596,6 +601,43 @@ mod tests {
             assert!(sh.lock().launches[&3].run.exit().is_none(), "it runs");
             svc.revoke(Request::new(revoke(3))).await.unwrap();
             assert!(sh.lock().launches.is_empty() && sh.lock().starting.is_empty());
+        });
+    }
+
+    /// A launch being revoked is still reported as running until its
+    /// processes exited (its grace, saving its last checkpoint): the
+    /// scheduler must neither relaunch its job nor have its shared
+    /// directories taken back meanwhile.
+    #[test]
+    fn a_launch_is_reported_running_until_its_revocation_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = worker(dir.path());
+        let rt = runtime();
+        rt.block_on(async {
+            let svc = Service(sh.clone());
+            // `sleep` ignores the revocation: it is killed after its grace.
+            svc.launch(Request::new(launch(5))).await.unwrap();
+            let five = LaunchRef {
+                job_id: 5,
+                launch: 1,
+            };
+            let mut r = revoke(5);
+            r.kill = false;
+            r.grace_s = 1.0;
+            let call = tokio::spawn({
+                let svc = Service(sh.clone());
+                async move { svc.revoke(Request::new(r)).await }
+            });
+            let t = Instant::now();
+            while sh.lock().launches.contains_key(&5) {
+                assert!(t.elapsed() < Duration::from_secs(5), "not taken");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(sh.lock().running(), vec![five], "during its grace");
+            call.await.unwrap().unwrap();
+            assert!(t.elapsed() >= Duration::from_millis(900));
+            let st = sh.lock();
+            assert!(st.running().is_empty() && st.stopping.is_empty());
         });
     }
 

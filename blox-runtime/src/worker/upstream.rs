@@ -317,7 +317,10 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
     let taken = {
         let mut st = sh.lock();
         match st.launches.get(&l.job_id) {
-            Some(x) if x.launch == l.launch => st.take_launch(l.job_id),
+            Some(x) if x.launch == l.launch => {
+                st.stopping.insert((l.job_id, l.launch));
+                st.take_launch(l.job_id)
+            }
             _ => {
                 // Still starting: it stops as soon as it runs, and its exit
                 // is reported then.
@@ -336,7 +339,9 @@ pub(super) async fn stop_launch_within(sh: &Arc<Shared>, l: LaunchRef, grace: Du
         })
         .await;
         let contained = sh.containment.is_some();
-        sh.lock().sweep(uid, contained);
+        let mut st = sh.lock();
+        st.stopping.remove(&(l.job_id, l.launch));
+        st.sweep(uid, contained);
     }
 }
 
@@ -491,8 +496,8 @@ pub(super) async fn report_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
 }
 
 /// Takes back the kept shared directories of launches the scheduler says
-/// ended on every worker (off the async threads: shared storage may be
-/// slow). Their uids are reported free from the next beat.
+/// ended on every worker, on a thread of its own (shared storage may be
+/// slow: the heartbeats go on); their uids stay busy until they are back.
 async fn take_back(sh: &Arc<Shared>, ended: &[LaunchRef]) {
     if ended.is_empty() {
         return;
@@ -505,10 +510,17 @@ async fn take_back(sh: &Arc<Shared>, ended: &[LaunchRef]) {
         launches = dirs.len(),
         "taking back the shared directories of launches that ended on every worker"
     );
-    let _ = tokio::task::spawn_blocking(move || {
+    let sh = sh.clone();
+    tokio::task::spawn_blocking(move || {
+        let uids: Vec<u32> = dirs.iter().map(SharedDirs::uid).collect();
         for d in dirs {
             d.take_back();
         }
-    })
-    .await;
+        let mut st = sh.lock();
+        for u in uids {
+            if let Some(i) = st.returning.iter().position(|x| *x == u) {
+                st.returning.swap_remove(i);
+            }
+        }
+    });
 }

@@ -96,12 +96,13 @@ impl LaunchMechanism for ClusterBackend {
         // is not waited for.
         let settling = {
             let h = lock(&self.hub);
-            h.uids.settling(id.0).and_then(|nodes| {
+            let node = h.uids.settling(id.0).find_map(|nodes| {
                 nodes
                     .iter()
                     .find(|n| h.workers.values().any(|w| w.alive && &w.name == *n))
                     .cloned()
-            })
+            });
+            node
         };
         if let Some(node) = settling {
             let mut e = Ended::crashed(
