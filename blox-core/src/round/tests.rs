@@ -317,15 +317,20 @@ fn admission_that_defers_keeps_jobs_waiting_with_a_reason() {
     assert!(why.contains("admit"), "{why}");
 }
 
-#[test]
-fn a_schedule_naming_an_unknown_job_is_refused_naming_the_policy() {
+/// Policies whose schedule names job 99, which does not exist.
+fn scheduling_an_unknown_job() -> Policies {
     let mut fixed = Schedule::new();
     fixed.push(Demand::new(JobId(99), 1));
-    let p = policies(
+    policies(
         Admit { hold: false },
         Fifo { fixed: Some(fixed) },
         FirstFree { extra: None },
-    );
+    )
+}
+
+#[test]
+fn a_schedule_naming_an_unknown_job_is_refused_naming_the_policy() {
+    let p = scheduling_an_unknown_job();
     let mut b = Fake::with(&[(1, 0.0, 1, 5.0)]);
     let mut l = lp(p, 1, 2);
     let e = l.run_round(&mut b).unwrap_err();

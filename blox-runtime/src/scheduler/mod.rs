@@ -47,7 +47,6 @@ pub use config::RuntimeConfig;
 
 use crate::net::NetError;
 use crate::store::StoreError;
-use blox_core::topology;
 use blox_core::*;
 use hub::{lock, Hub, SharedHub, WorkerEntry};
 use service::{spec_of, Service};
@@ -55,7 +54,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Errors that stop the scheduler.
 #[derive(Debug, thiserror::Error)]
@@ -284,8 +283,7 @@ pub fn start_with(
         gate,
         stop.clone(),
     )?;
-    let startup = cfg.startup;
-    let mut backend = ClusterBackend {
+    let backend = ClusterBackend {
         hub,
         store: table.store,
         rt: rt.handle().clone(),
@@ -312,53 +310,22 @@ pub fn start_with(
         waits: Default::default(),
         failed_nodes: HashMap::new(),
     };
-    // The wall-clock time of the loop's time 0.
-    let unix0 = unix_now() - start.elapsed().as_secs_f64();
-    let forecasts = match forecaster {
-        Some(f) => Some(
-            forecast::spawn(f, backend.hub.clone(), metrics.clone(), unix0).map_err(|e| {
-                SchedulerError::Runtime(format!("starting the forecast thread: {e}"))
-            })?,
-        ),
-        None => None,
-    };
-    let mut cluster = ClusterState::new();
-    cluster.set_topology(
-        backend
-            .cfg
-            .topology
-            .clone()
-            .and_then(|l| topology::Topology::empty(l).ok()),
-    );
-    cluster.health_mut().spares_target = backend.cfg.spares;
-    cluster.health_mut().quarantine = backend.cfg.quarantine;
-    // A policy's invalid decision is dropped and shown by `Status`; the
-    // scheduler keeps serving.
-    let mut lp = RoundLoop::builder(policies, cluster, round_s)
-        .selector(selector)
-        .startup(startup.unwrap_or_else(|| StartupRules::for_round(round_s)))
-        .on_invalid(OnInvalidDecision::SkipRound)
-        .record_events()
-        .build();
-    let mut driver = rounds::LiveRounds {
-        stop: stop.clone(),
-        metrics,
-        forecasts,
-        view: dashboard_address.is_some().then_some(view),
-        events,
-        unix0,
-    };
-    let thread = std::thread::Builder::new()
-        .name("blox-scheduler".into())
-        .spawn(move || {
-            let r = blox_core::runner::run(&mut lp, &mut backend, &mut driver);
-            // Jobs keep running on their workers; a restarted scheduler
-            // requeues them.
-            drop(backend);
-            rt.shutdown_timeout(Duration::from_secs(1));
-            r
-        })
-        .map_err(|e| SchedulerError::Runtime(e.to_string()))?;
+    let thread = start::spawn_rounds(
+        backend,
+        rt,
+        policies,
+        round_s,
+        Extras {
+            selector,
+            forecaster,
+        },
+        start::Outputs {
+            stop: stop.clone(),
+            metrics,
+            view: dashboard_address.is_some().then_some(view),
+            events,
+        },
+    )?;
     Ok(SchedulerHandle {
         address,
         metrics_address,

@@ -7,7 +7,7 @@ use crate::net::{NetError, Security};
 use crate::proto::scheduler_server::SchedulerServer;
 use crate::proto::JobRecord;
 use crate::store::{RunIdentity, Store};
-use blox_core::{topology, ClusterState, Policies};
+use blox_core::{topology, ClusterState, OnInvalidDecision, Policies, RoundLoop, StartupRules};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -172,4 +172,77 @@ pub(super) fn serve_api(
         }
     });
     Ok(())
+}
+
+/// Where the round loop's thread reports: the flag that stops it, the
+/// Prometheus metrics, the dashboard's view (when served) and the event log.
+pub(super) struct Outputs {
+    pub stop: Arc<AtomicBool>,
+    pub metrics: Arc<metrics::Metrics>,
+    pub view: Option<Arc<Mutex<super::dashboard::View>>>,
+    pub events: super::events::EventSink,
+}
+
+/// Starts the round loop on a thread of its own: `policies` on rounds of
+/// `round_s` over `backend`'s workers, run by [`blox_core::runner`] with
+/// the scheduler's driver ([`super::rounds::LiveRounds`]) until stopped.
+/// A policy's invalid decision is dropped and shown by `Status`; the
+/// scheduler keeps serving.
+pub(super) fn spawn_rounds(
+    mut backend: super::ClusterBackend,
+    rt: tokio::runtime::Runtime,
+    policies: Policies,
+    round_s: f64,
+    extras: super::Extras,
+    out: Outputs,
+) -> Result<std::thread::JoinHandle<Result<(), SchedulerError>>, SchedulerError> {
+    // The wall-clock time of the loop's time 0.
+    let unix0 = unix_now() - backend.start.elapsed().as_secs_f64();
+    let forecasts = match extras.forecaster {
+        Some(f) => Some(
+            super::forecast::spawn(f, backend.hub.clone(), out.metrics.clone(), unix0).map_err(
+                |e| SchedulerError::Runtime(format!("starting the forecast thread: {e}")),
+            )?,
+        ),
+        None => None,
+    };
+    let mut cluster = ClusterState::new();
+    cluster.set_topology(
+        backend
+            .cfg
+            .topology
+            .clone()
+            .and_then(|l| topology::Topology::empty(l).ok()),
+    );
+    cluster.health_mut().spares_target = backend.cfg.spares;
+    cluster.health_mut().quarantine = backend.cfg.quarantine;
+    let startup = backend
+        .cfg
+        .startup
+        .unwrap_or_else(|| StartupRules::for_round(round_s));
+    let mut lp = RoundLoop::builder(policies, cluster, round_s)
+        .selector(extras.selector)
+        .startup(startup)
+        .on_invalid(OnInvalidDecision::SkipRound)
+        .record_events()
+        .build();
+    let mut driver = super::rounds::LiveRounds {
+        stop: out.stop,
+        metrics: out.metrics,
+        forecasts,
+        view: out.view,
+        events: out.events,
+        unix0,
+    };
+    std::thread::Builder::new()
+        .name("blox-scheduler".into())
+        .spawn(move || {
+            let r = blox_core::runner::run(&mut lp, &mut backend, &mut driver);
+            // Jobs keep running on their workers; a restarted scheduler
+            // requeues them.
+            drop(backend);
+            rt.shutdown_timeout(Duration::from_secs(1));
+            r
+        })
+        .map_err(|e| SchedulerError::Runtime(e.to_string()))
 }

@@ -76,13 +76,7 @@ fn until_done_ends_where_a_hand_written_loop_does() {
 
 #[test]
 fn a_failed_round_reaches_the_driver() {
-    let mut fixed = Schedule::new();
-    fixed.push(Demand::new(JobId(99), 1));
-    let p = policies(
-        Admit { hold: false },
-        Fifo { fixed: Some(fixed) },
-        FirstFree { extra: None },
-    );
+    let p = scheduling_an_unknown_job();
     let mut b = Fake::with(&[(1, 0.0, 1, 5.0)]);
     let mut l = lp(p, 1, 2);
     let mut d = Rounds {
