@@ -436,7 +436,7 @@ mod tests {
     use super::*;
     use crate::proto::{JobInfo, JobSubmission};
 
-    /// Issue 39: submissions from many threads at once go in shared
+    /// Submissions from many threads at once go in shared
     /// transactions; each gets its own record back, every one is durable,
     /// and the stored next id is the highest asked for, whatever order the
     /// batches formed in.
