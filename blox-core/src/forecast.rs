@@ -6,7 +6,7 @@
 //! snapshots on the round thread and forecasts on a thread of its own, so a
 //! slow or failing forecast never holds a round back.
 
-use crate::{ClusterState, Job, JobId, JobState, PolicyForks, RoundLoop, StartupRules};
+use crate::{ClusterState, Job, JobId, JobState, PolicyForks, Profile, RoundLoop};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 
@@ -28,8 +28,9 @@ pub struct Snapshot {
     /// Submitted, not yet admitted.
     pub waiting: Vec<Job>,
     pub cluster: ClusterState,
-    /// The loop's start-up rules (the forecast follows them too).
-    pub startup: StartupRules,
+    /// The loop's profile: start-up rules and plugins (the forecast
+    /// follows them too).
+    pub profile: Profile,
     /// What launching costs on this cluster, as its backend measured it
     /// (none in a simulation, or before the first launch).
     pub launch_costs: LaunchCosts,
@@ -69,7 +70,7 @@ impl Snapshot {
             jobs,
             waiting: lp.waiting().to_vec(),
             cluster: lp.cluster.clone(),
-            startup: lp.startup(),
+            profile: lp.profile().clone(),
             launch_costs: LaunchCosts::default(),
             policies: Some(Arc::new(Mutex::new(lp.policies.fork()))),
         }

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod extension;
 pub mod forecast;
 pub mod health;
 pub mod ids;
@@ -29,6 +30,7 @@ pub use config::{
     CheckpointRule, Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig,
     Section,
 };
+pub use extension::{Checkpointing, Profile, Protection, ProtectionInput, Recovery};
 pub use ids::{GpuId, JobId, NodeId};
 pub use job::{checkpoint_at, Adaptivity, Elasticity, Job, JobSpec, JobStatus};
 pub use job_state::{JobMetrics, JobState, MetricStore};
@@ -39,8 +41,8 @@ pub use module::{
     PlacementPolicy, PreemptionMechanism, RoundClock, RoundInfo, Schedule, SchedulingPolicy,
 };
 pub use round::{
-    error_chain, LoopBuilder, LoopError, OnInvalidDecision, Policies, PolicyForks, PolicyNames,
-    PolicySelector, RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
+    error_chain, LoopBuilder, LoopError, OnInvalidDecision, PlacementCheck, Policies, PolicyForks,
+    PolicyNames, PolicySelector, RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
 };
 
 pub use forecast::{

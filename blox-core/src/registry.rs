@@ -87,7 +87,11 @@ macro_rules! register_placement {
     };
 }
 
-fn unknown(m: &ModuleConfig, kind: &'static str, known: Vec<&'static str>) -> ConfigError {
+pub(crate) fn unknown(
+    m: &ModuleConfig,
+    kind: &'static str,
+    known: Vec<&'static str>,
+) -> ConfigError {
     ConfigError::UnknownModule {
         at: m.location(),
         kind,

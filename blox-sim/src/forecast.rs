@@ -202,7 +202,7 @@ impl Forecaster for SimForecaster {
         );
         let (fork, mut backend) = fork_live(
             &sim,
-            snap.startup,
+            snap.profile.clone(),
             policies,
             &live,
             snap.measured_at_s,

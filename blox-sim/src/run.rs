@@ -148,7 +148,16 @@ impl Simulation {
             decisions = Some(synth.decisions());
             selector = Some(Box::new(synth));
         }
-        let mut s = Self::build(policies, cluster, cfg.run.clone(), sim, jobs, selector)?;
+        let profile = Some(cfg.profile()?);
+        let mut s = Self::build(
+            policies,
+            cluster,
+            cfg.run.clone(),
+            sim,
+            jobs,
+            selector,
+            profile,
+        )?;
         s.backend = s.backend.with_host_profiles(host).with_failures(failures);
         s.synth_decisions = decisions;
         Ok(s)
@@ -163,7 +172,8 @@ impl Simulation {
         let cluster = cfg.cluster_state()?;
         check_variability(&policies, &cluster, &cfg.placement.location())?;
         let failures = Failures::from_section(&cfg.section("failures"), &cluster, cfg.run.seed)?;
-        let mut s = Self::new(policies, cluster, cfg.run.clone(), sim, jobs)?;
+        let profile = Some(cfg.profile()?);
+        let mut s = Self::build(policies, cluster, cfg.run.clone(), sim, jobs, None, profile)?;
         s.backend = s.backend.with_failures(failures);
         Ok(s)
     }
@@ -178,10 +188,11 @@ impl Simulation {
         sim: SimConfig,
         jobs: Vec<SimJob>,
     ) -> Result<Self, SimError> {
-        Self::build(policies, cluster, run, sim, jobs, None)
+        Self::build(policies, cluster, run, sim, jobs, None, None)
     }
 
-    /// [`Simulation::new`], with a policy selector (synthesis).
+    /// [`Simulation::new`], with a policy selector (synthesis) and the
+    /// plugins a config selects (`None`: the default profile of `[run]`).
     fn build(
         policies: Policies,
         cluster: ClusterState,
@@ -189,6 +200,7 @@ impl Simulation {
         sim: SimConfig,
         jobs: Vec<SimJob>,
         selector: Option<Box<dyn PolicySelector>>,
+        profile: Option<Profile>,
     ) -> Result<Self, SimError> {
         check_jobs(&jobs)?;
         for j in &jobs {
@@ -233,7 +245,7 @@ impl Simulation {
         let backend = SimBackend::new(sim.clone(), run.round_s.get(), jobs, &cluster);
         let round_loop = RoundLoop::builder(policies, cluster, run.round_s.get())
             .selector(selector)
-            .startup(StartupRules::from_run(&run))
+            .profile(profile.unwrap_or_else(|| Profile::of_rules(StartupRules::from_run(&run))))
             .build();
         // Every job ends up as a row: room for them once, not a doubling
         // buffer (up to twice their size) grown as they end.

@@ -147,8 +147,9 @@ pub struct Synthesizer {
     cfg: SynthConfig,
     candidates: Vec<Candidate>,
     sim: SimConfig,
-    /// The live loop's start-up rules, which the forks follow too.
-    startup: StartupRules,
+    /// The live loop's profile (start-up protection, checkpoints), which
+    /// the forks follow too.
+    profile: Profile,
     decisions: Arc<Mutex<Vec<Decision>>>,
 }
 
@@ -239,7 +240,7 @@ impl Synthesizer {
                 start_after_first_round: false,
                 ..sim.clone()
             },
-            startup: StartupRules::from_run(&cfg.run),
+            profile: cfg.profile()?,
             decisions: Arc::new(Mutex::new(Vec::new())),
         }))
     }
@@ -291,10 +292,14 @@ impl Synthesizer {
             }
             None => c.build()?,
         };
-        let (fork, mut backend) =
-            fork_live(&self.sim, self.startup, policies, live, now, |j: &Job| {
-                self.estimate(j)
-            });
+        let (fork, mut backend) = fork_live(
+            &self.sim,
+            self.profile.clone(),
+            policies,
+            live,
+            now,
+            |j: &Job| self.estimate(j),
+        );
         let mut fork = fork.build();
         let mut trial = Trial {
             end: self.cfg.horizon_s.map_or(f64::INFINITY, |h| now + h),
@@ -343,7 +348,7 @@ impl Synthesizer {
 /// finish building the fork's loop (a throwaway one: [`LoopBuilder::fork`]).
 pub fn fork_live(
     sim: &SimConfig,
-    startup: StartupRules,
+    profile: Profile,
     policies: Policies,
     live: &LiveView,
     measured_at_s: f64,
@@ -381,7 +386,7 @@ pub fn fork_live(
     backend.catch_up(measured_at_s);
     let fork = RoundLoop::builder(policies, live.cluster.clone(), round_s)
         .jobs(jobs)
-        .startup(startup)
+        .profile(profile)
         .fork();
     (fork, backend)
 }

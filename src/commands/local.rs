@@ -51,7 +51,7 @@ pub fn run(
     let round_s = cfg.run.round_s.get();
     let mut lp = RoundLoop::builder(policies, cluster, round_s)
         .selector(selector)
-        .startup(startup);
+        .profile(cfg.profile()?);
     if out.is_some() {
         lp = lp.record_events();
     }

@@ -230,8 +230,9 @@ pub fn sim(a: SimArgs) -> Result<ExitCode> {
 
 /// `blox policies`: every registered module of this binary.
 pub fn policies() -> Result<ExitCode> {
+    use blox_core::extension::{checkpointing_entries, protection_entries, recovery_entries};
     use blox_core::registry::*;
-    let kinds: [(&str, Vec<(&str, &str)>); 3] = [
+    let kinds: [(&str, Vec<(&str, &str)>); 6] = [
         (
             "admission",
             admission_entries()
@@ -249,6 +250,27 @@ pub fn policies() -> Result<ExitCode> {
         (
             "placement",
             placement_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "protection",
+            protection_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "checkpointing",
+            checkpointing_entries()
+                .iter()
+                .map(|e| (e.name, e.about))
+                .collect(),
+        ),
+        (
+            "recovery",
+            recovery_entries()
                 .iter()
                 .map(|e| (e.name, e.about))
                 .collect(),

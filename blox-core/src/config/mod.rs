@@ -267,6 +267,12 @@ pub struct Config {
     pub admission: ModuleConfig,
     pub scheduling: ModuleConfig,
     pub placement: ModuleConfig,
+    /// The plugins at the loop's other extension points
+    /// ([`crate::extension`]): `[protection]` and `[checkpointing]`.
+    pub protection: ModuleConfig,
+    pub checkpointing: ModuleConfig,
+    /// `[recovery]`: what a job a node failure stopped does.
+    pub recovery: ModuleConfig,
     /// Every other section, by name (`cluster`, `run`, `workload`, `sim`, …).
     sections: BTreeMap<String, Section>,
 }
@@ -278,6 +284,9 @@ pub const SECTIONS: &[&str] = &[
     "admission",
     "scheduling",
     "placement",
+    "protection",
+    "checkpointing",
+    "recovery",
     "workload",
     "sim",
     "sweep",
@@ -458,7 +467,36 @@ impl Config {
         let admission = module("admission", "accept-all")?;
         let scheduling = module("scheduling", "fifo")?;
         let placement = module("placement", "first-free")?;
-        for name in ["admission", "scheduling", "placement"] {
+        let protection = module("protection", "startup-aware")?;
+        let checkpointing = module(
+            "checkpointing",
+            crate::extension::default_checkpointing(&run),
+        )?;
+        let recovery = module("recovery", "hot-spares")?;
+        if run.checkpoint.is_some() {
+            let named = crate::extension::default_checkpointing(&run);
+            if checkpointing.policy != named {
+                return Err(ConfigError::Incompatible {
+                    at: checkpointing.location(),
+                    message: format!(
+                        "[checkpointing] policy `{}` and [run] checkpoint = \"{}\" ({}) name \
+                         different plugins for the exclusive extension point `checkpointing`: \
+                         keep one",
+                        checkpointing.policy,
+                        named,
+                        run_section.location("checkpoint"),
+                    ),
+                });
+            }
+        }
+        for name in [
+            "admission",
+            "scheduling",
+            "placement",
+            "protection",
+            "checkpointing",
+            "recovery",
+        ] {
             sections.remove(name);
         }
         let cfg = Config {
@@ -469,6 +507,9 @@ impl Config {
             admission,
             scheduling,
             placement,
+            protection,
+            checkpointing,
+            recovery,
             sections,
         };
         // A scheduler's config may describe only the topology's levels
@@ -480,6 +521,32 @@ impl Config {
             cfg.cluster_state()?;
         }
         Ok(cfg)
+    }
+
+    /// The plugins its `[protection]`, `[checkpointing]` and `[recovery]`
+    /// select, with its `[run]` rules
+    /// ([`crate::extension::Profile::from_config`]). Spares kept for a
+    /// recovery plugin that never calls them are refused.
+    pub fn profile(&self) -> Result<crate::extension::Profile, ConfigError> {
+        let p = crate::extension::Profile::from_config(
+            &self.run,
+            &self.protection,
+            &self.checkpointing,
+            &self.recovery,
+        )?;
+        let spares = self.cluster.spares.unwrap_or(0);
+        if spares > 0 && !p.recovery.uses_spares() {
+            return Err(ConfigError::Incompatible {
+                at: self.recovery.location(),
+                message: format!(
+                    "[recovery] policy `{}` never calls a spare, and [cluster] spares = {spares} \
+                     keeps {spares} nodes out of the scheduler's reach for one: set \
+                     `recovery.policy = \"hot-spares\"`, or spares = 0",
+                    p.recovery.name()
+                ),
+            });
+        }
+        Ok(p)
     }
 
     /// A section other than the three modules (`cluster`, `run`, `workload`,

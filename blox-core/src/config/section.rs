@@ -258,6 +258,15 @@ impl Section {
                 self.table.remove(key);
                 Ok(Some(s))
             }
+            Some(toml::Value::Array(a)) if key == "policy" && a.len() > 1 => Err(self.error_at(
+                key,
+                format!(
+                    "`policy` names one module: [{}] is an exclusive extension point, and {} \
+                     modules cannot all claim it",
+                    self.name,
+                    a.len()
+                ),
+            )),
             Some(other) => Err(self.error_at(
                 key,
                 format!("`{key}` must be a string, found {}", other.type_str()),

@@ -7,6 +7,7 @@
 
 use super::{wait, OnInvalidDecision, Policies, PolicySelector, Recorder, RoundLoop, StartupRules};
 use crate::cluster::ClusterState;
+use crate::extension::Profile;
 use crate::job_state::JobState;
 use std::collections::HashMap;
 
@@ -17,7 +18,7 @@ pub struct LoopBuilder {
     round_s: f64,
     jobs: JobState,
     selector: Option<Box<dyn PolicySelector>>,
-    startup: Option<StartupRules>,
+    profile: Option<Profile>,
     on_invalid: OnInvalidDecision,
     fork: bool,
     record_events: bool,
@@ -40,7 +41,7 @@ impl RoundLoop {
             round_s,
             jobs: JobState::new(),
             selector: None,
-            startup: None,
+            profile: None,
             on_invalid: OnInvalidDecision::Fail,
             fork: false,
             record_events: false,
@@ -61,7 +62,7 @@ impl RoundLoop {
             round_s: self.round_s,
             jobs: self.jobs,
             selector: self.selector,
-            startup: Some(self.startup),
+            profile: Some(self.profile),
             on_invalid: self.on_invalid,
             fork: !self.check_invariants,
             record_events: self.events.on(),
@@ -87,8 +88,19 @@ impl LoopBuilder {
 
     /// How jobs keep their GPUs while starting and for a while after
     /// (`[run] min_run_s`). Default: [`StartupRules::for_round`].
+    /// The rest of the default profile goes with them: start-up-aware
+    /// protection, and fixed or Young/Daly checkpoint intervals as the rules
+    /// say ([`Profile::of_rules`]).
     pub fn startup(mut self, rules: StartupRules) -> Self {
-        self.startup = Some(rules);
+        self.profile = Some(Profile::of_rules(rules));
+        self
+    }
+
+    /// The plugins at the loop's extension points and the `[run]` rules
+    /// (a config's: [`Profile::from_config`]). Default: the default
+    /// profile of [`LoopBuilder::startup`]'s rules.
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = Some(profile);
         self
     }
 
@@ -147,9 +159,9 @@ impl LoopBuilder {
             check_invariants: !self.fork,
             wait_reasons: !self.fork,
             on_invalid: self.on_invalid,
-            startup: self
-                .startup
-                .unwrap_or_else(|| StartupRules::for_round(self.round_s)),
+            profile: self
+                .profile
+                .unwrap_or_else(|| Profile::of_rules(StartupRules::for_round(self.round_s))),
             policies: self.policies,
             jobs: self.jobs,
             cluster: self.cluster,

@@ -4,9 +4,10 @@
 //! an error naming the policy and the job.
 
 use super::{LoopError, RoundLoop};
-use crate::cluster::HOST_EPS;
+use crate::cluster::{ClusterState, HOST_EPS};
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::JobStatus;
+use crate::job_state::JobState;
 use crate::module::{Placement, Schedule};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
@@ -200,6 +201,49 @@ impl RoundLoop {
         Ok(())
     }
 
+    /// Checks the placement policy's decision ([`PlacementCheck::check`]).
+    pub(super) fn validate(&self, p: &Placement) -> Result<(), LoopError> {
+        let module = &self.policies.names.placement;
+        self.validate_as("placement", module, p)
+    }
+
+    /// Checks a placement that module `module` of extension point `kind`
+    /// decided.
+    pub(super) fn validate_as(
+        &self,
+        kind: &'static str,
+        module: &str,
+        p: &Placement,
+    ) -> Result<(), LoopError> {
+        self.placement_check()
+            .check(p)
+            .map_err(|reason| LoopError::InvalidDecision {
+                kind,
+                module: module.to_string(),
+                reason,
+            })
+    }
+
+    /// The placement check over this loop's state.
+    pub(super) fn placement_check(&self) -> PlacementCheck<'_> {
+        PlacementCheck {
+            jobs: &self.jobs,
+            cluster: &self.cluster,
+        }
+    }
+}
+
+/// The check a placement passes before any of it runs, over the state it
+/// would change: what the loop applies to the placement policy's decision
+/// and again to what start-up protection leaves of it, open to a
+/// protection module that edits a placement and wants it to stay valid.
+#[derive(Clone, Copy)]
+pub struct PlacementCheck<'a> {
+    pub jobs: &'a JobState,
+    pub cluster: &'a ClusterState,
+}
+
+impl PlacementCheck<'_> {
     /// Checks a placement against the state before anything is executed: every
     /// job named exists and is runnable, and the allocations after the decision
     /// use existing, online GPUs at most once, within each node's host CPUs
@@ -208,12 +252,8 @@ impl RoundLoop {
     /// The cost is in what the placement touches (its launches' GPUs and
     /// nodes), not in the size of the cluster: jobs that keep their GPUs hold
     /// a valid allocation already ([`crate::ClusterState::check_invariants`]).
-    pub(super) fn validate(&self, p: &Placement) -> Result<(), LoopError> {
-        let bad = |reason: String| LoopError::InvalidDecision {
-            kind: "placement",
-            module: self.policies.names.placement.clone(),
-            reason,
-        };
+    pub fn check(&self, p: &Placement) -> Result<(), String> {
+        let bad = |reason: String| reason;
         // Running jobs that give their GPUs up: preempted or launched again.
         let mut releasing: FxHashSet<JobId> = FxHashSet::default();
         for id in &p.preempt {
@@ -302,7 +342,7 @@ impl RoundLoop {
     /// decision: what the jobs that `keep` their GPUs there hold, plus what
     /// every launch asks for. The first node (by id) given more than it has,
     /// with what it would be given; `Err` names a negative share.
-    pub(super) fn host_overflow(
+    pub fn host_overflow(
         &self,
         p: &Placement,
         keeps: &dyn Fn(JobId) -> bool,

@@ -19,6 +19,7 @@ mod wait;
 mod tests;
 
 pub use builder::LoopBuilder;
+pub use checks::PlacementCheck;
 use events::{GpuPlace, Recorder, What};
 pub use fork::PolicyForks;
 pub use policies::{Policies, PolicyNames, PolicySelector};
@@ -29,6 +30,7 @@ pub use timings::RoundTimings;
 pub use wait::WaitExplainer;
 
 use crate::cluster::{ClusterError, ClusterState};
+use crate::extension::{same_gpus, Profile, ProtectionInput};
 use crate::ids::{GpuId, JobId};
 use crate::job::{Job, JobStatus};
 use crate::job_state::JobState;
@@ -173,9 +175,9 @@ pub struct RoundLoop {
     wait_reasons: bool,
     /// Fail on a policy's invalid decision, or drop it and go on.
     on_invalid: OnInvalidDecision,
-    /// Jobs keep their GPUs while starting and for a while after
-    /// (start-up-aware preemption; `[run] min_run_s`).
-    startup: StartupRules,
+    /// The plugins at the loop's extension points (start-up protection,
+    /// checkpoint intervals) and the `[run]` rules it keeps itself.
+    profile: Profile,
     pub policies: Policies,
     pub jobs: JobState,
     pub cluster: ClusterState,
@@ -215,9 +217,14 @@ impl RoundLoop {
         self.events.set_on(on);
     }
 
-    /// How jobs keep their GPUs while starting ([`LoopBuilder::startup`]).
+    /// The `[run]` rules on jobs that are starting ([`LoopBuilder::startup`]).
     pub fn startup(&self) -> StartupRules {
-        self.startup
+        self.profile.rules
+    }
+
+    /// The plugins at its extension points ([`LoopBuilder::profile`]).
+    pub fn profile(&self) -> &Profile {
+        &self.profile
     }
 
     /// From now on, a policy's invalid decision does `on_invalid`
@@ -508,7 +515,17 @@ impl RoundLoop {
         self.decided
             .placed
             .extend(placement.launch.iter().map(|a| a.job));
-        let placement = self.protect_starting_jobs(info.now_s, placement, schedule.min_run_s);
+        // 7½. Protection: what of the decision runs this round, checked
+        // again before any of it does.
+        let protection = &self.profile.protection;
+        let input = ProtectionInput {
+            round: info,
+            jobs: &self.jobs,
+            cluster: &self.cluster,
+            asked_min_run_s: schedule.min_run_s,
+        };
+        let placement = protection.protect(&input, placement);
+        self.validate_as("protection", protection.name(), &placement)?;
         timings.placement_s = lap(&mut clock);
         // 8. Preemption, then launch.
         let done = self.execute(info, placement, b);
@@ -685,15 +702,4 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     out
-}
-
-fn same_gpus(a: &[GpuId], b: &[GpuId]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut a = a.to_vec();
-    let mut b = b.to_vec();
-    a.sort_unstable();
-    b.sort_unstable();
-    a == b
 }

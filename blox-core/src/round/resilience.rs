@@ -1,13 +1,14 @@
 //! Step 1's answers to failures ([`crate::health`]): a repaired node that
-//! failed too often is quarantined; a job a failure stopped resumes on a
-//! hot spare; a job without a checkpoint interval of its own gets Young and
-//! Daly's for its size at each launch. The same code runs in the simulator
+//! failed too often is quarantined; a job a failure stopped resumes as the
+//! `recovery` plugin says (by default on a hot spare); a job without a checkpoint interval of its own gets the
+//! `checkpointing` plugin's ([`crate::extension`]). The same code runs in the simulator
 //! and on a cluster: it sees failures only as the backend reports them.
 
 use super::events::What;
 use super::*;
+use crate::extension::RecoveryInput;
 use crate::ids::NodeId;
-use crate::metric::{CHECKPOINT_INTERVAL_S, CHECKPOINT_SAVE_S};
+use crate::metric::CHECKPOINT_INTERVAL_S;
 
 impl RoundLoop {
     /// A node failed: its jobs go back to their last checkpoint; a spare
@@ -94,82 +95,55 @@ impl RoundLoop {
         Ok(())
     }
 
-    /// Notes the GPUs a job held when a failure stopped it (for the spares).
+    /// Notes the GPUs a job held when a failure stopped it (for the
+    /// `recovery` plugin).
     pub(super) fn note_failed_out(&mut self, id: JobId, gpus: &[GpuId]) {
-        if self.cluster.health().spares_target > 0 {
-            self.failed_out.push((id, gpus.to_vec()));
-        }
+        self.failed_out.push((id, gpus.to_vec()));
     }
 
-    /// Jobs a failure stopped this round resume at once on the GPUs they
-    /// kept plus a spare's of the same type, largest jobs first (a large
-    /// gang waits longest for GPUs to free), instead of queueing. A job the
-    /// pool cannot cover waits in the queue like any other.
+    /// Jobs a failure stopped this round: the `recovery` plugin resumes
+    /// some at once (by default on the GPUs they kept plus a spare's); the
+    /// rest wait in the queue like any other. Each resume is checked before
+    /// it runs.
     pub(super) fn call_spares<B: Backend + ?Sized>(
         &mut self,
         info: &RoundInfo,
         b: &mut B,
     ) -> Result<(), LoopError> {
-        let mut hit = std::mem::take(&mut self.failed_out);
-        hit.sort_by_key(|(id, gpus)| (std::cmp::Reverse(gpus.len()), *id));
-        for (id, held) in hit {
-            let Some(job) = self.jobs.get(id) else {
-                continue;
-            };
-            if job.status != JobStatus::Queued || !job.allocation.is_empty() {
-                continue;
-            }
-            let free = |g: &GpuId| {
-                self.cluster
-                    .gpu(*g)
-                    .is_some_and(|g| g.online && g.job.is_none())
-            };
-            let kept: Vec<GpuId> = held.iter().copied().filter(free).collect();
-            let missing = held.len() - kept.len();
-            let Some(lost_type) = held
-                .iter()
-                .find(|g| !free(g))
-                .and_then(|g| self.cluster.gpu_type(*g))
-                .map(str::to_string)
-            else {
-                continue;
-            };
-            if missing == 0 {
-                continue;
-            }
-            let h = self.cluster.health();
-            let mut picked = Vec::new();
-            let mut have = 0usize;
-            for n in &h.pool {
-                if have >= missing {
-                    break;
-                }
-                let Some(node) = self.cluster.node(*n) else {
-                    continue;
+        let hit = std::mem::take(&mut self.failed_out);
+        if hit.is_empty() {
+            return Ok(());
+        }
+        let recovery = self.profile.recovery.clone();
+        let input = RecoveryInput {
+            round: info,
+            jobs: &self.jobs,
+            cluster: &self.cluster,
+        };
+        for r in recovery.recover(&input, &hit) {
+            if let Err(reason) = self.check_resume(&r) {
+                let e = LoopError::InvalidDecision {
+                    kind: "recovery",
+                    module: recovery.name().to_string(),
+                    reason,
                 };
-                if node.spec.gpu_type == lost_type && !h.down.contains(n) {
-                    picked.push(*n);
-                    have += node.gpus.len();
+                if self.on_invalid == OnInvalidDecision::Fail {
+                    return Err(e);
                 }
-            }
-            if have < missing {
+                tracing::error!(round = info.round, "{e}; that job waits in the queue");
                 continue;
             }
-            let mut gpus = kept;
-            for n in &picked {
+            for n in &r.spares {
                 self.cluster.health_mut().pool.remove(n);
                 self.cluster.restore_node(*n)?;
                 self.cluster.health_mut().spare_swaps += 1;
-                tracing::debug!(job = %id, node = %n, "spare called in");
+                tracing::debug!(job = %r.job, node = %n, "spare called in");
                 self.events.other(What::SpareCalled { node: n.0 });
-                let on: Vec<GpuId> = self.cluster.free_gpus_on(*n).collect();
-                let want = held.len() - gpus.len();
-                gpus.extend(on.into_iter().take(want));
             }
-            let batch_size = self.jobs.get(id).and_then(|j| j.current_batch_size);
+            let batch_size = self.jobs.get(r.job).and_then(|j| j.current_batch_size);
             let a = crate::module::Assignment {
-                job: id,
-                gpus,
+                job: r.job,
+                gpus: r.gpus,
                 batch_size,
                 host: None,
             };
@@ -178,44 +152,70 @@ impl RoundLoop {
         Ok(())
     }
 
-    /// At admission: the run's checkpoint cost for a job that names none,
-    /// and its interval (`[run] checkpoint_interval_s`), or Young/Daly's
-    /// chosen at each launch.
-    pub(super) fn checkpoint_rules(&self, job: &mut Job) {
-        let m = &mut job.spec.metrics;
-        if let Some(save) = self.startup.checkpoint_save_s {
-            m.entry(CHECKPOINT_SAVE_S.to_string()).or_insert(save);
+    /// Whether `r` can run now: its job waits in the queue holding
+    /// nothing, its spares are idle, up and in the pool, and its GPUs
+    /// exist, each once, free now or on those spares.
+    fn check_resume(&self, r: &crate::extension::Resume) -> Result<(), String> {
+        let waits = self
+            .jobs
+            .get(r.job)
+            .is_some_and(|j| j.status == JobStatus::Queued && j.allocation.is_empty());
+        if !waits {
+            return Err(format!(
+                "resumes {}, which is not a queued job holding no GPUs",
+                r.job
+            ));
         }
-        if let Some(every) = self.startup.checkpoint_interval_s {
-            m.entry(CHECKPOINT_INTERVAL_S.to_string()).or_insert(every);
+        let h = self.cluster.health();
+        for n in &r.spares {
+            if !h.pool.contains(n) || h.down.contains(n) {
+                return Err(format!(
+                    "calls in {n} for {}, which is not a spare that is up",
+                    r.job
+                ));
+            }
         }
-        if self.startup.young_daly_prior_s.is_some() && !m.contains_key(CHECKPOINT_INTERVAL_S) {
-            job.auto_checkpoint = true;
+        if r.gpus.is_empty() {
+            return Err(format!("resumes {} on no GPU", r.job));
         }
+        let mut seen = rustc_hash::FxHashSet::default();
+        for g in &r.gpus {
+            let Some(gpu) = self.cluster.gpu(*g) else {
+                return Err(format!("gives {} {g}, which does not exist", r.job));
+            };
+            let usable = if r.spares.contains(&gpu.node) {
+                gpu.job.is_none()
+            } else {
+                gpu.online && gpu.job.is_none()
+            };
+            if !usable || !seen.insert(*g) {
+                return Err(format!(
+                    "gives {} {g}, which is neither free nor on a spare it calls in (or given twice)",
+                    r.job
+                ));
+            }
+        }
+        Ok(())
     }
 
-    /// Young/Daly's interval for a job launched on `gpus` GPUs: √(2δM) + δ,
-    /// δ what a checkpoint costs it, M the per-GPU MTBF estimated so far
-    /// over `gpus` (independent GPUs in series).
+    /// At submission: the checkpoint cost and interval of a job that
+    /// names none, or Young/Daly's chosen at each launch (the
+    /// `checkpointing` plugin's).
+    pub(super) fn checkpoint_rules(&self, job: &mut Job) {
+        self.profile.checkpointing.at_submission(job);
+    }
+
+    /// The interval the `checkpointing` plugin chooses for a job launched
+    /// on `gpus` GPUs, if it chooses at launch.
     pub(super) fn choose_checkpoint(&mut self, id: JobId, gpus: usize) {
-        let Some(prior_s) = self.startup.young_daly_prior_s else {
+        let Some(job) = self.jobs.get(id).filter(|j| j.auto_checkpoint) else {
             return;
         };
-        let mtbf_s = self.cluster.health().gpu_mtbf_s(prior_s);
-        let Some(job) = self.jobs.get_mut(id).filter(|j| j.auto_checkpoint) else {
+        let health = self.cluster.health();
+        let Some(every) = self.profile.checkpointing.at_launch(job, gpus, health) else {
             return;
         };
-        let Some(save) = job
-            .spec
-            .metrics
-            .get(CHECKPOINT_SAVE_S)
-            .copied()
-            .filter(|v| *v > 0.0)
-        else {
-            return;
-        };
-        let mttf_s = mtbf_s / gpus.max(1) as f64;
-        let every = (2.0 * save * mttf_s).sqrt() + save;
+        let job = self.jobs.get_mut(id).expect("found above");
         job.spec
             .metrics
             .insert(CHECKPOINT_INTERVAL_S.to_string(), every);

@@ -1,21 +1,18 @@
-//! Start-up-aware preemption. A training job spends seconds to minutes
-//! starting (importing its framework, initialising devices, restoring its
-//! checkpoint) before its first iteration; preempting it then wastes all of
-//! it, and a policy that does so every round never lets it start. So the loop
-//! keeps a running job on its GPUs until it has run `min_run_s` — and at
-//! least `min_run_startup_factor` × its own last start-up — past its first
-//! iteration, whatever a placement asks; the same rule in the simulator and
-//! on a cluster. Launches that end before their first iteration are counted,
-//! and a job that keeps being stopped while starting gets a warning.
+//! Jobs stopped while starting. A training job spends seconds to minutes
+//! starting before its first iteration; the `protection` plugin decides
+//! which jobs keep their GPUs meanwhile ([`crate::extension`]; by default
+//! `startup-aware`, from these rules). The loop itself counts the launches
+//! that end before their first iteration: a job that keeps being stopped
+//! while starting gets a warning, and one the policies keep moving is a
+//! livelock.
 
 use super::RoundLoop;
 use crate::config::RunConfig;
-use crate::ids::{GpuId, JobId};
-use crate::job::Job;
-use crate::module::Placement;
-use std::collections::HashSet;
+use crate::ids::JobId;
 
-/// The start-up rules of a loop (from `[run]`; see the module docs).
+/// The `[run]` rules on starting jobs and checkpoints: what the loop keeps
+/// itself (warnings, livelocks) and the settings of the default profile's
+/// plugins ([`crate::extension::Profile::of_rules`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StartupRules {
     /// Least productive time past the first iteration before a preemption
@@ -122,146 +119,6 @@ pub(super) enum Stopped {
 }
 
 impl RoundLoop {
-    /// True if `job` must keep its GPUs now: it runs and is still starting,
-    /// or has not run long enough past its first iteration. `extra` is what
-    /// the scheduling policy asked for this round.
-    pub(super) fn is_protected(&self, job: &Job, now_s: f64, extra: Option<f64>) -> bool {
-        if !job.is_running() {
-            return false;
-        }
-        let Some(ran) = job.productive_run_s(now_s) else {
-            // A livelocked job (a live cluster) keeps its GPUs until it
-            // starts, whatever max_startup_s says.
-            if job.held_while_starting {
-                return true;
-            }
-            let starting_for = now_s - job.last_launch_s.unwrap_or(now_s);
-            return starting_for < self.startup.max_startup_s;
-        };
-        let r = &self.startup;
-        let need = r
-            .min_run_s
-            .max(r.min_run_startup_factor * job.last_startup_s.unwrap_or(0.0))
-            .max(extra.unwrap_or(0.0))
-            .max(if r.until_checkpoint {
-                job.checkpoint_interval_s().unwrap_or(0.0)
-            } else {
-                0.0
-            });
-        ran < need
-    }
-
-    /// `p` without the preemptions and moves of protected jobs: they keep
-    /// their GPUs, and launches that needed those GPUs wait for a later round.
-    pub(super) fn protect_starting_jobs(
-        &self,
-        now_s: f64,
-        mut p: Placement,
-        extra: Option<f64>,
-    ) -> Placement {
-        let moved = |p: &Placement, id: JobId| {
-            p.launch.iter().any(|a| {
-                a.job == id
-                    && self.jobs.get(id).is_some_and(|j| {
-                        !super::same_gpus(&j.allocation, &a.gpus) || j.host_share != a.host
-                    })
-            })
-        };
-        // Only jobs the placement stops or moves can be kept: those, in id
-        // order, rather than every running job checked against the placement.
-        let mut touched: Vec<JobId> = p
-            .preempt
-            .iter()
-            .copied()
-            .chain(p.launch.iter().map(|a| a.job))
-            .collect();
-        touched.sort_unstable();
-        touched.dedup();
-        let kept: Vec<JobId> = touched
-            .into_iter()
-            .filter_map(|id| self.jobs.get(id))
-            .filter(|j| j.is_running())
-            .filter(|j| p.preempt.contains(&j.id()) || moved(&p, j.id()))
-            .filter(|j| self.is_protected(j, now_s, extra))
-            .map(Job::id)
-            .collect();
-        if kept.is_empty() {
-            return p;
-        }
-        let held: HashSet<GpuId> = kept
-            .iter()
-            .filter_map(|id| self.jobs.get(*id))
-            .flat_map(|j| j.allocation.iter().copied())
-            .collect();
-        p.preempt.retain(|id| !kept.contains(id));
-        let before = p.launch.len();
-        p.launch
-            .retain(|a| !kept.contains(&a.job) && !a.gpus.iter().any(|g| held.contains(g)));
-        tracing::debug!(
-            kept = kept.len(),
-            deferred = before - p.launch.len(),
-            "jobs still starting (or not past min_run_s) keep their GPUs"
-        );
-        // What is left is a subset of a checked decision, and the kept jobs
-        // hold their host shares: the CPUs and memory of a node may no
-        // longer cover its launches. Those are deferred, the last of the
-        // node's first, until the rest fits; the others run this round.
-        let mut deferred = 0;
-        while self.validate(&p).is_err() {
-            let releasing: HashSet<JobId> = p
-                .preempt
-                .iter()
-                .copied()
-                .chain(p.launch.iter().map(|a| a.job))
-                .collect();
-            let keeps = |holder: JobId| !releasing.contains(&holder);
-            let on = |node| {
-                move |a: &crate::module::Assignment| {
-                    a.gpus
-                        .iter()
-                        .any(|g| self.cluster.gpu(*g).is_some_and(|x| x.node == node))
-                }
-            };
-            let last = match self.host_overflow(&p, &keeps) {
-                Ok(Some((node, _, _))) => p.launch.iter().rposition(on(node)),
-                _ => None,
-            };
-            let Some(last) = last else {
-                // Not a matter of host shares (it cannot be: the rest was
-                // checked); said, and nothing is launched this round.
-                tracing::warn!(
-                    launches = p.launch.len(),
-                    "the launches left after keeping the jobs still starting fail the placement check: none runs this round"
-                );
-                deferred += p.launch.len();
-                p.launch.clear();
-                break;
-            };
-            let a = p.launch.remove(last);
-            deferred += 1;
-            // A running job whose move waits keeps its GPUs: launches onto
-            // them wait too.
-            if let Some(held) = self
-                .jobs
-                .get(a.job)
-                .filter(|j| j.is_running())
-                .map(|j| j.allocation.clone())
-            {
-                let before = p.launch.len();
-                p.launch
-                    .retain(|x| !x.gpus.iter().any(|g| held.contains(g)));
-                deferred += before - p.launch.len();
-            }
-        }
-        if deferred > 0 {
-            tracing::info!(
-                deferred,
-                "launches deferred: the jobs still starting keep their host CPUs and memory"
-            );
-        }
-        p
-    }
-
     /// Bookkeeping when a running job stops before or after its first
     /// iteration (preempted, moved, lost with its node, crashed). A job the
     /// policies preempt or move before its first iteration
@@ -270,8 +127,8 @@ impl RoundLoop {
     /// [`LoopError::Livelock`] after this round; one that skips them (a
     /// live scheduler) keeps the job on its GPUs until it starts.
     pub(super) fn note_stopped(&mut self, id: JobId, why: Stopped) {
-        let warn_after = self.startup.warn_after;
-        let livelock_after = self.startup.livelock_after;
+        let warn_after = self.profile.rules.warn_after;
+        let livelock_after = self.profile.rules.livelock_after;
         let fail = self.on_invalid == super::OnInvalidDecision::Fail;
         let policies = self.policies.label();
         let Some(job) = self.jobs.get_mut(id) else {

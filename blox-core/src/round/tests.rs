@@ -13,6 +13,12 @@ use std::collections::BTreeMap;
 /// The runner and the loop's builder.
 mod runner;
 
+/// The extension points a profile fills.
+mod profile;
+
+/// Forks of a running loop.
+mod fork;
+
 /// A backend that runs jobs for their `expected_duration_s` of wall time
 /// on any GPUs, on a clock that moves a round at a time.
 #[derive(Default)]

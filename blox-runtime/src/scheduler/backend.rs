@@ -191,9 +191,10 @@ impl ClusterBackend {
     /// Seconds a launch may go without reporting its start-up.
     fn max_startup_s(&self) -> f64 {
         self.cfg
-            .startup
-            .map_or(StartupRules::for_round(1.0).max_startup_s, |s| {
-                s.max_startup_s
+            .profile
+            .as_ref()
+            .map_or(StartupRules::for_round(1.0).max_startup_s, |p| {
+                p.rules.max_startup_s
             })
     }
 

@@ -1,7 +1,7 @@
 //! `[runtime]`: how the scheduler serves and supervises the cluster.
 
 use crate::net::{NetError, Security};
-use blox_core::{Config, ConfigError, StartupRules};
+use blox_core::{Config, ConfigError, Profile};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -132,11 +132,12 @@ pub struct RuntimeConfig {
     /// … and this many rotated files are kept (`EVENTS.1` … `EVENTS.N`).
     #[serde(default = "default_events_keep")]
     pub events_keep: u32,
-    /// Start-up-aware preemption (from `[run]`: `min_run_s`,
-    /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`);
-    /// unset: the defaults for the round length.
+    /// The loop's profile: start-up rules from `[run]` (`min_run_s`,
+    /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`) and
+    /// the plugins of `[protection]` and `[checkpointing]`; unset: the
+    /// default profile for the round length.
     #[serde(skip)]
-    pub startup: Option<StartupRules>,
+    pub profile: Option<Profile>,
     /// The config's `[cluster.topology]` levels: workers place themselves
     /// in it with `blox worker --labels`.
     #[serde(skip)]
@@ -221,7 +222,7 @@ impl RuntimeConfig {
     pub fn from_config(cfg: &Config) -> Result<Self, ConfigError> {
         let s = cfg.section("runtime");
         let mut r: RuntimeConfig = s.parse()?;
-        r.startup = Some(StartupRules::from_run(&cfg.run));
+        r.profile = Some(cfg.profile()?);
         r.topology = cfg.topology_levels()?;
         let (spares, quarantine) = cfg.health_rules()?;
         r.spares = spares.unwrap_or(0);

@@ -7,7 +7,9 @@ use crate::net::{NetError, Security};
 use crate::proto::scheduler_server::SchedulerServer;
 use crate::proto::JobRecord;
 use crate::store::{RunIdentity, Store};
-use blox_core::{topology, ClusterState, OnInvalidDecision, Policies, RoundLoop, StartupRules};
+use blox_core::{
+    topology, ClusterState, OnInvalidDecision, Policies, Profile, RoundLoop, StartupRules,
+};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -216,13 +218,14 @@ pub(super) fn spawn_rounds(
     );
     cluster.health_mut().spares_target = backend.cfg.spares;
     cluster.health_mut().quarantine = backend.cfg.quarantine;
-    let startup = backend
+    let profile = backend
         .cfg
-        .startup
-        .unwrap_or_else(|| StartupRules::for_round(round_s));
+        .profile
+        .clone()
+        .unwrap_or_else(|| Profile::of_rules(StartupRules::for_round(round_s)));
     let mut lp = RoundLoop::builder(policies, cluster, round_s)
         .selector(extras.selector)
-        .startup(startup)
+        .profile(profile)
         .on_invalid(OnInvalidDecision::SkipRound)
         .record_events()
         .build();

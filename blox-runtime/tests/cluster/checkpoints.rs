@@ -14,10 +14,10 @@ fn a_preempted_job_loses_the_work_since_its_last_reported_checkpoint() {
     // Preemptible before its first checkpoint by the interval it declares
     // (so that the interval alone would put its last checkpoint at its
     // first iteration, and only its reports say better).
-    cfg.startup = Some(blox_core::round::StartupRules {
+    cfg.profile = Some(blox_core::Profile::of_rules(blox_core::StartupRules {
         until_checkpoint: false,
-        ..blox_core::round::StartupRules::for_round(1.0)
-    });
+        ..blox_core::StartupRules::for_round(1.0)
+    }));
     let c = Cluster::start(dir.path(), cfg, "las", 1);
     let mut ctl = c.ctl();
     // 50 iterations of 20 ms between checkpoints: one a second.

@@ -121,18 +121,13 @@ pub fn replay(
     // The jobs active at the start keep their GPUs where the cluster has them.
     let mut jobs = JobState::new();
     let mut running = Vec::new();
-    let rules = StartupRules::from_run(&cfg.run);
+    let profile = cfg.profile()?;
     for (job, places) in &h.active {
         let mut job = job.clone();
-        // As the loop's intake does for every job it takes in: the config's
-        // checkpoint interval for jobs that name none, and the spec's
-        // metrics in the store the policies read.
-        if let Some(every) = rules.checkpoint_interval_s {
-            job.spec
-                .metrics
-                .entry(metric::CHECKPOINT_INTERVAL_S.to_string())
-                .or_insert(every);
-        }
+        // As the loop's intake does for every job it takes in: the
+        // checkpointing plugin's cost and interval for jobs that name none,
+        // and the spec's metrics in the store the policies read.
+        profile.checkpointing.at_submission(&mut job);
         for (k, v) in &job.spec.metrics {
             jobs.metrics().set(job.id(), k, *v);
         }
@@ -201,7 +196,7 @@ pub fn replay(
     let mut s = s.map_loop(|b| {
         b.jobs(jobs)
             .cluster_state(cluster)
-            .startup(rules)
+            .profile(profile)
             .first_round(h.start_round)
     });
     if let Some(p) = events {

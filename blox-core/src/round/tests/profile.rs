@@ -1,0 +1,213 @@
+//! The loop's extension points on the scripted backend: the protection
+//! plugin a profile names decides, and its result is checked.
+
+use super::*;
+use crate::extension::{Protection, ProtectionInput, Unprotected};
+use std::sync::Arc;
+
+/// Lists only the newest job, and preempts every running job it does not
+/// list: a policy that would displace a starting job at once.
+fn displacing() -> Policies {
+    struct Newest;
+    impl SchedulingPolicy for Newest {
+        fn schedule(&mut self, _: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
+            Schedule::in_priority_order(jobs.runnable().last())
+        }
+    }
+    struct Preempting;
+    impl PlacementPolicy for Preempting {
+        fn place(
+            &mut self,
+            _: &RoundInfo,
+            s: &Schedule,
+            jobs: &JobState,
+            c: &ClusterState,
+        ) -> Placement {
+            let keep: Vec<JobId> = s.job_order();
+            let preempt: Vec<JobId> = jobs
+                .running()
+                .map(|j| j.id())
+                .filter(|id| !keep.contains(id))
+                .collect();
+            let mut free: Vec<GpuId> = c.free_gpus().collect();
+            for id in &preempt {
+                free.extend(jobs.get(*id).unwrap().allocation.iter().copied());
+            }
+            free.sort();
+            let launch = launch_in_order(s, jobs, &mut free);
+            Placement { preempt, launch }
+        }
+    }
+    Policies {
+        admission: Box::new(Admit { hold: false }),
+        scheduling: Box::new(Newest),
+        placement: Box::new(Preempting),
+        names: PolicyNames::new("admit", "newest", "preempting"),
+    }
+}
+
+/// Rounds until job 1 is first preempted (its time), at most 10.
+fn first_preemption(l: &mut RoundLoop) -> Option<f64> {
+    let mut b = Fake::with(&[(1, 0.0, 1, 1000.0), (2, 10.0, 1, 1000.0)]);
+    for _ in 0..10 {
+        let r = l.run_round(&mut b).unwrap();
+        if r.preempted.contains(&JobId(1)) {
+            return Some(r.time_s);
+        }
+    }
+    None
+}
+
+#[test]
+fn the_profiles_protection_plugin_decides_which_preemptions_run() {
+    let rules = StartupRules {
+        min_run_s: 60.0,
+        ..StartupRules::off()
+    };
+    // The default profile of these rules keeps job 1 for its 60 s.
+    let mut l = RoundLoop::builder(displacing(), ClusterState::homogeneous(1, 1), 10.0)
+        .startup(rules)
+        .build();
+    assert_eq!(l.profile().protection.name(), "startup-aware");
+    let t = first_preemption(&mut l).unwrap();
+    assert!(t >= 60.0, "preempted at {t} s, inside its 60 s");
+    // The same rules with `none` at the protection point: displaced at once.
+    let profile = Profile {
+        protection: Arc::new(Unprotected),
+        ..Profile::of_rules(rules)
+    };
+    let mut l = RoundLoop::builder(displacing(), ClusterState::homogeneous(1, 1), 10.0)
+        .profile(profile)
+        .build();
+    assert_eq!(first_preemption(&mut l), Some(10.0));
+    // A loop rebuilt from this one keeps its profile.
+    let l = l.into_builder().build();
+    assert_eq!(l.profile().protection.name(), "none");
+    assert_eq!(l.startup(), rules);
+}
+
+/// Hands a preempted job's GPU to a job that does not exist.
+struct Broken;
+
+impl Protection for Broken {
+    fn name(&self) -> &str {
+        "broken"
+    }
+
+    fn protect(&self, _: &ProtectionInput<'_>, mut p: Placement) -> Placement {
+        if let Some(a) = p.launch.first().cloned() {
+            p.launch.push(Assignment {
+                job: JobId(99),
+                ..a
+            });
+        }
+        p
+    }
+}
+
+#[test]
+fn a_protection_plugins_invalid_result_is_refused_naming_it() {
+    let profile = Profile {
+        protection: Arc::new(Broken),
+        ..Profile::of_rules(StartupRules::off())
+    };
+    let mut b = Fake::with(&[(1, 0.0, 1, 100.0)]);
+    let mut l = RoundLoop::builder(plain(), ClusterState::homogeneous(1, 2), 10.0)
+        .profile(profile.clone())
+        .build();
+    let e = l.run_round(&mut b).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "protection policy `broken` returned an invalid decision: launches job-99, which is not an admitted job"
+    );
+    assert!(b.launches.is_empty(), "nothing of it ran: {:?}", b.launches);
+    // A loop that goes on drops the round's decision and says why.
+    let mut b = Fake::with(&[(1, 0.0, 1, 100.0)]);
+    let mut l = RoundLoop::builder(plain(), ClusterState::homogeneous(1, 2), 10.0)
+        .profile(profile)
+        .on_invalid(OnInvalidDecision::SkipRound)
+        .build();
+    let r = l.run_round(&mut b).unwrap();
+    assert!(r.launched.is_empty());
+    assert!(r.invalid.unwrap().contains("protection policy `broken`"));
+    assert!(b.launches.is_empty());
+}
+
+/// Three nodes of one GPU, the last a hot spare; job 1 runs on node 0,
+/// which fails in the second round. Returns the loop after that round.
+fn failing_under(recovery: Arc<dyn crate::extension::Recovery>) -> (RoundLoop, Fake) {
+    let mut cluster = ClusterState::homogeneous(3, 1);
+    cluster.set_spares(1).unwrap();
+    let profile = Profile {
+        recovery,
+        ..Profile::of_rules(StartupRules::off())
+    };
+    let mut l = RoundLoop::builder(plain(), cluster, 10.0)
+        .profile(profile)
+        .build();
+    let mut b = Fake::with(&[(1, 0.0, 1, 1000.0)]);
+    l.run_round(&mut b).unwrap();
+    assert_eq!(l.jobs.get(JobId(1)).unwrap().allocation, vec![GpuId(0)]);
+    b.events.push(ClusterEvent::NodeFailed(NodeId(0)));
+    (l, b)
+}
+
+#[test]
+fn the_recovery_plugin_decides_where_a_job_a_failure_stopped_resumes() {
+    use crate::extension::{HotSpares, Requeue};
+    // Hot spares: it resumes at once on the spare (node 2).
+    let (mut l, mut b) = failing_under(Arc::new(HotSpares));
+    l.run_round(&mut b).unwrap();
+    assert_eq!(l.jobs.get(JobId(1)).unwrap().allocation, vec![GpuId(2)]);
+    assert_eq!(l.cluster.health().spare_swaps, 1);
+    // Requeue: it goes back to the queue, and the placement gives it the
+    // free GPU of node 1; the spare stays in the pool.
+    let (mut l, mut b) = failing_under(Arc::new(Requeue));
+    l.run_round(&mut b).unwrap();
+    assert_eq!(l.jobs.get(JobId(1)).unwrap().allocation, vec![GpuId(1)]);
+    assert_eq!(l.cluster.health().spare_swaps, 0);
+    assert!(l.cluster.health().pool.contains(&NodeId(2)));
+}
+
+/// Resumes every stopped job on GPU 0, whose node just failed.
+struct OntoTheFailedNode;
+
+impl crate::extension::Recovery for OntoTheFailedNode {
+    fn name(&self) -> &str {
+        "onto-the-failed-node"
+    }
+
+    fn recover(
+        &self,
+        _: &crate::extension::RecoveryInput<'_>,
+        hit: &[(JobId, Vec<GpuId>)],
+    ) -> Vec<crate::extension::Resume> {
+        hit.iter()
+            .map(|(job, _)| crate::extension::Resume {
+                job: *job,
+                spares: Vec::new(),
+                gpus: vec![GpuId(0)],
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_recovery_plugins_invalid_resume_is_refused_naming_it() {
+    let (mut l, mut b) = failing_under(Arc::new(OntoTheFailedNode));
+    let e = l.run_round(&mut b).unwrap_err().to_string();
+    assert!(
+        e.starts_with("recovery policy `onto-the-failed-node` returned an invalid decision: gives job-1 gpu-0"),
+        "{e}"
+    );
+    // A loop that goes on leaves the job to the queue.
+    let (l, b) = failing_under(Arc::new(OntoTheFailedNode));
+    let mut l = l
+        .into_builder()
+        .on_invalid(OnInvalidDecision::SkipRound)
+        .build();
+    let mut b = b;
+    let r = l.run_round(&mut b).unwrap();
+    assert!(r.invalid.is_none());
+    assert_eq!(l.jobs.get(JobId(1)).unwrap().allocation, vec![GpuId(1)]);
+}
