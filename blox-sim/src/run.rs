@@ -107,11 +107,13 @@ fn check_variability(
 }
 
 impl Simulation {
-    /// Builds policies, cluster and workload from a config. Module names are checked
-    /// first, so a bad name fails before the workload is read.
+    /// Builds policies, cluster and workload from a config. Module and
+    /// plugin names are checked first, so a bad name fails before the
+    /// workload is read.
     pub fn from_config(cfg: &Config) -> Result<Self, SimError> {
         let policies =
             blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+        let profile = Some(cfg.profile()?);
         let sim = SimConfig::from_section(&cfg.section("sim"))?;
         let section = cfg.section("workload");
         let cluster = cfg.cluster_state()?;
@@ -148,7 +150,6 @@ impl Simulation {
             decisions = Some(synth.decisions());
             selector = Some(Box::new(synth));
         }
-        let profile = Some(cfg.profile()?);
         let mut s = Self::build(
             policies,
             cluster,

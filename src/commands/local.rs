@@ -42,16 +42,16 @@ pub fn run(
     let cluster = cfg.cluster_state()?;
     let (policies, selector) = super::policies_of(&cfg)?;
     let n = specs.len();
-    let startup = blox_core::StartupRules::from_run(&cfg.run);
+    let profile = cfg.profile()?;
     let local = LocalConfig {
-        max_startup_s: startup.max_startup_s,
+        max_startup_s: profile.rules.max_startup_s,
         ..LocalConfig::new(workdir)
     };
     let mut backend = LocalBackend::new(local, &cluster, specs)?;
     let round_s = cfg.run.round_s.get();
     let mut lp = RoundLoop::builder(policies, cluster, round_s)
         .selector(selector)
-        .profile(cfg.profile()?);
+        .profile(profile);
     if out.is_some() {
         lp = lp.record_events();
     }

@@ -33,6 +33,7 @@ fn targets(a: &WhatifArgs) -> Result<Vec<Target>> {
             .load()?;
         // Errors name the file and line already.
         registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+        cfg.profile()?;
         out.push(Target {
             label: label_of(path),
             cfg,
@@ -50,6 +51,7 @@ fn targets(a: &WhatifArgs) -> Result<Vec<Target>> {
             .with_context(|| format!("--variant {v}"))?;
         registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)
             .with_context(|| format!("--variant {v}"))?;
+        cfg.profile().with_context(|| format!("--variant {v}"))?;
         out.push(Target {
             label: format!("{}[{v}]", label_of(&a.configs[0])),
             cfg,

@@ -540,9 +540,10 @@ impl Config {
                 at: self.recovery.location(),
                 message: format!(
                     "[recovery] policy `{}` never calls a spare, and [cluster] spares = {spares} \
-                     keeps {spares} nodes out of the scheduler's reach for one: set \
+                     ({}) keeps {spares} nodes out of the scheduler's reach for one: set \
                      `recovery.policy = \"hot-spares\"`, or spares = 0",
-                    p.recovery.name()
+                    p.recovery.name(),
+                    self.section("cluster").location("spares"),
                 ),
             });
         }

@@ -33,7 +33,7 @@ mod recovery;
 
 pub use checkpointing::{FixedCheckpoints, YoungDaly};
 pub(crate) use protection::same_gpus;
-pub use protection::{StartupAware, Unprotected};
+pub use protection::{keep_on_their_gpus, StartupAware, Unprotected};
 pub use recovery::{HotSpares, Requeue};
 
 use crate::cluster::ClusterState;

@@ -11,8 +11,10 @@
 //! asks; a launch still starting after `max_startup_s` loses that.
 
 use super::{no_keys, Protection, ProtectionInput};
+use crate::cluster::ClusterState;
 use crate::ids::{GpuId, JobId};
 use crate::job::Job;
+use crate::job_state::JobState;
 use crate::module::{Assignment, Placement};
 use crate::round::StartupRules;
 use std::collections::HashSet;
@@ -24,7 +26,12 @@ pub struct StartupAware {
     rules: StartupRules,
 }
 
-/// No protection: a placement's preemptions and moves always run.
+/// No protection: a placement's preemptions and moves always run, even of
+/// a job still starting. The loop still counts the rounds a job is moved
+/// before its first iteration: past `[run] livelock_after` a simulation
+/// stops with a livelock; a live scheduler marks the job
+/// ([`Job::held_while_starting`]), which only a protection plugin that
+/// honours the mark (as `startup-aware` does) turns into keeping it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Unprotected;
 
@@ -39,7 +46,7 @@ crate::register_protection!(
 
 crate::register_protection!(
     "none",
-    "every preemption and move a placement asks for runs, even of a job still starting",
+    "every preemption and move a placement asks for runs, even of a job still starting ([run] livelock_after still applies)",
     |params, _run| {
         no_keys(params, "none")?;
         Ok(Box::new(Unprotected))
@@ -132,15 +139,8 @@ impl Protection for StartupAware {
         if kept.is_empty() {
             return p;
         }
-        let held: HashSet<GpuId> = kept
-            .iter()
-            .filter_map(|id| jobs.get(*id))
-            .flat_map(|j| j.allocation.iter().copied())
-            .collect();
-        p.preempt.retain(|id| !kept.contains(id));
         let before = p.launch.len();
-        p.launch
-            .retain(|a| !kept.contains(&a.job) && !a.gpus.iter().any(|g| held.contains(g)));
+        keep_on_their_gpus(&mut p, jobs, input.cluster, &kept);
         tracing::debug!(
             kept = kept.len(),
             deferred = before - p.launch.len(),
@@ -172,26 +172,18 @@ impl Protection for StartupAware {
                 Ok(Some((node, _, _))) => p.launch.iter().rposition(on(node)),
                 _ => None,
             };
-            // Not a matter of host shares (it cannot be: the rest was
+            // Not a matter of host shares (it cannot be: launches onto the
+            // GPUs of every job that stays went above, and the rest was
             // checked): left as it is, for the loop's check to refuse
             // naming this plugin.
             let Some(last) = last else {
                 break;
             };
-            let a = p.launch.remove(last);
+            p.launch.remove(last);
             deferred += 1;
             // A running job whose move waits keeps its GPUs: launches onto
             // them wait too.
-            if let Some(held) = jobs
-                .get(a.job)
-                .filter(|j| j.is_running())
-                .map(|j| j.allocation.clone())
-            {
-                let before = p.launch.len();
-                p.launch
-                    .retain(|x| !x.gpus.iter().any(|g| held.contains(g)));
-                deferred += before - p.launch.len();
-            }
+            deferred += defer_onto_staying(&mut p, jobs, cluster);
         }
         if deferred > 0 {
             tracing::info!(
@@ -200,6 +192,50 @@ impl Protection for StartupAware {
             );
         }
         p
+    }
+}
+
+/// Keeps `kept` (running jobs) on their GPUs: drops their preemptions and
+/// moves from `p`, and defers every launch that needs a GPU that a job
+/// staying where it is still holds — theirs, and, in turn, those of running
+/// jobs whose own move was deferred that way. What is left of a checked
+/// placement stays valid but for host shares. Returns the launches deferred
+/// (the kept jobs' own moves included).
+pub fn keep_on_their_gpus(
+    p: &mut Placement,
+    jobs: &JobState,
+    cluster: &ClusterState,
+    kept: &[JobId],
+) -> usize {
+    p.preempt.retain(|id| !kept.contains(id));
+    let before = p.launch.len();
+    p.launch.retain(|a| !kept.contains(&a.job));
+    before - p.launch.len() + defer_onto_staying(p, jobs, cluster)
+}
+
+/// Defers, until none is left, every launch onto a GPU held by a running
+/// job that `p` neither preempts nor launches again (it stays where it is).
+fn defer_onto_staying(p: &mut Placement, jobs: &JobState, cluster: &ClusterState) -> usize {
+    let mut deferred = 0;
+    loop {
+        let releasing: HashSet<JobId> = p
+            .preempt
+            .iter()
+            .copied()
+            .chain(p.launch.iter().map(|a| a.job))
+            .collect();
+        let stays = |g: &GpuId| {
+            cluster.gpu(*g).and_then(|x| x.job).is_some_and(|h| {
+                !releasing.contains(&h) && jobs.get(h).is_some_and(|j| j.is_running())
+            })
+        };
+        let before = p.launch.len();
+        p.launch.retain(|a| !a.gpus.iter().any(stays));
+        let n = before - p.launch.len();
+        if n == 0 {
+            return deferred;
+        }
+        deferred += n;
     }
 }
 

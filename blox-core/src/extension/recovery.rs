@@ -62,7 +62,10 @@ impl Recovery for HotSpares {
         let health = cluster.health();
         let mut hit: Vec<&(JobId, Vec<GpuId>)> = hit.iter().collect();
         hit.sort_by_key(|(id, gpus)| (std::cmp::Reverse(gpus.len()), *id));
+        // Resumes run in order: a spare an earlier one called in is online
+        // by then, and its GPUs that earlier one did not take are free.
         let mut called: BTreeSet<NodeId> = BTreeSet::new();
+        let mut taken: BTreeSet<GpuId> = BTreeSet::new();
         let mut out = Vec::new();
         for (id, held) in hit {
             let Some(job) = jobs.get(*id) else {
@@ -71,7 +74,11 @@ impl Recovery for HotSpares {
             if job.status != JobStatus::Queued || !job.allocation.is_empty() {
                 continue;
             }
-            let free = |g: &GpuId| cluster.gpu(*g).is_some_and(|g| g.online && g.job.is_none());
+            let free = |g: &GpuId| {
+                cluster.gpu(*g).is_some_and(|x| {
+                    x.job.is_none() && (x.online || called.contains(&x.node)) && !taken.contains(g)
+                })
+            };
             let kept: Vec<GpuId> = held.iter().copied().filter(free).collect();
             let missing = held.len() - kept.len();
             let Some(lost_type) = held
@@ -108,6 +115,7 @@ impl Recovery for HotSpares {
                 let on = cluster.node(*n).map_or(&[][..], |x| &x.gpus[..]);
                 gpus.extend(on.iter().copied().take(want));
             }
+            taken.extend(gpus.iter().copied());
             out.push(Resume {
                 job: *id,
                 spares: picked,

@@ -176,7 +176,8 @@ pub struct RoundLoop {
     /// Fail on a policy's invalid decision, or drop it and go on.
     on_invalid: OnInvalidDecision,
     /// The plugins at the loop's extension points (start-up protection,
-    /// checkpoint intervals) and the `[run]` rules it keeps itself.
+    /// checkpoint intervals, recovery from failures) and the `[run]` rules
+    /// it keeps itself.
     profile: Profile,
     pub policies: Policies,
     pub jobs: JobState,

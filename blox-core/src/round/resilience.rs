@@ -167,10 +167,10 @@ impl RoundLoop {
             ));
         }
         let h = self.cluster.health();
-        for n in &r.spares {
-            if !h.pool.contains(n) || h.down.contains(n) {
+        for (i, n) in r.spares.iter().enumerate() {
+            if !h.pool.contains(n) || h.down.contains(n) || r.spares[..i].contains(n) {
                 return Err(format!(
-                    "calls in {n} for {}, which is not a spare that is up",
+                    "calls in {n} for {}, which is not a spare that is up (or twice)",
                     r.job
                 ));
             }

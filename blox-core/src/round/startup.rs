@@ -158,7 +158,7 @@ impl RoundLoop {
                     });
                 } else {
                     job.held_while_starting = true;
-                    tracing::error!(job = %id, policies = %policies, "moved or preempted before its first iteration {n} rounds in a row (a livelock): it keeps its GPUs until it starts ([run] livelock_after)");
+                    tracing::error!(job = %id, policies = %policies, "moved or preempted before its first iteration {n} rounds in a row (a livelock): marked to keep its GPUs until it starts, which the protection plugin honours (`startup-aware` does; [run] livelock_after)");
                 }
             }
         }

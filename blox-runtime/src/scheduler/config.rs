@@ -134,7 +134,7 @@ pub struct RuntimeConfig {
     pub events_keep: u32,
     /// The loop's profile: start-up rules from `[run]` (`min_run_s`,
     /// `min_run_startup_factor`, `startup_warn_after`, `max_startup_s`) and
-    /// the plugins of `[protection]` and `[checkpointing]`; unset: the
+    /// the plugins of `[protection]`, `[checkpointing]` and `[recovery]`; unset: the
     /// default profile for the round length.
     #[serde(skip)]
     pub profile: Option<Profile>,

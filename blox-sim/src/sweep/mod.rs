@@ -201,6 +201,24 @@ pub fn fingerprint(cfg: &Config) -> String {
         t.insert("policy".into(), toml::Value::String(m.policy.clone()));
         doc.insert(m.params.name().to_string(), toml::Value::Table(t));
     }
+    // The loop's plugins count where a config names other than the
+    // defaults (so the fingerprints of configs that name none stay as
+    // they were).
+    let defaults = [
+        (&cfg.protection, "startup-aware"),
+        (
+            &cfg.checkpointing,
+            blox_core::extension::default_checkpointing(&cfg.run),
+        ),
+        (&cfg.recovery, "hot-spares"),
+    ];
+    for (m, default) in defaults {
+        if m.policy != default || !m.params.table().is_empty() {
+            let mut t = m.params.table().clone();
+            t.insert("policy".into(), toml::Value::String(m.policy.clone()));
+            doc.insert(m.params.name().to_string(), toml::Value::Table(t));
+        }
+    }
     for s in cfg.sections() {
         let mut t = s.table().clone();
         t.insert(
@@ -343,6 +361,7 @@ pub fn run_cells(
             &c.config.scheduling,
             &c.config.placement,
         )?;
+        c.config.profile()?;
     }
     let mut rows: Vec<Option<SweepRow>> = Vec::with_capacity(cells.len());
     let mut todo = Vec::new();
@@ -503,6 +522,27 @@ mod tests {
         );
         let same = workload_labels(&[p("a/w.csv"), p("a/w.csv")]);
         assert_ne!(same[0], same[1]);
+    }
+
+    #[test]
+    fn a_cell_fingerprint_counts_the_loops_plugins_only_where_named() {
+        let of = |extra: &str| {
+            let text = format!("[cluster]\nnodes = 2\ngpus_per_node = 2\n{extra}");
+            fingerprint(&Config::parse(&text, "c.toml", Path::new("."), &[]).unwrap())
+        };
+        let plain = of("");
+        // A config naming the defaults is the same config.
+        assert_eq!(plain, of("[protection]\npolicy = \"startup-aware\"\n"));
+        assert_eq!(plain, of("[recovery]\npolicy = \"hot-spares\"\n"));
+        // Another plugin is another config: its cells do not reuse the
+        // default's rows.
+        assert_ne!(plain, of("[protection]\npolicy = \"none\"\n"));
+        assert_ne!(plain, of("[recovery]\npolicy = \"requeue\"\n"));
+        let yd = "[run]\ncheckpoint_save_s = 5\n";
+        assert_ne!(
+            of(yd),
+            of(&format!("{yd}[checkpointing]\npolicy = \"young-daly\"\n"))
+        );
     }
 
     #[test]

@@ -211,3 +211,76 @@ fn a_recovery_plugins_invalid_resume_is_refused_naming_it() {
     assert!(r.invalid.is_none());
     assert_eq!(l.jobs.get(JobId(1)).unwrap().allocation, vec![GpuId(1)]);
 }
+
+#[test]
+fn a_move_that_waits_for_a_kept_job_holds_back_what_needed_the_movers_gpus() {
+    // Two nodes of two GPUs. A (job 1) runs on GPU 0 since 0 s; C (job 2)
+    // starts on GPU 2 at 190 s. At 200 s the placement stops C, moves A to
+    // GPU 2 and gives GPU 0 to B (job 3): valid as decided. C is inside
+    // its 100 s, so it stays; A's move waits for GPU 2, so A stays on GPU
+    // 0; and B, which needed GPU 0, waits too (node 0's host CPUs would
+    // cover both, so only the chain of GPUs holds it back). The launch
+    // onto the mover's GPU used to fail the check, and every launch of the
+    // round was dropped.
+    struct Script;
+    impl PlacementPolicy for Script {
+        fn place(
+            &mut self,
+            _: &RoundInfo,
+            _: &Schedule,
+            jobs: &JobState,
+            _: &ClusterState,
+        ) -> Placement {
+            let queued = |id: u64| jobs.get(JobId(id)).is_some_and(|j| !j.is_running());
+            let running = |id: u64| jobs.get(JobId(id)).is_some_and(|j| j.is_running());
+            let on = |job: u64, gpu: u32| Assignment::new(JobId(job), vec![GpuId(gpu)]);
+            let mut p = Placement::default();
+            if queued(1) {
+                p.launch.push(on(1, 0));
+            } else if queued(2) && jobs.get(JobId(3)).is_none() {
+                p.launch.push(on(2, 2));
+            } else if queued(3) && running(1) && running(2) {
+                p.preempt.push(JobId(2));
+                p.launch = vec![on(1, 2), on(3, 0)];
+            }
+            p
+        }
+    }
+    let p = Policies {
+        admission: Box::new(Admit { hold: false }),
+        scheduling: Box::new(Fifo { fixed: None }),
+        placement: Box::new(Script),
+        names: PolicyNames::new("admit", "fifo", "script"),
+    };
+    let rules = StartupRules {
+        min_run_s: 100.0,
+        ..StartupRules::off()
+    };
+    let mut l = RoundLoop::builder(p, ClusterState::homogeneous(2, 2), 10.0)
+        .startup(rules)
+        .build();
+    let mut b = Fake::with(&[
+        (1, 0.0, 1, 10_000.0),
+        (2, 190.0, 1, 10_000.0),
+        (3, 200.0, 1, 10_000.0),
+    ]);
+    let gpus = |l: &RoundLoop, id: u64| l.jobs.get(JobId(id)).unwrap().allocation.clone();
+    let mut moved_at = None;
+    for _ in 0..40 {
+        let r = l.run_round(&mut b).unwrap();
+        if r.time_s >= 200.0 && r.time_s < 290.0 {
+            assert!(r.preempted.is_empty() && r.launched.is_empty(), "{r:?}");
+            assert_eq!(gpus(&l, 1), vec![GpuId(0)]);
+            assert_eq!(gpus(&l, 2), vec![GpuId(2)]);
+            assert!(gpus(&l, 3).is_empty());
+        }
+        if r.preempted.contains(&JobId(2)) {
+            moved_at = Some(r.time_s);
+            break;
+        }
+    }
+    // Once C's 100 s are over, the whole decision runs.
+    assert_eq!(moved_at, Some(290.0));
+    assert_eq!(gpus(&l, 1), vec![GpuId(2)]);
+    assert_eq!(gpus(&l, 3), vec![GpuId(0)]);
+}
