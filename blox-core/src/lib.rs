@@ -8,7 +8,6 @@
 pub mod cluster;
 pub mod config;
 pub mod extension;
-pub mod forecast;
 pub mod health;
 pub mod ids;
 pub mod job;
@@ -45,9 +44,6 @@ pub use round::{
     PolicyNames, PolicySelector, RoundLoop, RoundReport, RoundTimings, SelectorError, StartupRules,
 };
 
-pub use forecast::{
-    DurationFrom, Forecast, ForecastError, Forecaster, LaunchCosts, Prediction, Snapshot,
-};
 pub use wait::WaitReason;
 pub use walk::{priority_walk, FreeGpus, WalkParams};
 

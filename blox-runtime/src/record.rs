@@ -4,6 +4,7 @@
 //! checkpoint, or failed once it crashed more than `max_retries` times.
 
 use blox_core::*;
+use blox_forecast::LaunchCosts;
 use std::collections::VecDeque;
 
 /// Launches, crashes and service of one job (over its ended launches).

@@ -33,6 +33,7 @@ use crate::backend::{SimBackend, SimConfig};
 use crate::synth::{fork_live, LiveView};
 use blox_core::runner::{self, Driver};
 use blox_core::*;
+use blox_forecast::{DurationFrom, Forecast, ForecastError, Forecaster, Prediction, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Deserialize;
 use std::time::Instant;

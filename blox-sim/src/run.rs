@@ -326,8 +326,8 @@ impl Simulation {
     /// epoch size, per-type speeds) though the loop collects them only next
     /// round. Without those, a fork of a policy that reads them (ONES's
     /// predictor) learns from other features than the run itself.
-    pub fn snapshot(&self) -> blox_core::forecast::Snapshot {
-        let snap = blox_core::forecast::Snapshot::of(&self.round_loop, self.backend.now_s());
+    pub fn snapshot(&self) -> blox_forecast::Snapshot {
+        let snap = blox_forecast::Snapshot::of(&self.round_loop, self.backend.now_s());
         for (id, k, v) in self.backend.pending_metrics() {
             if snap.jobs.get(*id).is_some() {
                 snap.jobs.metrics().set(*id, k, *v);

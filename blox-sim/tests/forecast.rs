@@ -4,6 +4,7 @@
 //! then happens, to the microsecond.
 
 use blox_core::*;
+use blox_forecast::{DurationFrom, Forecast, Forecaster, LaunchCosts};
 use blox_sim::forecast::SimForecaster;
 use blox_sim::{SimConfig, SimJob, Simulation, WorkModel};
 use proptest::prelude::*;

@@ -61,7 +61,7 @@ pub fn start_scheduler(
     }
     let sim = blox_sim::SimConfig::from_section(&cfg.section("sim"))?;
     let forecaster = blox_sim::forecast::SimForecaster::from_config(cfg, &sim)?
-        .map(|f| std::sync::Arc::new(f) as std::sync::Arc<dyn blox_core::Forecaster>);
+        .map(|f| std::sync::Arc::new(f) as std::sync::Arc<dyn blox_forecast::Forecaster>);
     Ok(blox_runtime::scheduler::start_with(
         rt,
         policies,

@@ -7,6 +7,7 @@
 
 use super::{Out, Result};
 use blox_core::*;
+use blox_forecast::Forecaster;
 use blox_sim::forecast::SimForecaster;
 use blox_sim::{SimConfig, SimJob, Simulation};
 use rand::{Rng, SeedableRng};

@@ -15,7 +15,8 @@
 
 use super::{lock, SharedHub};
 use crate::proto::{ForecastInfo, Prediction as ProtoPrediction};
-use blox_core::{DurationFrom, Forecaster, JobId, JobStatus, RoundLoop, RoundReport, Snapshot};
+use blox_core::{JobId, JobStatus, RoundLoop, RoundReport};
+use blox_forecast::{DurationFrom, Forecaster, Snapshot};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};

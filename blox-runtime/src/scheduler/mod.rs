@@ -48,6 +48,7 @@ pub use config::RuntimeConfig;
 use crate::net::NetError;
 use crate::store::StoreError;
 use blox_core::*;
+use blox_forecast::Forecaster;
 use hub::{lock, Hub, SharedHub, WorkerEntry};
 use service::{spec_of, Service};
 use std::collections::HashMap;

@@ -5,8 +5,9 @@
 
 use super::common::*;
 use blox_core::round::events::What;
-use blox_core::{Config, Forecaster};
+use blox_core::Config;
 use blox_eventlog as event_log;
+use blox_forecast::Forecaster;
 use blox_runtime::scheduler::Extras;
 use blox_sim::forecast::SimForecaster;
 use std::collections::BTreeMap;
@@ -127,8 +128,8 @@ fn a_failing_forecaster_leaves_the_loop_running_and_says_why() {
     impl Forecaster for Broken {
         fn forecast(
             &self,
-            _: &blox_core::Snapshot,
-        ) -> Result<blox_core::Forecast, blox_core::ForecastError> {
+            _: &blox_forecast::Snapshot,
+        ) -> Result<blox_forecast::Forecast, blox_forecast::ForecastError> {
             panic!("a broken forecaster")
         }
     }

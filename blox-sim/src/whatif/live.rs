@@ -5,6 +5,7 @@
 use super::{History, HistoryNode, Work};
 use blox_core::round::events::GpuPlace;
 use blox_core::*;
+use blox_forecast::DurationFrom;
 
 /// Where a live job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,10 @@
-//! Forks of a running loop ([`crate::forecast::Snapshot`],
-//! [`PolicyForks`]): a fork continues from the loop's state and its
-//! policies' state, and what it does stays out of the loop it came from.
+//! Forks of a running loop (its jobs' [`JobState::fork`], its policies'
+//! [`PolicyForks`], its profile), as a forecast or the synthesizer makes
+//! them: a fork continues from the loop's state and its policies' state,
+//! and what it does stays out of the loop it came from.
 
 use super::*;
 use crate::config::ModuleConfig;
-use crate::forecast::Snapshot;
 use crate::module::Fork;
 
 /// FIFO that counts the rounds it scheduled and hands a copy to forks, or
@@ -64,10 +64,11 @@ fn counting_loop(copyable: bool) -> RoundLoop {
     lp(p, 1, 1)
 }
 
-/// Builds the fork's loop from `snap`, as a forecast does.
-fn fork_of(snap: &Snapshot) -> (RoundLoop, Vec<String>) {
+/// A fork of `l`'s loop, as a forecast makes one, and the notes on its
+/// policies.
+fn fork_of(l: &RoundLoop) -> (RoundLoop, Vec<String>) {
     let m = |kind, name| ModuleConfig::named(kind, name);
-    let forks = snap.policies.as_ref().unwrap().lock().unwrap();
+    let forks = l.policies.fork();
     let (policies, notes) = forks
         .build(
             &m("admission", "admit-test"),
@@ -75,10 +76,10 @@ fn fork_of(snap: &Snapshot) -> (RoundLoop, Vec<String>) {
             &m("placement", "first-free-test"),
         )
         .unwrap();
-    let fork = RoundLoop::builder(policies, snap.cluster.clone(), snap.round_s)
-        .jobs(snap.jobs.clone())
-        .profile(snap.profile.clone())
-        .first_round(snap.round)
+    let fork = RoundLoop::builder(policies, l.cluster.clone(), l.round_s())
+        .jobs(l.jobs.fork())
+        .profile(l.profile().clone())
+        .first_round(l.rounds())
         .fork()
         .build();
     (fork, notes)
@@ -92,8 +93,7 @@ fn a_fork_continues_the_policies_state_and_leaves_the_loop_alone() {
     for _ in 0..2 {
         l.run_round(&mut b).unwrap();
     }
-    let snap = Snapshot::of(&l, b.now);
-    let (mut fork, notes) = fork_of(&snap);
+    let (mut fork, notes) = fork_of(&l);
     assert!(notes.is_empty(), "{notes:?}");
     assert_eq!(fork.profile().protection.name(), "startup-aware");
     // The fork runs the rest on a backend of its own: job 1 ends, job 2
@@ -127,9 +127,8 @@ fn a_policy_that_cannot_be_copied_starts_afresh_in_the_fork_and_says_so() {
     for _ in 0..3 {
         l.run_round(&mut b).unwrap();
     }
-    let snap = Snapshot::of(&l, b.now);
-    assert!(!snap.policies.as_ref().unwrap().lock().unwrap().complete());
-    let (mut fork, notes) = fork_of(&snap);
+    assert!(!l.policies.fork().complete());
+    let (mut fork, notes) = fork_of(&l);
     assert_eq!(
         notes,
         vec!["`counting-test` could not be forked (its counter lives elsewhere): its fork starts afresh"]

@@ -6,7 +6,7 @@
 //! snapshots on the round thread and forecasts on a thread of its own, so a
 //! slow or failing forecast never holds a round back.
 
-use crate::{ClusterState, Job, JobId, JobState, PolicyForks, Profile, RoundLoop};
+use blox_core::{ClusterState, Job, JobId, JobState, PolicyForks, Profile, RoundLoop};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 
