@@ -34,7 +34,7 @@ pub struct Snapshot {
     /// What launching costs on this cluster, as its backend measured it
     /// (none in a simulation, or before the first launch).
     pub launch_costs: LaunchCosts,
-    /// The loop's policies with their state ([`crate::Fork`]), for the
+    /// The loop's policies with their state ([`blox_core::Fork`]), for the
     /// forecast to continue from (`None`: it builds them afresh).
     pub policies: Option<Arc<Mutex<PolicyForks>>>,
 }
