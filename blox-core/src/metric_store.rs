@@ -1,5 +1,7 @@
-//! The per-job metric store: a concurrent key→value table of every job's
-//! metrics (loss, gradient noise scale, throughput fits, …).
+//! The per-job metric store: a key→value table of every job's metrics
+//! (loss, gradient noise scale, throughput fits, …), shared between the
+//! round loop and the threads that report metrics (behind one lock, held
+//! for a lookup at a time).
 //!
 //! Jobs that have ended are *archived*: their metrics stay readable but
 //! move out of the table that running jobs' metrics are written to every
@@ -9,8 +11,7 @@
 //! of a table entry and an allocation (a million-job run).
 
 use crate::ids::JobId;
-use dashmap::DashMap;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,17 +22,41 @@ use std::sync::{Arc, Mutex, RwLock};
 /// Cloning a `MetricStore` shares it (it is a handle); an RPC thread can push into
 /// it while a round runs. [`crate::JobState::fork`] deep-copies it.
 ///
-/// Locks are taken in one order, a job's table shard before the archive, so
-/// a job is always in exactly one of the two.
+/// The table written every round and the archive sit behind one lock, so a
+/// job is always in exactly one of the two, whoever looks.
 #[derive(Clone, Debug)]
 pub struct MetricStore {
-    /// Fx hashing: keys are small and trusted, and the simulator updates a few
-    /// metrics of every running job every round.
-    inner: Arc<DashMap<JobId, Metrics, FxBuildHasher>>,
-    /// Ended jobs' metrics ([`MetricStore::archive`]).
-    archive: Arc<RwLock<Archive>>,
+    inner: Arc<Mutex<Tables>>,
     /// What the policies read and what a backend leaves out.
     reads: Arc<Reads>,
+}
+
+/// The metrics of jobs that may still change, and ended jobs' metrics.
+#[derive(Clone, Debug, Default)]
+struct Tables {
+    /// Fx hashing: keys are small and trusted, and the simulator updates a few
+    /// metrics of every running job every round.
+    live: FxHashMap<JobId, Metrics>,
+    /// Ended jobs' metrics ([`MetricStore::archive`]).
+    archive: Archive,
+}
+
+impl Tables {
+    /// `job`'s metrics to change, brought back from the archive if it was
+    /// there.
+    fn entry(&mut self, job: JobId) -> &mut Metrics {
+        let Tables { live, archive } = self;
+        live.entry(job)
+            .or_insert_with(|| archive.take(job).unwrap_or_default())
+    }
+
+    /// `job`'s metrics wherever they are.
+    fn find(&self, job: JobId) -> Option<&[(Key, f64)]> {
+        match self.live.get(&job) {
+            Some(m) => Some(&m.0),
+            None => self.archive.slice(job),
+        }
+    }
 }
 
 /// Metrics on demand: the keys the loop's policies declare they
@@ -199,8 +224,7 @@ impl Archive {
 impl Default for MetricStore {
     fn default() -> Self {
         MetricStore {
-            inner: Arc::new(DashMap::with_hasher(FxBuildHasher)),
-            archive: Arc::default(),
+            inner: Arc::default(),
             reads: Arc::default(),
         }
     }
@@ -217,29 +241,16 @@ fn to_map(m: &[(Key, f64)]) -> BTreeMap<String, f64> {
 }
 
 impl MetricStore {
-    fn archive_read(&self) -> std::sync::RwLockReadGuard<'_, Archive> {
-        self.archive.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn archive_write(&self) -> std::sync::RwLockWriteGuard<'_, Archive> {
-        self.archive.write().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `job`'s metrics to change, brought back from the archive if it was
-    /// there (the shard's lock is held meanwhile: lock order table, archive).
-    fn entry(&self, job: JobId) -> dashmap::mapref::one::RefMut<'_, JobId, Metrics> {
-        match self.inner.entry(job) {
-            dashmap::Entry::Occupied(e) => e.into_ref(),
-            dashmap::Entry::Vacant(e) => {
-                let m = self.archive_write().take(job).unwrap_or_default();
-                e.insert(m)
-            }
-        }
+    /// The tables (a panic elsewhere while they were held leaves them
+    /// whole: every change under the lock is one assignment or push).
+    fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sets `key` of job `job` to `value`.
     pub fn set(&self, job: JobId, key: &str, value: f64) {
-        let mut m = self.entry(job);
+        let mut t = self.tables();
+        let m = t.entry(job);
         // No allocation when the key is already there (the common case).
         match m.get_mut(key) {
             Some(v) => *v = value,
@@ -251,15 +262,17 @@ impl MetricStore {
 
     /// Several changes to one job's metrics under one lookup (what a
     /// backend reporting a handful of metrics for every running job each
-    /// round wants): `f` gets that job's metrics.
+    /// round wants): `f` gets that job's metrics. `f` must not use the
+    /// store itself.
     pub fn update<R>(&self, job: JobId, f: impl FnOnce(&mut JobMetrics<'_>) -> R) -> R {
-        let mut m = self.entry(job);
-        f(&mut JobMetrics(&mut m))
+        let mut t = self.tables();
+        f(&mut JobMetrics(t.entry(job)))
     }
 
     /// Adds `delta` to `key` (missing = 0).
     pub fn add(&self, job: JobId, key: &str, delta: f64) {
-        let mut m = self.entry(job);
+        let mut t = self.tables();
+        let m = t.entry(job);
         match m.get_mut(key) {
             Some(v) => *v += delta,
             None => {
@@ -270,8 +283,9 @@ impl MetricStore {
 
     /// Forgets `key` of job `job` (a metric that no longer holds).
     pub fn remove(&self, job: JobId, key: &str) {
-        if self.inner.contains_key(&job) || self.archive_read().index.contains_key(&job) {
-            self.entry(job).remove(key);
+        let mut t = self.tables();
+        if t.find(job).is_some() {
+            t.entry(job).remove(key);
         }
     }
 
@@ -279,26 +293,15 @@ impl MetricStore {
     /// into the compact archive; they stay readable, and a later write
     /// brings them back.
     pub fn archive(&self, job: JobId) {
-        if let dashmap::Entry::Occupied(e) = self.inner.entry(job) {
-            let mut a = self.archive_write();
-            let (_, m) = e.remove_entry();
-            a.put(job, m);
+        let mut t = self.tables();
+        if let Some(m) = t.live.remove(&job) {
+            t.archive.put(job, m);
         }
     }
 
-    /// Reads `job`'s metrics wherever they are. A job moving from the
-    /// archive to the table between the two looks is found in the table
-    /// on a second look (the move happens under the table's lock).
+    /// Reads `job`'s metrics wherever they are.
     fn read<R>(&self, job: JobId, f: impl Fn(&[(Key, f64)]) -> R) -> Option<R> {
-        for _ in 0..2 {
-            if let Some(m) = self.inner.get(&job) {
-                return Some(f(&m.0));
-            }
-            if let Some(m) = self.archive_read().slice(job) {
-                return Some(f(m));
-            }
-        }
-        None
+        self.tables().find(job).map(f)
     }
 
     /// How many keys job `job` has.
@@ -390,22 +393,24 @@ impl MetricStore {
     }
 
     pub fn remove_job(&self, job: JobId) -> BTreeMap<String, f64> {
-        if let Some((_, m)) = self.inner.remove(&job) {
+        let mut t = self.tables();
+        if let Some(m) = t.live.remove(&job) {
             return m.iter().collect();
         }
-        self.archive_write()
+        t.archive
             .take(job)
             .map(|m| m.iter().collect())
             .unwrap_or_default()
     }
 
     fn snapshot(&self) -> BTreeMap<JobId, BTreeMap<String, f64>> {
-        let mut out: BTreeMap<JobId, BTreeMap<String, f64>> = self
-            .inner
+        let t = self.tables();
+        let mut out: BTreeMap<JobId, BTreeMap<String, f64>> = t
+            .live
             .iter()
-            .map(|e| (*e.key(), e.value().iter().collect()))
+            .map(|(job, m)| (*job, m.iter().collect()))
             .collect();
-        for (job, m) in self.archive_read().iter() {
+        for (job, m) in t.archive.iter() {
             out.entry(job).or_insert_with(|| to_map(m));
         }
         out
@@ -413,14 +418,9 @@ impl MetricStore {
 
     /// A new, independent store with the same contents.
     pub fn deep_clone(&self) -> Self {
-        let out = MetricStore::default();
-        for e in self.inner.iter() {
-            out.inner.insert(*e.key(), e.value().clone());
-        }
-        *out.archive_write() = self.archive_read().clone();
         MetricStore {
+            inner: Arc::new(Mutex::new(self.tables().clone())),
             reads: Arc::new(self.reads.copy()),
-            ..out
         }
     }
 }
@@ -470,9 +470,10 @@ impl<'de> Deserialize<'de> for MetricStore {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let snap = BTreeMap::<JobId, HashMap<String, f64>>::deserialize(d)?;
         let out = MetricStore::default();
-        for (k, v) in snap {
-            out.inner.insert(k, v.into_iter().collect());
-        }
+        out.tables().live = snap
+            .into_iter()
+            .map(|(k, v)| (k, v.into_iter().collect()))
+            .collect();
         Ok(out)
     }
 }
@@ -494,7 +495,7 @@ mod tests {
         for j in 0..3000u64 {
             store.archive(JobId(j));
         }
-        assert_eq!(store.inner.len(), 0);
+        assert_eq!(store.tables().live.len(), 0);
         assert_eq!(store.get(JobId(7), "epochs_done"), Some(7.0));
         assert_eq!(store.get(JobId(7), "loss"), Some(0.125));
         assert_eq!(store.key_count(JobId(7)), 3);
@@ -503,15 +504,14 @@ mod tests {
         store.add(JobId(7), "epochs_done", 1.0);
         assert_eq!(store.get(JobId(7), "epochs_done"), Some(8.0));
         assert_eq!(store.get(JobId(7), "throughput"), Some(2.0));
-        assert_eq!(store.inner.len(), 1);
-        assert!(!store.archive_read().index.contains_key(&JobId(7)));
+        assert_eq!(store.tables().live.len(), 1);
+        assert!(!store.tables().archive.index.contains_key(&JobId(7)));
         // Forgetting most archived jobs compacts the array.
         for j in 0..2900u64 {
             assert!(!store.remove_job(JobId(j)).is_empty());
         }
-        let a = store.archive_read();
-        assert!(a.entries.len() < 1500, "{} entries", a.entries.len());
-        drop(a);
+        let n = store.tables().archive.entries.len();
+        assert!(n < 1500, "{n} entries");
         assert_eq!(store.get(JobId(2999), "throughput"), Some(2.0));
         assert_eq!(store.snapshot().len(), 100);
         let copy = store.deep_clone();
