@@ -416,7 +416,7 @@ fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
     );
 }
 
-/// Sia's `p` and `lambda_n` that could never start a job (issue 34: `p > 0`
+/// Sia's `p` and `lambda_n` that could never start a job (`p > 0`
 /// with the config's positive `lambda_n` stalled with "no progress is
 /// possible") are refused at load, naming the file, line and the rule; left
 /// unset, `lambda_n` takes the artifact's value for the sign of `p` and runs.

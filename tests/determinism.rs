@@ -1,5 +1,5 @@
 //! A simulation is a function of its inputs: no wall-clock limit, thread
-//! count or machine load may change a decision (issue 34). Each test runs
+//! count or machine load may change a decision. Each test runs
 //! the same config under conditions that would change a time- or
 //! thread-dependent result, and asserts byte-identical `jobs.csv`.
 
@@ -169,7 +169,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Issue 39: the loop is made faster without changing a decision. The
+/// The loop is made faster without changing a decision. The
 /// fingerprints of `jobs.csv`, `rounds.csv` and `events.jsonl` (every launch
 /// with its GPUs, every preemption and wait reason) of FIFO, LAS, SRTF and
 /// Tiresias under two placements, on an overloaded slice of the scale
@@ -180,7 +180,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// cluster.nodes=64 --set workload.jobs_per_hour=60 --out DIR`). The
 /// `events.jsonl` fingerprints of FIFO, LAS and SRTF were recorded again
 /// when wait reasons came to name the job a blocked one waits behind
-/// (issue 57): with those reasons worded as before, the new logs give the
+///: with those reasons worded as before, the new logs give the
 /// old fingerprints byte for byte.
 #[test]
 fn the_scale_benchmarks_decisions_are_those_recorded_before_the_speed_work() {

@@ -235,7 +235,7 @@ fn a_missing_log_and_a_bad_line_are_named() {
 
 /// A scheduler restart in a live log: the text view says where it
 /// restarted, and that the jobs it submitted and admitted again came from
-/// its job table (issue 57: read as the same jobs submitted twice).
+/// its job table (read as the same jobs submitted twice).
 #[test]
 fn a_restart_and_the_jobs_it_queued_again_are_said() {
     let dir = tempfile::tempdir().unwrap();

@@ -99,7 +99,7 @@ fn the_batch_rule_is_refused_for_the_literal_variant() {
 /// reacts within a second): idle GPUs go to waiting jobs while the update
 /// gate holds. Without it GPUs idle with jobs queued. (The first 150 jobs:
 /// 9.5 % lower mean JCT with it since the throughput fit is scipy's
-/// L-BFGS-B, issue 34; 10 % or more before.)
+/// L-BFGS-B; 10 % or more before.)
 #[test]
 fn idle_gpus_are_padded_while_the_update_gate_holds() {
     let padded = mean_jct_s("ones", 150, &[]);

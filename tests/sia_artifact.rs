@@ -217,7 +217,7 @@ fn sia_finishes_jobs_sooner_than_gavel_on_its_setting() {
 /// type-blind; a fit of the type a job was just moved to, reaching the
 /// search before the job ran there, moved YOLOv3 jobs between a
 /// single-type and a mixed allocation every round, never past their
-/// 80 s restart (issue 57; the loop's livelock guard stops such a run at
+/// 80 s restart (the loop's livelock guard stops such a run at
 /// round 583 of this workload). A smaller search than the config's keeps
 /// the debug build quick; it livelocked the same way.
 #[test]

@@ -337,7 +337,7 @@ fn a_request_over_the_transport_limit_is_refused_and_changes_nothing() {
     assert_eq!(r[&id].status, "finished");
 }
 
-/// Issue 35: what waits is bounded, per user and in all: a submission past
+/// What waits is bounded, per user and in all: a submission past
 /// either limit is RESOURCE_EXHAUSTED naming the limit, and is accepted
 /// again once jobs started.
 #[test]
@@ -399,7 +399,7 @@ fn waiting_jobs_are_bounded_per_user_and_in_all() {
     assert!(ctl.submit(of("ann", 4)).is_ok());
 }
 
-/// Issue 35: `Status` lists workers a page at a time: nine workers with
+/// `Status` lists workers a page at a time: nine workers with
 /// 1,024 GPUs of 256-byte names each (about 5 MB of workers, over the
 /// transport's 4 MiB) come in pages `Ctl` follows to the end.
 #[test]
@@ -444,7 +444,7 @@ fn workers_come_in_pages_that_fit_the_transport() {
     assert_eq!(ids.len(), 10, "each worker once");
 }
 
-/// Issue 39: `blox bench submit` itself — clients submitting at once, each
+/// `blox bench submit` itself — clients submitting at once, each
 /// submission accepted once (idempotency keys, retries after the refusal's
 /// hint) and read back once through `Status` pages.
 #[test]

@@ -1,4 +1,4 @@
-//! A job's whole process tree ends with it (issue 35): each launch runs in
+//! A job's whole process tree ends with it: each launch runs in
 //! its own process group, killed as a group on cancel and revocation, and
 //! what a job leaves behind in its group is killed when it exits.
 #![cfg(target_os = "linux")]
@@ -115,7 +115,7 @@ fn a_program_that_cannot_start_fails_at_once() {
     );
 }
 
-/// Issue 35: a launch whose worker's lease ran out before its process could
+/// A launch whose worker's lease ran out before its process could
 /// `exec` (the worker was stopped, hung, while it started the launch) runs
 /// nothing; one within its lease finds the lease file in its control
 /// directory from its first instruction on, so it stops itself on time even

@@ -107,7 +107,7 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
     );
 }
 
-/// What an operator tried (issue 57): jobs of whole seconds on 1 s rounds
+/// What an operator tried: jobs of whole seconds on 1 s rounds
 /// under FIFO, submitted as fast as a shell submits them, so every job
 /// ends a few milliseconds after a round boundary (its start-up) and a
 /// 4-GPU job holds the queue. `blox whatif` over the scheduler's log,

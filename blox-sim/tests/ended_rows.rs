@@ -1,6 +1,6 @@
 //! A simulation turns its oldest ended jobs into table rows as it goes
 //! (`Simulation::ended_kept`) instead of holding every ended `Job` whole
-//! (issue 39: ten million of them were 6 GB). The tables must not depend
+//! (ten million of them were 6 GB). The tables must not depend
 //! on when that happens: never, or after every round, the rows, the rounds
 //! and the event log are the same — also for a policy that learns from
 //! the jobs that ended (ONES trains its predictor on them).

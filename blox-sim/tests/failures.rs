@@ -1,4 +1,4 @@
-//! Failures (issue 37): the simulated failure model against its closed
+//! Failures: the simulated failure model against its closed
 //! forms. Nodes fail independently and exponentially, so a job on `k`
 //! nodes is interrupted every `MTBF_node / k` on average, and a job that
 //! checkpoints every `τ` and restarts in `R` keeps, to first order (Young,

@@ -1,4 +1,4 @@
-//! Metrics on demand (issue 39): the simulator publishes the per-round
+//! Metrics on demand: the simulator publishes the per-round
 //! progress metrics (`metric::PER_ROUND`) only while a policy of the loop
 //! declares it reads one. A policy that declares them reads what it always
 //! read, from whichever round it starts declaring; one that reads them

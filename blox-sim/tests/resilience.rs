@@ -1,4 +1,4 @@
-//! What schedulers do about failures (issue 37, item 3), each against the
+//! What schedulers do about failures, each against the
 //! same failures without it: Young/Daly's checkpoint interval, hot spares,
 //! lemon quarantine and failure-aware placement. Each must move ETTR (or
 //! interruptions) the way the literature reports.

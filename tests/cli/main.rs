@@ -470,7 +470,7 @@ fn local_runs_real_processes_under_the_configured_policy() {
     );
 }
 
-/// Issue 39: a workload too large for memory is refused before it is
+/// A workload too large for memory is refused before it is
 /// drawn, with the estimate and the limit, not killed by the kernel later.
 #[test]
 fn a_workload_too_large_for_memory_is_refused_up_front() {

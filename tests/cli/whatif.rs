@@ -88,7 +88,7 @@ fn a_log_replayed_under_its_own_config_is_reproduced_and_another_config_differs(
 
 /// Work rolled back to a checkpoint is not work: a checkpointed LAS run
 /// (jobs lose up to an hour at each preemption) replays decision for
-/// decision, its JCTs as logged (issue 36: its `finished` events carried the
+/// decision, its JCTs as logged (its `finished` events carried the
 /// lost work as work, and 25,325 decisions differed).
 #[test]
 fn a_checkpointed_run_is_replayed_decision_for_decision() {

@@ -1,4 +1,4 @@
-//! Faults a shared cluster meets (issue 35) against real processes: a
+//! Faults a shared cluster meets against real processes: a
 //! worker that hangs under its job, and a scheduler whose disk is full.
 
 use super::*;
@@ -40,7 +40,7 @@ fn journaled(
     job
 }
 
-/// Issue 35: a worker that hangs (SIGSTOP) under a running job must not let
+/// A worker that hangs (SIGSTOP) under a running job must not let
 /// the job run beside its relaunch. The job holds the lease too: it stops
 /// itself when its hung worker stops renewing it, before the scheduler
 /// declares the worker gone and relaunches it elsewhere; the hung worker's
@@ -92,7 +92,7 @@ fn a_hung_worker_never_runs_its_job_beside_the_relaunch() {
     assert!(err.contains("lease revoked; checkpointed"), "{err}");
 }
 
-/// Issue 35: a launch sent to a worker just as it hangs neither stalls the
+/// A launch sent to a worker just as it hangs neither stalls the
 /// rounds (the scheduler stops waiting once the worker is silent past its
 /// lease, where it waited up to 10 s) nor runs when the worker wakes: the
 /// worker refuses a launch sent before its lease ran out (its lease epoch),
@@ -148,7 +148,7 @@ fn a_launch_sent_to_a_hanging_worker_stalls_no_round_and_never_runs_late() {
     );
 }
 
-/// Issue 35: a job table that cannot grow (a full disk; here the
+/// A job table that cannot grow (a full disk; here the
 /// scheduler's file-size limit, set from outside with `prlimit`) refuses new
 /// submissions with UNAVAILABLE and nothing else: the scheduler keeps
 /// running, its running job keeps running, and once the disk takes writes
@@ -253,7 +253,7 @@ fn a_full_disk_refuses_submissions_and_stops_nothing() {
     assert!(procs.alive("scheduler"));
 }
 
-/// Issue 35: a worker killed with SIGKILL takes its jobs' whole process
+/// A worker killed with SIGKILL takes its jobs' whole process
 /// trees with it, also what they forked (`sh -c 'sleep … & sleep …'`): the
 /// launch's guardian kills its group when the worker dies.
 #[cfg(target_os = "linux")]

@@ -182,7 +182,7 @@ mod tests {
             prop_assert_eq!(total, used.len(), "a GPU was given twice");
         }
 
-        // Issue 39: nodes grouped by free count give the same GPUs as the
+        // Nodes grouped by free count give the same GPUs as the
         // scan over every node, through a whole walk with preemptions (the
         // walk's takes and puts regroup nodes), on nodes of mixed sizes,
         // some offline, for 70 nodes (more than one 64-bit word of them).

@@ -1,4 +1,4 @@
-//! Failures on a live scheduler (issue 37, item 5): a worker declared gone
+//! Failures on a live scheduler: a worker declared gone
 //! is a failed node (its jobs back to their last checkpoint), the worker
 //! back from the same address is that node repaired, and the loop's
 //! quarantine and spares act on them as in the simulator.

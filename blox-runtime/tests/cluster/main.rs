@@ -174,7 +174,7 @@ fn a_worker_refuses_launches_it_cannot_honour() {
         worker_id: id.clone(),
         ..Default::default()
     };
-    // A launch that names no worker, or another, runs nothing (issue 35: one
+    // A launch that names no worker, or another, runs nothing (one
     // with an empty worker_id ran any command on the node).
     for other in ["", "w-someone-else"] {
         let mut l = launch(901, vec![0], toy(1.0, &[]));

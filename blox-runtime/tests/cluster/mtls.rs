@@ -1,4 +1,4 @@
-//! Mutual TLS for workers (issue 35): client certificates on both sides of
+//! Mutual TLS for workers: client certificates on both sides of
 //! the scheduler–worker link, beside the tokens and per-worker credentials.
 
 use super::security::{tls_files, with_tokens};

@@ -152,8 +152,8 @@ fn tls_by_config_runs_jobs_and_refuses_plain_text() {
     let mut plain = Ctl::connect(&format!("http://{}", c.addr()), &Security::default()).unwrap();
     let e = plain.status(&[]).unwrap_err().to_string();
     assert!(!e.is_empty() && !e.contains("Unauthenticated"), "{e}");
-    // The HTTP endpoints serve TLS with the same certificate (issue 35:
-    // they stayed plain HTTP), and answer nothing in plain text.
+    // The HTTP endpoints serve TLS with the same certificate (they once
+    // stayed plain HTTP), and answer nothing in plain text.
     let m = c.sched.as_ref().unwrap().metrics_address.unwrap();
     #[cfg(feature = "tls")]
     {
@@ -208,7 +208,7 @@ fn https_get(addr: std::net::SocketAddr, ca: &Path, path: &str) -> String {
     })
 }
 
-/// Issue 35: a job that stole the workers' token forges nothing. Without a
+/// A job that stole the workers' token forges nothing. Without a
 /// worker's own credential it is UNAUTHENTICATED; as a worker it
 /// registered itself, it cannot speak for another worker (PERMISSION_DENIED)
 /// nor end, advance or crash a launch it does not hold (ignored).
@@ -298,7 +298,7 @@ fn the_workers_token_alone_forges_no_report() {
     ctl.cancel(victim).unwrap();
 }
 
-/// Issue 35: a job run as an unprivileged account (`--job-user`) finds no
+/// A job run as an unprivileged account (`--job-user`) finds no
 /// credential: the token files, the worker's `/proc` environment and
 /// memory are closed to it (its command line names no token file: the
 /// worker here is in-process, as `blox worker` with BLOX_TOKEN_FILE is). Runs where the tests run as root and the system has `nobody`.
@@ -420,7 +420,7 @@ fn a_root_worker_without_a_job_user_and_an_open_token_file_are_refused() {
     assert!(e.contains("is root"), "{e}");
 }
 
-/// Issue 35: users are tenants. With a tokens file, a job's user is its
+/// Users are tenants. With a tokens file, a job's user is its
 /// token's; a user sees and cancels only their own jobs (another's is
 /// NOT_FOUND), an admin every job, a reader only the HTTP endpoints; keys
 /// are each user's own.
