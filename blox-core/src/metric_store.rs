@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, RwLock};
 ///
 /// The table written every round and the archive sit behind one lock, so a
 /// job is always in exactly one of the two, whoever looks.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct MetricStore {
     inner: Arc<Mutex<Tables>>,
     /// What the policies read and what a backend leaves out.
@@ -218,15 +218,6 @@ impl Archive {
         self.index
             .iter()
             .map(|(j, &(at, n))| (*j, &self.entries[at..at + n]))
-    }
-}
-
-impl Default for MetricStore {
-    fn default() -> Self {
-        MetricStore {
-            inner: Arc::default(),
-            reads: Arc::default(),
-        }
     }
 }
 
