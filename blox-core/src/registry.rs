@@ -19,14 +19,20 @@ use crate::round::{Policies, PolicyNames};
 
 macro_rules! entry_type {
     ($(#[$doc:meta])* $entry:ident, $trait:ident, $kind:literal, $find:ident, $all:ident) => {
+        entry_type!(
+            $(#[$doc])* $entry, $kind, $find, $all,
+            fn(&Section) -> Result<Box<dyn $trait>, ConfigError>
+        );
+    };
+    ($(#[$doc:meta])* $entry:ident, $kind:literal, $find:ident, $all:ident, $build:ty) => {
         $(#[$doc])*
         pub struct $entry {
             /// Name used in configs.
             pub name: &'static str,
             /// One line for `blox policies`.
             pub about: &'static str,
-            /// Builds the module from its config section (`policy` removed).
-            pub build: fn(&Section) -> Result<Box<dyn $trait>, ConfigError>,
+            /// Builds it from its config section (`policy` removed).
+            pub build: $build,
         }
         inventory::collect!($entry);
 
@@ -41,8 +47,21 @@ macro_rules! entry_type {
             v.sort_by_key(|e| e.name);
             v
         }
+
+        impl $entry {
+            /// The entry `m` names, or an error naming where it was named
+            /// and every registered name of this kind.
+            pub fn named(
+                m: &$crate::config::ModuleConfig,
+            ) -> Result<&'static Self, $crate::config::ConfigError> {
+                $find(&m.policy).ok_or_else(|| {
+                    $crate::registry::unknown(m, $kind, $all().iter().map(|e| e.name).collect())
+                })
+            }
+        }
     };
 }
+pub(crate) use entry_type;
 
 entry_type!(
     /// A registered admission policy.
@@ -107,38 +126,17 @@ pub(crate) fn unknown(
 
 /// Builds an admission policy from its config section.
 pub fn build_admission(m: &ModuleConfig) -> Result<Box<dyn AdmissionPolicy>, ConfigError> {
-    let e = find_admission(&m.policy).ok_or_else(|| {
-        unknown(
-            m,
-            "admission",
-            admission_entries().iter().map(|e| e.name).collect(),
-        )
-    })?;
-    (e.build)(&m.params)
+    (AdmissionEntry::named(m)?.build)(&m.params)
 }
 
 /// Builds a scheduling policy from its config section.
 pub fn build_scheduling(m: &ModuleConfig) -> Result<Box<dyn SchedulingPolicy>, ConfigError> {
-    let e = find_scheduling(&m.policy).ok_or_else(|| {
-        unknown(
-            m,
-            "scheduling",
-            scheduling_entries().iter().map(|e| e.name).collect(),
-        )
-    })?;
-    (e.build)(&m.params)
+    (SchedulingEntry::named(m)?.build)(&m.params)
 }
 
 /// Builds a placement policy from its config section.
 pub fn build_placement(m: &ModuleConfig) -> Result<Box<dyn PlacementPolicy>, ConfigError> {
-    let e = find_placement(&m.policy).ok_or_else(|| {
-        unknown(
-            m,
-            "placement",
-            placement_entries().iter().map(|e| e.name).collect(),
-        )
-    })?;
-    (e.build)(&m.params)
+    (PlacementEntry::named(m)?.build)(&m.params)
 }
 
 /// Builds the three policies a config selects (all names are checked before any

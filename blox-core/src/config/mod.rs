@@ -277,7 +277,11 @@ pub struct Config {
     sections: BTreeMap<String, Section>,
 }
 
-/// Sections a config may have.
+/// Where the module sections (policies and plugins) sit in [`SECTIONS`].
+const MODULE_SECTIONS: std::ops::Range<usize> = 2..8;
+
+/// Sections a config may have: the cluster, the run, the six modules
+/// (policies and plugins), then the sections other crates own.
 pub const SECTIONS: &[&str] = &[
     "cluster",
     "run",
@@ -489,15 +493,8 @@ impl Config {
                 });
             }
         }
-        for name in [
-            "admission",
-            "scheduling",
-            "placement",
-            "protection",
-            "checkpointing",
-            "recovery",
-        ] {
-            sections.remove(name);
+        for name in &SECTIONS[MODULE_SECTIONS] {
+            sections.remove(*name);
         }
         let cfg = Config {
             file: file.to_string(),
@@ -591,6 +588,21 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_module_sections_are_the_policies_and_plugins() {
+        assert_eq!(
+            SECTIONS[MODULE_SECTIONS],
+            [
+                "admission",
+                "scheduling",
+                "placement",
+                "protection",
+                "checkpointing",
+                "recovery"
+            ]
+        );
+    }
 
     fn parse(src: &str) -> Result<Config, ConfigError> {
         Config::parse(src, "test.toml", Path::new("."), &[])

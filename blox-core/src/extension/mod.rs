@@ -139,38 +139,21 @@ pub trait Recovery: Send + Sync {
 /// A plugin's factory: from its section (`policy` removed) and `[run]`.
 pub type Factory<T> = fn(&Section, &RunConfig) -> Result<Box<T>, ConfigError>;
 
-/// A registered protection plugin.
-pub struct ProtectionEntry {
-    /// Name used in configs.
-    pub name: &'static str,
-    /// One line for `blox policies`.
-    pub about: &'static str,
-    /// Builds it.
-    pub build: Factory<dyn Protection>,
-}
-inventory::collect!(ProtectionEntry);
-
-/// A registered checkpointing plugin.
-pub struct CheckpointingEntry {
-    /// Name used in configs.
-    pub name: &'static str,
-    /// One line for `blox policies`.
-    pub about: &'static str,
-    /// Builds it.
-    pub build: Factory<dyn Checkpointing>,
-}
-inventory::collect!(CheckpointingEntry);
-
-/// A registered recovery plugin.
-pub struct RecoveryEntry {
-    /// Name used in configs.
-    pub name: &'static str,
-    /// One line for `blox policies`.
-    pub about: &'static str,
-    /// Builds it.
-    pub build: Factory<dyn Recovery>,
-}
-inventory::collect!(RecoveryEntry);
+crate::registry::entry_type!(
+    /// A registered protection plugin.
+    ProtectionEntry, "protection", find_protection, protection_entries,
+    Factory<dyn Protection>
+);
+crate::registry::entry_type!(
+    /// A registered checkpointing plugin.
+    CheckpointingEntry, "checkpointing", find_checkpointing, checkpointing_entries,
+    Factory<dyn Checkpointing>
+);
+crate::registry::entry_type!(
+    /// A registered recovery plugin.
+    RecoveryEntry, "recovery", find_recovery, recovery_entries,
+    Factory<dyn Recovery>
+);
 
 /// Registers a recovery plugin: `register_recovery!(name, about, |params, run| ...)`.
 #[macro_export]
@@ -200,27 +183,6 @@ macro_rules! register_checkpointing {
             $crate::extension::CheckpointingEntry { name: $name, about: $about, build: $build }
         }
     };
-}
-
-/// Every registered protection plugin, by name.
-pub fn protection_entries() -> Vec<&'static ProtectionEntry> {
-    let mut v: Vec<_> = inventory::iter::<ProtectionEntry>().collect();
-    v.sort_by_key(|e| e.name);
-    v
-}
-
-/// Every registered checkpointing plugin, by name.
-pub fn checkpointing_entries() -> Vec<&'static CheckpointingEntry> {
-    let mut v: Vec<_> = inventory::iter::<CheckpointingEntry>().collect();
-    v.sort_by_key(|e| e.name);
-    v
-}
-
-/// Every registered recovery plugin, by name.
-pub fn recovery_entries() -> Vec<&'static RecoveryEntry> {
-    let mut v: Vec<_> = inventory::iter::<RecoveryEntry>().collect();
-    v.sort_by_key(|e| e.name);
-    v
 }
 
 /// The plugins a loop runs at its extension points, and the `[run]` rules
@@ -279,38 +241,11 @@ impl Profile {
         recovery: &ModuleConfig,
     ) -> Result<Self, ConfigError> {
         let rules = StartupRules::from_run(run);
-        let p = protection_entries();
-        let e = p
-            .iter()
-            .find(|e| e.name == protection.policy)
-            .ok_or_else(|| {
-                crate::registry::unknown(
-                    protection,
-                    "protection",
-                    p.iter().map(|e| e.name).collect(),
-                )
-            })?;
-        let built_protection = (e.build)(&protection.params, run)?;
-        let c = checkpointing_entries();
-        let e = c
-            .iter()
-            .find(|e| e.name == checkpointing.policy)
-            .ok_or_else(|| {
-                crate::registry::unknown(
-                    checkpointing,
-                    "checkpointing",
-                    c.iter().map(|e| e.name).collect(),
-                )
-            })?;
-        let built_checkpointing = (e.build)(&checkpointing.params, run)?;
-        let r = recovery_entries();
-        let e = r
-            .iter()
-            .find(|e| e.name == recovery.policy)
-            .ok_or_else(|| {
-                crate::registry::unknown(recovery, "recovery", r.iter().map(|e| e.name).collect())
-            })?;
-        let built_recovery = (e.build)(&recovery.params, run)?;
+        let built_protection =
+            (ProtectionEntry::named(protection)?.build)(&protection.params, run)?;
+        let built_checkpointing =
+            (CheckpointingEntry::named(checkpointing)?.build)(&checkpointing.params, run)?;
+        let built_recovery = (RecoveryEntry::named(recovery)?.build)(&recovery.params, run)?;
         Ok(Profile {
             rules,
             protection: Arc::from(built_protection),

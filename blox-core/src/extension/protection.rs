@@ -154,12 +154,7 @@ impl Protection for StartupAware {
         let cluster = input.cluster;
         let mut deferred = 0;
         while check.check(&p).is_err() {
-            let releasing: HashSet<JobId> = p
-                .preempt
-                .iter()
-                .copied()
-                .chain(p.launch.iter().map(|a| a.job))
-                .collect();
+            let releasing = releasing(&p);
             let keeps = |holder: JobId| !releasing.contains(&holder);
             let on = |node| {
                 move |a: &Assignment| {
@@ -218,12 +213,7 @@ pub fn keep_on_their_gpus(
 fn defer_onto_staying(p: &mut Placement, jobs: &JobState, cluster: &ClusterState) -> usize {
     let mut deferred = 0;
     loop {
-        let releasing: HashSet<JobId> = p
-            .preempt
-            .iter()
-            .copied()
-            .chain(p.launch.iter().map(|a| a.job))
-            .collect();
+        let releasing = releasing(p);
         let stays = |g: &GpuId| {
             cluster.gpu(*g).and_then(|x| x.job).is_some_and(|h| {
                 !releasing.contains(&h) && jobs.get(h).is_some_and(|j| j.is_running())
@@ -237,6 +227,15 @@ fn defer_onto_staying(p: &mut Placement, jobs: &JobState, cluster: &ClusterState
         }
         deferred += n;
     }
+}
+
+/// The running jobs `p` stops or launches again: they give their GPUs up.
+fn releasing(p: &Placement) -> HashSet<JobId> {
+    p.preempt
+        .iter()
+        .copied()
+        .chain(p.launch.iter().map(|a| a.job))
+        .collect()
 }
 
 /// The same GPUs, in any order.

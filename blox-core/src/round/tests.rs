@@ -432,10 +432,9 @@ fn a_queued_job_is_told_what_it_waits_for() {
     assert!(l.jobs.get(JobId(2)).unwrap().wait.is_none());
 }
 
-#[test]
-fn start_up_protection_keeps_a_starting_job_on_its_gpus() {
-    // A schedule that lists only the newest job: the running one should
-    // stop, but within its protected time it keeps its GPUs.
+/// Lists only the newest job, and preempts every running job it does not
+/// list: a policy that would displace a starting job at once.
+fn displacing() -> Policies {
     struct Newest;
     impl SchedulingPolicy for Newest {
         fn schedule(&mut self, _: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
@@ -466,14 +465,20 @@ fn start_up_protection_keeps_a_starting_job_on_its_gpus() {
             Placement { preempt, launch }
         }
     }
+    Policies {
+        admission: Box::new(Admit { hold: false }),
+        scheduling: Box::new(Newest),
+        placement: Box::new(Preempting),
+        names: PolicyNames::new("admit", "newest", "preempting"),
+    }
+}
+
+#[test]
+fn start_up_protection_keeps_a_starting_job_on_its_gpus() {
+    // A schedule that lists only the newest job: the running one should
+    // stop, but within its protected time it keeps its GPUs.
     let make = |min_run_s: f64| {
-        let p = Policies {
-            admission: Box::new(Admit { hold: false }),
-            scheduling: Box::new(Newest),
-            placement: Box::new(Preempting),
-            names: PolicyNames::new("admit", "newest", "preempting"),
-        };
-        RoundLoop::builder(p, ClusterState::homogeneous(1, 1), 10.0)
+        RoundLoop::builder(displacing(), ClusterState::homogeneous(1, 1), 10.0)
             .startup(StartupRules {
                 min_run_s,
                 ..StartupRules::off()

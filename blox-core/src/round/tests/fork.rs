@@ -85,6 +85,16 @@ fn fork_of(l: &RoundLoop) -> (RoundLoop, Vec<String>) {
     (fork, notes)
 }
 
+/// A backend for a fork: `b`'s clock and running jobs, no arrivals.
+fn continuing(b: &Fake) -> Fake {
+    Fake {
+        now: b.now,
+        running: b.running.clone(),
+        left: b.left.clone(),
+        ..Fake::default()
+    }
+}
+
 #[test]
 fn a_fork_continues_the_policies_state_and_leaves_the_loop_alone() {
     // Two one-GPU jobs on one GPU: job 1 runs, job 2 waits.
@@ -98,12 +108,7 @@ fn a_fork_continues_the_policies_state_and_leaves_the_loop_alone() {
     assert_eq!(fork.profile().protection.name(), "startup-aware");
     // The fork runs the rest on a backend of its own: job 1 ends, job 2
     // runs; its policy counts on from the loop's 2 rounds.
-    let mut fb = Fake {
-        now: b.now,
-        running: b.running.clone(),
-        left: b.left.clone(),
-        ..Fake::default()
-    };
+    let mut fb = continuing(&b);
     let r = fork.run_round(&mut fb).unwrap();
     assert_eq!(r.note.as_deref(), Some("round 3"));
     assert_eq!(r.round, 2);
@@ -133,12 +138,7 @@ fn a_policy_that_cannot_be_copied_starts_afresh_in_the_fork_and_says_so() {
         notes,
         vec!["`counting-test` could not be forked (its counter lives elsewhere): its fork starts afresh"]
     );
-    let mut fb = Fake {
-        now: b.now,
-        running: b.running.clone(),
-        left: b.left.clone(),
-        ..Fake::default()
-    };
+    let mut fb = continuing(&b);
     let r = fork.run_round(&mut fb).unwrap();
     assert_eq!(r.note.as_deref(), Some("round 1"));
 }

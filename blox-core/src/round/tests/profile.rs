@@ -5,47 +5,6 @@ use super::*;
 use crate::extension::{Protection, ProtectionInput, Unprotected};
 use std::sync::Arc;
 
-/// Lists only the newest job, and preempts every running job it does not
-/// list: a policy that would displace a starting job at once.
-fn displacing() -> Policies {
-    struct Newest;
-    impl SchedulingPolicy for Newest {
-        fn schedule(&mut self, _: &RoundInfo, jobs: &JobState, _: &ClusterState) -> Schedule {
-            Schedule::in_priority_order(jobs.runnable().last())
-        }
-    }
-    struct Preempting;
-    impl PlacementPolicy for Preempting {
-        fn place(
-            &mut self,
-            _: &RoundInfo,
-            s: &Schedule,
-            jobs: &JobState,
-            c: &ClusterState,
-        ) -> Placement {
-            let keep: Vec<JobId> = s.job_order();
-            let preempt: Vec<JobId> = jobs
-                .running()
-                .map(|j| j.id())
-                .filter(|id| !keep.contains(id))
-                .collect();
-            let mut free: Vec<GpuId> = c.free_gpus().collect();
-            for id in &preempt {
-                free.extend(jobs.get(*id).unwrap().allocation.iter().copied());
-            }
-            free.sort();
-            let launch = launch_in_order(s, jobs, &mut free);
-            Placement { preempt, launch }
-        }
-    }
-    Policies {
-        admission: Box::new(Admit { hold: false }),
-        scheduling: Box::new(Newest),
-        placement: Box::new(Preempting),
-        names: PolicyNames::new("admit", "newest", "preempting"),
-    }
-}
-
 /// Rounds until job 1 is first preempted (its time), at most 10.
 fn first_preemption(l: &mut RoundLoop) -> Option<f64> {
     let mut b = Fake::with(&[(1, 0.0, 1, 1000.0), (2, 10.0, 1, 1000.0)]);
