@@ -75,7 +75,7 @@ fn heterogeneity_aware_gavel_beats_its_speed_agnostic_baseline_and_las() {
 /// `{model: {type: speed}}` of a config's `[sim.model_type_speed]`.
 fn config_speeds(config: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
     let text = std::fs::read_to_string(format!("examples/configs/gavel/{config}.toml")).unwrap();
-    let t: blox_core::toml::Table = blox_core::toml::from_str(&text).unwrap();
+    let t: blox_config::toml::Table = blox_config::toml::from_str(&text).unwrap();
     let table = t["sim"]["model_type_speed"].as_table().unwrap();
     table
         .iter()

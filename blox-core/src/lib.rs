@@ -2,7 +2,8 @@
 //!
 //! The vocabulary every blox crate speaks: shared job and cluster state, one trait
 //! per scheduler abstraction (Blox, EuroSys'24, §3), the round loop that chains them,
-//! the registry of named modules, and the TOML config. No I/O, no async, no heavy
+//! the registry of named modules, and what a config's sections hold once read
+//! (reading the TOML file is `blox-config`'s). No I/O, no async, no heavy
 //! dependencies: a policy crate that depends only on `blox-core` builds in seconds.
 
 pub mod cluster;
@@ -26,8 +27,7 @@ pub mod walk;
 
 pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
 pub use config::{
-    CheckpointRule, Config, ConfigError, ModuleConfig, NonNegative, Override, Positive, RunConfig,
-    Section,
+    CheckpointRule, ConfigError, ModuleConfig, NonNegative, Positive, RunConfig, Section, Value,
 };
 pub use extension::{Checkpointing, Profile, Protection, ProtectionInput, Recovery};
 pub use ids::{GpuId, JobId, NodeId};
@@ -54,5 +54,3 @@ pub mod writing_policies {}
 
 /// Re-exported so policy crates can register without depending on `inventory`.
 pub use inventory;
-/// Re-exported for building config sections in code and tests.
-pub use toml;

@@ -21,7 +21,8 @@ pub fn config(data: &[u8]) {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let Ok(cfg) = blox_core::Config::parse(source, "fuzz.toml", Path::new("."), &overrides) else {
+    let Ok(cfg) = blox_config::Config::parse(source, "fuzz.toml", Path::new("."), &overrides)
+    else {
         return;
     };
     let _ = blox_core::registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement);

@@ -52,7 +52,7 @@ pub(crate) fn profiles_dir(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blox_core::Config;
+    use blox_config::Config;
 
     /// The `[scheduling]` section of a config written in `dir`.
     fn scheduling(dir: &Path, body: &str) -> Section {

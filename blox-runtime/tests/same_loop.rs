@@ -5,6 +5,7 @@
 
 mod common;
 
+use blox_config::Config;
 use blox_core::round::events::What;
 use blox_core::*;
 use common::*;
@@ -18,8 +19,7 @@ fn replay_config(scheduling: &str) -> Config {
     let text = format!(
         "[run]\nround_s = 1\n[scheduling]\npolicy = \"{scheduling}\"\n[placement]\npolicy = \"consolidated\"\n"
     );
-    let mut input =
-        blox_core::config::ConfigInput::new(&text, "replay.toml", std::path::Path::new("."));
+    let mut input = blox_config::ConfigInput::new(&text, "replay.toml", std::path::Path::new("."));
     input.cluster_optional = true;
     Config::from_input(input).unwrap()
 }

@@ -31,6 +31,7 @@
 
 use crate::backend::{SimBackend, SimConfig};
 use crate::synth::{fork_live, LiveView};
+use blox_config::Config;
 use blox_core::runner::{self, Driver};
 use blox_core::*;
 use blox_forecast::{DurationFrom, Forecast, ForecastError, Forecaster, Prediction, Snapshot};

@@ -5,7 +5,7 @@ use crate::backend::{SimBackend, SimConfig};
 use crate::report::{SimResult, StopReason};
 use crate::rounds::{self, RunState, SimRounds};
 use crate::workload::{self, SimJob, WorkloadError};
-use blox_core::config::{ConfigInput, Override, SectionSource};
+use blox_config::{Config, ConfigInput, Override, SectionSource};
 use blox_core::runner;
 use blox_core::*;
 use std::path::{Path, PathBuf};
@@ -512,7 +512,7 @@ impl ConfigRequest {
             let old = probe.section("workload");
             // A Philly-format file keeps a config's `blox-recipe` kind.
             if kind == "philly" {
-                if let Some(toml::Value::String(k)) = old.table().get("kind") {
+                if let Some(Value::String(k)) = old.table().get("kind") {
                     if k == "blox-recipe" {
                         cfg_kind = k.clone();
                     }

@@ -27,6 +27,7 @@
 
 use crate::backend::{SimBackend, SimConfig};
 use crate::workload::{SimJob, WorkModel};
+use blox_config::{Config, Table};
 use blox_core::runner::{self, Driver};
 use blox_core::*;
 use rayon::prelude::*;
@@ -61,11 +62,11 @@ struct SynthConfig {
     #[serde(default = "d_weight")]
     jct_weight: f64,
     #[serde(default)]
-    admission: Vec<toml::Table>,
+    admission: Vec<Table>,
     #[serde(default)]
-    scheduling: Vec<toml::Table>,
+    scheduling: Vec<Table>,
     #[serde(default)]
-    placement: Vec<toml::Table>,
+    placement: Vec<Table>,
     /// Run time assumed for a job that gave no estimate, seconds.
     #[serde(default = "d_default_duration")]
     default_duration_s: f64,
@@ -105,7 +106,10 @@ pub fn module_label(m: &ModuleConfig) -> String {
     if t.is_empty() {
         return m.policy.clone();
     }
-    let kv: Vec<String> = t.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let kv: Vec<String> = t
+        .iter()
+        .map(|(k, v)| format!("{k}={}", blox_config::convert::value_to_toml(v)))
+        .collect();
     format!("{}({})", m.policy, kv.join(","))
 }
 
@@ -185,7 +189,7 @@ impl Synthesizer {
             }
         }
         let modules = |key: &str,
-                       list: &[toml::Table],
+                       list: &[Table],
                        own: &ModuleConfig|
          -> Result<Vec<ModuleConfig>, ConfigError> {
             if list.is_empty() {

@@ -5,7 +5,7 @@
 //! and the event log are the same — also for a policy that learns from
 //! the jobs that ended (ONES trains its predictor on them).
 
-use blox_core::config::Override;
+use blox_config::Override;
 use blox_sim::{load_config, SimResult, Simulation};
 use std::path::{Path, PathBuf};
 

@@ -4,6 +4,7 @@
 //! checkpoints every `τ` and restarts in `R` keeps, to first order (Young,
 //! Daly), `1 − (τ/2 + R) / MTTF` of its time for training.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_sim::{report::JobRow, SimJob, Simulation};
 

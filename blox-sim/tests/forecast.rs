@@ -3,6 +3,7 @@
 //! after the snapshot, run times given or measured), the forecast is what
 //! then happens, to the microsecond.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_forecast::{DurationFrom, Forecast, Forecaster, LaunchCosts};
 use blox_sim::forecast::SimForecaster;

@@ -3,6 +3,7 @@
 //! lemon quarantine and failure-aware placement. Each must move ETTR (or
 //! interruptions) the way the literature reports.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_sim::{report::JobRow, SimJob, SimResult, Simulation};
 

@@ -1,6 +1,7 @@
 //! The simulator's time accounting, the Blox compatibility mode, and loop invariants
 //! under random workloads and policy combinations.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_sim::{SimConfig, SimJob, Simulation};
 use proptest::prelude::*;

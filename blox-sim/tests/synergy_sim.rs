@@ -38,8 +38,8 @@ fn job(id: u64, arrival: f64, gpus: u32, model: &str, duration_s: f64) -> SimJob
 }
 
 fn synergy(mode: &str) -> Policies {
-    let mut t = toml::Table::new();
-    t.insert("mode".into(), toml::Value::String(mode.into()));
+    let mut t = blox_core::config::Table::new();
+    t.insert("mode".into(), mode.into());
     let sched = Section::from_table("scheduling", t);
     registry::build_policies(
         &ModuleConfig {

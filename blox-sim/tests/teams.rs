@@ -3,6 +3,7 @@
 //! its quota while another runs on borrowed GPUs (beyond a round), and a job
 //! of an unknown team is refused before the run.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_sim::{SimJob, Simulation};
 use proptest::prelude::*;

@@ -3,6 +3,7 @@
 //! admission with the placement's words (not admitted to wait for ever,
 //! kueue#4329), and fragmentation is reported every round.
 
+use blox_config::Config;
 use blox_core::*;
 use blox_sim::{SimJob, Simulation};
 

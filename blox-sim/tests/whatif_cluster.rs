@@ -5,6 +5,7 @@
 //! whose nodes join and leave the way a live cluster's do
 //! (`SimBackend::plan_nodes`), so its log carries `node_joined` events.
 
+use blox_config::Config;
 use blox_core::round::events::{Event, What};
 use blox_core::*;
 use blox_sim::whatif::{self, History};

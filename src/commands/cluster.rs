@@ -5,7 +5,7 @@
 use crate::cli::{Connect, SubmitArgs, WorkerArgs};
 use crate::say;
 use anyhow::{bail, Context, Result};
-use blox_core::Override;
+use blox_config::Override;
 use blox_runtime::ctl::{Ctl, CtlError, JobFile};
 use blox_runtime::net::{Security, TlsFiles};
 use blox_runtime::proto::JobSubmission;
@@ -47,7 +47,7 @@ fn ctl(c: &Connect) -> Result<Ctl> {
 /// synthesis, if it has a `[synthesizer]`), its `[runtime]` settings with
 /// `listen` and `state` replaced when given.
 pub fn start_scheduler(
-    cfg: &blox_core::Config,
+    cfg: &blox_config::Config,
     listen: Option<String>,
     state: Option<PathBuf>,
 ) -> Result<SchedulerHandle> {

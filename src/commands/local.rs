@@ -6,6 +6,7 @@
 
 use crate::say;
 use anyhow::{Context, Result};
+use blox_config::Override;
 use blox_core::*;
 use blox_runtime::local::{read_jobs_file, run_until_done};
 use blox_runtime::{LocalBackend, LocalConfig};

@@ -9,7 +9,7 @@ pub mod whatif;
 use crate::cli::{Command, Overrides, SimArgs};
 use crate::say;
 use anyhow::{Context, Result};
-use blox_core::Override;
+use blox_config::Override;
 use blox_sim::{ConfigRequest, Simulation};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -44,7 +44,7 @@ pub fn overrides(o: &Overrides) -> Result<Vec<Override>> {
 /// The config's policies, and its policy selector if it has a
 /// `[synthesizer]` (the same one `blox sim` runs), named alike.
 pub fn policies_of(
-    cfg: &blox_core::Config,
+    cfg: &blox_config::Config,
 ) -> Result<(
     blox_core::Policies,
     Option<Box<dyn blox_core::PolicySelector>>,
@@ -68,7 +68,7 @@ pub fn policies_of(
 /// config may serve the simulator and a cluster, so this is a note, not an
 /// error). `unused`: (section, why); `run_keys`: `[run]` keys it ignores.
 pub fn note_unused(
-    cfg: &blox_core::Config,
+    cfg: &blox_config::Config,
     command: &str,
     unused: &[(&str, &str)],
     run_keys: &[&str],

@@ -3,7 +3,7 @@
 use crate::cli::{ScaleArgs, SoakArgs};
 use crate::say;
 use anyhow::{Context, Result};
-use blox_core::Override;
+use blox_config::Override;
 use blox_sim::sweep::{self, SweepOptions, SweepRow};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;

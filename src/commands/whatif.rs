@@ -4,6 +4,7 @@
 use crate::cli::{Connect, WhatifArgs};
 use crate::say;
 use anyhow::{bail, Context, Result};
+use blox_config::{Config, Override};
 use blox_core::*;
 use blox_runtime::proto::{JobInfo, JobPhase, StatusReply, WorkerInfo};
 use blox_sim::whatif::{self, Comparison, History, LiveJob, LivePhase, LiveWorker};

@@ -1,46 +1,25 @@
-//! The TOML config: cluster, run settings, and one section per module naming a
-//! registered policy and its parameters. Every mistake names the file and
-//! line where the key was written (from the TOML parser's spans), or the
-//! `--set` that put it there.
+//! What a config says, once read: the sections ([`Section`]: a table of
+//! [`Value`]s that remembers where each key was written), the `[run]`
+//! settings every loop shares, and a module section naming a registered
+//! policy with its parameters ([`ModuleConfig`]). Every mistake names the
+//! file and line of the key, or the `--set` that put it there.
 //!
-//! ```toml
-//! [cluster]
-//! nodes = 16
-//! gpus_per_node = 4
-//!
-//! [run]
-//! round_s = 60
-//!
-//! [admission]
-//! policy = "load-based"
-//! k = 1.2            # parameters of that policy, checked by its own struct
-//!
-//! [scheduling]
-//! policy = "las"
-//!
-//! [placement]
-//! policy = "consolidated"
-//! ```
-//!
-//! Sections owned by other crates (`[workload]`, `[sim]`, `[sweep]`,
-//! `[synthesizer]`, `[runtime]`) are kept as [`Section`]s and parsed by their
-//! owners with the same error positions.
+//! Reading a file (TOML, `--set` overrides, the whole config's sections and
+//! the cluster they describe) is the `blox-config` crate's: this module has
+//! no file format and does no I/O. A module reads its section with
+//! [`Section::parse`] into its own parameter struct.
 
-mod cluster;
 mod number;
+mod origin;
 mod section;
-mod source;
+mod value;
 
-pub use cluster::{ClusterConfig, NodeGroup, MAX_NODES};
 pub use number::{NonNegative, Positive};
+pub use origin::{KeyLines, Origin};
 pub use section::Section;
-pub use source::{KeyLines, Override, SectionSource};
+pub use value::{Table, Value, ValueError};
 
 use serde::Deserialize;
-use source::Origin;
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// A config problem, with where it is.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +167,7 @@ impl Default for RunConfig {
 impl RunConfig {
     /// Checks across keys (each number's own range is checked as it is
     /// parsed: [`Positive`], [`NonNegative`]).
-    fn validate(&self, s: &Section) -> Result<(), ConfigError> {
+    pub fn validate(&self, s: &Section) -> Result<(), ConfigError> {
         if let Some([a, b]) = self.track_jobs {
             if a > b {
                 return Err(s.error_at(
@@ -255,283 +234,6 @@ impl ModuleConfig {
     }
 }
 
-/// A whole config file.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Where the config came from (file path, or a description).
-    pub file: String,
-    /// Directory that relative paths in the config are resolved against.
-    pub base_dir: PathBuf,
-    pub cluster: ClusterConfig,
-    pub run: RunConfig,
-    pub admission: ModuleConfig,
-    pub scheduling: ModuleConfig,
-    pub placement: ModuleConfig,
-    /// The plugins at the loop's other extension points
-    /// ([`crate::extension`]): `[protection]` and `[checkpointing]`.
-    pub protection: ModuleConfig,
-    pub checkpointing: ModuleConfig,
-    /// `[recovery]`: what a job a node failure stopped does.
-    pub recovery: ModuleConfig,
-    /// Every other section, by name (`cluster`, `run`, `workload`, `sim`, …).
-    sections: BTreeMap<String, Section>,
-}
-
-/// Where the module sections (policies and plugins) sit in [`SECTIONS`].
-const MODULE_SECTIONS: std::ops::Range<usize> = 2..8;
-
-/// Sections a config may have: the cluster, the run, the six modules
-/// (policies and plugins), then the sections other crates own.
-pub const SECTIONS: &[&str] = &[
-    "cluster",
-    "run",
-    "admission",
-    "scheduling",
-    "placement",
-    "protection",
-    "checkpointing",
-    "recovery",
-    "workload",
-    "sim",
-    "sweep",
-    "synthesizer",
-    "forecast",
-    "runtime",
-    "worker",
-    "failures",
-];
-
-/// What a config is read from: a file's text, plus whole sections supplied
-/// from elsewhere and overrides applied in order.
-#[derive(Clone, Debug)]
-pub struct ConfigInput<'a> {
-    pub source: &'a str,
-    /// The file's name, as errors should show it.
-    pub file: &'a str,
-    /// Its folder (relative paths in it resolve against this).
-    pub base_dir: &'a Path,
-    /// Sections replacing the file's own.
-    pub sections: Vec<SectionSource>,
-    pub overrides: Vec<Override>,
-    /// A missing `[cluster]` is no error (the cluster comes from elsewhere:
-    /// a replayed log's nodes); [`Config::has_section`] says it was missing.
-    pub cluster_optional: bool,
-}
-
-impl<'a> ConfigInput<'a> {
-    pub fn new(source: &'a str, file: &'a str, base_dir: &'a Path) -> Self {
-        ConfigInput {
-            source,
-            file,
-            base_dir,
-            sections: Vec::new(),
-            overrides: Vec::new(),
-            cluster_optional: false,
-        }
-    }
-}
-
-impl Config {
-    /// Parses `source` (the text of `file`), after applying `overrides`
-    /// (`("scheduling.policy", "las")`: dotted keys and TOML values; a value
-    /// that is not valid TOML is taken as a string; an empty value removes
-    /// the key).
-    pub fn parse(
-        source: &str,
-        file: &str,
-        base_dir: &Path,
-        overrides: &[(String, String)],
-    ) -> Result<Config, ConfigError> {
-        let mut input = ConfigInput::new(source, file, base_dir);
-        input.overrides = overrides.iter().map(|(k, v)| Override::set(k, v)).collect();
-        Config::from_input(input)
-    }
-
-    /// Reads a config from its parts (see [`ConfigInput`]).
-    pub fn from_input(input: ConfigInput<'_>) -> Result<Config, ConfigError> {
-        let file = input.file;
-        let mut doc: toml::Table =
-            toml::from_str(input.source).map_err(|e| ConfigError::Parse {
-                file: file.to_string(),
-                message: e.to_string().trim_end().to_string(),
-            })?;
-        let lines = KeyLines::of(input.source);
-        let file_arc: Arc<str> = Arc::from(file);
-        let mut origins: HashMap<String, (Origin, PathBuf)> = HashMap::new();
-        let origin_of = |name: &str| Origin {
-            file: file_arc.clone(),
-            lines: Arc::new(lines.under(name)),
-            header: lines.line(name).unwrap_or(0),
-            set: Arc::default(),
-            whole: None,
-        };
-        for s in input.sections {
-            doc.insert(s.name.clone(), toml::Value::Table(s.table));
-            let o = Origin {
-                file: Arc::from(s.file.as_str()),
-                lines: Arc::new(s.lines),
-                header: s.line,
-                set: Arc::default(),
-                whole: None,
-            };
-            origins.insert(s.name.clone(), (o, s.base_dir));
-        }
-        let mut set: HashMap<String, HashMap<String, String>> = HashMap::new();
-        let mut whole: HashMap<String, String> = HashMap::new();
-        for o in &input.overrides {
-            o.apply(&mut doc)?;
-            match o.key.split_once('.') {
-                Some((sec, rest)) => {
-                    set.entry(sec.to_string())
-                        .or_default()
-                        .insert(rest.to_string(), o.origin.clone());
-                }
-                None => {
-                    whole.insert(o.key.clone(), o.origin.clone());
-                }
-            }
-        }
-        let mut sections: BTreeMap<String, Section> = BTreeMap::new();
-        for (key, value) in &doc {
-            let (mut origin, base) = origins
-                .get(key)
-                .cloned()
-                .unwrap_or_else(|| (origin_of(key), input.base_dir.to_path_buf()));
-            origin.set = Arc::new(set.remove(key).unwrap_or_default());
-            origin.whole = whole.remove(key);
-            let at = |message: String| -> ConfigError {
-                let s = Section::new(key, toml::Table::new(), origin.clone(), None);
-                s.error_at("", message)
-            };
-            if !SECTIONS.contains(&key.as_str()) {
-                let near = closest(key, SECTIONS.iter().copied())
-                    .map(|s| format!(" (did you mean `{s}`?)"))
-                    .unwrap_or_default();
-                return Err(at(format!(
-                    "unknown section `{key}`{near}; expected one of: {}",
-                    SECTIONS.join(", ")
-                )));
-            }
-            let Some(table) = value.as_table() else {
-                return Err(at(format!("`{key}` must be a table ([{key}])")));
-            };
-            sections.insert(
-                key.clone(),
-                Section::new(key, table.clone(), origin, Some(base)),
-            );
-        }
-        let empty = |name: &str| {
-            Section::new(
-                name,
-                toml::Table::new(),
-                Origin {
-                    file: file_arc.clone(),
-                    set: Arc::new(set.get(name).cloned().unwrap_or_default()),
-                    ..Default::default()
-                },
-                Some(input.base_dir.to_path_buf()),
-            )
-        };
-        // A scheduler's config ([runtime]) may leave the cluster out: the
-        // workers that register bring the GPUs.
-        let live = sections.contains_key("runtime") || sections.contains_key("worker");
-        let cluster = match sections.get("cluster") {
-            Some(s) => s.parse::<ClusterConfig>()?,
-            None if live || input.cluster_optional => ClusterConfig::default(),
-            None => {
-                return Err(ConfigError::Parse {
-                    file: file.to_string(),
-                    message: "missing [cluster] section (e.g. nodes = 16, gpus_per_node = 4)"
-                        .into(),
-                })
-            }
-        };
-        let run_section = sections.get("run").cloned().unwrap_or_else(|| empty("run"));
-        let run: RunConfig = run_section.parse()?;
-        run.validate(&run_section)?;
-        let module = |name: &str, default: &str| -> Result<ModuleConfig, ConfigError> {
-            let mut params = sections
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| empty(name))
-                .with_run_seed(run.seed)
-                .with_workload(sections.get("workload").cloned());
-            let line = params
-                .line_of_key("policy")
-                .unwrap_or_else(|| params.header_line());
-            let policy = params
-                .take_string("policy")?
-                .unwrap_or_else(|| default.to_string());
-            Ok(ModuleConfig {
-                policy,
-                line,
-                params,
-            })
-        };
-        let admission = module("admission", "accept-all")?;
-        let scheduling = module("scheduling", "fifo")?;
-        let placement = module("placement", "first-free")?;
-        let protection = module("protection", "startup-aware")?;
-        let checkpointing = module(
-            "checkpointing",
-            crate::extension::default_checkpointing(&run),
-        )?;
-        let recovery = module("recovery", "hot-spares")?;
-        crate::extension::one_checkpointing_plugin(&run, &run_section, &checkpointing)?;
-        for name in &SECTIONS[MODULE_SECTIONS] {
-            sections.remove(*name);
-        }
-        let cfg = Config {
-            file: file.to_string(),
-            base_dir: input.base_dir.to_path_buf(),
-            cluster,
-            run,
-            admission,
-            scheduling,
-            placement,
-            protection,
-            checkpointing,
-            recovery,
-            sections,
-        };
-        // A scheduler's config may describe only the topology's levels
-        // (`[cluster.topology]`): its workers bring the nodes.
-        let workers_bring_gpus = (live || (input.cluster_optional && !cfg.has_section("cluster")))
-            && cfg.cluster.nodes.is_none()
-            && cfg.cluster.node_groups.is_empty();
-        if !workers_bring_gpus {
-            cfg.cluster_state()?;
-        }
-        Ok(cfg)
-    }
-
-    /// A section other than the three modules (`cluster`, `run`, `workload`,
-    /// `sim`, …), or an empty one.
-    pub fn section(&self, name: &str) -> Section {
-        self.sections.get(name).cloned().unwrap_or_else(|| {
-            Section::new(
-                name,
-                toml::Table::new(),
-                Origin {
-                    file: Arc::from(self.file.as_str()),
-                    ..Default::default()
-                },
-                Some(self.base_dir.clone()),
-            )
-        })
-    }
-
-    /// Every section but the three modules, by name.
-    pub fn sections(&self) -> impl Iterator<Item = &Section> {
-        self.sections.values()
-    }
-
-    /// True if the config has that section.
-    pub fn has_section(&self, name: &str) -> bool {
-        self.sections.contains_key(name)
-    }
-}
-
 /// The candidate closest to `name` by edit distance, if it is close enough
 /// to be a likely typo.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
@@ -542,6 +244,3 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
-
-#[cfg(test)]
-mod tests;

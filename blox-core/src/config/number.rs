@@ -6,16 +6,21 @@
 //! own parameters use them the same way:
 //!
 //! ```
-//! use blox_core::config::{NonNegative, Positive};
+//! use blox_core::config::{NonNegative, Positive, Section, Value};
 //! #[derive(serde::Deserialize)]
 //! struct Params {
 //!     interval_s: Positive,
 //!     slack_s: Option<NonNegative>,
 //! }
-//! let p: Params = toml::from_str("interval_s = 30").unwrap();
+//! // A section as a config file's `interval_s = 30` gives it.
+//! let section = |keys: &[(&str, f64)]| {
+//!     let table = keys.iter().map(|(k, v)| (k.to_string(), Value::from(*v)));
+//!     Section::from_table("p", table.collect())
+//! };
+//! let p: Params = section(&[("interval_s", 30.0)]).parse().unwrap();
 //! assert_eq!(p.interval_s.get(), 30.0);
-//! assert!(toml::from_str::<Params>("interval_s = 0").is_err());
-//! assert!(toml::from_str::<Params>("interval_s = 1\nslack_s = -1").is_err());
+//! assert!(section(&[("interval_s", 0.0)]).parse::<Params>().is_err());
+//! assert!(section(&[("interval_s", 1.0), ("slack_s", -1.0)]).parse::<Params>().is_err());
 //! ```
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -103,6 +108,7 @@ impl NonNegative {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Table, Value};
 
     #[derive(Deserialize, Debug)]
     struct P {
@@ -110,25 +116,47 @@ mod tests {
         b: Option<NonNegative>,
     }
 
+    /// `P` read from a table of these keys, as a config file writes them.
+    fn read(keys: &[(&str, Value)]) -> Result<P, String> {
+        let t: Table = keys
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        Value::Table(t).into_typed().map_err(|e| e.to_string())
+    }
+
     #[test]
     fn amounts_refuse_what_they_cannot_mean() {
-        let p: P = toml::from_str("a = 2\nb = 0").unwrap();
+        let p = read(&[("a", 2.into()), ("b", 0.into())]).unwrap();
         assert_eq!((p.a.get(), p.b.map(NonNegative::get)), (2.0, Some(0.0)));
-        assert_eq!(*toml::from_str::<P>("a = 0.5").unwrap().a, 0.5);
-        for (text, says) in [
-            ("a = 0", "0 is not a finite number above 0"),
-            ("a = -1.5", "-1.5 is not a finite number above 0"),
-            ("a = inf", "inf is not a finite number above 0"),
-            ("a = nan", "NaN is not a finite number above 0"),
-            ("a = 1\nb = -1", "-1 is not a finite number of 0 or more"),
+        assert_eq!(*read(&[("a", 0.5.into())]).unwrap().a, 0.5);
+        let one = || ("a", Value::from(1));
+        for (keys, says) in [
+            (vec![("a", 0.into())], "0 is not a finite number above 0"),
             (
-                "a = 1\nb = -inf",
+                vec![("a", (-1.5).into())],
+                "-1.5 is not a finite number above 0",
+            ),
+            (
+                vec![("a", f64::INFINITY.into())],
+                "inf is not a finite number above 0",
+            ),
+            (
+                vec![("a", f64::NAN.into())],
+                "NaN is not a finite number above 0",
+            ),
+            (
+                vec![one(), ("b", (-1).into())],
+                "-1 is not a finite number of 0 or more",
+            ),
+            (
+                vec![one(), ("b", f64::NEG_INFINITY.into())],
                 "-inf is not a finite number of 0 or more",
             ),
-            ("a = \"3\"", "expected f64"),
+            (vec![("a", "3".into())], "expected f64"),
         ] {
-            let e = toml::from_str::<P>(text).unwrap_err().to_string();
-            assert!(e.contains(says), "{text}: {e}");
+            let e = read(&keys).unwrap_err();
+            assert!(e.contains(says), "{keys:?}: {e}");
         }
         assert!(Positive::new(f64::MIN_POSITIVE).is_ok());
         assert!(NonNegative::new(-0.0).is_ok());

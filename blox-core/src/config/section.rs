@@ -2,7 +2,8 @@
 //! its owner (a policy, the simulator, the runtime) reports mistakes at the
 //! user's own file and line, or at the `--set` that caused them.
 
-use super::source::Origin;
+use super::origin::Origin;
+use super::value::{Table, Value};
 use super::ConfigError;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct Section {
     name: String,
-    table: toml::Table,
+    table: Table,
     origin: Origin,
     /// Folder relative paths in this section are resolved against (the config
     /// file's folder); `None` for sections built in code (the current folder).
@@ -25,12 +26,10 @@ pub struct Section {
 }
 
 impl Section {
-    pub(crate) fn new(
-        name: &str,
-        table: toml::Table,
-        origin: Origin,
-        base_dir: Option<PathBuf>,
-    ) -> Self {
+    /// A section named `name` holding `table`, whose keys were written at
+    /// `origin`; relative paths in it resolve against `base_dir` (`None`:
+    /// the current folder). Config readers build sections so.
+    pub fn new(name: &str, table: Table, origin: Origin, base_dir: Option<PathBuf>) -> Self {
         Section {
             name: name.to_string(),
             table,
@@ -68,19 +67,19 @@ impl Section {
     }
 
     /// A section built in code (tests, forks): errors report `<code>`.
-    pub fn from_table(name: &str, table: toml::Table) -> Self {
+    pub fn from_table(name: &str, table: Table) -> Self {
         Section::new(name, table, Origin::code(), None)
     }
 
     /// An empty section (every parameter at its default).
     pub fn empty(name: &str) -> Self {
-        Self::from_table(name, toml::Table::new())
+        Self::from_table(name, Table::new())
     }
 
     /// A table found at `path` inside this section (e.g. the synthesizer's
     /// `scheduling.1`), as a section of its own named `name`, keeping the
     /// positions of its keys.
-    pub fn subsection(&self, name: &str, path: &str, table: toml::Table) -> Section {
+    pub fn subsection(&self, name: &str, path: &str, table: Table) -> Section {
         let set = self
             .origin
             .set
@@ -119,7 +118,7 @@ impl Section {
         &self.name
     }
 
-    pub fn table(&self) -> &toml::Table {
+    pub fn table(&self) -> &Table {
         &self.table
     }
 
@@ -142,7 +141,7 @@ impl Section {
                 format!("`{key}` = {v}: numbers in a config must be finite"),
             ));
         }
-        serde_path_to_error::deserialize(toml::Value::Table(self.table.clone())).map_err(|e| {
+        serde_path_to_error::deserialize(Value::Table(self.table.clone())).map_err(|e| {
             let path: Vec<String> = e
                 .path()
                 .iter()
@@ -153,7 +152,7 @@ impl Section {
                     serde_path_to_error::Segment::Unknown => None,
                 })
                 .collect();
-            let message = e.inner().message().trim().to_string();
+            let message = e.inner().to_string().trim().to_string();
             self.explain(path, message)
         })
     }
@@ -172,11 +171,12 @@ impl Section {
                 format!("{key}.{u}")
             };
         }
-        let mut message = if unknown.is_none() && !key.is_empty() && !message.contains('`') {
-            format!("`{key}`: {message}")
-        } else {
-            message
-        };
+        let mut message =
+            if unknown.is_none() && !key.is_empty() && !message.contains(&format!("`{key}`")) {
+                format!("`{key}`: {message}")
+            } else {
+                message
+            };
         if unknown.is_some() {
             if let Some(o) = self.origin.set_by("policy") {
                 message.push_str(&format!(
@@ -253,12 +253,12 @@ impl Section {
     pub fn take_string(&mut self, key: &str) -> Result<Option<String>, ConfigError> {
         match self.table.get(key) {
             None => Ok(None),
-            Some(toml::Value::String(s)) => {
+            Some(Value::String(s)) => {
                 let s = s.clone();
                 self.table.remove(key);
                 Ok(Some(s))
             }
-            Some(toml::Value::Array(a)) if key == "policy" && a.len() > 1 => Err(self.error_at(
+            Some(Value::Array(a)) if key == "policy" && a.len() > 1 => Err(self.error_at(
                 key,
                 format!(
                     "`policy` names one module: [{}] is an exclusive extension point, and {} \
@@ -275,7 +275,7 @@ impl Section {
     }
 
     /// The same section (names, positions) holding `table` instead.
-    pub fn with_table(&self, table: toml::Table) -> Section {
+    pub fn with_table(&self, table: Table) -> Section {
         Section {
             table,
             ..self.clone()
@@ -285,12 +285,12 @@ impl Section {
 
 /// The first infinite or NaN number in `table` (depth first), with its dotted
 /// path (array elements by index).
-fn non_finite(table: &toml::Table, prefix: &str) -> Option<(String, f64)> {
-    fn walk(v: &toml::Value, path: String) -> Option<(String, f64)> {
+fn non_finite(table: &Table, prefix: &str) -> Option<(String, f64)> {
+    fn walk(v: &Value, path: String) -> Option<(String, f64)> {
         match v {
-            toml::Value::Float(f) if !f.is_finite() => Some((path, *f)),
-            toml::Value::Table(t) => non_finite(t, &path),
-            toml::Value::Array(a) => a
+            Value::Float(f) if !f.is_finite() => Some((path, *f)),
+            Value::Table(t) => non_finite(t, &path),
+            Value::Array(a) => a
                 .iter()
                 .enumerate()
                 .find_map(|(i, v)| walk(v, format!("{path}.{i}"))),

@@ -265,38 +265,9 @@ impl Profile {
     }
 }
 
-impl crate::config::Config {
-    /// The plugins its `[protection]`, `[checkpointing]` and `[recovery]`
-    /// select, with its `[run]` rules
-    /// ([`crate::extension::Profile::from_config`]). Spares kept for a
-    /// recovery plugin that never calls them are refused.
-    pub fn profile(&self) -> Result<crate::extension::Profile, ConfigError> {
-        let p = crate::extension::Profile::from_config(
-            &self.run,
-            &self.protection,
-            &self.checkpointing,
-            &self.recovery,
-        )?;
-        let spares = self.cluster.spares.unwrap_or(0);
-        if spares > 0 && !p.recovery.uses_spares() {
-            return Err(ConfigError::Incompatible {
-                at: self.recovery.location(),
-                message: format!(
-                    "[recovery] policy `{}` never calls a spare, and [cluster] spares = {spares} \
-                     ({}) keeps {spares} nodes out of the scheduler's reach for one: set \
-                     `recovery.policy = \"hot-spares\"`, or spares = 0",
-                    p.recovery.name(),
-                    self.section("cluster").location("spares"),
-                ),
-            });
-        }
-        Ok(p)
-    }
-}
-
 /// `[checkpointing] policy` and `[run] checkpoint` naming different plugins
 /// are refused: the point is exclusive.
-pub(crate) fn one_checkpointing_plugin(
+pub fn one_checkpointing_plugin(
     run: &RunConfig,
     run_section: &Section,
     checkpointing: &ModuleConfig,

@@ -6,6 +6,7 @@
 //! without a wall-clock bound (until every job finished), `repeat` times.
 
 use super::{Out, Result};
+use blox_config::Config;
 use blox_core::*;
 use blox_forecast::Forecaster;
 use blox_sim::forecast::SimForecaster;

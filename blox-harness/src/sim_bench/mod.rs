@@ -344,10 +344,10 @@ fn doubling(dir: &Path, out: Out) -> Result<()> {
             .metrics()
             .set(JobId(id), metric::EPOCH, (id % 7) as f64);
     }
-    let mut table = toml::Table::new();
+    let mut table = blox_core::config::Table::new();
     table.insert(
         "traces_dir".into(),
-        toml::Value::String(traces.display().to_string()),
+        blox_core::Value::String(traces.display().to_string()),
     );
     let section = Section::from_table("scheduling", table);
     let mut sched = scheduling("doubling", &section)?;

@@ -11,7 +11,7 @@
 //! past the warm-up).
 
 use super::{peak_rss_mib, BenchError, Result};
-use blox_core::Override;
+use blox_config::Override;
 use blox_sim::{load_config, Simulation};
 use std::path::Path;
 use std::time::Instant;

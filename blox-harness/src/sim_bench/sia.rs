@@ -28,7 +28,7 @@ pub(super) fn sia(dir: &Path, rounds: usize, out: Out) -> Result<()> {
             let count = g.get("count").and_then(|v| v.as_integer()).unwrap_or(0) * scale as i64;
             let per = g.get("gpus").and_then(|v| v.as_integer()).unwrap_or(0);
             gpus += count * per;
-            g.insert("count".into(), toml::Value::Integer(count));
+            g.insert("count".into(), blox_core::Value::Integer(count));
         }
         let t = Instant::now();
         let mut sim = Simulation::from_config(&cfg)?;

@@ -79,8 +79,8 @@ mod tests {
 
     #[test]
     fn bad_k_is_a_config_error() {
-        let mut t = blox_core::toml::Table::new();
-        t.insert("k".into(), blox_core::toml::Value::Float(-1.0));
+        let mut t = blox_core::config::Table::new();
+        t.insert("k".into(), blox_core::Value::Float(-1.0));
         let section = Section::from_table("admission", t);
         let entry = blox_core::registry::find_admission("load-based").unwrap();
         let e = (entry.build)(&section)

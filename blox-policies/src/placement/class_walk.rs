@@ -39,7 +39,8 @@ impl ClassedFactors {
             None => None,
             Some(f) => {
                 let path = p.resolve_path(f);
-                let t = Variability::read_table(&path).map_err(|e| p.error_at("clusters", e))?;
+                let t = blox_config::variability::read_table(&path)
+                    .map_err(|e| p.error_at("clusters", e))?;
                 Some(std::sync::Arc::new(t))
             }
         };

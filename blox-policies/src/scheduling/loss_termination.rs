@@ -29,7 +29,7 @@ struct Params {
     #[serde(default = "default_threshold")]
     threshold: f64,
     #[serde(default)]
-    inner_params: toml::Table,
+    inner_params: blox_core::config::Table,
 }
 
 fn default_threshold() -> f64 {

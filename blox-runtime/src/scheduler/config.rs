@@ -1,7 +1,8 @@
 //! `[runtime]`: how the scheduler serves and supervises the cluster.
 
 use crate::net::{NetError, Security};
-use blox_core::{Config, ConfigError, Profile};
+use blox_config::Config;
+use blox_core::{ConfigError, Profile};
 use serde::Deserialize;
 use std::path::PathBuf;
 

@@ -144,7 +144,7 @@ impl WorkerSection {
     pub fn read(path: &std::path::Path) -> Result<WorkerSection, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(std::path::Path::new("."));
-        let cfg = blox_core::Config::parse(&text, &path.display().to_string(), base, &[])
+        let cfg = blox_config::Config::parse(&text, &path.display().to_string(), base, &[])
             .map_err(|e| e.to_string())?;
         let s = cfg.section("worker");
         let w: WorkerSection = s.parse().map_err(|e| e.to_string())?;

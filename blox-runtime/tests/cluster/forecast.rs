@@ -4,8 +4,8 @@
 //! off its first prediction was (`blox_prediction_error_seconds`).
 
 use super::common::*;
+use blox_config::Config;
 use blox_core::round::events::What;
-use blox_core::Config;
 use blox_eventlog as event_log;
 use blox_forecast::Forecaster;
 use blox_runtime::scheduler::Extras;

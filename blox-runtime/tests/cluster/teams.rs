@@ -37,7 +37,7 @@ fn a_lender_gets_its_quota_back_on_a_live_scheduler() {
         name: "rack".into(),
         bandwidth_gbps: 50.0,
     }]);
-    let text = Config::parse(CONFIG, "teams.toml", dir.path(), &[]).unwrap();
+    let text = blox_config::Config::parse(CONFIG, "teams.toml", dir.path(), &[]).unwrap();
     let policies =
         registry::build_policies(&text.admission, &text.scheduling, &text.placement).unwrap();
     let mut c = Cluster::start_built(dir.path(), cfg, policies, 0, Default::default());

@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_node_fails_and_comes_back_in_order_and_the_same_seed_repeats_it() {
-        let cfg = Config::parse(
+        let cfg = blox_config::Config::parse(
             "[run]\nround_s = 60\n[cluster]\nnodes = 4\ngpus_per_node = 8\n[failures]\ngpu_mtbf_h = 8\nrepair_h = 0.5\n",
             "f.toml",
             std::path::Path::new("."),
@@ -541,7 +541,8 @@ mod tests {
             let text = format!(
                 "[run]\nround_s = 60\n[cluster]\nnodes = 2\ngpus_per_node = 8\n[failures]\n{line}\n"
             );
-            let cfg = Config::parse(&text, "f.toml", std::path::Path::new("."), &[]).unwrap();
+            let cfg = blox_config::Config::parse(&text, "f.toml", std::path::Path::new("."), &[])
+                .unwrap();
             let cluster = cfg.cluster_state().unwrap();
             let e = Failures::from_section(&cfg.section("failures"), &cluster, 1)
                 .err()

@@ -28,7 +28,7 @@
 
 use super::{slug, workload_labels, Cell, SweepError};
 use crate::run::ConfigRequest;
-use blox_core::config::{KeyLines, Override, SectionSource};
+use blox_config::{key_lines, Override, SectionSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
         message,
     };
     let file: GridFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-    let lines = KeyLines::of(text);
+    let lines = key_lines(text);
     let at = |key: &str| format!("{}:{}", path.display(), lines.line(key).unwrap_or(0));
     let base = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();

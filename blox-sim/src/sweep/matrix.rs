@@ -18,8 +18,7 @@
 use super::{slug, Cell, SweepError};
 use crate::run::ConfigRequest;
 use crate::synth::module_label;
-use blox_core::config::{Override, SectionSource};
-use blox_core::{Config, ModuleConfig, Section};
+use blox_config::{Config, ModuleConfig, Override, Section, SectionSource, Value};
 use std::path::{Path, PathBuf};
 
 const KEYS: &[&str] = &[
@@ -37,10 +36,10 @@ struct Entry {
     section: Option<SectionSource>,
 }
 
-fn list(sweep: &Section, key: &str) -> Result<Option<Vec<toml::Value>>, SweepError> {
+fn list(sweep: &Section, key: &str) -> Result<Option<Vec<Value>>, SweepError> {
     match sweep.table().get(key) {
         None => Ok(None),
-        Some(toml::Value::Array(a)) if !a.is_empty() => Ok(Some(a.clone())),
+        Some(Value::Array(a)) if !a.is_empty() => Ok(Some(a.clone())),
         Some(_) => Err(sweep
             .error_at(key, format!("`{key}` must be a non-empty list"))
             .into()),
@@ -76,11 +75,11 @@ fn entries(
                 base_dir: base_dir.clone(),
             };
             match v {
-                toml::Value::String(name) if *name == own.policy => Ok(Entry {
+                Value::String(name) if *name == own.policy => Ok(Entry {
                     label: module_label(own),
                     section: None,
                 }),
-                toml::Value::String(name) => {
+                Value::String(name) => {
                     let mut t = toml::Table::new();
                     t.insert("policy".into(), toml::Value::String(name.clone()));
                     Ok(Entry {
@@ -88,7 +87,7 @@ fn entries(
                         section: Some(source(t)),
                     })
                 }
-                toml::Value::Table(t) => {
+                Value::Table(t) => {
                     let mut m = sweep.subsection(key, &item, t.clone());
                     let Some(policy) = m.take_string("policy")? else {
                         return Err(sweep
@@ -102,7 +101,7 @@ fn entries(
                     });
                     Ok(Entry {
                         label,
-                        section: Some(source(t.clone())),
+                        section: Some(source(blox_config::convert::to_toml(t))),
                     })
                 }
                 _ => Err(sweep
@@ -143,7 +142,7 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
     let adm = entries(&base, &sweep, &base.admission, "admission", path)?;
     let sch = entries(&base, &sweep, &base.scheduling, "scheduling", path)?;
     let pla = entries(&base, &sweep, &base.placement, "placement", path)?;
-    let loads: Vec<Option<(usize, toml::Value)>> = match list(&sweep, "jobs_per_hour")? {
+    let loads: Vec<Option<(usize, Value)>> = match list(&sweep, "jobs_per_hour")? {
         None => vec![None],
         Some(v) => v.into_iter().enumerate().map(Some).collect(),
     };
@@ -183,11 +182,14 @@ pub fn cells(path: &Path, overrides: &[Override]) -> Result<Vec<Cell>, SweepErro
                         if let Some((i, v)) = l {
                             load = v.as_float().or(v.as_integer().map(|x| x as f64));
                             o.push(
-                                Override::set("workload.jobs_per_hour", &v.to_string())
-                                    .with_origin(
-                                        sweep.location(&format!("jobs_per_hour.{i}"))
-                                            + " ([sweep] jobs_per_hour)",
-                                    ),
+                                Override::set(
+                                    "workload.jobs_per_hour",
+                                    &blox_config::convert::value_to_toml(v).to_string(),
+                                )
+                                .with_origin(
+                                    sweep.location(&format!("jobs_per_hour.{i}"))
+                                        + " ([sweep] jobs_per_hour)",
+                                ),
                             );
                         }
                         if let Some((i, n)) = seed {

@@ -23,7 +23,7 @@ pub use shard::{merge, Merged, Shard};
 use crate::report::ReportError;
 use crate::run::SimError;
 use crate::{Simulation, Summary};
-use blox_core::{Config, ConfigError};
+use blox_config::{Config, ConfigError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -197,7 +197,7 @@ fn dir_string(p: &Path) -> String {
 pub fn fingerprint(cfg: &Config) -> String {
     let mut doc = toml::Table::new();
     for m in [&cfg.admission, &cfg.scheduling, &cfg.placement] {
-        let mut t = m.params.table().clone();
+        let mut t = blox_config::convert::to_toml(m.params.table());
         t.insert("policy".into(), toml::Value::String(m.policy.clone()));
         doc.insert(m.params.name().to_string(), toml::Value::Table(t));
     }
@@ -214,13 +214,13 @@ pub fn fingerprint(cfg: &Config) -> String {
     ];
     for (m, default) in defaults {
         if m.policy != default || !m.params.table().is_empty() {
-            let mut t = m.params.table().clone();
+            let mut t = blox_config::convert::to_toml(m.params.table());
             t.insert("policy".into(), toml::Value::String(m.policy.clone()));
             doc.insert(m.params.name().to_string(), toml::Value::Table(t));
         }
     }
     for s in cfg.sections() {
-        let mut t = s.table().clone();
+        let mut t = blox_config::convert::to_toml(s.table());
         t.insert(
             "(resolved against)".into(),
             toml::Value::String(s.resolve_path(Path::new("")).display().to_string()),
@@ -482,7 +482,7 @@ pub fn read_rows(path: &Path) -> Result<Vec<SweepRow>, SweepError> {
 pub fn run_file(
     path: &Path,
     out: &Path,
-    overrides: &[blox_core::config::Override],
+    overrides: &[blox_config::Override],
     opts: &SweepOptions,
 ) -> Result<SweepOutcome, SweepError> {
     let text = std::fs::read_to_string(path).map_err(SweepError::io(path))?;

@@ -25,6 +25,7 @@ use crate::backend::SimConfig;
 use crate::run::{SimError, Simulation};
 use crate::workload::{SimJob, WorkModel};
 use crate::SimResult;
+use blox_config::Config;
 use blox_core::*;
 use std::path::Path;
 

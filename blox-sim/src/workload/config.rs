@@ -3,6 +3,7 @@
 //! `--workload`), and their checks.
 
 use super::*;
+use blox_core::config::{Table, Value};
 
 /// `[workload]`: which trace, and how to turn it into jobs. The keys every
 /// kind accepts are here; the keys of one kind are in [`WorkloadKind`], so a
@@ -195,7 +196,7 @@ pub struct RecipeKeys {
 /// The keys of a `[workload]` table that belong to another kind than `kind`
 /// (known keys only: a misspelt key stays, to be reported where it is read).
 /// `--workload` drops them when the file it names is of another kind.
-pub fn keys_of_other_kinds<'a>(table: &'a toml::Table, kind: &str) -> Vec<&'a str> {
+pub fn keys_of_other_kinds<'a>(table: &'a Table, kind: &str) -> Vec<&'a str> {
     let own: &[&str] = KIND_KEYS
         .iter()
         .find(|(k, _)| *k == kind)
@@ -276,7 +277,7 @@ impl WorkloadConfig {
     pub fn from_section(section: &Section) -> Result<Self, WorkloadError> {
         let mut table = section.table().clone();
         let path = match table.remove("path") {
-            Some(toml::Value::String(p)) => section.resolve_path(Path::new(&p)),
+            Some(Value::String(p)) => section.resolve_path(Path::new(&p)),
             Some(_) => return Err(section.error_at("path", "`path` must be a string").into()),
             None => {
                 return Err(section
@@ -285,7 +286,7 @@ impl WorkloadConfig {
             }
         };
         let kind = match table.remove("kind") {
-            Some(toml::Value::String(k)) => k,
+            Some(Value::String(k)) => k,
             Some(_) => return Err(section.error_at("kind", "`kind` must be a string").into()),
             None => detect_format(&path)?.to_string(),
         };
@@ -304,8 +305,8 @@ impl WorkloadConfig {
                 )
                 .into());
         };
-        let mut common = toml::Table::new();
-        let mut specific = toml::Table::new();
+        let mut common = Table::new();
+        let mut specific = Table::new();
         for (k, v) in table {
             if COMMON_KEYS.contains(&k.as_str()) {
                 common.insert(k, v);

@@ -1,6 +1,7 @@
 //! The example policy is chosen by name from a config and changes the schedule.
 
-use blox_core::{Config, JobId};
+use blox_config::Config;
+use blox_core::JobId;
 use blox_sim::Simulation;
 use std::path::Path;
 

@@ -88,7 +88,7 @@ pub enum Reclaim {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Params {
-    within: toml::Table,
+    within: blox_core::config::Table,
     teams: Vec<TeamConfig>,
     default_team: Option<String>,
     #[serde(default)]

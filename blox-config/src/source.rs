@@ -2,57 +2,30 @@
 //! parser's spans), `--set`/`--unset` overrides, and whole sections supplied
 //! by another file (a sweep's `sections.*`).
 
-use super::ConfigError;
-use std::collections::HashMap;
+use blox_core::config::{ConfigError, KeyLines};
 use std::path::PathBuf;
-use std::sync::Arc;
 use toml::de::{DeTable, DeValue};
 
 /// The line of every key of a TOML document, by dotted path
 /// (`scheduling.policy`, `cluster.node_groups.0.count`), read from the
-/// parser's spans.
-#[derive(Clone, Debug, Default)]
-pub struct KeyLines {
-    lines: HashMap<String, usize>,
-}
-
-impl KeyLines {
-    /// The key lines of `source`. A document that does not parse gives
-    /// whatever could be recovered (its parse error is reported elsewhere).
-    pub fn of(source: &str) -> Self {
-        let starts: Vec<usize> = std::iter::once(0)
-            .chain(source.match_indices('\n').map(|(i, _)| i + 1))
-            .collect();
-        let line_at = |offset: usize| starts.partition_point(|&s| s <= offset);
-        let (doc, _errors) = DeTable::parse_recoverable(source);
-        let mut out = KeyLines::default();
-        walk(doc.get_ref(), "", &line_at, &mut out.lines);
-        out
-    }
-
-    /// Line (from 1) of the key at `path`.
-    pub fn line(&self, path: &str) -> Option<usize> {
-        self.lines.get(path).copied()
-    }
-
-    /// The keys under `prefix.`, with the prefix removed.
-    pub fn under(&self, prefix: &str) -> KeyLines {
-        let p = format!("{prefix}.");
-        KeyLines {
-            lines: self
-                .lines
-                .iter()
-                .filter_map(|(k, v)| k.strip_prefix(&p).map(|r| (r.to_string(), *v)))
-                .collect(),
-        }
-    }
+/// parser's spans. A document that does not parse gives whatever could be
+/// recovered (its parse error is reported elsewhere).
+pub fn key_lines(source: &str) -> KeyLines {
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(source.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let line_at = |offset: usize| starts.partition_point(|&s| s <= offset);
+    let (doc, _errors) = DeTable::parse_recoverable(source);
+    let mut out = Vec::new();
+    walk(doc.get_ref(), "", &line_at, &mut out);
+    KeyLines::from_pairs(out)
 }
 
 fn walk(
     table: &DeTable<'_>,
     prefix: &str,
     line_at: &dyn Fn(usize) -> usize,
-    out: &mut HashMap<String, usize>,
+    out: &mut Vec<(String, usize)>,
 ) {
     for (k, v) in table.iter() {
         let path = if prefix.is_empty() {
@@ -60,8 +33,7 @@ fn walk(
         } else {
             format!("{prefix}.{}", k.get_ref())
         };
-        out.entry(path.clone())
-            .or_insert_with(|| line_at(k.span().start));
+        out.push((path.clone(), line_at(k.span().start)));
         walk_value(v.get_ref(), &path, line_at, out);
     }
 }
@@ -70,15 +42,14 @@ fn walk_value(
     v: &DeValue<'_>,
     path: &str,
     line_at: &dyn Fn(usize) -> usize,
-    out: &mut HashMap<String, usize>,
+    out: &mut Vec<(String, usize)>,
 ) {
     if let Some(t) = v.as_table() {
         walk(t, path, line_at, out);
     } else if let Some(a) = v.as_array() {
         for (i, item) in a.iter().enumerate() {
             let p = format!("{path}.{i}");
-            out.entry(p.clone())
-                .or_insert_with(|| line_at(item.span().start));
+            out.push((p.clone(), line_at(item.span().start)));
             walk_value(item.get_ref(), &p, line_at, out);
         }
     }
@@ -143,7 +114,7 @@ impl Override {
     }
 
     /// Applies the change to `doc`.
-    pub(crate) fn apply(&self, doc: &mut toml::Table) -> Result<(), ConfigError> {
+    pub fn apply(&self, doc: &mut toml::Table) -> Result<(), ConfigError> {
         let parts: Vec<&str> = self.key.split('.').collect();
         if parts.iter().any(|p| p.trim().is_empty()) {
             return Err(self.error("the key must be a dotted path like `scheduling.policy`"));
@@ -199,45 +170,6 @@ pub struct SectionSource {
     pub base_dir: PathBuf,
 }
 
-/// Where a section's keys come from, for error messages.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Origin {
-    pub file: Arc<str>,
-    pub lines: Arc<KeyLines>,
-    /// Line of the section header (0: unknown).
-    pub header: usize,
-    /// Keys changed by an override (section-relative path → origin).
-    pub set: Arc<HashMap<String, String>>,
-    /// The whole section came from an override.
-    pub whole: Option<String>,
-}
-
-impl Origin {
-    pub fn code() -> Self {
-        Origin {
-            file: Arc::from("<code>"),
-            ..Default::default()
-        }
-    }
-
-    /// The override that wrote `key` (or a table above it), if any.
-    pub fn set_by(&self, key: &str) -> Option<&str> {
-        if let Some(w) = &self.whole {
-            return Some(w);
-        }
-        let mut k = key;
-        loop {
-            if let Some(o) = self.set.get(k) {
-                return Some(o);
-            }
-            match k.rsplit_once('.') {
-                Some((head, _)) => k = head,
-                None => return None,
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,7 +177,7 @@ mod tests {
     #[test]
     fn key_lines_come_from_the_parser_not_a_text_search() {
         let src = "# policy = \"x\" in a comment\n[run]\nround_s = 60\n\n[scheduling]\n\"policy\" = \"las\"\nnested = { a = 1 }\n[[cluster.node_groups]]\ncount = 2\n[[cluster.node_groups]]\ncount = 3\n";
-        let l = KeyLines::of(src);
+        let l = key_lines(src);
         assert_eq!(l.line("run"), Some(2));
         assert_eq!(l.line("run.round_s"), Some(3));
         assert_eq!(l.line("scheduling.policy"), Some(6));

@@ -1,7 +1,7 @@
 //! `[cluster]`: the nodes a config describes.
 
-use super::{Config, ConfigError, NonNegative, Positive, Section};
-use crate::cluster::{ClusterState, NodeSpec};
+use crate::{Config, ConfigError, NonNegative, Positive, Section, Table, Value};
+use blox_core::cluster::{ClusterState, NodeSpec};
 use serde::Deserialize;
 
 /// `[cluster]`: either `nodes` × `gpus_per_node` (plus optional node fields), or a
@@ -24,17 +24,17 @@ pub struct ClusterConfig {
     #[serde(default)]
     pub gpu_bandwidth_gbps: Vec<Vec<f64>>,
     #[serde(default)]
-    pub node_groups: Vec<toml::Table>,
-    /// Levels above the nodes (`crate::topology`).
-    pub topology: Option<toml::Table>,
+    pub node_groups: Vec<Table>,
+    /// Levels above the nodes (`blox_core::topology`).
+    pub topology: Option<Table>,
     /// Hot spares: this many nodes (the highest ids) are kept out of the
-    /// scheduler's reach until a failure calls one in (`crate::health`).
+    /// scheduler's reach until a failure calls one in (`blox_core::health`).
     pub spares: Option<i64>,
     /// `[cluster.quarantine]`: failing nodes kept out after their repair.
-    pub quarantine: Option<toml::Table>,
+    pub quarantine: Option<Table>,
     /// `[cluster.variability]`: per-GPU slowdown factors by application
-    /// class (`crate::variability`).
-    pub variability: Option<toml::Table>,
+    /// class (`blox_core::variability`).
+    pub variability: Option<Table>,
 }
 
 /// `[cluster.variability]` as written.
@@ -86,7 +86,7 @@ pub struct NodeGroup {
     pub count: u32,
     pub spec: NodeSpec,
     /// The domains its nodes sit in, by level name (`[cluster.topology]`).
-    pub labels: Option<toml::Table>,
+    pub labels: Option<Table>,
 }
 
 /// Most nodes a config may describe (a typo such as `nodes = 1e9` would
@@ -97,7 +97,7 @@ impl NodeGroup {
     fn from_section(s: &Section) -> Result<Self, ConfigError> {
         let mut t = s.table().clone();
         let count = match t.remove("count") {
-            Some(toml::Value::Integer(n)) if (0..=MAX_NODES as i64).contains(&n) => n as u32,
+            Some(Value::Integer(n)) if (0..=MAX_NODES as i64).contains(&n) => n as u32,
             Some(_) => {
                 return Err(s.error_at(
                     "count",
@@ -108,7 +108,7 @@ impl NodeGroup {
         };
         let labels = match t.remove("labels") {
             None => None,
-            Some(toml::Value::Table(l)) => Some(l),
+            Some(Value::Table(l)) => Some(l),
             Some(_) => {
                 return Err(s.error_at(
                     "labels",
@@ -186,7 +186,7 @@ impl Config {
         }
         let mut total: u64 = cluster.nodes().len() as u64;
         // Each node's labels (from its group), for the topology.
-        let mut labels: Vec<Option<(toml::Table, Section)>> = vec![None; cluster.nodes().len()];
+        let mut labels: Vec<Option<(Table, Section)>> = vec![None; cluster.nodes().len()];
         for (i, group) in c.node_groups.iter().enumerate() {
             let sub = s.subsection(
                 &format!("cluster.node_groups[{i}]"),
@@ -236,13 +236,8 @@ impl Config {
             let v: VariabilityConfig = sub.parse()?;
             let path = sub.resolve_path(&v.factors);
             let node_of: Vec<u32> = cluster.gpus().iter().map(|g| g.node.0).collect();
-            let table = crate::variability::Variability::read_csv(
-                &path,
-                &node_of,
-                v.classes,
-                v.default_class,
-            )
-            .map_err(|e| sub.error_at("factors", e))?;
+            let table = crate::variability::read_csv(&path, &node_of, v.classes, v.default_class)
+                .map_err(|e| sub.error_at("factors", e))?;
             cluster.set_variability(Some(table));
         }
         let (spares, quarantine) = self.health_rules()?;
@@ -269,12 +264,12 @@ impl Config {
 }
 
 impl Config {
-    /// `[cluster] spares` and `[cluster.quarantine]` ([`crate::health`]),
+    /// `[cluster] spares` and `[cluster.quarantine]` ([`blox_core::health`]),
     /// checked alone (a scheduler's cluster has no nodes until workers
     /// register; [`Config::cluster_state`] checks spares against the nodes).
     pub fn health_rules(
         &self,
-    ) -> Result<(Option<u32>, Option<crate::health::QuarantineRule>), ConfigError> {
+    ) -> Result<(Option<u32>, Option<blox_core::health::QuarantineRule>), ConfigError> {
         let s = self.section("cluster");
         let spares = match self.cluster.spares {
             None => None,
@@ -292,7 +287,7 @@ impl Config {
             Some(t) => {
                 let sub = s.subsection("cluster.quarantine", "quarantine", t.clone());
                 let q: QuarantineConfig = sub.parse()?;
-                Some(crate::health::QuarantineRule {
+                Some(blox_core::health::QuarantineRule {
                     failures: q.failures,
                     window_s: q.window_h.get() * 3600.0,
                     probation_s: q.probation_h.get() * 3600.0,
@@ -304,22 +299,23 @@ impl Config {
 
     /// `[cluster.topology]`'s levels, if the config has one (a scheduler's:
     /// its workers place themselves with `blox worker --labels`).
-    pub fn topology_levels(&self) -> Result<Option<Vec<crate::topology::Level>>, ConfigError> {
+    pub fn topology_levels(&self) -> Result<Option<Vec<blox_core::topology::Level>>, ConfigError> {
         let Some(t) = &self.cluster.topology else {
             return Ok(None);
         };
         let s = self.section("cluster");
         let sub = s.subsection("cluster.topology", "topology", t.clone());
         let tc: TopologyConfig = sub.parse()?;
-        let levels: Vec<crate::topology::Level> = tc
+        let levels: Vec<blox_core::topology::Level> = tc
             .levels
             .iter()
-            .map(|l| crate::topology::Level {
+            .map(|l| blox_core::topology::Level {
                 name: l.name.clone(),
                 bandwidth_gbps: l.bandwidth_gbps.get(),
             })
             .collect();
-        crate::topology::Topology::empty(levels.clone()).map_err(|e| sub.error_at("levels", e))?;
+        blox_core::topology::Topology::empty(levels.clone())
+            .map_err(|e| sub.error_at("levels", e))?;
         Ok(Some(levels))
     }
 }
@@ -328,10 +324,10 @@ impl Config {
 /// group labels and where they were written).
 fn topology(
     s: &Section,
-    table: &toml::Table,
-    labels: &[Option<(toml::Table, Section)>],
-) -> Result<crate::topology::Topology, ConfigError> {
-    use crate::topology::{Level, Topology};
+    table: &Table,
+    labels: &[Option<(Table, Section)>],
+) -> Result<blox_core::topology::Topology, ConfigError> {
+    use blox_core::topology::{Level, Topology};
     let sub = s.subsection("cluster.topology", "topology", table.clone());
     let tc: TopologyConfig = sub.parse()?;
     let levels: Vec<Level> = tc
@@ -388,7 +384,7 @@ fn topology(
         let mut path = Vec::with_capacity(levels.len());
         for lv in &levels {
             match l.get(&lv.name) {
-                Some(toml::Value::String(d)) => path.push(d.clone()),
+                Some(Value::String(d)) => path.push(d.clone()),
                 Some(_) => {
                     return Err(group.error_at(
                         &format!("labels.{}", lv.name),
@@ -410,11 +406,11 @@ fn topology(
 
 #[cfg(test)]
 mod tests {
-    use crate::ids::NodeId;
-    use crate::topology::Span;
     use crate::Config;
+    use blox_core::topology::Span;
+    use blox_core::NodeId;
 
-    fn cluster(body: &str) -> Result<crate::ClusterState, String> {
+    fn cluster(body: &str) -> Result<blox_core::ClusterState, String> {
         let text = format!("[scheduling]\npolicy = \"fifo\"\n{body}");
         let cfg = Config::parse(&text, "c.toml", std::path::Path::new("."), &[])
             .map_err(|e| e.to_string())?;

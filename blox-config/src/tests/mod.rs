@@ -2,6 +2,8 @@
 
 use super::*;
 
+mod profile;
+
 #[test]
 fn the_module_sections_are_the_policies_and_plugins() {
     assert_eq!(
@@ -83,7 +85,7 @@ fn module_sections_know_the_run_seed() {
         Some(42),
         "default sections too"
     );
-    let t = toml::Table::new();
+    let t = Table::new();
     assert_eq!(
         cfg.scheduling.params.subsection("s", "x", t).run_seed(),
         Some(42)
@@ -117,8 +119,8 @@ fn node_groups_build_a_heterogeneous_cluster() {
     .unwrap();
     let c = cfg.cluster_state().unwrap();
     assert_eq!(c.num_gpus(), 16);
-    assert_eq!(c.gpu_type(crate::ids::GpuId(0)), Some("K80"));
-    assert_eq!(c.gpu_type(crate::ids::GpuId(8)), Some("V100"));
+    assert_eq!(c.gpu_type(blox_core::GpuId(0)), Some("K80"));
+    assert_eq!(c.gpu_type(blox_core::GpuId(8)), Some("V100"));
 }
 
 #[test]
