@@ -131,7 +131,7 @@ fn pollux_is_the_same_on_one_thread_and_on_several() {
     let args = [
         "examples/configs/pollux-workloads/pollux.toml",
         "--set",
-        "run.max_time_s=3600",
+        "run.max_time_s=1800",
         "--set",
         "run.allow_unfinished=true",
     ];

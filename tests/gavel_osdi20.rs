@@ -50,6 +50,7 @@ fn mean_jct_s(config: &str, workload: &str) -> f64 {
 }
 
 #[test]
+#[ignore = "long (20 s in a debug build): the README's long tests, run by .ci/run with --ignored"]
 fn heterogeneity_aware_gavel_beats_its_speed_agnostic_baseline_and_las() {
     for workload in ["single-6jph-seed1", "multi-2.5jph-seed1"] {
         let gavel = mean_jct_s("gavel", workload);

@@ -343,6 +343,7 @@ fn tiresias_matches_the_artifact_at_every_published_load() {
 /// Optimus+Oracle, also deterministic in the artifact: ≥ 97 % of jobs within
 /// 1 % and the mean within 0.5 % at every load.
 #[test]
+#[ignore = "long (27 s in a debug build): the README's long tests, run by .ci/run with --ignored"]
 fn optimus_matches_the_artifacts_own_results() {
     for load in ["0.5", "1.0", "1.5", "2.0"] {
         let workloads = [1, 2, 3, 4, 5, 6, 7, 8];

@@ -244,6 +244,7 @@ fn pollux_runs_a_philly_workload_to_its_end_on_sias_setting() {
 /// docs/RESULTS.md): Philly 7 (the longest), Helios (`saturn`) 3, and the
 /// first 240 jobs of newTrace 2.
 #[test]
+#[ignore = "long (18 s in a debug build): the README's long tests, run by .ci/run with --ignored"]
 fn pollux_runs_each_sia_family_to_its_end() {
     for (tag, w, jobs) in [
         ("pollux-p7", "data/sia/workloads/philly/workload-7.csv", 160),

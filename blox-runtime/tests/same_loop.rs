@@ -3,11 +3,12 @@
 //! 2 logical GPUs on loopback. Its own test binary, so no other test shares
 //! the cores while it keeps time.
 
-mod common;
-
 use blox_config::Config;
 use blox_core::round::events::What;
 use blox_core::*;
+#[path = "suite/common/mod.rs"]
+mod common;
+
 use common::*;
 use std::time::{Duration, Instant};
 

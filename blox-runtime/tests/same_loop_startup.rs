@@ -6,9 +6,10 @@
 //! again past their first iteration. Its own test binary, so no other test
 //! shares the cores while it keeps time.
 
+use blox_core::*;
+#[path = "suite/common/mod.rs"]
 mod common;
 
-use blox_core::*;
 use common::*;
 use std::time::{Duration, Instant};
 

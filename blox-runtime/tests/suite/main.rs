@@ -1,18 +1,34 @@
-//! The gRPC runtime in one process: a scheduler and workers × 2 logical GPUs
-//! on loopback. Crashes and retries; bad requests answered with a clear
-//! status and no change; cancellation; the shared token; TLS; the
-//! `[runtime]` config. (The same trace in simulation and on the cluster:
-//! `same_loop.rs`.)
+//! The runtime's integration tests, in one binary so that their waits on
+//! live rounds overlap (four tests at a time, `.cargo/config.toml`).
+//!
+//! Here: the gRPC runtime in one process, a scheduler and workers × 2
+//! logical GPUs on loopback — crashes and retries; bad requests answered
+//! with a clear status and no change; cancellation; the shared token; TLS;
+//! the `[runtime]` config. Beside it, one module each: a scheduler that
+//! adopts a worker's jobs after a restart (`adoption`), bounds on every
+//! request and table (`bounds`), the dashboard (`dashboard`; its browser
+//! test is ignored: `cargo test -p blox-runtime --test suite dashboard --
+//! --ignored`), fencing of a cut-off worker (`fencing`), the local runner
+//! (`local`), Prometheus metrics (`metrics`) and job process trees
+//! (`process_tree`). The same trace in simulation and on the cluster
+//! (`../same_loop.rs`, `../same_loop_startup.rs`) keeps time, so those run
+//! as binaries of their own, with nothing else beside them.
 
+mod adoption;
 #[cfg(target_os = "linux")]
 mod attacks;
+mod bounds;
 mod checkpoints;
-#[path = "../common/mod.rs"]
 mod common;
+mod dashboard;
 mod failures;
+mod fencing;
 mod forecast;
+mod local;
+mod metrics;
 #[cfg(feature = "tls")]
 mod mtls;
+mod process_tree;
 mod requests;
 mod security;
 mod teams;

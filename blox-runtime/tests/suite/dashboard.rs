@@ -9,9 +9,7 @@
 //! Chromium renders a page), and it fails without a working browser.
 //! `BLOX_DASHBOARD_SCREENSHOT=FILE.png` also saves a screenshot of the page.
 
-mod common;
-
-use common::*;
+use super::common::*;
 use serde_json::Value;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -175,7 +173,7 @@ fn the_dashboard_serves_jobs_preemptions_jcts_and_the_cluster() {
 /// The page in a real browser: run with `--ignored` where Chromium renders
 /// (CI does when it could install one); without one it fails, naming why.
 #[test]
-#[ignore = "needs headless Chromium (or BLOX_CHROMIUM): cargo test -p blox-runtime --test dashboard -- --ignored"]
+#[ignore = "needs headless Chromium (or BLOX_CHROMIUM): cargo test -p blox-runtime --test suite dashboard -- --ignored"]
 fn the_dashboard_page_shows_them_in_a_browser() {
     let browser = chromium().expect(
         "no Chromium: install Debian's `chromium`, or set BLOX_CHROMIUM to a Chromium binary",

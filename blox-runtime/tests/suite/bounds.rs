@@ -2,12 +2,10 @@
 //! forgotten after their retention, metric floods are dropped and counted,
 //! and every worker request has size limits.
 
-mod common;
-
+use super::common::*;
 use blox_runtime::ctl::Ctl;
 use blox_runtime::proto::*;
 use blox_runtime::store::Store;
-use common::*;
 use std::time::{Duration, Instant};
 use tonic::Code;
 

@@ -3,10 +3,8 @@
 //! launches (no checkpoint, no restore) or, when a rank is missing, revokes
 //! the rest before it relaunches the job.
 
-mod common;
-
+use super::common::*;
 use blox_harness::soak::journal;
-use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 

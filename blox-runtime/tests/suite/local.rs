@@ -2,11 +2,9 @@
 //! through the local backend (compressed time: 1 s rounds, jobs of seconds)
 //! with the same policies; crashes, bad commands and preemption with resume.
 
-mod common;
-
+use super::common::{policies, preemption_trace, run_sim, toy, TOY};
 use blox_core::*;
 use blox_runtime::{LocalBackend, LocalConfig};
-use common::{policies, preemption_trace, run_sim, toy, TOY};
 use std::collections::BTreeMap;
 
 fn spec(id: u64, arrival: f64, gpus: u32, dur: f64, argv: Vec<String>) -> JobSpec {

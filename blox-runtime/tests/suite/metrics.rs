@@ -3,9 +3,7 @@
 //! which crashes once and is retried) shows exactly those events, and a
 //! scheduler with a users' token refuses scrapes without it.
 
-mod common;
-
-use common::*;
+use super::common::*;
 use std::time::{Duration, Instant};
 
 /// The value of the sample `name` (with its labels, as exposed).

@@ -2,11 +2,9 @@
 //! scheduler relaunches them elsewhere, so no job runs twice at once and no
 //! launch resumes from an older checkpoint than an earlier one wrote.
 
-mod common;
-
+use super::common::*;
 use blox_harness::soak::{journal, ports::reserve_port, proxy::CutProxy};
 use blox_runtime::worker::WorkerConfig;
-use common::*;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
