@@ -4,7 +4,7 @@
 use blox_core::config::{Table, Value};
 
 /// `t` as a section's table. A TOML date or time is kept as its text
-/// (no module reads one).
+/// (no module reads one; a key that wants a string then takes its text).
 pub fn from_toml(t: &toml::Table) -> Table {
     t.iter()
         .map(|(k, v)| (k.clone(), value_from_toml(v)))
@@ -90,7 +90,13 @@ mod same_as_toml {
         i: Option<Inner>,
         #[serde(default)]
         j: Vec<Inner>,
+        k: Option<BTreeMap<Key, u32>>,
+        l: Option<Vec<Mode>>,
     }
+
+    /// A key type of a module's own.
+    #[derive(Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+    struct Key(String);
 
     #[derive(Debug, Deserialize, PartialEq)]
     #[serde(deny_unknown_fields)]
@@ -106,6 +112,8 @@ mod same_as_toml {
         Fixed,
         YoungDaly,
         Every(u32),
+        Pair(u8, u8),
+        Span { from: u32, to: Option<u32> },
     }
 
     fn leaf() -> impl Strategy<Value = toml::Value> {
@@ -124,7 +132,19 @@ mod same_as_toml {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..4).prop_map(toml::Value::Array),
                 proptest::collection::btree_map(
-                    prop_oneof![Just("x"), Just("y"), Just("every"), Just("k")],
+                    prop_oneof![
+                        Just("x"),
+                        Just("y"),
+                        Just("every"),
+                        Just("k"),
+                        Just("fixed"),
+                        Just("pair"),
+                        Just("span"),
+                        Just("from"),
+                        Just("to"),
+                        Just("0"),
+                        Just("1"),
+                    ],
                     inner,
                     0..3
                 )
@@ -148,6 +168,8 @@ mod same_as_toml {
                 Just("h"),
                 Just("i"),
                 Just("j"),
+                Just("k"),
+                Just("l"),
                 Just("zz")
             ],
             value(),

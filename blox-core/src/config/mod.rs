@@ -24,7 +24,8 @@ use serde::Deserialize;
 /// A config problem, with where it is.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// TOML syntax, or the file as a whole; toml's message carries line and column.
+    /// The file's syntax, or the file as a whole (the reader's message:
+    /// TOML's carries line and column).
     #[error("{file}: {message}")]
     Parse { file: String, message: String },
     /// A field inside a section.

@@ -4,7 +4,7 @@
 //! deserialised from these by serde, so a module's parameter struct reads
 //! the same whatever file format the config came in.
 
-use serde::de::value::{MapAccessDeserializer, MapDeserializer, SeqDeserializer};
+use serde::de::value::{MapDeserializer, SeqDeserializer};
 use serde::de::{self, IntoDeserializer, Unexpected, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
 use std::collections::BTreeMap;
@@ -256,7 +256,9 @@ impl<'de> de::Deserializer<'de> for Value {
                 Ok(out)
             }
             Value::Table(t) => {
-                let mut map = MapDeserializer::new(t.into_iter());
+                // Keys as values, so that a key type of a module's own (a
+                // newtype over a string) reads as it does from the file.
+                let mut map = MapDeserializer::new(t.into_iter().map(|(k, v)| (Value::String(k), v)));
                 let out = v.visit_map(&mut map)?;
                 map.end()?;
                 Ok(out)
@@ -287,9 +289,10 @@ impl<'de> de::Deserializer<'de> for Value {
     ) -> Result<V::Value, ValueError> {
         match self {
             Value::String(s) => v.visit_enum(s.into_deserializer()),
-            Value::Table(t) if t.len() == 1 => v.visit_enum(MapAccessDeserializer::new(
-                MapDeserializer::new(t.into_iter()),
-            )),
+            Value::Table(t) if t.len() == 1 => {
+                let (name, value) = t.into_iter().next().expect("a table of one key");
+                v.visit_enum(Variant { name, value })
+            }
             other => Err(de::Error::invalid_type(
                 other.unexpected(),
                 &"a variant's name, or a table of one key",
@@ -298,9 +301,82 @@ impl<'de> de::Deserializer<'de> for Value {
     }
 
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string
         bytes byte_buf unit unit_struct seq tuple tuple_struct map struct
         identifier ignored_any
+    }
+}
+
+/// A variant written as a table of one key: `{ every = 3 }`.
+struct Variant {
+    name: String,
+    value: Value,
+}
+
+impl<'de> de::EnumAccess<'de> for Variant {
+    type Error = ValueError;
+    type Variant = Value;
+    fn variant_seed<S: de::DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, Value), ValueError> {
+        Ok((seed.deserialize(Value::String(self.name))?, self.value))
+    }
+}
+
+/// The data of a variant written as `{ name = data }`.
+impl<'de> de::VariantAccess<'de> for Value {
+    type Error = ValueError;
+
+    /// A variant without data takes an empty table or array.
+    fn unit_variant(self) -> Result<(), ValueError> {
+        match self {
+            Value::Table(t) if t.is_empty() => Ok(()),
+            Value::Array(a) if a.is_empty() => Ok(()),
+            other => Err(de::Error::invalid_type(
+                other.unexpected(),
+                &"an empty table (the variant takes no value)",
+            )),
+        }
+    }
+
+    fn newtype_variant_seed<S: de::DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<S::Value, ValueError> {
+        seed.deserialize(self)
+    }
+
+    /// An array, or a table keyed `0`, `1`, … in order.
+    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, v: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Table(t) => {
+                let mut items: Vec<(usize, Value)> = Vec::with_capacity(t.len());
+                for (k, x) in t {
+                    let i = k.parse::<usize>().map_err(|_| {
+                        de::Error::invalid_value(Unexpected::Str(&k), &"an index 0, 1, …")
+                    })?;
+                    items.push((i, x));
+                }
+                items.sort_by_key(|(i, _)| *i);
+                if items.iter().enumerate().any(|(n, (i, _))| n != *i) {
+                    return Err(de::Error::custom("a tuple's indices must run 0, 1, … without a gap"));
+                }
+                de::Deserializer::deserialize_seq(
+                    Value::Array(items.into_iter().map(|(_, x)| x).collect()),
+                    v,
+                )
+            }
+            other => de::Deserializer::deserialize_seq(other, v),
+        }
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, ValueError> {
+        de::Deserializer::deserialize_any(self, v)
     }
 }
 
