@@ -258,7 +258,8 @@ impl<'de> de::Deserializer<'de> for Value {
             Value::Table(t) => {
                 // Keys as values, so that a key type of a module's own (a
                 // newtype over a string) reads as it does from the file.
-                let mut map = MapDeserializer::new(t.into_iter().map(|(k, v)| (Value::String(k), v)));
+                let mut map =
+                    MapDeserializer::new(t.into_iter().map(|(k, v)| (Value::String(k), v)));
                 let out = v.visit_map(&mut map)?;
                 map.end()?;
                 Ok(out)
@@ -360,7 +361,9 @@ impl<'de> de::VariantAccess<'de> for Value {
                 }
                 items.sort_by_key(|(i, _)| *i);
                 if items.iter().enumerate().any(|(n, (i, _))| n != *i) {
-                    return Err(de::Error::custom("a tuple's indices must run 0, 1, … without a gap"));
+                    return Err(de::Error::custom(
+                        "a tuple's indices must run 0, 1, … without a gap",
+                    ));
                 }
                 de::Deserializer::deserialize_seq(
                     Value::Array(items.into_iter().map(|(_, x)| x).collect()),

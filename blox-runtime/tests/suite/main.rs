@@ -8,11 +8,12 @@
 //! adopts a worker's jobs after a restart (`adoption`), bounds on every
 //! request and table (`bounds`), the dashboard (`dashboard`; its browser
 //! test is ignored: `cargo test -p blox-runtime --test suite dashboard --
-//! --ignored`), fencing of a cut-off worker (`fencing`), the local runner
-//! (`local`), Prometheus metrics (`metrics`) and job process trees
-//! (`process_tree`). The same trace in simulation and on the cluster
-//! (`../same_loop.rs`, `../same_loop_startup.rs`) keeps time, so those run
-//! as binaries of their own, with nothing else beside them.
+//! --ignored`), fencing of a cut-off worker (`fencing`), Prometheus
+//! metrics (`metrics`) and job process trees (`process_tree`). The same
+//! trace in simulation and on the cluster (`../same_loop.rs`,
+//! `../same_loop_startup.rs`) and the local runner (`../local.rs`: its
+//! ranks stop at one iteration, its schedule matches the simulation's)
+//! keep time, so those run as binaries of their own, with nothing beside.
 
 mod adoption;
 #[cfg(target_os = "linux")]
@@ -24,7 +25,6 @@ mod dashboard;
 mod failures;
 mod fencing;
 mod forecast;
-mod local;
 mod metrics;
 #[cfg(feature = "tls")]
 mod mtls;

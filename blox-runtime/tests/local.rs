@@ -2,9 +2,12 @@
 //! through the local backend (compressed time: 1 s rounds, jobs of seconds)
 //! with the same policies; crashes, bad commands and preemption with resume.
 
-use super::common::{policies, preemption_trace, run_sim, toy, TOY};
+#[path = "suite/common/mod.rs"]
+mod common;
+
 use blox_core::*;
 use blox_runtime::{LocalBackend, LocalConfig};
+use common::{policies, preemption_trace, run_sim, toy, TOY};
 use std::collections::BTreeMap;
 
 fn spec(id: u64, arrival: f64, gpus: u32, dur: f64, argv: Vec<String>) -> JobSpec {
