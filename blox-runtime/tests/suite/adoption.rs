@@ -22,7 +22,7 @@ fn restart_scheduler(c: &mut Cluster, mut cfg: blox_runtime::scheduler::RuntimeC
     let old = c.sched.take().unwrap();
     cfg.listen = old.address.to_string();
     old.shutdown().unwrap();
-    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), 1.0).unwrap());
+    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), ROUND_S).unwrap());
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn a_launch_missing_a_rank_after_the_restart_is_revoked_and_its_job_resumes() {
     cfg2.listen = old.address.to_string();
     old.shutdown().unwrap();
     c.workers[1].shutdown();
-    c.sched = Some(blox_runtime::scheduler::start(cfg2, policies("fifo"), 1.0).unwrap());
+    c.sched = Some(blox_runtime::scheduler::start(cfg2, policies("fifo"), ROUND_S).unwrap());
     // Room for it again.
     c.add_worker(dir.path(), "w2");
     let r = c.wait_all(&[b], Duration::from_secs(90));
@@ -163,7 +163,7 @@ fn jobs_whose_leases_lapsed_are_relaunched_once_their_workers_are_back() {
     old.shutdown().unwrap();
     std::thread::sleep(Duration::from_secs(5));
     let t = Instant::now();
-    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), 1.0).unwrap());
+    c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), ROUND_S).unwrap());
     let mut ctl = c.ctl();
     let mut saw_held = false;
     loop {

@@ -14,7 +14,7 @@ fn bad_requests_get_a_clear_status_and_change_nothing() {
     cfg.worker_token_file = Some(worker_token_file.clone());
     // Before any worker registers, nothing can be placed.
     let security = cfg.security().unwrap();
-    let sched = blox_runtime::scheduler::start(cfg.clone(), policies("fifo"), 1.0).unwrap();
+    let sched = blox_runtime::scheduler::start(cfg.clone(), policies("fifo"), ROUND_S).unwrap();
     let mut ctl = Ctl::connect(&sched.address.to_string(), &security).unwrap();
     let (c, m) = code(ctl.submit(job("early", 1, toy(1.0, &[]), None)));
     assert_eq!(c, Code::FailedPrecondition, "{m}");

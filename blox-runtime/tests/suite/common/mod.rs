@@ -36,6 +36,12 @@ pub fn policies(scheduling: &str) -> Policies {
     registry::build_named("accept-all", scheduling, "consolidated").unwrap()
 }
 
+/// The live scheduler's round period in these tests. Most of them wait on
+/// rounds (a submission seen, a preemption decided, a queue drained), so a
+/// short round keeps them short; the deadlines they wait with are in whole
+/// seconds, several rounds long on a loaded machine too.
+pub const ROUND_S: f64 = 0.25;
+
 pub fn runtime_config(dir: &Path) -> RuntimeConfig {
     RuntimeConfig {
         listen: "127.0.0.1:0".into(),
@@ -99,8 +105,23 @@ impl Cluster {
         extras: blox_runtime::scheduler::Extras,
         security: Security,
     ) -> Cluster {
+        Self::start_timed(dir, cfg, policies, workers, extras, security, ROUND_S)
+    }
+
+    /// [`Cluster::start_as`] with rounds of `round_s` seconds: the tests
+    /// that compare a live run with a simulation of the same trace use
+    /// the simulation's 1 s rounds.
+    pub fn start_timed(
+        dir: &Path,
+        cfg: RuntimeConfig,
+        policies: Policies,
+        workers: usize,
+        extras: blox_runtime::scheduler::Extras,
+        security: Security,
+        round_s: f64,
+    ) -> Cluster {
         let worker_security = cfg.worker_security().unwrap();
-        let sched = blox_runtime::scheduler::start_with(cfg, policies, 1.0, extras).unwrap();
+        let sched = blox_runtime::scheduler::start_with(cfg, policies, round_s, extras).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
