@@ -167,6 +167,67 @@ impl Profiled {
     }
 }
 
+/// What a real job's gradient all-reduce does to its ranks' pace: no rank
+/// goes on to its next iteration before every rank has ended this one, so
+/// an exit boundary that one rank proposes at the next iteration is one
+/// that no rank has passed (`blox_client::LeaseIter`). Without it the toy job's ranks, which start
+/// at different times, drifted apart on a loaded machine, and a rank
+/// already past the proposed boundary stopped later than the others.
+///
+/// Each rank writes the count of iterations it ended in this launch to
+/// `step.rank{R}` in the launch's coordination directory. A rank that waits
+/// more than 5 s for the others (one crashed, or the launch is ending)
+/// stops waiting for the rest of the launch, as a real job's collective
+/// would time out.
+struct Collective {
+    dir: std::path::PathBuf,
+    rank: u32,
+    world: u32,
+    broken: bool,
+}
+
+impl Collective {
+    fn new(job: &Job) -> Collective {
+        Collective {
+            dir: job.env.coord_dir.clone(),
+            rank: job.env.rank,
+            world: job.env.world_size,
+            broken: job.env.world_size <= 1,
+        }
+    }
+
+    /// The ranks' count of ended iterations, read from their files.
+    fn ended(&self, rank: u32) -> u64 {
+        std::fs::read_to_string(self.dir.join(format!("step.rank{rank}")))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// This rank ended its `k`-th iteration of the launch: says so, then
+    /// waits until every rank ended its `k`-th.
+    fn end_of_iteration(&mut self, k: u64) {
+        if self.broken {
+            return;
+        }
+        let mine = self.dir.join(format!("step.rank{}", self.rank));
+        let tmp = self.dir.join(format!(".step.rank{}", self.rank));
+        if std::fs::write(&tmp, k.to_string()).is_err() || std::fs::rename(&tmp, &mine).is_err() {
+            self.broken = true;
+            return;
+        }
+        let t = Instant::now();
+        while (0..self.world).any(|r| r != self.rank && self.ended(r) < k) {
+            if t.elapsed() > Duration::from_secs(5) {
+                eprintln!("blox-toy-job: rank {} stops waiting for the other ranks", self.rank);
+                self.broken = true;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     check_args(&args);
@@ -241,6 +302,7 @@ fn main() {
     }
     let mut due = Instant::now();
     let mut done = start_iter;
+    let mut collective = Collective::new(&job);
     let mut it = job.iterate(start_iter..total);
     for i in &mut it {
         if let (Some(b), Some(p)) = (job.new_batch_size(), &profiled) {
@@ -277,6 +339,7 @@ fn main() {
                 let _ = job.push_metric("throughput", b as f64 / step.max(1e-12));
             }
         }
+        collective.end_of_iteration(done - start_iter);
     }
     let revoked = it.revoked();
     if let Err(e) = job.save_checkpoint("iteration", done.to_string().as_bytes()) {
