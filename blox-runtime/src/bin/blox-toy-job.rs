@@ -175,25 +175,34 @@ impl Profiled {
 /// already past the proposed boundary stopped later than the others.
 ///
 /// Each rank writes the count of iterations it ended in this launch to
-/// `step.rank{R}` in the launch's coordination directory. A rank that waits
-/// more than 5 s for the others (one crashed, or the launch is ending)
-/// stops waiting for the rest of the launch, as a real job's collective
-/// would time out.
-struct Collective {
+/// `step.rank{R}` in the launch's coordination directory. Once the launch
+/// is revoked (its lease, or an exit boundary fixed) a rank waits no more:
+/// the boundary keeps the ranks together from there, and a rank whose
+/// partner died must still stop within the grace. A rank that waits more
+/// than 5 s for the others (one crashed) stops waiting for the rest of the
+/// launch, as a real job's collective would time out.
+struct Collective<'a> {
+    job: &'a Job,
     dir: std::path::PathBuf,
     rank: u32,
     world: u32,
     broken: bool,
 }
 
-impl Collective {
-    fn new(job: &Job) -> Collective {
+impl<'a> Collective<'a> {
+    fn new(job: &'a Job) -> Collective<'a> {
         Collective {
+            job,
             dir: job.env.coord_dir.clone(),
             rank: job.env.rank,
             world: job.env.world_size,
             broken: job.env.world_size <= 1,
         }
+    }
+
+    /// The launch is ending: its lease revoked, or an exit boundary fixed.
+    fn ending(&self) -> bool {
+        self.job.lease_revoked() || self.dir.join("exit_at").exists()
     }
 
     /// The ranks' count of ended iterations, read from their files.
@@ -218,8 +227,14 @@ impl Collective {
         }
         let t = Instant::now();
         while (0..self.world).any(|r| r != self.rank && self.ended(r) < k) {
+            if self.ending() {
+                return;
+            }
             if t.elapsed() > Duration::from_secs(5) {
-                eprintln!("blox-toy-job: rank {} stops waiting for the other ranks", self.rank);
+                eprintln!(
+                    "blox-toy-job: rank {} stops waiting for the other ranks",
+                    self.rank
+                );
                 self.broken = true;
                 return;
             }
