@@ -137,7 +137,9 @@ fn jobs_whose_leases_lapsed_are_relaunched_once_their_workers_are_back() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.worker_timeout_s = 30.0;
-    cfg.lease_s = Some(1.0);
+    // A lease of 2 s: at 1 s, beside two CPU hogs, the job's lease once
+    // lapsed a second time, without the restart (a third launch).
+    cfg.lease_s = Some(2.0);
     cfg.fence_grace_s = Some(2.0);
     let mut c = Cluster::start(dir.path(), cfg.clone(), "fifo", 1);
     let journal_file = dir.path().join("journal");
@@ -161,7 +163,8 @@ fn jobs_whose_leases_lapsed_are_relaunched_once_their_workers_are_back() {
     let old = c.sched.take().unwrap();
     cfg.listen = old.address.to_string();
     old.shutdown().unwrap();
-    std::thread::sleep(Duration::from_secs(5));
+    // Down for longer than the lease and its grace (4 s).
+    std::thread::sleep(Duration::from_secs(6));
     let t = Instant::now();
     c.sched = Some(blox_runtime::scheduler::start(cfg, policies("fifo"), ROUND_S).unwrap());
     let mut ctl = c.ctl();

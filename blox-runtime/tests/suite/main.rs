@@ -536,7 +536,7 @@ fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
         ctl.submit(job(
             "slow-start",
             1,
-            toy(0.5, &["--startup-s", "1.0"]),
+            toy(0.3, &["--startup-s", "2.0"]),
             None,
         ))
         .unwrap(),
@@ -557,19 +557,21 @@ fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
     assert!((0.6..1.2).contains(&once.startup_s), "{once:?}");
     let slow = &r[&ids[2]];
     assert_eq!(slow.status, "finished", "{slow:?}");
-    assert!((1.0..1.6).contains(&slow.startup_s), "{slow:?}");
+    assert!((2.0..2.6).contains(&slow.startup_s), "{slow:?}");
     assert!(
         (slow.startup_gpu_s - slow.startup_s).abs() < 1e-6,
         "{slow:?}"
     );
-    // Productive service is the work alone, not the start-up.
-    assert!(slow.attained_gpu_s < 1.0, "{slow:?}");
+    // Productive service is the work alone (0.3 s, and the time its end
+    // takes to be seen), not the start-up. (Under 1.0 s, with 0.5 s of work
+    // after a 1 s start-up, failed once beside two CPU hogs: 1.61 s.)
+    assert!(slow.attained_gpu_s < slow.startup_s, "{slow:?}");
     let text = blox_runtime::ctl::render_status(&c.addr(), &ctl.status(&ids).unwrap());
     assert!(
         text.contains("warning: stopped before its first iteration"),
         "{text}"
     );
-    assert!(text.contains("start-up 1."), "{text}");
+    assert!(text.contains("start-up 2."), "{text}");
 }
 
 #[test]
