@@ -65,6 +65,9 @@ pub struct Store {
     /// later one on the same handle, so the next use reopens the file
     /// first. What was committed before is intact (commits are atomic).
     broken: AtomicBool,
+    /// Closed by a stopping scheduler ([`Store::close`]): nothing is
+    /// written or reopened any more.
+    closed: AtomicBool,
     /// Submissions waiting to be written together ([`Store::submit`]).
     group: Mutex<Group>,
     written: Condvar,
@@ -113,6 +116,7 @@ impl Store {
             file: path.to_path_buf(),
             path: p,
             broken: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             group: Mutex::default(),
             written: Condvar::new(),
         };
@@ -124,12 +128,19 @@ impl Store {
     /// Runs `f` on the database, reopening it first after a failed
     /// transaction; a failure marks it for reopening.
     fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(self.err("the job table is closed: the scheduler is stopping"));
+        }
         if self.broken.load(Ordering::Acquire) {
             self.reopen()?;
         }
         let g = self.db.read().unwrap_or_else(|e| e.into_inner());
         let Some(db) = g.as_ref() else {
-            return Err(self.err("the job table is being reopened after a failed write"));
+            return Err(self.err(if self.closed.load(Ordering::Acquire) {
+                "the job table is closed: the scheduler is stopping"
+            } else {
+                "the job table is being reopened after a failed write"
+            }));
         };
         let r = f(db);
         if r.is_err() {
@@ -138,9 +149,19 @@ impl Store {
         r
     }
 
+    /// Closes the file now, releasing its lock, whoever else still holds
+    /// this store: a scheduler started on the same file in this process
+    /// (a restart) can open it at once, where a task of the stopped one
+    /// that outlived its runtime's shutdown held it open before ("Database
+    /// already open", once, beside two CPU hogs). Later uses get an error.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        *self.db.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     fn reopen(&self) -> Result<(), StoreError> {
         let mut g = self.db.write().unwrap_or_else(|e| e.into_inner());
-        if !self.broken.load(Ordering::Acquire) {
+        if !self.broken.load(Ordering::Acquire) || self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
         // The old handle holds the file's lock: dropped first.
@@ -435,6 +456,23 @@ impl Store {
 mod tests {
     use super::*;
     use crate::proto::{JobInfo, JobSubmission};
+
+    /// A closed store releases its file while other holders remain: the
+    /// file opens again at once, and a write through the old handle is an
+    /// error, not a reopen.
+    #[test]
+    fn a_closed_store_releases_its_file_to_the_next_opener() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let s = std::sync::Arc::new(Store::open(&path).unwrap());
+        let leftover = s.clone();
+        assert!(Store::open(&path).is_err(), "the file is locked while open");
+        s.close();
+        let again = Store::open(&path).unwrap();
+        let e = leftover.write(&[], Some(7)).unwrap_err();
+        assert!(e.message.contains("closed"), "{e:?}");
+        again.write(&[], Some(7)).unwrap();
+    }
 
     /// Submissions from many threads at once go in shared
     /// transactions; each gets its own record back, every one is durable,

@@ -243,8 +243,12 @@ pub(super) fn spawn_rounds(
             let r = blox_core::runner::run(&mut lp, &mut backend, &mut driver);
             // Jobs keep running on their workers; a restarted scheduler
             // requeues them.
+            let store = backend.store.clone();
             drop(backend);
             rt.shutdown_timeout(Duration::from_secs(1));
+            // A task that outlived the shutdown must not keep the job
+            // table's file locked against the next scheduler.
+            store.close();
             r
         })
         .map_err(|e| SchedulerError::Runtime(e.to_string()))
