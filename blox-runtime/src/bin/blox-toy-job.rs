@@ -170,50 +170,42 @@ impl Profiled {
 /// What a real job's gradient all-reduce does to its ranks' pace: no rank
 /// goes on to its next iteration before every rank has ended this one, so
 /// an exit boundary that one rank proposes at the next iteration is one
-/// that no rank has passed (`blox_client::LeaseIter`). Without it the toy
-/// job's ranks, which start at different times, drifted apart on a loaded
-/// machine, and a rank already past the proposed boundary stopped later
-/// than the others.
+/// that no rank has passed (`blox_client::LeaseIter`). Without it the toy job's ranks, which start
+/// at different times, drifted apart on a loaded machine, and a rank
+/// already past the proposed boundary stopped later than the others.
 ///
-/// Each rank writes the iteration it ended to `step.rank{R}` in the
-/// launch's coordination directory: the job's count, not the launch's, so
-/// that a file left by an earlier launch of the same number (a restarted
-/// scheduler can reuse one) holds an iteration no later than the
-/// checkpoint this launch resumed from, unless that launch crashed past
-/// its last checkpoint; the ranks then keep step again once they pass it.
-/// Once the launch is revoked (its `revoked` file, or an exit boundary
-/// fixed) a rank waits no more: the boundary keeps the ranks together from
-/// there, and a rank whose partner died must still stop within the grace. A wait ends after 5 s, as a real collective times out;
-/// a rank gives up waiting for good only when a partner made no progress
-/// in that time (it died), and it writes its own file every iteration
-/// whatever happens, so that its partners never wait on it.
-struct Collective {
+/// Each rank writes the count of iterations it ended in this launch to
+/// `step.rank{R}` in the launch's coordination directory. Once the launch
+/// is revoked (its lease, or an exit boundary fixed) a rank waits no more:
+/// the boundary keeps the ranks together from there, and a rank whose
+/// partner died must still stop within the grace. A rank that waits more
+/// than 5 s for the others (one crashed) stops waiting for the rest of the
+/// launch, as a real job's collective would time out.
+struct Collective<'a> {
+    job: &'a Job,
     dir: std::path::PathBuf,
-    revoked: std::path::PathBuf,
     rank: u32,
     world: u32,
     broken: bool,
 }
 
-impl Collective {
-    fn new(job: &Job) -> Collective {
+impl<'a> Collective<'a> {
+    fn new(job: &'a Job) -> Collective<'a> {
         Collective {
+            job,
             dir: job.env.coord_dir.clone(),
-            revoked: job.env.control_dir.join("revoked"),
             rank: job.env.rank,
             world: job.env.world_size,
             broken: job.env.world_size <= 1,
         }
     }
 
-    /// The launch is ending: revoked, or an exit boundary fixed. (Not a
-    /// lease past its end: a renewal within the grace makes that false
-    /// again, and `LeaseIter` would then fix no boundary.)
+    /// The launch is ending: its lease revoked, or an exit boundary fixed.
     fn ending(&self) -> bool {
-        self.revoked.exists() || self.dir.join("exit_at").exists()
+        self.job.lease_revoked() || self.dir.join("exit_at").exists()
     }
 
-    /// The iteration a rank last ended, read from its file.
+    /// The ranks' count of ended iterations, read from their files.
     fn ended(&self, rank: u32) -> u64 {
         std::fs::read_to_string(self.dir.join(format!("step.rank{rank}")))
             .ok()
@@ -221,42 +213,29 @@ impl Collective {
             .unwrap_or(0)
     }
 
-    fn behind(&self, done: u64) -> Option<u32> {
-        (0..self.world).find(|&r| r != self.rank && self.ended(r) < done)
-    }
-
-    /// This rank ended iteration `done`: says so, then waits until every
-    /// rank ended it.
-    fn end_of_iteration(&mut self, done: u64) {
-        if self.world <= 1 {
+    /// This rank ended its `k`-th iteration of the launch: says so, then
+    /// waits until every rank ended its `k`-th.
+    fn end_of_iteration(&mut self, k: u64) {
+        if self.broken {
             return;
         }
         let mine = self.dir.join(format!("step.rank{}", self.rank));
         let tmp = self.dir.join(format!(".step.rank{}", self.rank));
-        if std::fs::write(&tmp, done.to_string()).is_err() || std::fs::rename(&tmp, &mine).is_err()
-        {
+        if std::fs::write(&tmp, k.to_string()).is_err() || std::fs::rename(&tmp, &mine).is_err() {
             self.broken = true;
-        }
-        if self.broken {
             return;
         }
         let t = Instant::now();
-        let Some(first) = self.behind(done) else {
-            return;
-        };
-        let was = self.ended(first);
-        while let Some(r) = self.behind(done) {
+        while (0..self.world).any(|r| r != self.rank && self.ended(r) < k) {
             if self.ending() {
                 return;
             }
             if t.elapsed() > Duration::from_secs(5) {
-                if r == first && self.ended(r) == was {
-                    eprintln!(
-                        "blox-toy-job: rank {} stops waiting for rank {r}, which made no progress in 5 s",
-                        self.rank
-                    );
-                    self.broken = true;
-                }
+                eprintln!(
+                    "blox-toy-job: rank {} stops waiting for the other ranks",
+                    self.rank
+                );
+                self.broken = true;
                 return;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -375,7 +354,7 @@ fn main() {
                 let _ = job.push_metric("throughput", b as f64 / step.max(1e-12));
             }
         }
-        collective.end_of_iteration(done);
+        collective.end_of_iteration(done - start_iter);
     }
     let revoked = it.revoked();
     if let Err(e) = job.save_checkpoint("iteration", done.to_string().as_bytes()) {
