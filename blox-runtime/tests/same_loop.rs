@@ -32,16 +32,7 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
     // compressed time (1 s rounds, jobs of seconds); durations end mid-round.
     let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = runtime_config(dir.path());
-    let c = Cluster::start_timed(
-        dir.path(),
-        cfg.clone(),
-        policies("las"),
-        2,
-        Default::default(),
-        cfg.security().unwrap(),
-        1.0,
-    );
+    let c = Cluster::start_on_1s_rounds(dir.path(), "las", 2);
     // Trace time 0 is a round boundary of the scheduler's clock. Each job is
     // submitted `EARLY` before its trace time, so that a job due on a
     // boundary is seen in that round as in simulation; its JCT is counted
@@ -131,16 +122,7 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
 fn a_live_fifo_log_of_whole_second_jobs_replays_decision_for_decision() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = runtime_config(dir.path());
-    let c = Cluster::start_timed(
-        dir.path(),
-        cfg.clone(),
-        policies("fifo"),
-        2,
-        Default::default(),
-        cfg.security().unwrap(),
-        1.0,
-    );
+    let c = Cluster::start_on_1s_rounds(dir.path(), "fifo", 2);
     let mut ctl = c.ctl();
     let jobs: [(u32, f64); 10] = [
         (1, 3.0),

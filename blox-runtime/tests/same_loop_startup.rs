@@ -24,16 +24,7 @@ const STARTUP: [f64; 6] = [1.11, 2.1, 2.42, 0.62, 1.28, 1.35];
 fn jobs_with_start_up_get_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
     let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = runtime_config(dir.path());
-    let c = Cluster::start_timed(
-        dir.path(),
-        cfg.clone(),
-        policies("las"),
-        2,
-        Default::default(),
-        cfg.security().unwrap(),
-        1.0,
-    );
+    let c = Cluster::start_on_1s_rounds(dir.path(), "las", 2);
     const EARLY: f64 = 0.2;
     let t0 = c.started().elapsed().as_secs_f64().ceil() + 1.0;
     let mut ctl = c.ctl();

@@ -110,6 +110,23 @@ impl Cluster {
         Self::start_timed(dir, cfg, policies, workers, extras, security, ROUND_S)
     }
 
+    /// [`Cluster::start`] on 1 s rounds, those of the simulations that the
+    /// same-loop tests compare a live run with.
+    pub fn start_on_1s_rounds(dir: &Path, scheduling: &str, workers: usize) -> Cluster {
+        let cfg = runtime_config(dir);
+        let security = cfg.security().unwrap();
+        let policies = policies(scheduling);
+        Self::start_timed(
+            dir,
+            cfg,
+            policies,
+            workers,
+            Default::default(),
+            security,
+            1.0,
+        )
+    }
+
     /// [`Cluster::start_as`] with rounds of `round_s` seconds: the tests
     /// that compare a live run with a simulation of the same trace use
     /// the simulation's 1 s rounds.
