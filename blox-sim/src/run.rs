@@ -79,7 +79,7 @@ pub struct Simulation {
     pub sim: SimConfig,
     /// Ended jobs the loop keeps whole, at least ([`ENDED_KEPT`]; every job
     /// that ended in the round just run too); older ones become rows. The
-    /// tables are the same whatever it is (`tests/ended_rows.rs`).
+    /// tables are the same whatever it is (`tests/sim/ended_rows.rs`).
     pub ended_kept: usize,
     /// The tables and logs of the run so far.
     st: RunState,

@@ -256,7 +256,7 @@ fn a_variant_of_the_first_config_is_replayed_beside_it() {
     assert_eq!(matched(&t, "philly-fifo").1, 0, "{t}");
     assert!(t.contains("philly-fifo[scheduling.policy=srtf]"), "{t}");
     // A config without [cluster] is read (a live log's nodes are the
-    // cluster: blox-runtime/tests/same_loop.rs), but a simulation's log
+    // cluster: blox-runtime/tests/same_loop/las.rs), but a simulation's log
     // names no starting nodes: the replay says it needs the config's.
     let bare = dir.join("bare.toml");
     std::fs::write(&bare, "[scheduling]\npolicy = \"fifo\"\n").unwrap();

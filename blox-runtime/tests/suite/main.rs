@@ -10,8 +10,8 @@
 //! test is ignored: `cargo test -p blox-runtime --test suite dashboard --
 //! --ignored`), fencing of a cut-off worker (`fencing`), Prometheus
 //! metrics (`metrics`) and job process trees (`process_tree`). The same
-//! trace in simulation and on the cluster (`../same_loop.rs`,
-//! `../same_loop_startup.rs`) and the local runner (`../local.rs`: its
+//! trace in simulation and on the cluster (`../same_loop/`) and the
+//! local runner (`../local.rs`: its
 //! ranks stop at one iteration, its schedule matches the simulation's)
 //! keep time, so those run as binaries of their own, with nothing beside.
 

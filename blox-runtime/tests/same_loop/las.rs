@@ -1,19 +1,13 @@
 //! The same round loop in simulation and on the gRPC runtime (Blox §6.3):
 //! one trace through the simulator and through a scheduler with 2 workers ×
-//! 2 logical GPUs on loopback. Its own test binary, so no other test shares
-//! the cores while it keeps time.
+//! 2 logical GPUs on loopback.
 
+use crate::common::*;
+use crate::ONE_AT_A_TIME;
 use blox_config::Config;
 use blox_core::round::events::What;
 use blox_core::*;
-#[path = "suite/common/mod.rs"]
-mod common;
-
-use common::*;
 use std::time::{Duration, Instant};
-
-/// The tests here keep time: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A replay config without `[cluster]`: the log's nodes are the cluster.
 fn replay_config(scheduling: &str) -> Config {

@@ -3,14 +3,11 @@
 //! never progresses). The jobs of the sim-vs-real trace spend 0.6–2.5 s
 //! starting at every launch (`blox-toy-job --startup-s`, the simulator's
 //! per-job `startup_s`); the loop protects them until they have run as long
-//! again past their first iteration. Its own test binary, so no other test
-//! shares the cores while it keeps time.
+//! again past their first iteration.
 
+use crate::common::*;
+use crate::ONE_AT_A_TIME;
 use blox_core::*;
-#[path = "suite/common/mod.rs"]
-mod common;
-
-use common::*;
 use std::time::{Duration, Instant};
 
 /// Start-up of each job of the trace, seconds, chosen (by searching the
@@ -22,6 +19,7 @@ const STARTUP: [f64; 6] = [1.11, 2.1, 2.42, 0.62, 1.28, 1.35];
 
 #[test]
 fn jobs_with_start_up_get_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::start_on_1s_rounds(dir.path(), "las", 2);
