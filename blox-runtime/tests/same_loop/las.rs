@@ -113,6 +113,7 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
 /// came a round early and FIFO chained the error: 24 of 132 decisions
 /// differed on the operator's 24 jobs.)
 #[test]
+#[ignore = "long (22 s of real time): the README's long tests, run by .ci/run with --ignored"]
 fn a_live_fifo_log_of_whole_second_jobs_replays_decision_for_decision() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

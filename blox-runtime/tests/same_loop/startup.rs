@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 const STARTUP: [f64; 6] = [1.11, 2.1, 2.42, 0.62, 1.28, 1.35];
 
 #[test]
+#[ignore = "long (19 s of real time): the README's long tests, run by .ci/run with --ignored"]
 fn jobs_with_start_up_get_the_same_schedule_in_simulation_and_on_the_grpc_cluster() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let trace = preemption_trace();
