@@ -78,4 +78,5 @@ fn every_found_input_and_its_mutations_are_handled_without_a_panic() {
         }
         body(&[]);
     }
+    blox_harness::fuzzing::remove_scratch();
 }

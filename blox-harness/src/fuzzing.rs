@@ -42,9 +42,20 @@ pub fn config(data: &[u8]) {
     }
 }
 
+/// This process's scratch directory (the `workload` target's files).
+fn scratch_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("blox-fuzz-{}", std::process::id()))
+}
+
+/// Removes this process's scratch directory; a later input makes it again.
+/// Call it when a run of inputs is over (`tests/fuzz_regressions.rs` does).
+pub fn remove_scratch() {
+    let _ = std::fs::remove_dir_all(scratch_dir());
+}
+
 /// A file for this process's fuzzing, rewritten on every input.
 fn scratch(name: &str, data: &[u8]) -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("blox-fuzz-{}", std::process::id()));
+    let dir = scratch_dir();
     std::fs::create_dir_all(&dir).ok()?;
     let p = dir.join(name);
     std::fs::write(&p, data).ok()?;

@@ -553,11 +553,15 @@ fn start_up_is_measured_and_a_job_that_never_starts_is_flagged_in_status() {
     let once = &r[&ids[1]];
     assert_eq!(once.status, "finished", "{once:?}");
     assert!(once.warning.is_empty(), "{once:?}");
-    // Two launches, 0.3 s of start-up each (and the time to exec).
-    assert!((0.6..1.2).contains(&once.startup_s), "{once:?}");
+    // Two launches, 0.3 s of start-up each (and the time to exec, which
+    // takes most of a second on a loaded machine). Counting the runs as
+    // start-up too would give at least 2.1 s (0.5 s and 1 s of run).
+    assert!((0.6..1.9).contains(&once.startup_s), "{once:?}");
     let slow = &r[&ids[2]];
     assert_eq!(slow.status, "finished", "{slow:?}");
-    assert!((2.0..2.6).contains(&slow.startup_s), "{slow:?}");
+    // 2 s of start-up and the exec (up to 0.9 s beside CPU hogs; a run
+    // counted as start-up is caught by `crash-once` above).
+    assert!((2.0..3.5).contains(&slow.startup_s), "{slow:?}");
     assert!(
         (slow.startup_gpu_s - slow.startup_s).abs() < 1e-6,
         "{slow:?}"

@@ -82,7 +82,23 @@ fn a_mistyped_parameter_is_reported_with_its_line() {
     );
 }
 
-fn tempdir() -> std::path::PathBuf {
+/// A scratch directory of this test process, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir() -> Scratch {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let d = std::env::temp_dir().join(format!(
@@ -91,7 +107,7 @@ fn tempdir() -> std::path::PathBuf {
         N.fetch_add(1, Ordering::SeqCst)
     ));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    Scratch(d)
 }
 
 #[test]
