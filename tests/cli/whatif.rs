@@ -7,13 +7,13 @@
 use super::{blox, tempdir, text};
 use std::path::Path;
 
-/// Runs `config` (120 Philly jobs) with its event log into `dir`.
-fn record(config: &str, dir: &Path) -> String {
+/// Runs `config` (`jobs` Philly jobs) with its event log into `dir`.
+fn record(config: &str, jobs: usize, dir: &Path) -> String {
     let o = blox(&[
         "sim",
         config,
         "--set",
-        "workload.num_jobs=120",
+        &format!("workload.num_jobs={jobs}"),
         "--quiet",
         "--out",
         dir.to_str().unwrap(),
@@ -45,7 +45,8 @@ fn matched(t: &str, label: &str) -> (usize, usize) {
 #[test]
 fn a_log_replayed_under_its_own_config_is_reproduced_and_another_config_differs() {
     let dir = tempdir("whatif");
-    let log = record("examples/configs/philly-las.toml", &dir.join("sim"));
+    // 60 jobs under LAS: 172,000 decisions (preemptions) in the log.
+    let log = record("examples/configs/philly-las.toml", 60, &dir.join("sim"));
     for at in ["0", "150000"] {
         let out = dir.join(format!("out-{at}"));
         let (ok, t) = whatif(&[
@@ -243,7 +244,7 @@ fn a_run_whose_nodes_fail_is_replayed_decision_for_decision_from_the_middle() {
 #[test]
 fn a_variant_of_the_first_config_is_replayed_beside_it() {
     let dir = tempdir("whatif-variant");
-    let log = record("examples/configs/philly-fifo.toml", &dir.join("sim"));
+    let log = record("examples/configs/philly-fifo.toml", 120, &dir.join("sim"));
     let (ok, t) = whatif(&[
         "--events",
         &log,
@@ -299,7 +300,7 @@ fn a_bad_config_is_refused_before_anything_runs() {
 #[test]
 fn a_log_cut_short_or_rotated_is_replayed_as_far_as_it_goes() {
     let dir = tempdir("whatif-cut");
-    let log = record("examples/configs/philly-fifo.toml", &dir.join("sim"));
+    let log = record("examples/configs/philly-fifo.toml", 120, &dir.join("sim"));
     let body = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = body.lines().collect();
     // Cut in the middle of a line.

@@ -3,11 +3,11 @@
 //! 2 logical GPUs on loopback.
 
 use crate::common::*;
-use crate::ONE_AT_A_TIME;
+use crate::{submit_on_time, EARLY, ONE_AT_A_TIME};
 use blox_config::Config;
 use blox_core::round::events::What;
 use blox_core::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A replay config without `[cluster]`: the log's nodes are the cluster.
 fn replay_config(scheduling: &str) -> Config {
@@ -27,24 +27,9 @@ fn the_same_trace_gives_the_same_schedule_in_simulation_and_on_the_grpc_cluster(
     let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::start_on_1s_rounds(dir.path(), "las", 2);
-    // Trace time 0 is a round boundary of the scheduler's clock. Each job is
-    // submitted `EARLY` before its trace time, so that a job due on a
-    // boundary is seen in that round as in simulation; its JCT is counted
-    // from its trace time.
-    const EARLY: f64 = 0.2;
-    let t0 = c.started().elapsed().as_secs_f64().ceil() + 1.0;
-    let mut ctl = c.ctl();
-    let mut ids = Vec::new();
-    for (i, &(a, g, d)) in trace.iter().enumerate() {
-        let due = c.started() + Duration::from_secs_f64(t0 + a - EARLY);
-        if let Some(left) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(left);
-        }
-        ids.push(
-            ctl.submit(job(&format!("j{i}"), g, toy(d, &[]), Some(d)))
-                .unwrap(),
-        );
-    }
+    // Each job is submitted `EARLY` before its trace time, on the
+    // scheduler's round boundaries; its JCT is counted from its trace time.
+    let ids = submit_on_time(&c, &trace, |_| Vec::new());
     let real = c.wait_all(&ids, Duration::from_secs(60));
     let sim = run_sim("las", &trace, ClusterState::homogeneous(2, 2));
     let mut diffs = Vec::new();

@@ -13,3 +13,34 @@ mod startup;
 
 /// The tests here keep time: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+use common::{job, toy, Cluster, Trace};
+use std::time::{Duration, Instant};
+
+/// How long before its trace time each job is submitted: a job due on a
+/// round boundary is then seen in that round, as in simulation. Its JCT is
+/// counted from its trace time (subtract this from the scheduler's).
+const EARLY: f64 = 0.2;
+
+/// Submits each job of `trace` at its trace time on `c`'s clock (time 0 is
+/// a round boundary at least a second away), [`EARLY`] ahead, job `i` as
+/// `j{i}` running the toy job with `extra(i)` for its arguments; the ids in
+/// trace order.
+fn submit_on_time(c: &Cluster, trace: &Trace, extra: impl Fn(usize) -> Vec<String>) -> Vec<u64> {
+    let t0 = c.started().elapsed().as_secs_f64().ceil() + 1.0;
+    let mut ctl = c.ctl();
+    let mut ids = Vec::new();
+    for (i, &(a, g, d)) in trace.iter().enumerate() {
+        let due = c.started() + Duration::from_secs_f64(t0 + a - EARLY);
+        if let Some(left) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        let args = extra(i);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ids.push(
+            ctl.submit(job(&format!("j{i}"), g, toy(d, &args), Some(d)))
+                .unwrap(),
+        );
+    }
+    ids
+}

@@ -6,9 +6,9 @@
 //! again past their first iteration.
 
 use crate::common::*;
-use crate::ONE_AT_A_TIME;
+use crate::{submit_on_time, EARLY, ONE_AT_A_TIME};
 use blox_core::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Start-up of each job of the trace, seconds, chosen (by searching the
 /// simulated schedule) so that no decision is a near tie: at every decision
@@ -24,26 +24,9 @@ fn jobs_with_start_up_get_the_same_schedule_in_simulation_and_on_the_grpc_cluste
     let trace = preemption_trace();
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::start_on_1s_rounds(dir.path(), "las", 2);
-    const EARLY: f64 = 0.2;
-    let t0 = c.started().elapsed().as_secs_f64().ceil() + 1.0;
-    let mut ctl = c.ctl();
-    let mut ids = Vec::new();
-    for (i, &(a, g, d)) in trace.iter().enumerate() {
-        let due = c.started() + Duration::from_secs_f64(t0 + a - EARLY);
-        if let Some(left) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(left);
-        }
-        let s = STARTUP[i].to_string();
-        ids.push(
-            ctl.submit(job(
-                &format!("j{i}"),
-                g,
-                toy(d, &["--startup-s", &s]),
-                Some(d),
-            ))
-            .unwrap(),
-        );
-    }
+    let ids = submit_on_time(&c, &trace, |i| {
+        vec!["--startup-s".into(), STARTUP[i].to_string()]
+    });
     let real = c.wait_all(&ids, Duration::from_secs(120));
     let sim = run_sim_with_startup("las", &trace, ClusterState::homogeneous(2, 2), &STARTUP);
     let mut diffs = Vec::new();
