@@ -240,7 +240,7 @@ fn jobs_survive_preemption_a_killed_worker_and_a_scheduler_restart() {
     let cfg = d.join("scheduler.toml");
     std::fs::write(
         &cfg,
-        "[run]\nround_s = 1.0\n[scheduling]\npolicy = \"las\"\n[placement]\npolicy = \"consolidated\"\n\
+        "[run]\nround_s = 0.5\n[scheduling]\npolicy = \"las\"\n[placement]\npolicy = \"consolidated\"\n\
          [runtime]\nstate = \"state.redb\"\ncheckpoint_dir = \"checkpoints\"\ntoken_file = \"token\"\n\
          heartbeat_s = 0.2\nworker_timeout_s = 2.0\ngrace_s = 5\n",
     )
