@@ -44,6 +44,22 @@ pub fn policies(scheduling: &str) -> Policies {
 /// (three tests failed in one run of five); 0.5 s rounds passed.
 pub const ROUND_S: f64 = 0.5;
 
+/// With `BLOX_TEST_LOG` set (a filter: `warn`, `blox_runtime=debug`), the
+/// schedulers' and workers' logs go to the output of the test that started
+/// them, shown when it fails (the threads a test starts write to its
+/// captured output).
+pub fn test_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("BLOX_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
 pub fn runtime_config(dir: &Path) -> RuntimeConfig {
     RuntimeConfig {
         listen: "127.0.0.1:0".into(),
@@ -140,6 +156,7 @@ impl Cluster {
         round_s: f64,
     ) -> Cluster {
         let worker_security = cfg.worker_security().unwrap();
+        test_log();
         let sched = blox_runtime::scheduler::start_with(cfg, policies, round_s, extras).unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
