@@ -35,10 +35,10 @@ fn submit_on_time(c: &Cluster, trace: &Trace, extra: impl Fn(usize) -> Vec<Strin
         if let Some(left) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(left);
         }
-        let args = extra(i);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut command = toy(d, &[]);
+        command.extend(extra(i));
         ids.push(
-            ctl.submit(job(&format!("j{i}"), g, toy(d, &args), Some(d)))
+            ctl.submit(job(&format!("j{i}"), g, command, Some(d)))
                 .unwrap(),
         );
     }

@@ -47,7 +47,7 @@ fn first_start(r: &blox_sim::SimResult, id: u64) -> f64 {
 #[test]
 fn config_selects_the_example_policy_and_small_job_runs_first() {
     let dir = tempdir();
-    let r = run(&dir, &[]);
+    let r = run(dir.path(), &[]);
     assert_eq!(r.summary.policies.scheduling, "fewest-gpus-first");
     assert_eq!(first_start(&r, 1), 0.0);
     assert!(first_start(&r, 0) >= 600.0);
@@ -57,7 +57,10 @@ fn config_selects_the_example_policy_and_small_job_runs_first() {
 #[test]
 fn its_parameters_come_from_the_config() {
     let dir = tempdir();
-    let r = run(&dir, &[("scheduling.largest_first".into(), "true".into())]);
+    let r = run(
+        dir.path(),
+        &[("scheduling.largest_first".into(), "true".into())],
+    );
     assert_eq!(first_start(&r, 0), 0.0);
     assert!(first_start(&r, 1) >= 600.0);
 }
@@ -66,12 +69,12 @@ fn its_parameters_come_from_the_config() {
 fn a_mistyped_parameter_is_reported_with_its_line() {
     let dir = tempdir();
     std::fs::write(
-        dir.join("trace.csv"),
+        dir.path().join("trace.csv"),
         "job_id,arrival_s,num_gpus,duration_s\n",
     )
     .unwrap();
     let src = format!("{CONFIG}largest_frist = true\n");
-    let cfg = Config::parse(&src, "custom.toml", &dir, &[]).unwrap();
+    let cfg = Config::parse(&src, "custom.toml", dir.path(), &[]).unwrap();
     let err = Simulation::from_config(&cfg)
         .err()
         .expect("must fail")
@@ -82,32 +85,12 @@ fn a_mistyped_parameter_is_reported_with_its_line() {
     );
 }
 
-/// A scratch directory of this test process, removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempdir() -> Scratch {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "custom-policy-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    Scratch(d)
+/// A scratch directory, removed when the test is done with it.
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("custom-policy-test-")
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
