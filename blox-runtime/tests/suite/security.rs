@@ -220,7 +220,7 @@ fn the_workers_token_alone_forges_no_report() {
     let c = Cluster::start(dir.path(), cfg, "fifo", 1);
     let mut ctl = c.ctl();
     let victim = ctl.submit(job("victim", 1, toy(60.0, &[]), None)).unwrap();
-    wait_running(&c, &[victim]);
+    wait_started(&c, &[victim]);
     let holder = c.workers[0].worker_id().unwrap();
     let running = ctl.status(&[victim]).unwrap().jobs[0].clone();
     let launch = LaunchRef {

@@ -319,7 +319,25 @@ pub fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
     toy(secs, &["--checkpoint-every", "5", "--journal", j.as_str()])
 }
 
-/// Waits until every job in `ids` runs and has made some progress.
+/// Waits until every job in `ids` runs and has reported its first
+/// progress: a blocker holding GPUs, a victim with a live launch.
+pub fn wait_started(c: &Cluster, ids: &[u64]) {
+    let mut ctl = c.ctl();
+    let t = Instant::now();
+    loop {
+        let s = ctl.status(ids).unwrap();
+        if s.jobs
+            .iter()
+            .all(|j| j.status == "running" && j.progress > 0.0)
+        {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until every job in `ids` runs and has done a tenth of its work.
 pub fn wait_running(c: &Cluster, ids: &[u64]) {
     let mut ctl = c.ctl();
     let t = Instant::now();
