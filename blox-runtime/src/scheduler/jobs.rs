@@ -46,7 +46,7 @@ pub(super) struct JobTable {
     by_phase: HashMap<i32, BTreeSet<u64>>,
     /// Each job's submission, encoded: its bytes (the bounds on what
     /// waits count them every round; a submission never changes).
-    bytes: HashMap<u64, u64>,
+    bytes: rustc_hash::FxHashMap<u64, u64>,
 }
 
 fn phase_of(r: &JobRecord) -> i32 {

@@ -9,6 +9,7 @@ use crate::proto::*;
 use crate::record::Record;
 use crate::store::StoreError;
 use blox_core::*;
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,27 @@ fn update_wait(
     w.position = position;
     w.ordered = ordered;
     changed
+}
+
+/// Jobs and bytes that wait, in all and per user (under borrowed names).
+#[derive(Default)]
+struct Waiting<'a> {
+    per_user: FxHashMap<&'a str, (usize, u64)>,
+    total: usize,
+    bytes: u64,
+}
+
+impl<'a> Waiting<'a> {
+    fn add(&mut self, spec: &'a JobSpec, bytes: u64) {
+        self.total += 1;
+        self.bytes += bytes;
+        let u = self
+            .per_user
+            .entry(spec.user.as_deref().unwrap_or(""))
+            .or_default();
+        u.0 += 1;
+        u.1 += bytes;
+    }
 }
 
 impl ClusterBackend {
@@ -108,8 +130,15 @@ impl ClusterBackend {
             .active()
             .chain(lp.waiting().iter())
             .chain(fresh.iter());
+        // What waits, for the bounds on submissions: jobs and bytes (per
+        // user, counted under borrowed names: one owned name per user),
+        // counted in the same pass.
+        let mut waiting = Waiting::default();
         for j in jobs {
             let id = j.id().0;
+            if matches!(j.status, JobStatus::Submitted | JobStatus::Queued) {
+                waiting.add(&j.spec, h.jobs.submission_bytes(id));
+            }
             let Some(mut rec) = h.jobs.get_mut(&id) else {
                 continue;
             };
@@ -189,25 +218,19 @@ impl ClusterBackend {
         for (id, at) in ended {
             h.push_ended(id, at);
         }
-        // What waits, for the bounds on submissions: jobs and bytes (per
-        // user, counted under borrowed names: one owned name per user).
-        let mut per_user: HashMap<&str, (usize, u64)> = HashMap::new();
-        let (mut total, mut bytes) = (0, 0);
-        let waiting = lp
-            .jobs
-            .active()
-            .chain(lp.waiting().iter())
-            .filter(|j| matches!(j.status, JobStatus::Submitted | JobStatus::Queued))
-            .map(|j| &j.spec)
-            .chain(h.held.iter());
-        for s in waiting {
-            let b = h.jobs.submission_bytes(s.id.0);
-            total += 1;
-            bytes += b;
-            let u = per_user.entry(s.user.as_deref().unwrap_or("")).or_default();
-            u.0 += 1;
-            u.1 += b;
+        let held: Vec<(&JobSpec, u64)> = h
+            .held
+            .iter()
+            .map(|s| (s, h.jobs.submission_bytes(s.id.0)))
+            .collect();
+        for (s, b) in held {
+            waiting.add(s, b);
         }
+        let Waiting {
+            per_user,
+            total,
+            bytes,
+        } = waiting;
         let by_user: HashMap<String, usize> = per_user
             .iter()
             .map(|(u, (n, _))| (u.to_string(), *n))
