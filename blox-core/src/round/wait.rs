@@ -135,7 +135,7 @@ impl RoundLoop {
         WaitExplainer {
             lp: self,
             positions: std::cell::OnceCell::new(),
-            by_type: std::cell::OnceCell::new(),
+            free_words: std::cell::OnceCell::new(),
             first_unplaced: std::cell::OnceCell::new(),
         }
     }
@@ -160,7 +160,9 @@ impl RoundLoop {
 pub struct WaitExplainer<'a> {
     lp: &'a RoundLoop,
     positions: std::cell::OnceCell<rustc_hash::FxHashMap<JobId, (u32, u32)>>,
-    by_type: std::cell::OnceCell<Vec<(String, u32)>>,
+    /// The words every job waiting for GPUs shares this round: the free
+    /// GPUs (by type) and the scheduling policy's name.
+    free_words: std::cell::OnceCell<String>,
     first_unplaced: std::cell::OnceCell<Option<(JobId, u32, u32)>>,
 }
 
@@ -217,29 +219,38 @@ impl WaitExplainer<'_> {
         use std::fmt::Write;
         out.clear();
         let lp = self.lp;
-        // The common case, written in place: a job waiting for GPUs.
+        // The common case, written in place: a job waiting for GPUs (a
+        // scheduler writes these for every waiting job every round).
         if let Some(WaitReason::WaitingForGpus { asked }) = job.wait {
-            let scheduling = &lp.policies.names.scheduling;
-            let _ = write!(
-                out,
-                "waiting for {asked} GPU{}",
-                if asked == 1 { "" } else { "s" }
-            );
-            let _ = write!(out, " ({} free", lp.cluster.num_free());
-            let by_type = self.by_type.get_or_init(|| lp.free_by_type());
-            if by_type.len() > 1 {
-                out.push_str(": ");
-                for (i, (t, n)) in by_type.iter().enumerate() {
-                    let _ = write!(out, "{}{n} {t}", if i > 0 { ", " } else { "" });
+            out.push_str("waiting for ");
+            push_u32(out, asked);
+            out.push_str(if asked == 1 { " GPU" } else { " GPUs" });
+            out.push_str(self.free_words.get_or_init(|| {
+                let mut w = format!(" ({} free", lp.cluster.num_free());
+                let by_type = lp.free_by_type();
+                if by_type.len() > 1 {
+                    w.push_str(": ");
+                    for (i, (t, n)) in by_type.iter().enumerate() {
+                        let _ = write!(w, "{}{n} {t}", if i > 0 { ", " } else { "" });
+                    }
+                }
+                let _ = write!(w, "); `{}`: ", lp.policies.names.scheduling);
+                w
+            }));
+            match self.positions().get(&job.id()) {
+                Some(&(p, of)) => {
+                    push_u32(out, p);
+                    out.push_str(crate::wait::ordinal_suffix(p));
+                    out.push_str(" of ");
+                    push_u32(out, of);
+                }
+                None => {
+                    let _ = write!(out, "not among the {} it ordered", lp.decided.order.len());
                 }
             }
-            let _ = write!(out, "); `{scheduling}`: ");
-            let _ = match self.positions().get(&job.id()) {
-                Some(&(p, of)) => write!(out, "{p}{} of {of}", crate::wait::ordinal_suffix(p)),
-                None => write!(out, "not among the {} it ordered", lp.decided.order.len()),
-            };
             if let Some(k) = lp.policies.scheduling.sort_key(job, &lp.jobs) {
-                let _ = write!(out, ", {k}");
+                out.push_str(", ");
+                out.push_str(&k);
             }
             return true;
         }
@@ -320,6 +331,23 @@ impl WaitExplainer<'_> {
     }
 }
 
+/// Appends `n` in decimal (what `write!` writes, without its machinery).
+fn push_u32(out: &mut String, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        out.push(d as char);
+    }
+}
+
 /// `1 GPU`, `4 GPUs`.
 fn gpus(n: u32) -> String {
     if n == 1 {
@@ -339,4 +367,26 @@ fn update(job: &mut Job, reason: Option<WaitReason>, now_s: f64) -> bool {
     job.wait = reason;
     job.wait_counted_s = reason.map(|_| now_s);
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    proptest::proptest! {
+        /// The words' numbers read as `write!` writes them.
+        #[test]
+        fn push_u32_writes_what_display_writes(n in proptest::num::u32::ANY) {
+            let mut out = String::from("x");
+            super::push_u32(&mut out, n);
+            proptest::prop_assert_eq!(out, format!("x{n}"));
+        }
+    }
+
+    #[test]
+    fn push_u32_edges() {
+        for n in [0, 9, 10, 99, 100, u32::MAX] {
+            let mut out = String::new();
+            super::push_u32(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+    }
 }
