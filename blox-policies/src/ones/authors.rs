@@ -416,7 +416,7 @@ impl SchedulingPolicy for Ones {
     ) -> Schedule {
         self.retire(jobs);
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| crate::scheduling::fifo::by_arrival(a, b));
+        crate::scheduling::fifo::sort_by_arrival(&mut order);
         let online: Vec<&Node> = cluster
             .nodes()
             .iter()

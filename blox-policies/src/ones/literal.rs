@@ -278,7 +278,7 @@ impl SchedulingPolicy for OnesLiteral {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         self.retire(jobs);
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| crate::scheduling::fifo::by_arrival(a, b));
+        crate::scheduling::fifo::sort_by_arrival(&mut order);
         self.update_limits(round.now_s, jobs, &order);
         let online: Vec<&Node> = cluster
             .nodes()

@@ -452,7 +452,7 @@ impl SchedulingPolicy for Doubling {
         cluster: &ClusterState,
     ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
+        super::fifo::sort_by_arrival(&mut order);
         self.observe(jobs, &order);
         let mut free = cluster.num_gpus();
         // Explorers first (§7), at their phase's size.

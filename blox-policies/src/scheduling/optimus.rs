@@ -207,7 +207,7 @@ impl SchedulingPolicy for Optimus {
         cluster: &ClusterState,
     ) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
+        super::fifo::sort_by_arrival(&mut order);
         self.losses
             .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
         for j in &order {

@@ -17,7 +17,6 @@
 //! reclaiming from jobs above it — is the `synergy` placement's job
 //! ([`crate::placement::synergy`]); pair the two.
 
-use super::fifo::by_arrival;
 use super::las::by_attained_service;
 use super::srtf::by_remaining_time;
 use blox_core::*;
@@ -70,7 +69,7 @@ impl SchedulingPolicy for Synergy {
     fn schedule(&mut self, _round: &RoundInfo, jobs: &JobState, _c: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         match self.order {
-            Order::Fifo => order.sort_by(|a, b| by_arrival(a, b)),
+            Order::Fifo => super::fifo::sort_by_arrival(&mut order),
             Order::Las => order.sort_by(|a, b| by_attained_service(a, b)),
             Order::Srtf => order.sort_by(|a, b| by_remaining_time(a, b)),
         }

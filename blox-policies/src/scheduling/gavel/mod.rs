@@ -319,7 +319,7 @@ impl SchedulingPolicy for Gavel {
 
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
-        order.sort_by(|a, b| super::fifo::by_arrival(a, b));
+        super::fifo::sort_by_arrival(&mut order);
         // Online GPUs by type, and free ones by node.
         let mut types: BTreeMap<String, u32> = BTreeMap::new();
         for n in cluster.nodes().iter().filter(|n| n.online) {
