@@ -3,8 +3,8 @@
 use blox_core::*;
 use serde::Deserialize;
 
-/// Submission order: arrival time, then id (shared by every policy that
-/// serves or lists jobs in the order they came).
+/// Submission order: arrival time, then id (the order of every policy that
+/// serves or lists jobs in the order they came; [`sort_by_arrival`] sorts by it).
 pub fn by_arrival(a: &Job, b: &Job) -> std::cmp::Ordering {
     a.arrival_s()
         .total_cmp(&b.arrival_s())

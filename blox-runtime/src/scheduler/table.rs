@@ -218,13 +218,8 @@ impl ClusterBackend {
         for (id, at) in ended {
             h.push_ended(id, at);
         }
-        let held: Vec<(&JobSpec, u64)> = h
-            .held
-            .iter()
-            .map(|s| (s, h.jobs.submission_bytes(s.id.0)))
-            .collect();
-        for (s, b) in held {
-            waiting.add(s, b);
+        for s in &h.held {
+            waiting.add(s, h.jobs.submission_bytes(s.id.0));
         }
         let Waiting {
             per_user,

@@ -322,30 +322,24 @@ pub fn journaled_toy(secs: f64, journal: &Path) -> Vec<String> {
 /// Waits until every job in `ids` runs and has reported its first
 /// progress: a blocker holding GPUs, a victim with a live launch.
 pub fn wait_started(c: &Cluster, ids: &[u64]) {
-    let mut ctl = c.ctl();
-    let t = Instant::now();
-    loop {
-        let s = ctl.status(ids).unwrap();
-        if s.jobs
-            .iter()
-            .all(|j| j.status == "running" && j.progress > 0.0)
-        {
-            return;
-        }
-        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", s.jobs);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_progress(c, ids, 0.0);
 }
 
 /// Waits until every job in `ids` runs and has done a tenth of its work.
 pub fn wait_running(c: &Cluster, ids: &[u64]) {
+    wait_progress(c, ids, 0.1);
+}
+
+/// Waits (30 s at most) until every job in `ids` runs with a share of its
+/// work done over `above`.
+fn wait_progress(c: &Cluster, ids: &[u64], above: f64) {
     let mut ctl = c.ctl();
     let t = Instant::now();
     loop {
         let s = ctl.status(ids).unwrap();
         if s.jobs
             .iter()
-            .all(|j| j.status == "running" && j.progress > 0.1)
+            .all(|j| j.status == "running" && j.progress > above)
         {
             return;
         }
