@@ -9,15 +9,17 @@
 //! no file format and does no I/O. A module reads its section with
 //! [`Section::parse`] into its own parameter struct.
 
+mod de;
 mod number;
 mod origin;
 mod section;
 mod value;
 
+pub use de::ValueError;
 pub use number::{NonNegative, Positive};
 pub use origin::{KeyLines, Origin};
 pub use section::Section;
-pub use value::{Table, Value, ValueError};
+pub use value::{Table, Value};
 
 use serde::Deserialize;
 

@@ -141,19 +141,9 @@ impl Section {
                 format!("`{key}` = {v}: numbers in a config must be finite"),
             ));
         }
-        serde_path_to_error::deserialize(Value::Table(self.table.clone())).map_err(|e| {
-            let path: Vec<String> = e
-                .path()
-                .iter()
-                .filter_map(|s| match s {
-                    serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
-                    serde_path_to_error::Segment::Map { key } => Some(key.clone()),
-                    serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
-                    serde_path_to_error::Segment::Unknown => None,
-                })
-                .collect();
-            let message = e.inner().to_string().trim().to_string();
-            self.explain(path, message)
+        Value::Table(self.table.clone()).into_typed().map_err(|e| {
+            let path = e.path().map(str::to_string).collect();
+            self.explain(path, e.message().trim().to_string())
         })
     }
 

@@ -4,8 +4,8 @@
 //! deserialised from these by serde, so a module's parameter struct reads
 //! the same whatever file format the config came in.
 
-use serde::de::value::{MapDeserializer, SeqDeserializer};
-use serde::de::{self, IntoDeserializer, Unexpected, Visitor};
+use super::de::ValueError;
+use serde::de::{self, Unexpected, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,10 +23,6 @@ pub enum Value {
     Array(Vec<Value>),
     Table(Table),
 }
-
-/// The error of deserialising a [`Value`]: its message only (the section
-/// adds where the key was written).
-pub type ValueError = de::value::Error;
 
 impl Value {
     /// The type's name as a config file calls it (`string`, `integer`,
@@ -110,7 +106,7 @@ impl Value {
         T::deserialize(self)
     }
 
-    fn unexpected(&self) -> Unexpected<'_> {
+    pub(super) fn unexpected(&self) -> Unexpected<'_> {
         match self {
             Value::String(s) => Unexpected::Str(s),
             Value::Integer(i) => Unexpected::Signed(*i),
@@ -237,242 +233,5 @@ impl<'de> serde::Deserialize<'de> for Value {
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-impl<'de> de::Deserializer<'de> for Value {
-    type Error = ValueError;
-
-    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ValueError> {
-        match self {
-            Value::String(s) => v.visit_string(s),
-            Value::Integer(i) => v.visit_i64(i),
-            Value::Float(f) => v.visit_f64(f),
-            Value::Boolean(b) => v.visit_bool(b),
-            Value::Array(a) => {
-                let mut seq = SeqDeserializer::new(a.into_iter());
-                let out = v.visit_seq(&mut seq)?;
-                seq.end()?;
-                Ok(out)
-            }
-            Value::Table(t) => {
-                // Keys as values, so that a key type of a module's own (a
-                // newtype over a string) reads as it does from the file.
-                let mut map =
-                    MapDeserializer::new(t.into_iter().map(|(k, v)| (Value::String(k), v)));
-                let out = v.visit_map(&mut map)?;
-                map.end()?;
-                Ok(out)
-            }
-        }
-    }
-
-    /// A config has no null: a value that is written is `Some`.
-    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ValueError> {
-        v.visit_some(self)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        v: V,
-    ) -> Result<V::Value, ValueError> {
-        v.visit_newtype_struct(self)
-    }
-
-    /// A unit variant is its name (`"young-daly"`); a variant with data is
-    /// a table of one key (`{ every = 3 }`).
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        _variants: &'static [&'static str],
-        v: V,
-    ) -> Result<V::Value, ValueError> {
-        match self {
-            Value::String(s) => v.visit_enum(s.into_deserializer()),
-            Value::Table(t) if t.len() == 1 => {
-                let (name, value) = t.into_iter().next().expect("a table of one key");
-                v.visit_enum(Variant { name, value })
-            }
-            other => Err(de::Error::invalid_type(
-                other.unexpected(),
-                &"a variant's name, or a table of one key",
-            )),
-        }
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 u8 u16 u32 u64 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map struct
-        identifier ignored_any
-    }
-}
-
-/// A variant written as a table of one key: `{ every = 3 }`.
-struct Variant {
-    name: String,
-    value: Value,
-}
-
-impl<'de> de::EnumAccess<'de> for Variant {
-    type Error = ValueError;
-    type Variant = Value;
-    fn variant_seed<S: de::DeserializeSeed<'de>>(
-        self,
-        seed: S,
-    ) -> Result<(S::Value, Value), ValueError> {
-        Ok((seed.deserialize(Value::String(self.name))?, self.value))
-    }
-}
-
-/// The data of a variant written as `{ name = data }`.
-impl<'de> de::VariantAccess<'de> for Value {
-    type Error = ValueError;
-
-    /// A variant without data takes an empty table or array.
-    fn unit_variant(self) -> Result<(), ValueError> {
-        match self {
-            Value::Table(t) if t.is_empty() => Ok(()),
-            Value::Array(a) if a.is_empty() => Ok(()),
-            other => Err(de::Error::invalid_type(
-                other.unexpected(),
-                &"an empty table (the variant takes no value)",
-            )),
-        }
-    }
-
-    fn newtype_variant_seed<S: de::DeserializeSeed<'de>>(
-        self,
-        seed: S,
-    ) -> Result<S::Value, ValueError> {
-        seed.deserialize(self)
-    }
-
-    /// An array, or a table keyed `0`, `1`, … in order.
-    fn tuple_variant<V: Visitor<'de>>(self, _len: usize, v: V) -> Result<V::Value, ValueError> {
-        match self {
-            Value::Table(t) => {
-                let mut items: Vec<(usize, Value)> = Vec::with_capacity(t.len());
-                for (k, x) in t {
-                    let i = k.parse::<usize>().map_err(|_| {
-                        de::Error::invalid_value(Unexpected::Str(&k), &"an index 0, 1, …")
-                    })?;
-                    items.push((i, x));
-                }
-                items.sort_by_key(|(i, _)| *i);
-                if items.iter().enumerate().any(|(n, (i, _))| n != *i) {
-                    return Err(de::Error::custom(
-                        "a tuple's indices must run 0, 1, … without a gap",
-                    ));
-                }
-                de::Deserializer::deserialize_seq(
-                    Value::Array(items.into_iter().map(|(_, x)| x).collect()),
-                    v,
-                )
-            }
-            other => de::Deserializer::deserialize_seq(other, v),
-        }
-    }
-
-    fn struct_variant<V: Visitor<'de>>(
-        self,
-        _fields: &'static [&'static str],
-        v: V,
-    ) -> Result<V::Value, ValueError> {
-        de::Deserializer::deserialize_any(self, v)
-    }
-}
-
-impl<'de> IntoDeserializer<'de, ValueError> for Value {
-    type Deserializer = Value;
-    fn into_deserializer(self) -> Value {
-        self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde::Deserialize;
-
-    fn table(pairs: &[(&str, Value)]) -> Value {
-        Value::Table(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-        )
-    }
-
-    #[derive(Debug, Deserialize, PartialEq)]
-    #[serde(deny_unknown_fields)]
-    struct P {
-        a: u32,
-        b: Option<f64>,
-        c: Vec<String>,
-        #[serde(default)]
-        mode: Mode,
-    }
-
-    #[derive(Debug, Default, Deserialize, PartialEq)]
-    #[serde(rename_all = "kebab-case")]
-    enum Mode {
-        #[default]
-        Fixed,
-        YoungDaly,
-        Every(u32),
-    }
-
-    #[test]
-    fn a_table_reads_into_a_typed_struct_as_serde_would_from_a_file() {
-        let v = table(&[
-            ("a", 3.into()),
-            ("b", 2.into()),
-            ("c", Value::Array(vec!["x".into()])),
-            ("mode", "young-daly".into()),
-        ]);
-        let p: P = v.clone().into_typed().unwrap();
-        assert_eq!(
-            p,
-            P {
-                a: 3,
-                b: Some(2.0),
-                c: vec!["x".into()],
-                mode: Mode::YoungDaly
-            }
-        );
-        let every = table(&[
-            ("a", 0.into()),
-            ("c", Value::Array(vec![])),
-            ("mode", table(&[("every", 4.into())])),
-        ]);
-        assert_eq!(every.into_typed::<P>().unwrap().mode, Mode::Every(4));
-        // The value round-trips through itself.
-        assert_eq!(Value::deserialize(v.clone()).unwrap(), v);
-    }
-
-    #[test]
-    fn mistakes_read_as_serde_words_them() {
-        let bad = |v: Value| v.into_typed::<P>().unwrap_err().to_string();
-        let base = || vec![("a", Value::from(1)), ("c", Value::Array(vec![]))];
-        let mut with = base();
-        with.push(("zz", 1.into()));
-        assert!(bad(table(&with)).starts_with("unknown field `zz`"));
-        assert_eq!(bad(table(&[("a", 1.into())])), "missing field `c`");
-        let mut neg = base();
-        neg[0].1 = (-1).into();
-        assert_eq!(
-            bad(table(&neg)),
-            "invalid value: integer `-1`, expected u32"
-        );
-        let mut float = base();
-        float[0].1 = 1.5.into();
-        assert_eq!(
-            bad(table(&float)),
-            "invalid type: floating point `1.5`, expected u32"
-        );
-        let mut mode = base();
-        mode.push(("mode", 3.into()));
-        assert!(bad(table(&mode)).contains("expected a variant's name"));
     }
 }
