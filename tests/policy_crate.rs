@@ -16,7 +16,7 @@ use std::process::Command;
 const PLACEHOLDER: &str = "/path/to/blox-rs";
 
 /// The workspace's `[profile.dev]` (Cargo.toml) as `--config` values, one
-/// per setting: `profile.dev.package."*".debug=false`.
+/// per setting: `profile.dev.lto="off"`.
 ///
 /// Settings for the workspace's own packages are left out. Cargo names a
 /// path dependency's build after its place relative to the workspace root,
@@ -194,8 +194,8 @@ fn the_readme_policy_crate_builds_outside_the_repository_and_runs_every_tool() {
 fn the_policy_crate_builds_with_the_workspace_dev_profile() {
     let settings = dev_profile();
     for want in [
-        r#"profile.dev.debug="line-tables-only""#,
-        r#"profile.dev.package."*".debug=false"#,
+        r#"profile.dev.debug=false"#,
+        r#"profile.dev.lto="off""#,
         r#"profile.dev.package.microlp.opt-level=3"#,
         r#"profile.dev.package.rand_chacha.opt-level=3"#,
     ] {
