@@ -68,6 +68,15 @@ impl de::Expected for Read {
     }
 }
 
+/// An error if a visitor left `left` of a table's or array's items unread
+/// after reading `read`.
+fn read_to_end(read: usize, left: usize, what: &'static str) -> Result<(), ValueError> {
+    match left {
+        0 => Ok(()),
+        _ => Err(de::Error::invalid_length(read + left, &Read(read, what))),
+    }
+}
+
 impl<'de> de::Deserializer<'de> for Value {
     type Error = ValueError;
 
@@ -83,13 +92,8 @@ impl<'de> de::Deserializer<'de> for Value {
                     read: 0,
                 };
                 let out = v.visit_seq(&mut items)?;
-                match items.iter.len() {
-                    0 => Ok(out),
-                    left => Err(de::Error::invalid_length(
-                        items.read + left,
-                        &Read(items.read, "sequence"),
-                    )),
-                }
+                read_to_end(items.read, items.iter.len(), "sequence")?;
+                Ok(out)
             }
             Value::Table(t) => {
                 let mut entries = Entries {
@@ -98,13 +102,8 @@ impl<'de> de::Deserializer<'de> for Value {
                     read: 0,
                 };
                 let out = v.visit_map(&mut entries)?;
-                match entries.iter.len() {
-                    0 => Ok(out),
-                    left => Err(de::Error::invalid_length(
-                        entries.read + left,
-                        &Read(entries.read, "map"),
-                    )),
-                }
+                read_to_end(entries.read, entries.iter.len(), "map")?;
+                Ok(out)
             }
         }
     }
@@ -266,10 +265,7 @@ impl<'de> de::VariantAccess<'de> for Variant {
         seed: S,
     ) -> Result<S::Value, ValueError> {
         match self.value {
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"newtype variant",
-            )),
+            None => Err(unit_only("newtype variant")),
             Some(v) => seed.deserialize(v),
         }
         .map_err(|e| e.within(self.name))
@@ -278,10 +274,7 @@ impl<'de> de::VariantAccess<'de> for Variant {
     /// An array, or a table keyed `0`, `1`, … in order.
     fn tuple_variant<V: Visitor<'de>>(self, _len: usize, v: V) -> Result<V::Value, ValueError> {
         match self.value {
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"tuple variant",
-            )),
+            None => Err(unit_only("tuple variant")),
             Some(Value::Table(t)) => tuple_of(t, v),
             Some(other) => de::Deserializer::deserialize_seq(other, v),
         }
@@ -294,14 +287,17 @@ impl<'de> de::VariantAccess<'de> for Variant {
         v: V,
     ) -> Result<V::Value, ValueError> {
         match self.value {
-            None => Err(de::Error::invalid_type(
-                Unexpected::UnitVariant,
-                &"struct variant",
-            )),
+            None => Err(unit_only("struct variant")),
             Some(value) => de::Deserializer::deserialize_any(value, v),
         }
         .map_err(|e| e.within(self.name))
     }
+}
+
+/// A variant written as its name alone where the type wants `what` (a
+/// newtype, tuple or struct variant), in serde's words.
+fn unit_only(what: &'static str) -> ValueError {
+    de::Error::invalid_type(Unexpected::UnitVariant, &what)
 }
 
 /// A tuple written as a table keyed `0`, `1`, … without a gap.

@@ -332,20 +332,8 @@ impl WaitExplainer<'_> {
 }
 
 /// Appends `n` in decimal (what `write!` writes, without its machinery).
-fn push_u32(out: &mut String, mut n: u32) {
-    let mut digits = [0u8; 10];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
-        out.push(d as char);
-    }
+fn push_u32(out: &mut String, n: u32) {
+    out.push_str(itoa::Buffer::new().format(n));
 }
 
 /// `1 GPU`, `4 GPUs`.
