@@ -58,7 +58,6 @@ impl SimBackend {
         self.dirty.extend(self.running.iter().copied());
         for id in done {
             self.running.remove(&id);
-            self.alloc.remove(&id);
             if let Some(s) = self.jobs.get_mut(&id) {
                 s.segment = None;
             }

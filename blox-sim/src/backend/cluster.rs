@@ -46,13 +46,15 @@ impl ClusterManager for SimBackend {
             let failed = matches!(ev, ClusterEvent::NodeFailed(_));
             // Jobs on a released node stop (the loop requeues them).
             let hit: Vec<JobId> = self
-                .alloc
+                .running
                 .iter()
-                .filter(|(_, gpus)| {
-                    gpus.iter()
-                        .any(|g| self.gpu_node.get(g.index()) == Some(id))
+                .copied()
+                .filter(|j| {
+                    self.jobs
+                        .get(j)
+                        .and_then(|s| s.segment.as_ref())
+                        .is_some_and(|seg| seg.nodes.binary_search(id).is_ok())
                 })
-                .map(|(j, _)| *j)
                 .collect();
             for j in hit {
                 self.stop_as(j, failed);

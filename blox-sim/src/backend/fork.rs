@@ -74,9 +74,9 @@ impl SimBackend {
                 held_since_s: now_s,
                 progress_from_s: first.max(now_s),
                 first_iteration_s: first,
+                nodes: self.nodes_of(&job.allocation),
             });
             self.running.insert(id);
-            self.alloc.insert(id, job.allocation.clone());
         }
         self.jobs.insert(id, st);
     }

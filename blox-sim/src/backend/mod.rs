@@ -60,8 +60,6 @@ pub struct SimBackend {
     gpu_node: Vec<NodeId>,
     /// GPU type of every node.
     node_type: HashMap<NodeId, String>,
-    /// Each running job's GPUs, in allocation order.
-    alloc: HashMap<JobId, Vec<GpuId>>,
     /// Cluster changes to report at the next round (auto-scaling).
     events: Vec<ClusterEvent>,
     /// Nodes that join or leave at given times (a replayed history's), in
@@ -121,7 +119,6 @@ impl SimBackend {
             running: BTreeSet::new(),
             dirty: Vec::new(),
             gpu_node,
-            alloc: HashMap::default(),
             events: Vec::new(),
             planned: Default::default(),
             online_nodes: cluster
@@ -182,7 +179,6 @@ impl SimBackend {
     /// that saves when stopped goes back (to where its launch began).
     fn stop_as(&mut self, id: JobId, failed: bool) {
         self.running.remove(&id);
-        self.alloc.remove(&id);
         let now = self.now();
         if let Some(s) = self.jobs.get_mut(&id) {
             // A job that saves every so often goes back to its last
@@ -211,6 +207,17 @@ impl SimBackend {
         }
     }
 
+    /// The nodes `gpus` are on, sorted, each once.
+    fn nodes_of(&self, gpus: &[GpuId]) -> Box<[NodeId]> {
+        let mut nodes: Vec<NodeId> = gpus
+            .iter()
+            .filter_map(|g| self.gpu_node.get(g.index()).copied())
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.into_boxed_slice()
+    }
+
     /// Replicas per node in allocation order (run lengths of the GPUs' nodes).
     fn per_node(&self, gpus: &[GpuId]) -> Vec<u32> {
         let mut out: Vec<(NodeId, u32)> = Vec::new();
@@ -232,32 +239,28 @@ impl SimBackend {
     fn apply_interference(&mut self) {
         let i = self.cfg.interference;
         let mut distributed_on: HashMap<NodeId, u32> = HashMap::default();
-        let mut nodes_of: HashMap<JobId, Vec<NodeId>> = HashMap::default();
+        fn spanning(s: &SimJobState) -> Option<&Segment> {
+            s.segment.as_ref().filter(|seg| seg.nodes.len() > 1)
+        }
         for id in &self.running {
-            let Some(gpus) = self.alloc.get(id) else {
-                continue;
-            };
-            let mut nodes: Vec<NodeId> = gpus
-                .iter()
-                .filter_map(|g| self.gpu_node.get(g.index()).copied())
-                .collect();
-            nodes.sort();
-            nodes.dedup();
-            if nodes.len() > 1 {
-                for n in &nodes {
+            if let Some(seg) = self.jobs.get(id).and_then(spanning) {
+                for n in &seg.nodes {
                     *distributed_on.entry(*n).or_default() += 1;
                 }
             }
-            nodes_of.insert(*id, nodes);
         }
-        for (id, nodes) in nodes_of {
-            let Some(p) = self.jobs.get_mut(&id).and_then(|s| s.profile.as_mut()) else {
+        for id in &self.running {
+            let Some(s) = self.jobs.get_mut(id) else {
                 continue;
             };
-            let hit = nodes.len() > 1
-                && nodes
+            let hit = spanning(s).is_some_and(|seg| {
+                seg.nodes
                     .iter()
-                    .any(|n| distributed_on.get(n).copied().unwrap_or(0) >= 2);
+                    .any(|n| distributed_on.get(n).copied().unwrap_or(0) >= 2)
+            });
+            let Some(p) = s.profile.as_mut() else {
+                continue;
+            };
             p.slowdown = if hit { 1.0 - i } else { 1.0 };
         }
     }
@@ -479,6 +482,7 @@ impl LaunchMechanism for SimBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
+        let nodes = self.nodes_of(gpus);
         let type_speed = self.speed_factor(job, gpus);
         let (gpu_node, node_type) = (&self.gpu_node, &self.node_type);
         let s = self
@@ -530,9 +534,9 @@ impl LaunchMechanism for SimBackend {
             held_since_s: round.now_s,
             progress_from_s: round.now_s + overhead,
             first_iteration_s: round.now_s + overhead,
+            nodes,
         });
         self.running.insert(job.id());
-        self.alloc.insert(job.id(), gpus.to_vec());
         self.dirty.push(job.id());
         Ok(())
     }

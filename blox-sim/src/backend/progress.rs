@@ -2,6 +2,7 @@
 //! (linear speedup) and profile-driven jobs (Pollux's goodput model, epoch by
 //! epoch, with the job's own batch-size tuner).
 
+use blox_core::NodeId;
 use blox_goodput::typed::{sia_fixed_batch, FixedRule};
 use blox_goodput::{AppLimits, AppProfile, BatchConfig, GoodputModel, PolluxAgent, TypedProfiles};
 use std::sync::Arc;
@@ -15,6 +16,11 @@ pub(super) struct Segment {
     pub(super) progress_from_s: f64,
     /// The launch's first iteration: launch + start-up.
     pub(super) first_iteration_s: f64,
+    /// The nodes its GPUs are on, sorted, each once. (Which GPUs it holds
+    /// is the cluster's record; the simulator needs only their nodes: a
+    /// node that goes stops the jobs on it, and interference hits jobs
+    /// that span nodes.)
+    pub(super) nodes: Box<[NodeId]>,
 }
 
 /// The batch-size chooser of a profile-driven job.
