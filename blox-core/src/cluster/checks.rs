@@ -11,6 +11,8 @@ use crate::job_state::JobState;
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changed {
     pub gpus: Vec<u32>,
+    /// Jobs whose list of GPUs changed (they took or gave back some).
+    pub jobs: Vec<JobId>,
     pub everything: bool,
 }
 
@@ -18,6 +20,7 @@ impl Changed {
     pub fn everything() -> Self {
         Changed {
             gpus: Vec::new(),
+            jobs: Vec::new(),
             everything: true,
         }
     }
@@ -25,6 +28,19 @@ impl Changed {
     pub fn set_everything(&mut self) {
         self.everything = true;
         self.gpus.clear();
+        self.jobs.clear();
+    }
+
+    /// Notes that `job`'s list of GPUs changed (bounded as the GPUs are).
+    pub fn job(&mut self, job: JobId, table: usize) {
+        if self.everything {
+            return;
+        }
+        if self.jobs.len() >= table.max(64) {
+            self.set_everything();
+        } else {
+            self.jobs.push(job);
+        }
     }
 
     /// Notes a change to `gpu` of a table of `table` GPUs. The list never
@@ -55,8 +71,10 @@ impl ClusterState {
             self.check_invariants(jobs)
         } else {
             self.check_gpus(&mut changed.gpus, jobs)
+                .and_then(|holders| self.check_lists(&mut changed.jobs, &holders, jobs))
         };
         changed.gpus.clear();
+        changed.jobs.clear();
         changed.everything = false;
         self.changed = changed;
         r
@@ -66,11 +84,63 @@ impl ClusterState {
     /// [`check_changes`](Self::check_changes) afresh.
     pub fn check_all(&mut self, jobs: &JobState) -> Result<(), ClusterError> {
         self.changed.gpus.clear();
+        self.changed.jobs.clear();
         self.changed.everything = false;
         self.check_invariants(jobs)
     }
 
-    fn check_gpus(&self, changed: &mut Vec<u32>, jobs: &JobState) -> Result<(), ClusterError> {
+    /// The lists of the jobs that took or gave back GPUs and still hold
+    /// some, beside the holders of changed GPUs (`checked`, sorted: their
+    /// lists were compared with their allocations already): each GPU
+    /// listed is the job's in the table, and the job runs with that
+    /// allocation, in that order. (A list that emptied has nothing to
+    /// check: the table's holders of changed GPUs were checked.)
+    fn check_lists(
+        &self,
+        changed: &mut Vec<JobId>,
+        checked: &[JobId],
+        jobs: &JobState,
+    ) -> Result<(), ClusterError> {
+        changed.sort_unstable();
+        changed.dedup();
+        for &j in changed.iter() {
+            if !self.held.of(j).is_empty() && checked.binary_search(&j).is_err() {
+                self.check_list(j, jobs)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`check_lists`](Self::check_lists) for one job.
+    fn check_list(&self, j: JobId, jobs: &JobState) -> Result<(), ClusterError> {
+        let list = self.held.of(j);
+        if let Some(g) = list
+            .iter()
+            .find(|g| self.gpus.get(g.index()).and_then(|x| x.job) != Some(j))
+        {
+            return Err(ClusterError::Invariant(format!(
+                "the cluster lists {list:?} for {j}, but the GPU table does not give it {g}"
+            )));
+        }
+        match jobs.get(j).filter(|job| job.is_running()) {
+            Some(job) if job.allocation[..] == *list => Ok(()),
+            Some(job) => Err(ClusterError::Invariant(format!(
+                "{j} is running with allocation {:?} but the cluster gives it {list:?}",
+                job.allocation
+            ))),
+            None if list.is_empty() => Ok(()),
+            None => Err(ClusterError::Invariant(format!(
+                "{j} holds {list:?} but is not a running job"
+            ))),
+        }
+    }
+
+    /// The changed GPUs' entries and holders; returns the holders, sorted.
+    fn check_gpus(
+        &self,
+        changed: &mut Vec<u32>,
+        jobs: &JobState,
+    ) -> Result<Vec<JobId>, ClusterError> {
         changed.sort_unstable();
         changed.dedup();
         let mut nodes: Vec<u32> = Vec::new();
@@ -104,16 +174,17 @@ impl ClusterState {
         }
         holders.sort_unstable();
         holders.dedup();
-        for j in holders {
+        // Their allocations are their lists, in order (each list holds
+        // just the job's GPUs in the table: they change together, and the
+        // full check compares them).
+        for &j in &holders {
             let job = jobs.get(j).expect("checked above");
-            for g in &job.allocation {
-                if self.gpus.get(g.index()).and_then(|x| x.job) != Some(j) {
-                    let held = self.holders().remove(&j).unwrap_or_default();
-                    return Err(ClusterError::Invariant(format!(
-                        "{j} is running with allocation {:?} but the GPU table gives it {held:?}",
-                        job.allocation
-                    )));
-                }
+            let list = self.held.of(j);
+            if job.allocation[..] != *list {
+                return Err(ClusterError::Invariant(format!(
+                    "{j} is running with allocation {:?} but the cluster gives it {list:?}",
+                    job.allocation
+                )));
             }
         }
         nodes.sort_unstable();
@@ -154,7 +225,7 @@ impl ClusterState {
                 self.free
             )));
         }
-        Ok(())
+        Ok(holders)
     }
 
     /// The loop's invariants: the counters and the free index match the
@@ -204,7 +275,7 @@ impl ClusterState {
         }
         // Every running job holds exactly its allocation, and nobody else holds
         // a GPU: the GPUs held in the table are exactly the allocations.
-        let mut allocated = 0usize;
+        let (mut allocated, mut holding) = (0usize, 0usize);
         for job in jobs.running() {
             for g in &job.allocation {
                 if self.gpus.get(g.index()).and_then(|x| x.job) != Some(job.id()) {
@@ -218,6 +289,8 @@ impl ClusterState {
                 }
             }
             allocated += job.allocation.len();
+            self.check_list(job.id(), jobs)?;
+            holding += usize::from(!job.allocation.is_empty());
         }
         if held != allocated {
             for (j, gpus) in &self.holders() {
@@ -232,6 +305,13 @@ impl ClusterState {
             }
             return Err(ClusterError::Invariant(format!(
                 "{held} GPUs are held but running jobs' allocations add up to {allocated}"
+            )));
+        }
+        if self.held.gpus() != held || self.held.holders() != holding {
+            return Err(ClusterError::Invariant(format!(
+                "the cluster lists {} GPUs of {} jobs; the table has {held} held, running jobs hold GPUs in {holding}",
+                self.held.gpus(),
+                self.held.holders()
             )));
         }
         if !self.custom_host {

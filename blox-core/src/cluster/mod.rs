@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 
 mod checks;
 mod free_index;
+mod held;
 mod spec;
 pub(crate) use free_index::FreeIndex;
+use held::Held;
 pub use spec::{HostShare, NodeSpec};
 
 /// Slack for comparing host CPU and memory sums (fractional shares).
@@ -81,6 +83,10 @@ pub struct ClusterState {
     /// Most GPUs an elastic (cloud) cluster may grow to; `None`: fixed size.
     #[serde(default)]
     max_gpus: Option<u32>,
+    /// Each holder's GPUs in the order it took them ([`held`]): with each
+    /// GPU's `job`, the record of who holds what.
+    #[serde(skip_serializing_if = "Held::is_empty")]
+    held: Held,
     /// Levels above the nodes (racks, blocks), if the config gives them.
     #[serde(skip)]
     topology: Option<std::sync::Arc<crate::topology::Topology>>,
@@ -118,12 +124,18 @@ struct Wire {
     online: u32,
     #[serde(default)]
     max_gpus: Option<u32>,
+    /// Absent when no job holds a GPU, and in what was written before the
+    /// lists were (each job's GPUs are then taken in GPU order).
+    #[serde(default)]
+    held: Option<Held>,
 }
 
 impl From<Wire> for ClusterState {
     fn from(w: Wire) -> Self {
         let index = FreeIndex::of(&w.gpus, w.nodes.len());
+        let held = w.held.unwrap_or_else(|| Held::of_table(&w.gpus));
         ClusterState {
+            held,
             nodes: w.nodes,
             gpus: w.gpus,
             free: w.free,
@@ -320,6 +332,8 @@ impl ClusterState {
         for gid in n.gpus.clone() {
             let g = &mut self.gpus[gid.index()];
             g.online = true;
+            // (Nobody holds it: its holder let it go when it went offline.)
+            debug_assert!(g.job.is_none(), "{gid} was held while offline");
             g.job = None;
             g.free_mem_gb = mem;
             g.host_cpus = 0.0;
@@ -343,23 +357,25 @@ impl ClusterState {
         }
         n.online = false;
         self.changed.set_everything();
-        let mut affected = Vec::new();
-        for gid in n.gpus.clone() {
-            let g = &mut self.gpus[gid.index()];
-            if let Some(j) = g.job.take() {
+        // Its holders lose all their GPUs, here and on other nodes.
+        let mut affected: Vec<JobId> = Vec::new();
+        for gid in &n.gpus {
+            if let Some(j) = self.gpus[gid.index()].job {
                 if !affected.contains(&j) {
                     affected.push(j);
                 }
-            } else {
-                self.free -= 1;
             }
+        }
+        for j in &affected {
+            self.release_job(*j);
+        }
+        for gid in self.nodes[node.index()].gpus.clone() {
+            let g = &mut self.gpus[gid.index()];
+            debug_assert!(g.job.is_none(), "released above");
+            self.free -= 1;
             g.online = false;
             self.online -= 1;
             self.index.set(gid.index(), node.index(), false);
-        }
-        // Jobs spanning this node lose their other GPUs too.
-        for j in &affected {
-            self.release_job(*j);
         }
         Ok(affected)
     }
@@ -524,6 +540,7 @@ impl ClusterState {
     ) -> Result<(), ClusterError> {
         self.check_assignable(job, gpus)?;
         self.custom_host |= host.is_some();
+        let mut took = false;
         for &gpu in gpus {
             let node = self.gpus[gpu.index()].node;
             let share = host.unwrap_or_else(|| self.nodes[node.index()].spec.proportional_share());
@@ -533,10 +550,15 @@ impl ClusterState {
                 g.free_mem_gb = 0.0;
                 self.free -= 1;
                 self.index.set(gpu.index(), node.index(), false);
+                self.held.push(job, gpu);
+                took = true;
             }
             g.host_cpus = share.cpus_per_gpu;
             g.host_mem_gb = share.mem_gb_per_gpu;
             self.changed.gpu(gpu, self.gpus.len());
+        }
+        if took {
+            self.changed.job(job, self.gpus.len());
         }
         Ok(())
     }
@@ -563,6 +585,7 @@ impl ClusterState {
 
     /// Frees the given GPUs if `job` holds them.
     pub fn release(&mut self, job: JobId, gpus: &[GpuId]) {
+        let mut gone = 0;
         for &gpu in gpus {
             if let Some(g) = self.gpus.get_mut(gpu.index()) {
                 if g.job == Some(job) {
@@ -575,31 +598,37 @@ impl ClusterState {
                         self.index.set(gpu.index(), g.node.index(), true);
                     }
                     self.changed.gpu(gpu, self.gpus.len());
+                    gone += 1;
                 }
             }
         }
+        if gone > 0 {
+            let table = &self.gpus;
+            self.held
+                .gave_back(job, gone, |g| table[g.index()].job == Some(job));
+            self.changed.job(job, self.gpus.len());
+        }
     }
 
-    /// Frees every GPU held by `job` (O(GPUs); prefer `release` with the allocation).
+    /// Frees every GPU held by `job`.
     pub fn release_job(&mut self, job: JobId) {
-        let held: Vec<GpuId> = self
-            .gpus
-            .iter()
-            .filter(|g| g.job == Some(job))
-            .map(|g| g.id)
-            .collect();
+        let held = self.held.of(job).to_vec();
         self.release(job, &held);
     }
 
-    /// Jobs holding GPUs and which GPUs, from the table.
+    /// The GPUs `job` holds, in the order it was given them (the order of
+    /// its ranks); empty if it holds none.
+    pub fn allocation_of(&self, job: JobId) -> &[GpuId] {
+        self.held.of(job)
+    }
+
+    /// Jobs holding GPUs and which GPUs (each in the order it took them).
     pub fn holders(&self) -> BTreeMap<JobId, Vec<GpuId>> {
-        let mut out: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
-        for g in &self.gpus {
-            if let Some(j) = g.job {
-                out.entry(j).or_default().push(g.id);
-            }
-        }
-        out
+        self.held
+            .sorted()
+            .into_iter()
+            .map(|(j, g)| (j, g.to_vec()))
+            .collect()
     }
 }
 

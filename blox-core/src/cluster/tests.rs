@@ -66,8 +66,68 @@ proptest! {
             let n = all.len();
             all.sort_unstable(); all.dedup();
             prop_assert_eq!(n, all.len(), "a GPU was given to two jobs");
+            // Each job's GPUs, in the order it took them.
+            for j in 0..6 {
+                let want = held.get(&JobId(j)).map_or(&[][..], |h| &h[..]);
+                prop_assert_eq!(c.allocation_of(JobId(j)), want);
+            }
+            prop_assert_eq!(&c.holders(), &held);
         }
     }
+}
+
+/// Every job's list holds exactly the GPUs the table gives it.
+fn lists_match_table(c: &ClusterState) -> Result<(), TestCaseError> {
+    let mut by_table: BTreeMap<JobId, Vec<GpuId>> = BTreeMap::new();
+    for g in c.gpus() {
+        if let Some(j) = g.job {
+            by_table.entry(j).or_default().push(g.id);
+        }
+    }
+    let mut listed = c.holders();
+    for gpus in listed.values_mut() {
+        gpus.sort_unstable();
+    }
+    prop_assert_eq!(listed, by_table);
+    Ok(())
+}
+
+#[test]
+fn a_job_keeps_its_gpus_in_the_order_it_took_them() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(3), &[GpuId(5), GpuId(1), GpuId(6)]).unwrap();
+    assert_eq!(c.allocation_of(JobId(3)), &[GpuId(5), GpuId(1), GpuId(6)]);
+    // More GPUs go after; GPUs it holds already keep their place.
+    c.assign(JobId(3), &[GpuId(1), GpuId(0)]).unwrap();
+    assert_eq!(
+        c.allocation_of(JobId(3)),
+        &[GpuId(5), GpuId(1), GpuId(6), GpuId(0)]
+    );
+    c.release(JobId(3), &[GpuId(1), GpuId(2)]);
+    assert_eq!(c.allocation_of(JobId(3)), &[GpuId(5), GpuId(6), GpuId(0)]);
+    // A node going takes all of a job's GPUs, on other nodes too.
+    assert_eq!(c.remove_node(NodeId(1)).unwrap(), vec![JobId(3)]);
+    assert!(c.allocation_of(JobId(3)).is_empty());
+    assert!(c.holders().is_empty());
+    assert_eq!(c.num_free(), 4);
+}
+
+#[test]
+fn a_cluster_read_back_keeps_each_jobs_order() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(2), &[GpuId(7), GpuId(0)]).unwrap();
+    let text = serde_json::to_string(&c).unwrap();
+    let back: ClusterState = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.allocation_of(JobId(2)), &[GpuId(7), GpuId(0)]);
+    // Written before the lists were: each job's GPUs in GPU order.
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("held").unwrap();
+    let old: ClusterState = serde_json::from_value(v).unwrap();
+    assert_eq!(old.allocation_of(JobId(2)), &[GpuId(0), GpuId(7)]);
+    assert!(
+        old.check_invariants(&JobState::new()).is_err(),
+        "no running job holds them"
+    );
 }
 
 /// The free index as the table gives it, and the largest node's free count.
@@ -122,6 +182,7 @@ proptest! {
             prop_assert_eq!(c.free_per_node(), &per_node[..]);
             prop_assert_eq!(&c.index.by_free[..], &by_count(&c, &per_node)[..]);
             prop_assert_eq!(c.largest_placeable(), largest);
+            lists_match_table(&c)?;
             let listed: Vec<GpuId> = c.free_gpus().collect();
             let scanned: Vec<GpuId> = c.gpus().iter().filter(|g| free[g.id.index()]).map(|g| g.id).collect();
             prop_assert_eq!(listed, scanned);
@@ -374,4 +435,28 @@ proptest! {
             prop_assert_eq!(changes, full);
         }
     }
+}
+
+#[test]
+fn both_checks_find_an_allocation_in_another_order_than_the_clusters() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.check_all(&JobState::new()).unwrap();
+    c.assign(JobId(1), &[GpuId(5), GpuId(1)]).unwrap();
+    let mut state = JobState::new();
+    state.insert(running(1, &[1, 5]));
+    // The same GPUs, in another order: its ranks would differ.
+    let e = c.check_invariants(&state).unwrap_err().to_string();
+    assert!(
+        e.contains("but the cluster gives it [GpuId(5), GpuId(1)]"),
+        "{e}"
+    );
+    let e = c.check_changes(&state).unwrap_err().to_string();
+    assert!(
+        e.contains("but the cluster gives it [GpuId(5), GpuId(1)]"),
+        "{e}"
+    );
+    let mut state = JobState::new();
+    state.insert(running(1, &[5, 1]));
+    c.check_invariants(&state).unwrap();
+    c.check_changes(&state).unwrap();
 }
