@@ -1,7 +1,7 @@
 //! `JobState`: every admitted, unfinished job plus the record of finished ones, and a
 //! concurrent key→value metric store for what a single policy needs.
 
-use crate::ids::{GpuId, JobId};
+use crate::ids::JobId;
 use crate::job::{Job, JobStatus};
 pub use crate::metric_store::{JobMetrics, MetricStore};
 use serde::{Deserialize, Serialize};
@@ -167,16 +167,16 @@ impl JobState {
 
     /// [`prune_finished`](Self::prune_finished), and in the same pass over
     /// the active jobs, the queued jobs that still hold an allocation (a
-    /// backend sent them back while they held GPUs) with that allocation:
-    /// the loop's step 3 looks at every active job once, not twice.
-    pub fn prune_finished_and_requeued(&mut self) -> (Vec<JobId>, Vec<(JobId, Vec<GpuId>)>) {
+    /// backend sent them back while they held GPUs): the loop's step 3
+    /// looks at every active job once, not twice.
+    pub fn prune_finished_and_requeued(&mut self) -> (Vec<JobId>, Vec<JobId>) {
         let mut done = Vec::new();
         let mut requeued = Vec::new();
         for j in self.active.values() {
             if j.status.is_terminal() {
                 done.push(j.id());
             } else if j.status == JobStatus::Queued && !j.allocation.is_empty() {
-                requeued.push((j.id(), j.allocation.clone()));
+                requeued.push(j.id());
             }
         }
         self.move_to_finished(&done);

@@ -77,7 +77,7 @@ impl RoundLoop {
                 if past_startup {
                     job.first_iteration_s = Some(info.now_s);
                 }
-                job.allocation = gpus;
+                job.allocation = super::copy_of_holding(&self.cluster, id, gpus);
                 tracing::info!(job = %id, gpus = job.allocation.len(), "adopted a running job");
                 let gpus = GpuPlace::of(&self.cluster, &job.allocation);
                 self.events.job(&job, What::Adopted { gpus });
@@ -165,11 +165,11 @@ impl RoundLoop {
                     job.failure_lost_gpu_s += lost;
                 }
                 job.status = JobStatus::Queued;
-                job.allocation.clear();
-                job.host_share = None;
                 job.restarts += 1;
                 job.last_launch_s = Some(info.now_s);
             }
+            // (Its node's going took its GPUs from the cluster's record.)
+            self.unhold(id);
         }
     }
 }

@@ -295,22 +295,19 @@ impl RoundLoop {
         let (ended, requeued) = self.jobs.prune_finished_and_requeued();
         // The pruned jobs are the newest ended records, in the same order.
         let records = self.jobs.finished();
+        // (An ended record keeps its copy of the GPUs it held last.)
         for j in &records[records.len() - ended.len()..] {
-            self.cluster.release(j.id(), &j.allocation);
+            self.cluster.release_job(j.id());
         }
         self.events.ended(&self.jobs, &ended);
-        for (id, gpus) in requeued {
+        for id in requeued {
             self.note_stopped(id, Stopped::Ended);
             if let Some(j) = self.jobs.get(id) {
                 let reason = j.end_reason.clone().unwrap_or_else(|| "crashed".into());
                 let what = What::Requeued { reason };
                 self.events.job(j, what);
             }
-            self.cluster.release(id, &gpus);
-            if let Some(j) = self.jobs.get_mut(id) {
-                j.allocation.clear();
-                j.host_share = None;
-            }
+            self.unhold(id);
         }
         // Jobs a failure stopped resume on spares (after the prune: a job
         // that ended as its node failed is not relaunched).
@@ -645,8 +642,18 @@ impl RoundLoop {
             };
             self.events.job(job, what);
         }
-        job.allocation = a.gpus;
+        job.allocation = copy_of_holding(&self.cluster, a.job, a.gpus);
         Ok(())
+    }
+
+    /// Takes `id`'s GPUs back: the cluster's record, then the job's copy
+    /// of it (with its host share).
+    pub(super) fn unhold(&mut self, id: JobId) {
+        self.cluster.release_job(id);
+        if let Some(job) = self.jobs.get_mut(id) {
+            job.allocation.clear();
+            job.host_share = None;
+        }
     }
 
     /// Stops `ids` (validated running jobs) through the backend, all at
@@ -681,13 +688,24 @@ impl RoundLoop {
             self.note_stopped(id, Stopped::Preempted { round_after_launch });
             let job = self.jobs.get_mut(id).expect("validated");
             job.lost_work_gpu_s += lost;
-            let gpus = std::mem::take(&mut job.allocation);
             job.status = JobStatus::Queued;
-            job.host_share = None;
-            self.cluster.release(id, &gpus);
+            self.unhold(id);
         }
         Ok(())
     }
+}
+
+/// A job's copy of the GPUs it holds, read from the cluster's record (the
+/// record is written first; a job's copy only ever from it), in `buf`'s
+/// buffer.
+pub(super) fn copy_of_holding(
+    cluster: &ClusterState,
+    id: JobId,
+    mut buf: Vec<GpuId>,
+) -> Vec<GpuId> {
+    buf.clear();
+    buf.extend_from_slice(cluster.allocation_of(id));
+    buf
 }
 
 /// An error and its sources, `: `-separated (for logs).
