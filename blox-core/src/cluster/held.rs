@@ -80,6 +80,34 @@ impl Held {
         self.by_job.is_empty()
     }
 
+    /// Whether these lists are exactly what `gpus` (the table) gives each
+    /// job; `Err` names the first difference (a cluster read back).
+    pub fn matches_table(&self, gpus: &[super::Gpu]) -> Result<(), String> {
+        for (j, list) in self.sorted() {
+            for g in list {
+                let holder = gpus.get(g.index()).map(|x| x.job);
+                if holder != Some(Some(j)) {
+                    let table = match holder {
+                        None => "has no such GPU".to_string(),
+                        Some(None) => format!("gives {g} to no job"),
+                        Some(Some(k)) => format!("gives {g} to {k}"),
+                    };
+                    return Err(format!(
+                        "`held` lists {g} for {j}, but the GPU table {table}"
+                    ));
+                }
+            }
+        }
+        let in_table = gpus.iter().filter(|g| g.job.is_some()).count();
+        if in_table != self.gpus {
+            return Err(format!(
+                "`held` lists {} held GPUs, but the GPU table has {in_table}",
+                self.gpus
+            ));
+        }
+        Ok(())
+    }
+
     /// Rebuilt from a table that has only the holder of each GPU (a
     /// cluster written before the lists were): each job's GPUs in GPU order.
     pub fn of_table(gpus: &[super::Gpu]) -> Self {

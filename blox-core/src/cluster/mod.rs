@@ -74,7 +74,7 @@ pub enum ClusterError {
 
 /// The cluster: nodes and GPUs.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(from = "Wire")]
+#[serde(try_from = "Wire")]
 pub struct ClusterState {
     nodes: Vec<Node>,
     gpus: Vec<Gpu>,
@@ -130,11 +130,20 @@ struct Wire {
     held: Option<Held>,
 }
 
-impl From<Wire> for ClusterState {
-    fn from(w: Wire) -> Self {
+impl TryFrom<Wire> for ClusterState {
+    type Error = String;
+
+    /// Refuses lists of who holds what that the GPU table does not give.
+    fn try_from(w: Wire) -> Result<Self, String> {
         let index = FreeIndex::of(&w.gpus, w.nodes.len());
-        let held = w.held.unwrap_or_else(|| Held::of_table(&w.gpus));
-        ClusterState {
+        let held = match w.held {
+            Some(held) => {
+                held.matches_table(&w.gpus)?;
+                held
+            }
+            None => Held::of_table(&w.gpus),
+        };
+        Ok(ClusterState {
             held,
             nodes: w.nodes,
             gpus: w.gpus,
@@ -146,7 +155,7 @@ impl From<Wire> for ClusterState {
             index,
             changed: checks::Changed::everything(),
             ..Default::default()
-        }
+        })
     }
 }
 

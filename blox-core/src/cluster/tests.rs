@@ -130,6 +130,36 @@ fn a_cluster_read_back_keeps_each_jobs_order() {
     );
 }
 
+#[test]
+fn a_cluster_read_back_with_lists_the_table_does_not_give_is_refused() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(2), &[GpuId(7), GpuId(0)]).unwrap();
+    let v: serde_json::Value = serde_json::to_value(&c).unwrap();
+    let with = |held: serde_json::Value| {
+        let mut v = v.clone();
+        v["held"] = held;
+        serde_json::from_value::<ClusterState>(v)
+    };
+    let e = |held| with(held).map(|_| ()).unwrap_err().to_string();
+    let m = e(serde_json::json!([[2, [7, 1]]]));
+    assert!(
+        m.contains("`held` lists gpu-1 for job-2, but the GPU table gives gpu-1 to no job"),
+        "{m}"
+    );
+    let m = e(serde_json::json!([[3, [7, 0]]]));
+    assert!(m.contains("gives gpu-7 to job-2"), "{m}");
+    let m = e(serde_json::json!([[2, [7, 0, 99]]]));
+    assert!(m.contains("the GPU table has no such GPU"), "{m}");
+    let m = e(serde_json::json!([[2, [7]]]));
+    assert!(
+        m.contains("`held` lists 1 held GPUs, but the GPU table has 2"),
+        "{m}"
+    );
+    // Another order of the same GPUs is the job's own.
+    let back = with(serde_json::json!([[2, [0, 7]]])).unwrap();
+    assert_eq!(back.allocation_of(JobId(2)), &[GpuId(0), GpuId(7)]);
+}
+
 /// The free index as the table gives it, and the largest node's free count.
 fn from_table(c: &ClusterState) -> (Vec<bool>, Vec<u32>, u32) {
     let free: Vec<bool> = c
@@ -459,4 +489,23 @@ fn both_checks_find_an_allocation_in_another_order_than_the_clusters() {
     state.insert(running(1, &[5, 1]));
     c.check_invariants(&state).unwrap();
     c.check_changes(&state).unwrap();
+}
+
+#[test]
+fn the_check_of_changes_compares_a_job_that_gave_back_some_gpus() {
+    let mut c = ClusterState::homogeneous(2, 4);
+    c.assign(JobId(1), &[GpuId(0), GpuId(1), GpuId(2)]).unwrap();
+    let one = |gpus: &[u32]| {
+        let mut s = JobState::new();
+        s.insert(running(1, gpus));
+        s
+    };
+    c.check_all(&one(&[0, 1, 2])).unwrap();
+    // It keeps 0 and 2: the changed GPU is free, so only its list says
+    // what it holds now.
+    c.release(JobId(1), &[GpuId(1)]);
+    let e = c.check_changes(&one(&[0, 1, 2])).unwrap_err().to_string();
+    assert!(e.contains("job-1 is running with allocation [GpuId(0), GpuId(1), GpuId(2)] but the cluster gives it [GpuId(0), GpuId(2)]"), "{e}");
+    c.release(JobId(1), &[GpuId(2)]);
+    c.check_changes(&one(&[0])).unwrap();
 }

@@ -642,6 +642,8 @@ impl RoundLoop {
             };
             self.events.job(job, what);
         }
+        // (It held nothing before: the cluster's list is what it was given.)
+        debug_assert_eq!(self.cluster.allocation_of(a.job), &a.gpus[..]);
         job.allocation = copy_of_holding(&self.cluster, a.job, a.gpus);
         Ok(())
     }
