@@ -71,38 +71,132 @@ impl<'a> Waiting<'a> {
     }
 }
 
+/// What one pass over the jobs found: the records to write at once
+/// (state changes) and with the next flush (progress), jobs that ended,
+/// and what waits.
+struct Pass<'a> {
+    urgent: Vec<u64>,
+    dirty: Vec<u64>,
+    ended: Vec<(u64, f64)>,
+    waiting: Waiting<'a>,
+}
+
+/// Why the nodes kept out of service are out (`Status`'s node notes).
+fn node_notes(health: &blox_core::health::Health, now_s: f64) -> HashMap<u32, String> {
+    health
+        .pool
+        .iter()
+        .map(|n| {
+            (
+                n.0,
+                "a spare: kept out until a node failure stops a job ([cluster] spares)".to_string(),
+            )
+        })
+        .chain(health.held.iter().map(|(n, until)| {
+            (
+                n.0,
+                format!(
+                    "quarantined: it failed too often ([cluster.quarantine]); back in {:.0} s",
+                    (until - now_s).max(0.0)
+                ),
+            )
+        }))
+        .collect()
+}
+
+/// What waits, in all and per user (by owned names), as the hub keeps it
+/// for the bounds on submissions.
+struct WaitingTotals {
+    by_user: HashMap<String, usize>,
+    bytes_by_user: HashMap<String, u64>,
+    total: usize,
+    bytes: u64,
+}
+
+impl Waiting<'_> {
+    /// The counts under owned names (one per user).
+    fn totals(self) -> WaitingTotals {
+        let by_user = (self.per_user.iter())
+            .map(|(u, (n, _))| (u.to_string(), *n))
+            .collect();
+        let bytes_by_user = (self.per_user.iter())
+            .map(|(u, (_, b))| (u.to_string(), *b))
+            .collect();
+        WaitingTotals {
+            by_user,
+            bytes_by_user,
+            total: self.total,
+            bytes: self.bytes,
+        }
+    }
+}
+
+impl WaitingTotals {
+    fn store(self, h: &mut Hub) {
+        h.waiting_total = self.total;
+        h.waiting_by_user = self.by_user;
+        h.waiting_bytes = self.bytes;
+        h.waiting_bytes_by_user = self.bytes_by_user;
+    }
+}
+
 impl ClusterBackend {
     /// Publishes the loop's view of every job (for `Status`) and persists the
     /// changes: state changes at once, progress and service every 5 s.
     pub(super) fn publish(&mut self, lp: &RoundLoop) -> Result<(), StoreError> {
+        let now_s = self.now();
+        let finished = lp.jobs.finished();
+        let fresh = &finished[self.finished_seen.min(finished.len())..];
+        self.finished_seen = finished.len();
         let mut h = lock(&self.hub);
         h.rounds = lp.rounds();
         h.policy = lp.policies.label();
-        let health = lp.cluster.health();
-        let now_s = self.now();
-        h.node_notes = health
-            .pool
+        h.node_notes = node_notes(lp.cluster.health(), now_s);
+        let workers = self.workers_to_write(&h);
+        let Pass {
+            urgent,
+            dirty,
+            ended,
+            mut waiting,
+        } = self.publish_jobs(&mut h, lp, fresh, now_s);
+        for (id, at) in ended {
+            h.push_ended(id, at);
+        }
+        for s in &h.held {
+            waiting.add(s, h.jobs.submission_bytes(s.id.0));
+        }
+        waiting.totals().store(&mut h);
+        let uid_holders = self.uid_changes(&mut h);
+        let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
+        let mut ids = urgent;
+        if flush || !ids.is_empty() {
+            ids.extend(dirty);
+        }
+        // What a failed write left unwritten goes again, every round, until
+        // the table takes it.
+        ids.extend(std::mem::take(&mut self.unwritten));
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() && uid_holders.is_none() {
+            drop(h);
+            self.write_workers(workers);
+            return Ok(());
+        }
+        let recs: Vec<JobRecord> = ids
             .iter()
-            .map(|n| {
-                (
-                    n.0,
-                    "a spare: kept out until a node failure stops a job ([cluster] spares)"
-                        .to_string(),
-                )
-            })
-            .chain(health.held.iter().map(|(n, until)| {
-                (
-                    n.0,
-                    format!(
-                        "quarantined: it failed too often ([cluster.quarantine]); back in {:.0} s",
-                        (until - now_s).max(0.0)
-                    ),
-                )
-            }))
+            .filter_map(|id| h.jobs.get(id).cloned())
             .collect();
-        // The workers in the cluster, for a restarted scheduler (until the
-        // restart hold ends, the previous run's too: a second restart
-        // still waits for them).
+        // Written outside the hub's lock: an fsync must not stall heartbeats.
+        drop(h);
+        self.write_records(&recs, ids, uid_holders, flush);
+        self.write_workers(workers);
+        Ok(())
+    }
+
+    /// The workers in the cluster, for a restarted scheduler, when they
+    /// changed since last written (until the restart hold ends, the
+    /// previous run's too: a second restart still waits for them).
+    fn workers_to_write(&self, h: &Hub) -> Option<std::collections::BTreeMap<String, String>> {
         let mut workers: std::collections::BTreeMap<String, String> = h
             .workers
             .iter()
@@ -116,14 +210,76 @@ impl ClusterBackend {
                     .map(|(k, v)| (k.clone(), v.clone())),
             );
         }
-        let workers = (workers != self.workers_written).then_some(workers);
+        (workers != self.workers_written).then_some(workers)
+    }
+
+    /// Job uids: a launch no longer running has ended (its uid is free
+    /// once its nodes say so); the holders go to the table when they
+    /// changed. (Before the restart hold ends, launches of the last run
+    /// may still be adopted: their uids stay held meanwhile.)
+    fn uid_changes(&self, h: &mut Hub) -> Option<Vec<(u32, super::uids::Holder)>> {
+        if self.hold_over {
+            let running: HashSet<(u64, u32)> = self
+                .running
+                .iter()
+                .map(|(id, l)| (id.0, l.launch()))
+                .collect();
+            h.uids.end_not_running(&|j, l| running.contains(&(j, l)));
+        }
+        h.uids.take_changes()
+    }
+
+    /// Writes `recs` (the records of `ids`) and the uid holders in one
+    /// transaction; a failure is retried with the next round.
+    fn write_records(
+        &mut self,
+        recs: &[JobRecord],
+        ids: Vec<u64>,
+        uid_holders: Option<Vec<(u32, super::uids::Holder)>>,
+        flush: bool,
+    ) {
+        let timer = self.metrics.table_write_seconds.start_timer();
+        let written = self.store.write_with_uids(
+            &recs.iter().collect::<Vec<_>>(),
+            None,
+            uid_holders.as_deref(),
+        );
+        timer.observe_duration();
+        match written {
+            Ok(()) => {
+                if flush {
+                    self.last_flush = Instant::now();
+                }
+                self.table_recovered();
+            }
+            // The loop goes on (running jobs keep running, Status answers);
+            // the records are written once the table takes them.
+            Err(e) => {
+                self.table_failed(&e);
+                self.unwritten = ids;
+                // Written again with the next round; meanwhile the workers'
+                // busy lists keep uids in use from being given.
+                if uid_holders.is_some() {
+                    lock(&self.hub).uids.mark_dirty();
+                }
+            }
+        }
+    }
+
+    /// One pass over the loop's jobs (admitted, waiting for admission, and
+    /// `fresh`ly ended): each record updated where it changed, the wait
+    /// words of every waiting job, and what waits, per user.
+    fn publish_jobs<'a>(
+        &self,
+        h: &mut Hub,
+        lp: &'a RoundLoop,
+        fresh: &'a [Job],
+        now_s: f64,
+    ) -> Pass<'a> {
         let mut urgent: Vec<u64> = Vec::new();
         let mut ended: Vec<(u64, f64)> = Vec::new();
         let mut dirty: Vec<u64> = Vec::new();
         let now_unix = unix_now();
-        let finished = lp.jobs.finished();
-        let fresh = &finished[self.finished_seen.min(finished.len())..];
-        self.finished_seen = finished.len();
         let words = lp.wait_explainer();
         let jobs = lp
             .jobs
@@ -215,93 +371,12 @@ impl ClusterBackend {
                 dirty.push(id);
             }
         }
-        for (id, at) in ended {
-            h.push_ended(id, at);
+        Pass {
+            urgent,
+            dirty,
+            ended,
+            waiting,
         }
-        for s in &h.held {
-            waiting.add(s, h.jobs.submission_bytes(s.id.0));
-        }
-        let Waiting {
-            per_user,
-            total,
-            bytes,
-        } = waiting;
-        let by_user: HashMap<String, usize> = per_user
-            .iter()
-            .map(|(u, (n, _))| (u.to_string(), *n))
-            .collect();
-        let bytes_by_user: HashMap<String, u64> = per_user
-            .iter()
-            .map(|(u, (_, b))| (u.to_string(), *b))
-            .collect();
-        drop(per_user);
-        h.waiting_total = total;
-        h.waiting_by_user = by_user;
-        h.waiting_bytes = bytes;
-        h.waiting_bytes_by_user = bytes_by_user;
-        // Job uids: a launch no longer running has ended (its uid is free
-        // once its nodes say so); the holders go to the table when they
-        // changed. (Before the restart hold ends, launches of the last run
-        // may still be adopted: their uids stay held meanwhile.)
-        if self.hold_over {
-            let running: HashSet<(u64, u32)> = self
-                .running
-                .iter()
-                .map(|(id, l)| (id.0, l.launch()))
-                .collect();
-            h.uids.end_not_running(&|j, l| running.contains(&(j, l)));
-        }
-        let uid_holders = h.uids.take_changes();
-        let flush = self.last_flush.elapsed() >= Duration::from_secs(5);
-        let mut ids = urgent;
-        if flush || !ids.is_empty() {
-            ids.extend(dirty);
-        }
-        // What a failed write left unwritten goes again, every round, until
-        // the table takes it.
-        ids.extend(std::mem::take(&mut self.unwritten));
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.is_empty() && uid_holders.is_none() {
-            drop(h);
-            self.write_workers(workers);
-            return Ok(());
-        }
-        let recs: Vec<JobRecord> = ids
-            .iter()
-            .filter_map(|id| h.jobs.get(id).cloned())
-            .collect();
-        // Written outside the hub's lock: an fsync must not stall heartbeats.
-        drop(h);
-        let timer = self.metrics.table_write_seconds.start_timer();
-        // The uid holders in the same transaction (one sync).
-        let written = self.store.write_with_uids(
-            &recs.iter().collect::<Vec<_>>(),
-            None,
-            uid_holders.as_deref(),
-        );
-        timer.observe_duration();
-        match written {
-            Ok(()) => {
-                if flush {
-                    self.last_flush = Instant::now();
-                }
-                self.table_recovered();
-            }
-            // The loop goes on (running jobs keep running, Status answers);
-            // the records are written once the table takes them.
-            Err(e) => {
-                self.table_failed(&e);
-                self.unwritten = ids;
-                // Written again with the next round; meanwhile the workers'
-                // busy lists keep uids in use from being given.
-                if uid_holders.is_some() {
-                    lock(&self.hub).uids.mark_dirty();
-                }
-            }
-        }
-        self.write_workers(workers);
-        Ok(())
     }
 
     /// Records the workers in the cluster when they changed; a failure is
