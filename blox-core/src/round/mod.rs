@@ -165,8 +165,8 @@ pub struct RoundLoop {
     /// Swaps `policies` between rounds (policy synthesis), if set.
     selector: Option<Box<dyn PolicySelector>>,
     /// Re-check the GPU table against the jobs after every round (default
-    /// on): in full in debug builds and every 256th round, over what the
-    /// round changed otherwise ([`ClusterState::check_changes`]).
+    /// on): over what the round changed ([`ClusterState::check_changes`])
+    /// and in full every 256th round; debug builds run both every round.
     /// Decisions are validated before they run either way; throwaway forks
     /// (the synthesizer's) turn this off for speed.
     pub check_invariants: bool,
@@ -409,9 +409,13 @@ impl RoundLoop {
             return Err(e);
         }
         if self.check_invariants {
-            // In full in debug builds (the tests) and every so many rounds;
-            // otherwise over what the round changed.
-            if cfg!(debug_assertions) || self.round.is_multiple_of(FULL_CHECK_EVERY) {
+            // Over what the round changed, and in full every so many
+            // rounds. Debug builds (the tests) run both every round: the
+            // check of changes must pass wherever the full one does.
+            if cfg!(debug_assertions) {
+                self.cluster.check_changes(&self.jobs)?;
+                self.cluster.check_all(&self.jobs)?;
+            } else if self.round.is_multiple_of(FULL_CHECK_EVERY) {
                 self.cluster.check_all(&self.jobs)?;
             } else {
                 self.cluster.check_changes(&self.jobs)?;
