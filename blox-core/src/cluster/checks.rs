@@ -33,13 +33,8 @@ impl Changed {
 
     /// Notes that `job`'s list of GPUs changed (bounded as the GPUs are).
     pub fn job(&mut self, job: JobId, table: usize) {
-        if self.everything {
-            return;
-        }
-        if self.jobs.len() >= table.max(64) {
+        if !self.everything && !push_bounded(&mut self.jobs, job, table) {
             self.set_everything();
-        } else {
-            self.jobs.push(job);
         }
     }
 
@@ -47,24 +42,30 @@ impl Changed {
     /// grows past the table (a caller that never checks, or a round that
     /// moved every GPU): the next check is then a full one.
     pub fn gpu(&mut self, gpu: GpuId, table: usize) {
-        if self.everything {
-            return;
-        }
-        if self.gpus.len() >= table.max(64) {
+        if !self.everything && !push_bounded(&mut self.gpus, gpu.0, table) {
             self.set_everything();
-        } else {
-            self.gpus.push(gpu.0);
         }
     }
+}
+
+/// Pushes `item` unless `list` holds as many as the table (at least 64)
+/// already; false when it was full.
+fn push_bounded<T>(list: &mut Vec<T>, item: T, table: usize) -> bool {
+    let room = list.len() < table.max(64);
+    if room {
+        list.push(item);
+    }
+    room
 }
 
 impl ClusterState {
     /// [`check_invariants`](Self::check_invariants) over what changed since
     /// the last check: each changed GPU's entry in the free index, its
     /// node's count and row, its holder (running, with the GPU in its
-    /// allocation, and holding all of its allocation), the changed nodes'
-    /// host shares, and the free count's total. A round costs what it
-    /// changed, not what runs. After nodes changed it checks everything.
+    /// allocation, which is the cluster's list for it), the lists of jobs
+    /// that gave back some GPUs, the changed nodes' host shares, and the
+    /// free count's total. A round costs what it changed, not what runs.
+    /// After nodes changed it checks everything.
     pub fn check_changes(&mut self, jobs: &JobState) -> Result<(), ClusterError> {
         let mut changed = std::mem::take(&mut self.changed);
         let r = if changed.everything {
