@@ -279,10 +279,15 @@ pub fn priority_walk(
             None
         };
         if chosen.is_none() && params.preempt {
-            // Lower-priority running jobs, bottom of the order first.
-            let victims: Vec<usize> = (0..kept.len()).rev().filter(|&k| kept[k].0 > i).collect();
+            // Lower-priority running jobs, bottom of the order first: the
+            // kept jobs past `i` (`kept` is by place), found by a binary
+            // search, not a scan of every kept job for each job that
+            // waits.
+            debug_assert!(kept.is_sorted_by_key(|k| k.0));
+            let below = kept.partition_point(|k| k.0 <= i);
+            let victims = (below..kept.len()).rev();
             let room: u32 =
-                free.count() + victims.iter().map(|&k| kept[k].2.len() as u32).sum::<u32>();
+                free.count() + kept[below..].iter().map(|k| k.2.len() as u32).sum::<u32>();
             if room >= d.gpus {
                 let mut taken = Vec::new();
                 for k in victims {
