@@ -21,6 +21,7 @@ mod cluster;
 mod config;
 pub mod failures;
 mod fork;
+mod pending;
 mod progress;
 mod source;
 
@@ -42,11 +43,10 @@ pub struct SimBackend {
     tick: u64,
     /// Time of tick 0 (forks start at the live clock).
     t0: f64,
-    /// Extra offset when fast-forwarding over idle time (whole rounds).
     /// Jobs not yet submitted, by arrival: each leaves at its submission
     /// (its spec moves to the loop), and the buffer shrinks as it empties,
     /// so a million-job trace does not outlive its arrivals.
-    trace: std::collections::VecDeque<SimJob>,
+    trace: pending::Pending,
     jobs: HashMap<JobId, SimJobState>,
     /// Whether any job run by its profile has arrived (only then does
     /// `advance` look for them).
@@ -113,7 +113,7 @@ impl SimBackend {
             t0: 0.0,
             cfg,
             round_s,
-            trace: trace.into(),
+            trace: pending::Pending::new(trace),
             jobs: HashMap::default(),
             profiled: false,
             running: BTreeSet::new(),

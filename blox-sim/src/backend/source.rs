@@ -127,11 +127,7 @@ impl JobSource for SimBackend {
             }
             out.push(spec);
         }
-        // Give back what the submitted jobs held once half of it is free
-        // (moving the rest costs, over the run, one copy of the trace).
-        if self.trace.capacity() > 1024 && self.trace.len() < self.trace.capacity() / 2 {
-            self.trace.shrink_to_fit();
-        }
+        self.trace.give_back();
         Ok(out)
     }
 
