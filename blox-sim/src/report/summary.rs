@@ -82,7 +82,21 @@ impl Summary {
     ) -> Self {
         let mut jcts: Vec<f64> = tracked.iter().filter_map(|j| j.jct_s).collect();
         jcts.sort_by(f64::total_cmp);
-        let resp: Vec<f64> = tracked.iter().filter_map(|j| j.responsiveness_s).collect();
+        // The mean of the responsiveness, summed in the same order as a
+        // collected list would be, without the list.
+        let resp_n = tracked
+            .iter()
+            .filter(|j| j.responsiveness_s.is_some())
+            .count();
+        let resp_mean = if resp_n == 0 {
+            f64::NAN
+        } else {
+            tracked
+                .iter()
+                .filter_map(|j| j.responsiveness_s)
+                .sum::<f64>()
+                / resp_n as f64
+        };
         let makespan_s = all.iter().filter_map(|j| j.finish_s).fold(0.0, f64::max);
         let gpu_s: f64 = all.iter().map(|j| j.gpu_seconds).sum();
         // Utilisation over [0, makespan]: attained GPU-seconds / (GPUs × makespan);
@@ -107,7 +121,7 @@ impl Summary {
             avg_jct_s: mean(&jcts),
             p50_jct_s: quantile_sorted(&jcts, 0.5),
             p99_jct_s: quantile_sorted(&jcts, 0.99),
-            avg_responsiveness_s: mean(&resp),
+            avg_responsiveness_s: resp_mean,
             makespan_s,
             gpu_utilisation: if horizon > 0.0 && gpus > 0 {
                 gpu_s / (gpus as f64 * horizon)

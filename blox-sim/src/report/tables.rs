@@ -180,6 +180,27 @@ impl From<blox_core::RoundReport> for RoundRow {
     }
 }
 
+/// What the summary needs of the loop, so that the loop can go first.
+struct LoopFacts {
+    num_gpus: u32,
+    rounds: u64,
+    names: blox_core::PolicyNames,
+    spare_swaps: u64,
+    quarantines: u64,
+}
+
+impl LoopFacts {
+    fn of(lp: &RoundLoop) -> Self {
+        LoopFacts {
+            num_gpus: lp.cluster.num_gpus(),
+            rounds: lp.rounds(),
+            names: lp.policies.names.clone(),
+            spare_swaps: lp.cluster.health().spare_swaps,
+            quarantines: lp.cluster.health().quarantines,
+        }
+    }
+}
+
 /// Everything a simulation produces.
 #[derive(Clone, Debug)]
 pub struct SimResult {
@@ -271,7 +292,7 @@ impl SimResult {
             .map(row)
             .chain(unended_rows(lp, row))
             .collect();
-        Self::from_rows(jobs, lp, rounds, now_s, track, stop)
+        Self::from_rows(jobs, LoopFacts::of(lp), rounds, now_s, track, stop)
     }
 
     /// [`SimResult::from_loop`] for a loop that is done, `earlier` being
@@ -303,12 +324,17 @@ impl SimResult {
             ended.shrink_to_fit();
         }
         jobs.extend(unended_rows(&lp, row));
-        Self::from_rows(jobs, &lp, rounds, now_s, track, stop)
+        // The loop (its metrics, its cluster) goes before the summary's
+        // own tables are built: the end of a ten-million-job run was its
+        // peak of memory.
+        let facts = LoopFacts::of(&lp);
+        drop(lp);
+        Self::from_rows(jobs, facts, rounds, now_s, track, stop)
     }
 
     fn from_rows(
         mut jobs: Vec<JobRow>,
-        lp: &RoundLoop,
+        lp: LoopFacts,
         rounds: Vec<RoundRow>,
         now_s: f64,
         track: Option<[u64; 2]>,
@@ -323,14 +349,14 @@ impl SimResult {
         let mut summary = Summary::compute(
             &tracked,
             &jobs,
-            lp.cluster.num_gpus(),
+            lp.num_gpus,
             now_s,
-            lp.rounds(),
-            lp.policies.names.clone(),
+            lp.rounds,
+            lp.names,
             stop,
         );
-        summary.spare_swaps = lp.cluster.health().spare_swaps;
-        summary.quarantines = lp.cluster.health().quarantines;
+        summary.spare_swaps = lp.spare_swaps;
+        summary.quarantines = lp.quarantines;
         SimResult {
             jobs,
             rounds,
