@@ -285,9 +285,9 @@ pub fn priority_walk(
             // waits.
             debug_assert!(kept.is_sorted_by_key(|k| k.0));
             let below = kept.partition_point(|k| k.0 <= i);
-            let victims = (below..kept.len()).rev();
+            let victims: Vec<usize> = (below..kept.len()).rev().collect();
             let room: u32 =
-                free.count() + kept[below..].iter().map(|k| k.2.len() as u32).sum::<u32>();
+                free.count() + victims.iter().map(|&k| kept[k].2.len() as u32).sum::<u32>();
             if room >= d.gpus {
                 let mut taken = Vec::new();
                 for k in victims {
