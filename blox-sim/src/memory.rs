@@ -5,14 +5,15 @@
 //! The estimate is per job: a run keeps a table row and the metrics of
 //! every ended job (the newest few thousand whole), and the trace's jobs
 //! not yet submitted. Measured on the scale benchmark (`docs/PERFORMANCE.md`,
-//! "Fourth pass"): 1,000,000 jobs peak at 669 MB and 10,000,000 at
-//! 6.08 GB, 610–670 bytes a job; the estimate allows 800 bytes a job and
-//! 64 MiB (a trace with long names, teams or models holds more).
+//! "Ten million jobs", 2026-11-30): 1,000,000 jobs peak at 465,824 KiB and
+//! 10,000,000 at 4,097,764 KiB, 420–477 bytes a job; the estimate allows
+//! 560 bytes a job and 64 MiB (a trace with long names, teams or models
+//! holds more).
 
 use crate::backend::SimConfig;
 
 /// Bytes a run holds per job at its peak, with a margin.
-pub const BYTES_PER_JOB: u64 = 800;
+pub const BYTES_PER_JOB: u64 = 560;
 /// What a run holds whatever its size (the binary, the cluster, buffers).
 pub const BASE_BYTES: u64 = 64 << 20;
 
@@ -96,7 +97,7 @@ mod tests {
         };
         assert!(check(500_000, "w", &cfg).is_ok());
         let e = check(10_000_000, "workload.num_jobs", &cfg).unwrap_err();
-        assert!(e.contains("10000000 jobs need about 7.51 GiB"), "{e}");
+        assert!(e.contains("10000000 jobs need about 5.28 GiB"), "{e}");
         assert!(
             e.contains("1.00 GiB is available ([sim] memory_limit_gb)"),
             "{e}"

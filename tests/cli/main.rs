@@ -484,7 +484,7 @@ fn a_workload_too_large_for_memory_is_refused_up_front() {
     ]);
     let e = text(&o);
     assert!(!o.status.success(), "{e}");
-    assert!(e.contains("1000000 jobs need about 0.81 GiB"), "{e}");
+    assert!(e.contains("1000000 jobs need about 0.58 GiB"), "{e}");
     assert!(
         e.contains("0.50 GiB is available ([sim] memory_limit_gb)"),
         "{e}"
