@@ -1,0 +1,385 @@
+//! The openb node and pod lists of Alibaba's 2023 GPU trace
+//! (`cluster-trace-gpu-v2023`, vendored under `data/openb/`).
+//!
+//! A node row is `sn,cpu_milli,memory_mib,gpu,model`; a pod row is
+//! `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,qos,pod_phase,
+//! creation_time,deletion_time,scheduled_time]` (the `multigpu` lists stop
+//! after `gpu_milli`). A row that cannot be used is skipped and counted by
+//! reason, with its line; a file that cannot be read at all is an error
+//! naming it. Pod lists may be gzip-compressed (`.gz`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+/// One GPU's capacity in thousandths.
+pub const GPU_MILLI: u32 = 1000;
+
+/// A node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Its name (`openb-node-0000`).
+    pub name: String,
+    /// CPU in thousandths of a core.
+    pub cpu_milli: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// Number of GPUs, each of [`GPU_MILLI`] thousandths.
+    pub gpus: u32,
+    /// GPU model (`V100M16`, `T4`, `G2`, …); empty on a node without GPUs.
+    pub model: String,
+}
+
+/// A task (a pod in the trace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// Its name (`openb-pod-0000`).
+    pub name: String,
+    /// CPU in thousandths of a core.
+    pub cpu_milli: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// GPUs asked for: 0, 1 (perhaps a fraction of it) or several whole ones.
+    pub num_gpu: u32,
+    /// Thousandths of each GPU (1–1000; 0 when `num_gpu` is 0).
+    pub gpu_milli: u32,
+    /// GPU models the task may run on; empty means any.
+    pub gpu_models: Vec<String>,
+    /// Creation and deletion times (seconds), where the list has them.
+    pub creation_s: Option<i64>,
+    /// See `creation_s`.
+    pub deletion_s: Option<i64>,
+}
+
+impl TaskSpec {
+    /// Thousandths of GPU over all its GPUs.
+    pub fn total_gpu_milli(&self) -> i64 {
+        self.gpu_milli as i64 * self.num_gpu as i64
+    }
+
+    /// Whether a node of this GPU model may host it.
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.gpu_models.is_empty()
+            || (!model.is_empty() && self.gpu_models.iter().any(|m| m == model))
+    }
+}
+
+/// A file that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file is missing or unreadable.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// Its header lacks a column the format needs.
+    #[error("{path}: the header has no `{column}` column (it has: {header})")]
+    Column {
+        /// The file.
+        path: String,
+        /// The missing column.
+        column: &'static str,
+        /// The header as read.
+        header: String,
+    },
+    /// Two nodes share a name.
+    #[error("{path} line {line}: node `{name}` is listed twice (first at line {first})")]
+    DuplicateNode {
+        /// The file.
+        path: String,
+        /// The second row's line.
+        line: usize,
+        /// The first row's line.
+        first: usize,
+        /// The name.
+        name: String,
+    },
+    /// No usable row.
+    #[error("{path}: no usable row ({skipped})")]
+    Empty {
+        /// The file.
+        path: String,
+        /// What was skipped, by reason.
+        skipped: String,
+    },
+}
+
+/// Rows skipped, by reason, each with the first line it happened on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Reason → (rows, first line).
+    pub by_reason: BTreeMap<String, (usize, usize)>,
+}
+
+impl Skipped {
+    fn add(&mut self, reason: String, line: usize) {
+        let e = self.by_reason.entry(reason).or_insert((0, line));
+        e.0 += 1;
+    }
+
+    /// Rows skipped in all.
+    pub fn total(&self) -> usize {
+        self.by_reason.values().map(|(n, _)| n).sum()
+    }
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.by_reason.is_empty() {
+            return write!(f, "none skipped");
+        }
+        let parts: Vec<String> = self
+            .by_reason
+            .iter()
+            .map(|(r, (n, line))| format!("{n} × {r} (first at line {line})"))
+            .collect();
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+fn open(path: &Path) -> Result<Box<dyn BufRead>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(Box::new(BufReader::new(reader)))
+}
+
+/// A CSV with a header, split on commas (the openb lists quote nothing).
+struct Rows {
+    path: String,
+    columns: Vec<String>,
+    lines: std::io::Lines<Box<dyn BufRead>>,
+    line: usize,
+}
+
+impl Rows {
+    fn new(path: &Path) -> Result<Self, ReadError> {
+        let mut lines = open(path)?.lines();
+        let name = path.display().to_string();
+        let header = match lines.next() {
+            Some(h) => h.map_err(|source| ReadError::Io {
+                path: name.clone(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        let columns = header
+            .trim_end_matches('\r')
+            .split(',')
+            .map(|c| c.trim().to_string())
+            .collect();
+        Ok(Rows {
+            path: name,
+            columns,
+            lines,
+            line: 1,
+        })
+    }
+
+    fn column(&self, name: &'static str) -> Result<usize, ReadError> {
+        self.columns
+            .iter()
+            .position(|c| c == name)
+            .ok_or_else(|| ReadError::Column {
+                path: self.path.clone(),
+                column: name,
+                header: self.columns.join(","),
+            })
+    }
+
+    fn optional(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c == name)
+    }
+
+    /// The next row's fields and line, `None` at the end.
+    fn next_row(&mut self) -> Result<Option<(usize, Vec<String>)>, ReadError> {
+        loop {
+            let Some(text) = self.lines.next() else {
+                return Ok(None);
+            };
+            self.line += 1;
+            let text = text.map_err(|source| ReadError::Io {
+                path: self.path.clone(),
+                source,
+            })?;
+            let text = text.trim_end_matches('\r');
+            if text.trim().is_empty() {
+                continue;
+            }
+            return Ok(Some((
+                self.line,
+                text.split(',').map(|f| f.trim().to_string()).collect(),
+            )));
+        }
+    }
+}
+
+fn field(row: &[String], i: usize) -> &str {
+    row.get(i).map(String::as_str).unwrap_or("")
+}
+
+fn int(row: &[String], i: usize, name: &str) -> Result<i64, String> {
+    let text = field(row, i);
+    if text.is_empty() {
+        return Err(format!("`{name}` is empty"));
+    }
+    let v: i64 = text
+        .parse()
+        .map_err(|_| format!("`{name}` is not an integer"))?;
+    if v < 0 {
+        return Err(format!("`{name}` is negative"));
+    }
+    Ok(v)
+}
+
+/// Reads a node list. Duplicate names are an error; unusable rows are skipped.
+pub fn read_nodes(path: &Path) -> Result<(Vec<NodeSpec>, Skipped), ReadError> {
+    let mut rows = Rows::new(path)?;
+    let (sn, cpu, mem, gpu, model) = (
+        rows.column("sn")?,
+        rows.column("cpu_milli")?,
+        rows.column("memory_mib")?,
+        rows.column("gpu")?,
+        rows.column("model")?,
+    );
+    let mut nodes = Vec::new();
+    let mut skipped = Skipped::default();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    while let Some((line, row)) = rows.next_row()? {
+        let parsed = (|| {
+            let name = field(&row, sn).to_string();
+            if name.is_empty() {
+                return Err("`sn` is empty".to_string());
+            }
+            let gpus = int(&row, gpu, "gpu")?;
+            if gpus > 64 {
+                return Err("`gpu` is over 64".to_string());
+            }
+            let model = field(&row, model).to_string();
+            if gpus > 0 && model.is_empty() {
+                return Err("`model` is empty on a node with GPUs".to_string());
+            }
+            Ok(NodeSpec {
+                name,
+                cpu_milli: int(&row, cpu, "cpu_milli")?,
+                memory_mib: int(&row, mem, "memory_mib")?,
+                gpus: gpus as u32,
+                model,
+            })
+        })();
+        match parsed {
+            Ok(node) => {
+                if let Some(&first) = seen.get(&node.name) {
+                    return Err(ReadError::DuplicateNode {
+                        path: rows.path.clone(),
+                        line,
+                        first,
+                        name: node.name,
+                    });
+                }
+                seen.insert(node.name.clone(), line);
+                nodes.push(node);
+            }
+            Err(reason) => skipped.add(reason, line),
+        }
+    }
+    if nodes.is_empty() {
+        return Err(ReadError::Empty {
+            path: rows.path,
+            skipped: skipped.to_string(),
+        });
+    }
+    Ok((nodes, skipped))
+}
+
+/// Reads a pod list against the cluster's nodes: a row asking for more than
+/// one GPU's thousandths of one GPU, for a GPU model no node has, or with a
+/// negative or absent field is skipped and counted.
+pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Skipped), ReadError> {
+    let mut rows = Rows::new(path)?;
+    let (name_c, cpu, mem, num, milli) = (
+        rows.column("name")?,
+        rows.column("cpu_milli")?,
+        rows.column("memory_mib")?,
+        rows.column("num_gpu")?,
+        rows.column("gpu_milli")?,
+    );
+    let (spec, created, deleted) = (
+        rows.optional("gpu_spec"),
+        rows.optional("creation_time"),
+        rows.optional("deletion_time"),
+    );
+    let models: HashSet<&str> = nodes
+        .iter()
+        .filter(|n| n.gpus > 0)
+        .map(|n| n.model.as_str())
+        .collect();
+    let mut tasks = Vec::new();
+    let mut skipped = Skipped::default();
+    let mut names = HashSet::new();
+    while let Some((line, row)) = rows.next_row()? {
+        let parsed = (|| {
+            let name = field(&row, name_c).to_string();
+            if name.is_empty() {
+                return Err("`name` is empty".to_string());
+            }
+            if !names.insert(name.clone()) {
+                return Err("`name` repeats an earlier task".to_string());
+            }
+            let num_gpu = int(&row, num, "num_gpu")?;
+            let gpu_milli = int(&row, milli, "gpu_milli")?;
+            if gpu_milli > GPU_MILLI as i64 {
+                return Err(format!("`gpu_milli` is over {GPU_MILLI} (one GPU)"));
+            }
+            if num_gpu > 64 {
+                return Err("`num_gpu` is over 64".to_string());
+            }
+            let gpu_models: Vec<String> = match spec {
+                Some(i) if num_gpu > 0 => field(&row, i)
+                    .split('|')
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if !gpu_models.is_empty() && !gpu_models.iter().any(|m| models.contains(m.as_str())) {
+                return Err("`gpu_spec` names only GPU models no node has".to_string());
+            }
+            let time = |c: Option<usize>, n: &str| match c.map(|i| field(&row, i)) {
+                None | Some("") => Ok(None),
+                Some(_) => int(&row, c.unwrap(), n).map(Some),
+            };
+            Ok(TaskSpec {
+                name,
+                cpu_milli: int(&row, cpu, "cpu_milli")?,
+                memory_mib: int(&row, mem, "memory_mib")?,
+                num_gpu: num_gpu as u32,
+                gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli as u32 },
+                gpu_models,
+                creation_s: time(created, "creation_time")?,
+                deletion_s: time(deleted, "deletion_time")?,
+            })
+        })();
+        match parsed {
+            Ok(task) => tasks.push(task),
+            Err(reason) => skipped.add(reason, line),
+        }
+    }
+    if tasks.is_empty() {
+        return Err(ReadError::Empty {
+            path: rows.path,
+            skipped: skipped.to_string(),
+        });
+    }
+    Ok((tasks, skipped))
+}

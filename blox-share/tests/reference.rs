@@ -1,0 +1,77 @@
+//! Task for task against the FGD authors' simulator: its per-task placements
+//! (vendored under `data/openb/reference/`, with the command that made them)
+//! must be ours.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use blox_share::openb::{read_nodes, read_tasks};
+use blox_share::packing::{run, PackingSetup};
+use blox_share::policy::by_name;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/openb")
+}
+
+/// (event, task, node, gpus) rows of a reference file.
+fn reference(file: &str) -> Vec<(String, String, String)> {
+    let f = std::fs::File::open(data().join("reference").join(file)).unwrap();
+    let lines = std::io::BufReader::new(flate2::read::GzDecoder::new(f)).lines();
+    lines
+        .skip(1)
+        .map(|l| {
+            let l = l.unwrap();
+            let v: Vec<&str> = l.split(',').collect();
+            (v[1].to_string(), v[2].to_string(), v[3].to_string())
+        })
+        .collect()
+}
+
+fn check(trace: &str, policy: &str, seed: i64) {
+    let (nodes, skipped) = read_nodes(&data().join("openb_node_list_gpu_node.csv")).unwrap();
+    assert_eq!(skipped.total(), 0);
+    let (tasks, skipped) = read_tasks(
+        &data().join(format!("openb_pod_list_{trace}.csv.gz")),
+        &nodes,
+    )
+    .unwrap();
+    assert_eq!(skipped.total(), 0);
+    let mut p = by_name(policy).unwrap();
+    let setup = PackingSetup {
+        seed,
+        ..PackingSetup::default()
+    };
+    let ours = run(&nodes, &tasks, p.as_mut(), &setup).unwrap();
+    let theirs = reference(&format!(
+        "openb_pod_list_{trace}-{policy}-1.3-{seed}.csv.gz"
+    ));
+    assert_eq!(ours.outcomes.len(), theirs.len(), "tasks arriving");
+    let mut differ = Vec::new();
+    for (i, (o, (task, node, gpus))) in ours.outcomes.iter().zip(&theirs).enumerate() {
+        assert_eq!(&o.task, task, "arrival {i}");
+        let our_node = o.node.map(|n| ours.nodes[n].clone()).unwrap_or_default();
+        let our_gpus = o
+            .gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join("-");
+        if &our_node != node || &our_gpus != gpus {
+            differ.push(format!(
+                "{i} {task}: ours {our_node} [{our_gpus}], reference {node} [{gpus}]"
+            ));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {} tasks placed differently; first: {:?}",
+        differ.len(),
+        theirs.len(),
+        &differ[..differ.len().min(5)]
+    );
+}
+
+#[test]
+fn fgd_on_the_default_trace_places_every_task_as_the_reference() {
+    check("default", "fgd", 42);
+}
