@@ -33,6 +33,11 @@ pub struct Overrides {
 pub enum Command {
     /// Run one simulation and print its summary.
     Sim(SimArgs),
+    /// The FGD paper's packing experiment on GPUs that tasks share: the
+    /// openb trace's tasks arrive shuffled, inflated to `--tune` × the GPU
+    /// capacity, and never leave; prints the allocation for each policy and
+    /// seed beside the FGD authors' published figure.
+    Pack(PackArgs),
     /// Run policies × loads × seeds from a config's `[sweep]` section, or whole
     /// configs × workloads × loads × seeds from a file of `[[grid]]`s (resumable), in parallel.
     ///
@@ -479,4 +484,28 @@ pub fn parse_job_id(s: &str) -> Result<u64, String> {
         Ok(id) => Ok(id),
         Err(_) => Err(format!("`{s}` is not a job id (a number, or job-N)")),
     }
+}
+
+/// `blox pack`.
+#[derive(clap::Args, Debug)]
+pub struct PackArgs {
+    /// A bundled pod list (`default`, `gpushare40`, `multigpu50`, `gpuspec33`, …: the
+    /// files `data/openb/openb_pod_list_<name>.csv.gz`) or a path to one.
+    #[arg(long, default_value = "default")]
+    pub trace: String,
+    /// The node list (default: the bundled openb GPU nodes).
+    #[arg(long)]
+    pub nodes: Option<PathBuf>,
+    /// Policies, comma-separated: fgd, best-fit, dot-product, gpu-packing, gpu-clustering, random.
+    #[arg(long, value_delimiter = ',', default_value = "fgd")]
+    pub policy: Vec<String>,
+    /// Seeds of Go's generator, comma-separated (the reference's `-tuneseed`).
+    #[arg(long, value_delimiter = ',', default_value = "42")]
+    pub seed: Vec<i64>,
+    /// Arrived GPU demand as a multiple of the GPU capacity (0: the trace as it is).
+    #[arg(long, default_value_t = 1.3)]
+    pub tune: f64,
+    /// Write `<policy>-<seed>-placements.csv` and `<policy>-<seed>-curve.csv` here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

@@ -7,6 +7,7 @@
 //! 2023): FGD and its baselines, scored as the authors' simulator scores them.
 
 mod cooked;
+pub mod curve;
 pub mod frag;
 pub mod gorand;
 pub mod node;

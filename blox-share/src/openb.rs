@@ -383,3 +383,92 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
     }
     Ok((tasks, skipped))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const NODES: &str =
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,T4\nn1,32000,131072,0,\n";
+
+    #[test]
+    fn duplicate_node_names_are_refused_naming_both_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let p = file(&d, "nodes.csv", &format!("{NODES}n0,1000,1,1,T4\n"));
+        let e = read_nodes(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("line 4") && e.contains("`n0`") && e.contains("first at line 2"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_task_rows_are_counted_by_reason_and_the_rest_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let (nodes, skipped) = read_nodes(&file(&d, "nodes.csv", NODES)).unwrap();
+        assert_eq!((nodes.len(), skipped.total()), (2, 0));
+        let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\
+                    ok-share,4000,1024,1,460,\n\
+                    too-much,4000,1024,1,1500,\n\
+                    negative,4000,1024,1,-5,\n\
+                    absent,4000,1024,1,,\n\
+                    unknown-model,4000,1024,1,1000,A100|H100\n\
+                    ok-model,4000,1024,2,1000,V100|T4\n\
+                    ok-cpu,2000,0,0,0,\n\
+                    ok-share,1,1,0,0,\n";
+        let (tasks, skipped) = read_tasks(&file(&d, "pods.csv", pods), &nodes).unwrap();
+        let names: Vec<&str> = tasks.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["ok-share", "ok-model", "ok-cpu"]);
+        assert_eq!(tasks[1].gpu_models, ["V100", "T4"]);
+        assert!(tasks[1].allows_model("T4") && !tasks[1].allows_model("G2"));
+        let reasons: Vec<(&str, usize, usize)> = skipped
+            .by_reason
+            .iter()
+            .map(|(r, (n, line))| (r.as_str(), *n, *line))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("`gpu_milli` is empty", 1, 5),
+                ("`gpu_milli` is negative", 1, 4),
+                ("`gpu_milli` is over 1000 (one GPU)", 1, 3),
+                ("`gpu_spec` names only GPU models no node has", 1, 6),
+                ("`name` repeats an earlier task", 1, 9),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_column_or_file_is_an_error_naming_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = file(
+            &d,
+            "pods.csv",
+            "name,cpu_milli,num_gpu,gpu_milli\nx,1,0,0\n",
+        );
+        let nodes = read_nodes(&file(&d, "nodes.csv", NODES)).unwrap().0;
+        let e = read_tasks(&p, &nodes).unwrap_err().to_string();
+        assert!(e.contains("memory_mib") && e.contains("pods.csv"), "{e}");
+        let e = read_nodes(&d.path().join("none.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none.csv"), "{e}");
+        let e = read_tasks(
+            &file(
+                &d,
+                "empty.csv",
+                "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n",
+            ),
+            &nodes,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("no usable row"), "{e}");
+    }
+}

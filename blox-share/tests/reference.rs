@@ -75,3 +75,22 @@ fn check(trace: &str, policy: &str, seed: i64) {
 fn fgd_on_the_default_trace_places_every_task_as_the_reference() {
     check("default", "fgd", 42);
 }
+
+#[test]
+fn the_allocation_curve_is_the_published_one() {
+    // The published `analysis_allo_discrete.csv` row for this run
+    // (openb_pod_list_default, 06-FGD, 1.3, 42): 95.14 at 100 % arrived,
+    // 95.29 at 130 %.
+    let (nodes, _) = read_nodes(&data().join("openb_node_list_gpu_node.csv")).unwrap();
+    let (tasks, _) = read_tasks(&data().join("openb_pod_list_default.csv.gz"), &nodes).unwrap();
+    let ours = run(
+        &nodes,
+        &tasks,
+        by_name("fgd").unwrap().as_mut(),
+        &PackingSetup::default(),
+    )
+    .unwrap();
+    let curve = blox_share::curve::allocation_curve(&ours.outcomes, ours.total_gpus, 130);
+    assert_eq!(blox_share::curve::allocated_at(&curve, 100), Some(95.14));
+    assert_eq!(blox_share::curve::allocated_at(&curve, 130), Some(95.29));
+}

@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod events;
 pub mod local;
+pub mod pack;
 pub mod study;
 pub mod whatif;
 
@@ -114,6 +115,7 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
                 config.len()
             ),
         },
+        Command::Pack(args) => pack::pack(&args),
         Command::Report { dir } => study::report(&dir),
         Command::Local {
             config,

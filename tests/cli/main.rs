@@ -1,5 +1,6 @@
 //! End to end: the `blox` binary driven the way a user drives it.
 
+mod pack;
 #[path = "../shared/mod.rs"]
 mod shared;
 mod sweep;

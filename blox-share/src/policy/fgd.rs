@@ -4,6 +4,8 @@
 //! the first idle ones. The score is sigmoid(Δfrag / 1000) as an integer
 //! percentage, so nearby gradients tie and the node order decides.
 
+use std::collections::HashMap;
+
 use super::{after_taking, first_idle, is_share, task_cpu, Context, SharePolicy};
 use crate::openb::TaskSpec;
 
@@ -12,6 +14,9 @@ use crate::openb::TaskSpec;
 pub struct Fgd {
     chosen: Vec<(usize, u32)>,
 }
+
+/// What a node's score depends on: CPU left, each GPU's share left, model.
+type NodeKey<'a> = (i64, &'a [u32], &'a str);
 
 fn sigmoid_score(delta: f64) -> i64 {
     (1.0 / (1.0 + (-delta / 1000.0).exp()) * 100.0) as i64
@@ -55,10 +60,14 @@ impl SharePolicy for Fgd {
 
     fn scores(&mut self, task: &TaskSpec, feasible: &[usize], cx: &mut Context<'_>) -> Vec<i64> {
         self.chosen.clear();
+        // Nodes in the same state score the same: score each state once.
+        let mut seen: HashMap<NodeKey<'_>, (i64, Option<u32>)> = HashMap::new();
         feasible
             .iter()
             .map(|&n| {
-                let (s, g) = score(task, n, cx);
+                let node = &cx.nodes[n];
+                let key = (node.cpu_left, node.gpu_left.as_slice(), node.model.as_str());
+                let (s, g) = *seen.entry(key).or_insert_with(|| score(task, n, cx));
                 if let Some(g) = g {
                     self.chosen.push((n, g));
                 }
