@@ -489,23 +489,31 @@ pub fn parse_job_id(s: &str) -> Result<u64, String> {
 /// `blox pack`.
 #[derive(clap::Args, Debug)]
 pub struct PackArgs {
-    /// A bundled pod list (`default`, `gpushare40`, `multigpu50`, `gpuspec33`, …: the
-    /// files `data/openb/openb_pod_list_<name>.csv.gz`) or a path to one.
-    #[arg(long, default_value = "default")]
-    pub trace: String,
+    /// Bundled pod lists, comma-separated (`default`, `gpushare40`, `multigpu50`, `gpuspec33`, …:
+    /// the files `data/openb/openb_pod_list_<name>.csv.gz`; `all`: the 17 the FGD paper uses)
+    /// or paths to pod lists.
+    #[arg(long, value_delimiter = ',', default_value = "default")]
+    pub trace: Vec<String>,
     /// The node list (default: the bundled openb GPU nodes).
     #[arg(long)]
     pub nodes: Option<PathBuf>,
-    /// Policies, comma-separated: fgd, best-fit, dot-product, gpu-packing, gpu-clustering, random.
+    /// Policies, comma-separated: fgd, best-fit, dot-product, gpu-packing, gpu-clustering,
+    /// random, or `all`.
     #[arg(long, value_delimiter = ',', default_value = "fgd")]
     pub policy: Vec<String>,
-    /// Seeds of Go's generator, comma-separated (the reference's `-tuneseed`).
+    /// Seeds of Go's generator (the reference's `-tuneseed`), comma-separated; `A-B` for a range.
     #[arg(long, value_delimiter = ',', default_value = "42")]
-    pub seed: Vec<i64>,
+    pub seed: Vec<String>,
     /// Arrived GPU demand as a multiple of the GPU capacity (0: the trace as it is).
     #[arg(long, default_value_t = 1.3)]
     pub tune: f64,
-    /// Write `<policy>-<seed>-placements.csv` and `<policy>-<seed>-curve.csv` here.
+    /// Worker threads (default: all cores); the results do not depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Write `pack.csv`, `means.csv`, `curves.csv` and a plot per pod list here.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// With `--out`: also each run's per-task placements (`<trace>-<policy>-<seed>-placements.csv`).
+    #[arg(long)]
+    pub placements: bool,
 }

@@ -4,12 +4,35 @@ use crate::cli::PackArgs;
 use crate::say;
 use anyhow::{bail, Context, Result};
 use blox_share::curve::{allocated_at, allocation_curve};
-use blox_share::openb::{read_nodes, read_tasks};
+use blox_share::openb::{read_nodes, read_tasks, NodeSpec, TaskSpec};
 use blox_share::packing::{run, PackingRun, PackingSetup};
-use std::collections::HashMap;
-use std::io::Write;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// The 17 pod lists of the FGD paper's experiments, as bundled.
+pub const ALL_TRACES: [&str; 17] = [
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "cpu250",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "gpuspec33",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+];
 
 /// The bundled openb folder: next to the sources, else under the working directory.
 fn data_dir() -> PathBuf {
@@ -61,26 +84,49 @@ fn published() -> HashMap<(String, String, String, String), (String, String)> {
         .collect()
 }
 
-fn write_outputs(
-    dir: &Path,
-    policy: &str,
+/// Seeds from `42`, `42-51` and comma lists.
+fn parse_seeds(items: &[String]) -> Result<Vec<i64>> {
+    let mut seeds = Vec::new();
+    for item in items {
+        let bad = || anyhow::anyhow!("--seed `{item}`: give integers or ranges such as 42-51");
+        match item.split_once('-').filter(|(a, _)| !a.is_empty()) {
+            Some((a, b)) => {
+                let (a, b): (i64, i64) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if b < a || b - a >= 100_000 {
+                    return Err(bad());
+                }
+                seeds.extend(a..=b);
+            }
+            None => seeds.push(item.trim().parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(seeds)
+}
+
+/// One run of the grid and what it gave.
+struct Cell {
+    trace: usize,
+    policy: &'static str,
     seed: i64,
-    r: &PackingRun,
-    curve: &[(u32, f64)],
-) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(format!("{policy}-{seed}-placements.csv"));
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(&path).with_context(|| path.display().to_string())?,
-    );
-    writeln!(
-        f,
-        "event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli"
-    )?;
+}
+
+struct Done {
+    arrived: usize,
+    placed: usize,
+    at_100: Option<f64>,
+    at_top: Option<f64>,
+    curve: Vec<(u32, f64)>,
+}
+
+fn placements_csv(r: &PackingRun) -> String {
+    let mut f = String::from("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli\n");
     for (i, o) in r.outcomes.iter().enumerate() {
         let node = o.node.map(|n| r.nodes[n].as_str()).unwrap_or("");
         let gpus: Vec<String> = o.gpus.iter().map(u32::to_string).collect();
-        writeln!(
+        let _ = writeln!(
             f,
             "{i},{},{node},{},{},{},{}",
             o.task,
@@ -88,16 +134,85 @@ fn write_outputs(
             o.gpu_milli,
             o.arrived_milli,
             o.used_milli
-        )?;
+        );
     }
-    f.flush()?;
-    let path = dir.join(format!("{policy}-{seed}-curve.csv"));
-    let mut text = String::from("arrived_percent,allocated_percent\n");
-    for (r, v) in curve {
-        text.push_str(&format!("{r},{v}\n"));
-    }
-    std::fs::write(&path, text).with_context(|| path.display().to_string())?;
-    Ok(())
+    f
+}
+
+/// Runs the cells on `threads` threads; results in cell order.
+fn run_cells(
+    cells: &[Cell],
+    nodes: &[NodeSpec],
+    traces: &[(String, Vec<TaskSpec>)],
+    args: &PackArgs,
+    threads: usize,
+) -> Result<Vec<Done>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Done>>>> =
+        Mutex::new((0..cells.len()).map(|_| None).collect());
+    let bar = if cells.len() > 1 {
+        indicatif::ProgressBar::new(cells.len() as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let top = ((args.tune * 100.0).round() as u32).max(100);
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(cell) = cells.get(i) else { break };
+                let (trace, tasks) = &traces[cell.trace];
+                let done = (|| -> Result<Done> {
+                    let mut policy =
+                        blox_share::policy::by_name(cell.policy).expect("checked names");
+                    let setup = PackingSetup {
+                        tune: args.tune,
+                        seed: cell.seed,
+                        ..PackingSetup::default()
+                    };
+                    let r = run(nodes, tasks, policy.as_mut(), &setup)
+                        .with_context(|| format!("{trace}, {}, seed {}", cell.policy, cell.seed))?;
+                    let curve = allocation_curve(&r.outcomes, r.total_gpus, top);
+                    if let (Some(dir), true) = (&args.out, args.placements) {
+                        let path = dir.join(format!(
+                            "{trace}-{}-{}-placements.csv",
+                            cell.policy, cell.seed
+                        ));
+                        std::fs::write(&path, placements_csv(&r))
+                            .with_context(|| path.display().to_string())?;
+                    }
+                    Ok(Done {
+                        arrived: r.outcomes.len(),
+                        placed: r.outcomes.iter().filter(|o| o.node.is_some()).count(),
+                        at_100: allocated_at(&curve, 100),
+                        at_top: allocated_at(&curve, top),
+                        curve,
+                    })
+                })();
+                results.lock().expect("no panic holds it")[i] = Some(done);
+                bar.inc(1);
+            });
+        }
+    });
+    bar.finish_and_clear();
+    results
+        .into_inner()
+        .expect("no panic holds it")
+        .into_iter()
+        .map(|r| r.expect("every cell ran"))
+        .collect()
+}
+
+/// A short name for a trace given as a path (its file stem less `openb_pod_list_`).
+fn trace_label(trace: &str) -> String {
+    let stem = Path::new(trace)
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_else(|| trace.to_string());
+    let stem = stem.trim_end_matches(".gz").trim_end_matches(".csv");
+    stem.strip_prefix("openb_pod_list_")
+        .unwrap_or(stem)
+        .to_string()
 }
 
 /// Runs `blox pack`.
@@ -108,6 +223,20 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
             args.tune
         );
     }
+    let seeds = parse_seeds(&args.seed)?;
+    let mut policies: Vec<&'static str> = Vec::new();
+    for name in &args.policy {
+        if name == "all" {
+            policies.extend(blox_share::policy::NAMES);
+        } else if let Some(&known) = blox_share::policy::NAMES.iter().find(|n| *n == name) {
+            policies.push(known);
+        } else {
+            bail!(
+                "unknown policy `{name}`; known: {}, all",
+                blox_share::policy::NAMES.join(", ")
+            );
+        }
+    }
     let nodes_path = args
         .nodes
         .clone()
@@ -116,68 +245,238 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
     if skipped.total() > 0 {
         say!("{}: skipped {}", nodes_path.display(), skipped)?;
     }
-    let trace = trace_path(&args.trace);
-    let (tasks, skipped) = read_tasks(&trace, &nodes)?;
-    if skipped.total() > 0 {
-        say!("{}: skipped {}", trace.display(), skipped)?;
-    }
-    let policies: Vec<_> = args
-        .policy
+    let names: Vec<String> = args
+        .trace
         .iter()
-        .map(|name| {
-            blox_share::policy::by_name(name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown policy `{name}`; known: {}",
-                    blox_share::policy::NAMES.join(", ")
-                )
-            })
+        .flat_map(|t| {
+            if t == "all" {
+                ALL_TRACES.iter().map(|s| s.to_string()).collect()
+            } else {
+                vec![t.clone()]
+            }
         })
-        .collect::<Result<_>>()?;
-    let published = published();
-    let trace_name = args.trace.clone();
-    let tune = format!("{}", args.tune);
-    say!(
-        "{}: {} tasks on {} nodes ({} GPUs); arrivals inflated to {tune} × GPU capacity",
-        trace.display(),
-        tasks.len(),
-        nodes.len(),
-        nodes.iter().map(|n| n.gpus).sum::<u32>()
-    )?;
-    say!("policy          seed  arrived  placed  failed  alloc@100%  alloc@{:.0}%  published (100%, {:.0}%)", args.tune * 100.0, args.tune * 100.0)?;
-    for mut policy in policies {
-        for &seed in &args.seed {
-            let setup = PackingSetup {
-                tune: args.tune,
-                seed,
-                ..PackingSetup::default()
-            };
-            let r = run(&nodes, &tasks, policy.as_mut(), &setup)?;
-            let top = (args.tune * 100.0).round() as u32;
-            let curve = allocation_curve(&r.outcomes, r.total_gpus, top.max(100));
-            let placed = r.outcomes.iter().filter(|o| o.node.is_some()).count();
-            let fmt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
-            let key = (
-                trace_name.clone(),
-                reference_name(policy.name()).to_string(),
-                tune.clone(),
-                seed.to_string(),
-            );
-            let theirs = published
-                .get(&key)
-                .map(|(a, b)| format!("{a}, {b}"))
-                .unwrap_or_else(|| "-".into());
-            say!(
-                "{:<15} {seed:>4}  {:>7}  {placed:>6}  {:>6}  {:>10}  {:>10}  {theirs}",
-                policy.name(),
-                r.outcomes.len(),
-                r.outcomes.len() - placed,
-                fmt(allocated_at(&curve, 100)),
-                fmt(allocated_at(&curve, top))
-            )?;
-            if let Some(dir) = &args.out {
-                write_outputs(dir, policy.name(), seed, &r, &curve)?;
+        .collect();
+    let mut traces = Vec::new();
+    for name in &names {
+        let path = trace_path(name);
+        let (tasks, skipped) = read_tasks(&path, &nodes)?;
+        say!(
+            "{}: {} tasks on {} nodes ({} GPUs){}",
+            path.display(),
+            tasks.len(),
+            nodes.len(),
+            nodes.iter().map(|n| n.gpus).sum::<u32>(),
+            if skipped.total() > 0 {
+                format!("; skipped {skipped}")
+            } else {
+                String::new()
+            }
+        )?;
+        traces.push((trace_label(name), tasks));
+    }
+    let mut cells = Vec::new();
+    for trace in 0..traces.len() {
+        for &policy in &policies {
+            for &seed in &seeds {
+                cells.push(Cell {
+                    trace,
+                    policy,
+                    seed,
+                });
             }
         }
     }
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let started = std::time::Instant::now();
+    let done = run_cells(&cells, &nodes, &traces, args, threads)?;
+    report(args, &cells, &done, &traces, started.elapsed())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A run's allocation at the top arrival, ours and the published one.
+type OursAndTheirs = (Option<f64>, Option<f64>);
+
+fn fmt2(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// Prints the table and the means, and writes the files of `--out`.
+fn report(
+    args: &PackArgs,
+    cells: &[Cell],
+    done: &[Done],
+    traces: &[(String, Vec<TaskSpec>)],
+    took: std::time::Duration,
+) -> Result<()> {
+    let published = published();
+    let tune = format!("{}", args.tune);
+    let top = ((args.tune * 100.0).round() as u32).max(100);
+    let theirs = |c: &Cell| {
+        let key = (
+            traces[c.trace].0.clone(),
+            reference_name(c.policy).to_string(),
+            tune.clone(),
+            c.seed.to_string(),
+        );
+        published.get(&key).cloned()
+    };
+    say!(
+        "{:<12} {:<15} {:>4}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  published (100%, {top}%)",
+        "trace",
+        "policy",
+        "seed",
+        "arrived",
+        "placed",
+        "failed",
+        "alloc@100%",
+        format!("alloc@{top}%")
+    )?;
+    let mut table = String::from(
+        "trace,policy,seed,arrived,placed,failed,alloc_100,alloc_top,published_100,published_top\n",
+    );
+    let mut curves = String::from("trace,policy,seed,arrived_percent,allocated_percent\n");
+    // (trace, policy) → (ours at top, published at top) per seed.
+    let mut groups: BTreeMap<(usize, usize), Vec<OursAndTheirs>> = BTreeMap::new();
+    for (c, d) in cells.iter().zip(done) {
+        let pub_ = theirs(c);
+        let label = &traces[c.trace].0;
+        say!(
+            "{label:<12} {:<15} {:>4}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  {}",
+            c.policy,
+            c.seed,
+            d.arrived,
+            d.placed,
+            d.arrived - d.placed,
+            fmt2(d.at_100),
+            fmt2(d.at_top),
+            pub_.as_ref()
+                .map(|(a, b)| format!("{a}, {b}"))
+                .unwrap_or_else(|| "-".into())
+        )?;
+        let (p100, ptop) = pub_.clone().unwrap_or_default();
+        let _ = writeln!(
+            table,
+            "{label},{},{},{},{},{},{},{},{p100},{ptop}",
+            c.policy,
+            c.seed,
+            d.arrived,
+            d.placed,
+            d.arrived - d.placed,
+            fmt2(d.at_100),
+            fmt2(d.at_top)
+        );
+        for (r, v) in &d.curve {
+            let _ = writeln!(curves, "{label},{},{},{r},{v}", c.policy, c.seed);
+        }
+        let order = blox_share::policy::NAMES
+            .iter()
+            .position(|n| *n == c.policy)
+            .unwrap_or(0);
+        groups
+            .entry((c.trace, order))
+            .or_default()
+            .push((d.at_top, pub_.and_then(|(_, t)| t.parse().ok())));
+    }
+    let mut means =
+        String::from("trace,policy,seeds,mean_alloc_top,published_mean_top,difference\n");
+    let many = groups.values().any(|v| v.len() > 1);
+    if many {
+        say!(
+            "means over seeds at {top}% arrived: trace, policy, seeds, ours, published, difference"
+        )?;
+    }
+    for ((trace, order), v) in &groups {
+        let ours: Vec<f64> = v.iter().filter_map(|(o, _)| *o).collect();
+        let theirs: Vec<f64> = v.iter().filter_map(|(_, t)| *t).collect();
+        let mean = |x: &[f64]| {
+            (x.len() == v.len() && !x.is_empty()).then(|| x.iter().sum::<f64>() / x.len() as f64)
+        };
+        let (o, t) = (mean(&ours), mean(&theirs));
+        let diff = o
+            .zip(t)
+            .map(|(o, t)| format!("{:+.2}", o - t))
+            .unwrap_or_else(|| "-".into());
+        let policy = blox_share::policy::NAMES[*order];
+        let label = &traces[*trace].0;
+        if many {
+            say!(
+                "  {label:<12} {policy:<15} {:>3}  {:>6}  {:>6}  {diff}",
+                v.len(),
+                fmt2(o),
+                fmt2(t)
+            )?;
+        }
+        let _ = writeln!(
+            means,
+            "{label},{policy},{},{},{},{diff}",
+            v.len(),
+            fmt2(o),
+            fmt2(t)
+        );
+    }
+    say!("{} runs in {:.1} s", cells.len(), took.as_secs_f64())?;
+    let Some(dir) = &args.out else { return Ok(()) };
+    for (name, text) in [
+        ("pack.csv", &table),
+        ("means.csv", &means),
+        ("curves.csv", &curves),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+    }
+    plot(dir, cells, done, traces, top)
+}
+
+/// One chart per pod list: each policy's allocation curve, averaged over seeds.
+fn plot(
+    dir: &Path,
+    cells: &[Cell],
+    done: &[Done],
+    traces: &[(String, Vec<TaskSpec>)],
+    top: u32,
+) -> Result<()> {
+    for (t, (label, _)) in traces.iter().enumerate() {
+        let mut series = Vec::new();
+        for policy in blox_share::policy::NAMES {
+            let runs: Vec<&Done> = cells
+                .iter()
+                .zip(done)
+                .filter(|(c, _)| c.trace == t && c.policy == policy)
+                .map(|(_, d)| d)
+                .collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let mut pts = Vec::new();
+            for r in 0..=top {
+                let vals: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|d| allocated_at(&d.curve, r))
+                    .collect();
+                if vals.len() == runs.len() {
+                    pts.push((r as f64, vals.iter().sum::<f64>() / vals.len() as f64));
+                }
+            }
+            series.push((policy.to_string(), pts));
+        }
+        let path = dir.join(format!("allocation-{label}.svg"));
+        blox_sim::report::plots::line_chart_scaled(
+            &path,
+            &format!("GPU allocation, openb {label}"),
+            "arrived GPU demand (% of capacity)",
+            "allocated GPUs (% of capacity)",
+            &series,
+            false,
+            false,
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }

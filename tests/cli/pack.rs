@@ -10,31 +10,42 @@ fn pack_reports_the_published_allocation_and_writes_placements() {
         "pack",
         "--policy",
         "best-fit,gpu-packing",
+        "--seed",
+        "42-43",
         "--out",
         out.to_str().unwrap(),
+        "--placements",
     ]);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     // Ours beside the authors' published figures for the same seed.
-    assert!(
-        t.contains(
-            "best-fit          42    10866    8190    2676       92.94       93.13  92.94, 93.13"
-        ),
-        "{t}"
-    );
-    assert!(
-        t.contains(
-            "gpu-packing       42    10866    8072    2794       91.37       91.57  91.37, 91.57"
-        ),
-        "{t}"
-    );
-    let placements = std::fs::read_to_string(out.join("best-fit-42-placements.csv")).unwrap();
+    for row in [
+        "best-fit          42    10866    8190    2676       92.94       93.13  92.94, 93.13",
+        "gpu-packing       42    10866    8072    2794       91.37       91.57  91.37, 91.57",
+        // The means over the seeds, ours and the published ones.
+        "default      best-fit          2   93.19   93.19  +0.00",
+    ] {
+        assert!(t.contains(row), "{row}\n{t}");
+    }
+    let placements =
+        std::fs::read_to_string(out.join("default-best-fit-42-placements.csv")).unwrap();
     assert_eq!(placements.lines().count(), 10_867);
     assert!(
         placements.starts_with("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli\n")
     );
-    let curve = std::fs::read_to_string(out.join("best-fit-42-curve.csv")).unwrap();
-    assert!(curve.lines().any(|l| l == "130,93.13"), "{curve}");
+    let curves = std::fs::read_to_string(out.join("curves.csv")).unwrap();
+    assert!(
+        curves.lines().any(|l| l == "default,best-fit,42,130,93.13"),
+        "{curves}"
+    );
+    let table = std::fs::read_to_string(out.join("pack.csv")).unwrap();
+    assert!(
+        table.contains("default,gpu-packing,43,10793,8123,2670,91.78,92.06,91.78,92.06"),
+        "{table}"
+    );
+    assert!(
+        out.join("allocation-default.svg").exists() && out.join("allocation-default.png").exists()
+    );
 }
 
 #[test]
@@ -45,6 +56,9 @@ fn pack_names_a_bad_policy_row_or_file() {
         !o.status.success() && t.contains("unknown policy `tightest`") && t.contains("best-fit"),
         "{t}"
     );
+    let o = blox(&["pack", "--seed", "51-42"]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("--seed `51-42`"), "{t}");
 
     let dir = tempdir("pack-bad");
     let pods = write(
