@@ -104,7 +104,14 @@ impl TargetWorkload {
     /// The node's expected fragment: free GPU thousandths that each task
     /// type could not use, weighted by the type's frequency.
     pub fn node_frag(&self, cpu_left: i64, gpu_left: &[u32], model: &str) -> f64 {
-        // Q1 lack both, Q2 lack GPU, Q3 satisfied, Q4 lack CPU, XL, XR, no access.
+        sum_except_q3(&self.node_parts(cpu_left, gpu_left, model))
+    }
+
+    /// The node's free GPU thousandths by the paper's classes (Fig. 5), each
+    /// weighted by the task types' frequencies: [`Q1_LACK_BOTH`], Q2 lack
+    /// GPU, [`Q3_SATISFIED`], Q4 lack CPU, XL (a CPU task fits), XR (it does
+    /// not), no access (the model is not allowed). All but Q3 are fragments.
+    pub fn node_parts(&self, cpu_left: i64, gpu_left: &[u32], model: &str) -> [f64; 7] {
         let mut data = [0.0f64; 7];
         let total: i64 = gpu_left.iter().map(|&m| m as i64).sum();
         for (shape, f) in &self.types {
@@ -140,19 +147,29 @@ impl TargetWorkload {
                 data[q] += f * total as f64;
             }
         }
-        let mut out = 0.0;
-        for (q, v) in data.iter().enumerate() {
-            if q != 2 {
-                out += v;
-            }
-        }
-        out
+        data
     }
 
     /// [`Self::node_frag`] of a node's current state.
     pub fn frag_of(&self, node: &NodeState) -> f64 {
         self.node_frag(node.cpu_left, &node.gpu_left, &node.model)
     }
+}
+
+/// The first class of [`TargetWorkload::node_parts`]; the rest follow in order.
+pub const Q1_LACK_BOTH: usize = 0;
+/// The class whose share is usable: not a fragment.
+pub const Q3_SATISFIED: usize = 2;
+
+/// The fragment of a class vector: every class but Q3, summed in order.
+pub fn sum_except_q3(data: &[f64; 7]) -> f64 {
+    let mut out = 0.0;
+    for (q, v) in data.iter().enumerate() {
+        if q != Q3_SATISFIED {
+            out += v;
+        }
+    }
+    out
 }
 
 /// Whether `num_gpu` of the GPUs each have the shape's share free.

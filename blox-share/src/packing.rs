@@ -14,7 +14,7 @@
 //! per task, the scheduler's `rand.Intn(100)` and, for a task that fails,
 //! `rand.Int31n(nodes)` of its preemption step.
 
-use crate::frag::TargetWorkload;
+use crate::frag::{sum_except_q3, TargetWorkload};
 use crate::gorand::GoRand;
 use crate::node::NodeState;
 use crate::openb::{NodeSpec, TaskSpec, GPU_MILLI};
@@ -46,7 +46,7 @@ impl Default for PackingSetup {
 }
 
 /// What happened to one task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     /// The task's name (copies made by the inflation end in `-tuned-<i>`).
     pub task: String,
@@ -60,6 +60,51 @@ pub struct Outcome {
     pub arrived_milli: i64,
     /// GPU thousandths allocated after this task.
     pub used_milli: i64,
+    /// The cluster's fragmented GPU thousandths after this task (the
+    /// paper's fragment amount against the target workload).
+    pub frag_milli: f64,
+    /// That as a percentage of the free GPU thousandths.
+    pub frag_percent: f64,
+}
+
+/// The cluster's fragment amount and ratio, summed node by node in the
+/// order of their ranked names (as the reference lists them) and class by
+/// class.
+struct FragReport {
+    parts: Vec<[f64; 7]>,
+    order: Vec<usize>,
+}
+
+impl FragReport {
+    fn new(nodes: &[NodeState], ranked_names: &[String], target: &TargetWorkload) -> Self {
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by(|&a, &b| ranked_names[a].cmp(&ranked_names[b]));
+        let parts = nodes
+            .iter()
+            .map(|n| target.node_parts(n.cpu_left, &n.gpu_left, &n.model))
+            .collect();
+        FragReport { parts, order }
+    }
+
+    fn update(&mut self, node: usize, state: &NodeState, target: &TargetWorkload) {
+        self.parts[node] = target.node_parts(state.cpu_left, &state.gpu_left, &state.model);
+    }
+
+    /// (fragment amount, its percentage of the free GPU thousandths).
+    fn now(&self) -> (f64, f64) {
+        let mut cluster = [0.0f64; 7];
+        for &n in &self.order {
+            for (c, p) in cluster.iter_mut().zip(&self.parts[n]) {
+                *c += p;
+            }
+        }
+        let frag = sum_except_q3(&cluster);
+        let mut idle = 0.0;
+        for v in &cluster {
+            idle += v;
+        }
+        (frag, if idle > 0.0 { 100.0 * frag / idle } else { 0.0 })
+    }
 }
 
 /// A finished packing run.
@@ -163,6 +208,7 @@ pub fn run(
         .zip(&prefix)
         .map(|(s, p)| format!("{p:04}-{}", s.name))
         .collect();
+    let mut report = FragReport::new(&nodes, &ranked_names, &target);
     let mut outcomes = Vec::with_capacity(list.len());
     let (mut arrived, mut used) = (0i64, 0i64);
     let mut feasible = Vec::new();
@@ -214,7 +260,9 @@ pub fn run(
                     why: e.to_string(),
                 })?;
             used += task.total_gpu_milli();
+            report.update(n, &nodes[n], &target);
         }
+        let (frag_milli, frag_percent) = report.now();
         outcomes.push(Outcome {
             task: task.name.clone(),
             node: chosen,
@@ -222,6 +270,8 @@ pub fn run(
             gpu_milli: task.gpu_milli,
             arrived_milli: arrived,
             used_milli: used,
+            frag_milli,
+            frag_percent,
         });
     }
     Ok(PackingRun {

@@ -13,8 +13,8 @@ fn data() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../data/openb")
 }
 
-/// (event, task, node, gpus) rows of a reference file.
-fn reference(file: &str) -> Vec<(String, String, String)> {
+/// (task, node, gpus, fragment amount) of each row of a reference file.
+fn reference(file: &str) -> Vec<(String, String, String, String)> {
     let f = std::fs::File::open(data().join("reference").join(file)).unwrap();
     let lines = std::io::BufReader::new(flate2::read::GzDecoder::new(f)).lines();
     lines
@@ -22,7 +22,8 @@ fn reference(file: &str) -> Vec<(String, String, String)> {
         .map(|l| {
             let l = l.unwrap();
             let v: Vec<&str> = l.split(',').collect();
-            (v[1].to_string(), v[2].to_string(), v[3].to_string())
+            let frag = v.get(4).map(|f| f.to_string()).unwrap_or_default();
+            (v[1].to_string(), v[2].to_string(), v[3].to_string(), frag)
         })
         .collect()
 }
@@ -47,7 +48,8 @@ fn check(trace: &str, policy: &str, seed: i64) {
     ));
     assert_eq!(ours.outcomes.len(), theirs.len(), "tasks arriving");
     let mut differ = Vec::new();
-    for (i, (o, (task, node, gpus))) in ours.outcomes.iter().zip(&theirs).enumerate() {
+    let mut frag_differs: Vec<String> = Vec::new();
+    for (i, (o, (task, node, gpus, frag))) in ours.outcomes.iter().zip(&theirs).enumerate() {
         assert_eq!(&o.task, task, "arrival {i}");
         let our_node = o.node.map(|n| ours.nodes[n].clone()).unwrap_or_default();
         let our_gpus = o
@@ -61,6 +63,12 @@ fn check(trace: &str, policy: &str, seed: i64) {
                 "{i} {task}: ours {our_node} [{our_gpus}], reference {node} [{gpus}]"
             ));
         }
+        // The cluster's fragment amount after the task, as the reference
+        // prints it (%.2f).
+        let our_frag = format!("{:.2}", o.frag_milli);
+        if &our_frag != frag {
+            frag_differs.push(format!("{i} {task}: ours {our_frag}, reference {frag}"));
+        }
     }
     assert!(
         differ.is_empty(),
@@ -68,6 +76,12 @@ fn check(trace: &str, policy: &str, seed: i64) {
         differ.len(),
         theirs.len(),
         &differ[..differ.len().min(5)]
+    );
+    assert!(
+        frag_differs.is_empty(),
+        "{} fragment amounts differ; first: {:?}",
+        frag_differs.len(),
+        &frag_differs[..frag_differs.len().min(5)]
     );
 }
 

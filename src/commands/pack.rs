@@ -118,22 +118,28 @@ struct Done {
     placed: usize,
     at_100: Option<f64>,
     at_top: Option<f64>,
+    /// The fragment ratio after the last task, percent.
+    frag_end: f64,
     curve: Vec<(u32, f64)>,
 }
 
 fn placements_csv(r: &PackingRun) -> String {
-    let mut f = String::from("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli\n");
+    let mut f = String::from(
+        "event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent\n",
+    );
     for (i, o) in r.outcomes.iter().enumerate() {
         let node = o.node.map(|n| r.nodes[n].as_str()).unwrap_or("");
         let gpus: Vec<String> = o.gpus.iter().map(u32::to_string).collect();
         let _ = writeln!(
             f,
-            "{i},{},{node},{},{},{},{}",
+            "{i},{},{node},{},{},{},{},{:.2},{:.2}",
             o.task,
             gpus.join("-"),
             o.gpu_milli,
             o.arrived_milli,
-            o.used_milli
+            o.used_milli,
+            o.frag_milli,
+            o.frag_percent
         );
     }
     f
@@ -186,6 +192,7 @@ fn run_cells(
                         placed: r.outcomes.iter().filter(|o| o.node.is_some()).count(),
                         at_100: allocated_at(&curve, 100),
                         at_top: allocated_at(&curve, top),
+                        frag_end: r.outcomes.last().map(|o| o.frag_percent).unwrap_or(0.0),
                         curve,
                     })
                 })();
@@ -339,7 +346,7 @@ fn report(
         format!("alloc@{top}%")
     )?;
     let mut table = String::from(
-        "trace,policy,seed,arrived,placed,failed,alloc_100,alloc_top,published_100,published_top\n",
+        "trace,policy,seed,arrived,placed,failed,alloc_100,alloc_top,published_100,published_top,frag_percent_end\n",
     );
     let mut curves = String::from("trace,policy,seed,arrived_percent,allocated_percent\n");
     // (trace, policy) → (ours at top, published at top) per seed.
@@ -363,14 +370,15 @@ fn report(
         let (p100, ptop) = pub_.clone().unwrap_or_default();
         let _ = writeln!(
             table,
-            "{label},{},{},{},{},{},{},{},{p100},{ptop}",
+            "{label},{},{},{},{},{},{},{},{p100},{ptop},{:.2}",
             c.policy,
             c.seed,
             d.arrived,
             d.placed,
             d.arrived - d.placed,
             fmt2(d.at_100),
-            fmt2(d.at_top)
+            fmt2(d.at_top),
+            d.frag_end
         );
         for (r, v) in &d.curve {
             let _ = writeln!(curves, "{label},{},{},{r},{v}", c.policy, c.seed);

@@ -31,7 +31,7 @@ fn pack_reports_the_published_allocation_and_writes_placements() {
         std::fs::read_to_string(out.join("default-best-fit-42-placements.csv")).unwrap();
     assert_eq!(placements.lines().count(), 10_867);
     assert!(
-        placements.starts_with("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli\n")
+        placements.starts_with("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent\n")
     );
     let curves = std::fs::read_to_string(out.join("curves.csv")).unwrap();
     assert!(
@@ -40,7 +40,7 @@ fn pack_reports_the_published_allocation_and_writes_placements() {
     );
     let table = std::fs::read_to_string(out.join("pack.csv")).unwrap();
     assert!(
-        table.contains("default,gpu-packing,43,10793,8123,2670,91.78,92.06,91.78,92.06"),
+        table.contains("default,gpu-packing,43,10793,8123,2670,91.78,92.06,91.78,92.06,"),
         "{table}"
     );
     assert!(

@@ -8,7 +8,9 @@ EXPDIR is an experiment folder its run scripts write
 task's node (`pod(ns/name) is scheduled to node(NNNN-name)`) or its failure;
 the exported pod snapshot (`snapshot/ds01/InitSchedule/pod-snapshot.csv`)
 gives its GPU indices. Columns: event (arrival order, from 0), task, node
-(without the NNNN- prefix; empty if it failed), gpus (dash-joined indices).
+(without the NNNN- prefix; empty if it failed), gpus (dash-joined indices),
+frag (the cluster's fragment amount after the event, the log's "(origin)"
+report, as printed).
 """
 import csv, glob, os, re, sys
 
@@ -17,13 +19,14 @@ log = glob.glob(os.path.join(expdir, "log-*.log"))[0]
 attempt = re.compile(r"\[(\d+)\] attempt to create pod\([^/]+/([^)]+)\)")
 placed = re.compile(r"pod\([^/]+/([^)]+)\) is scheduled to node\(([^)]+)\)")
 failed = re.compile(r"\[(\d+)\] failed to schedule pod\([^/]+/([^)]+)\)")
+frag = re.compile(r"\[Report\]; Frag amount: ([0-9.]+); .*\(origin\)")
 events = []
 for line in open(log):
     if "level=info msg=" not in line:
         continue
     m = attempt.search(line)
     if m:
-        events.append([int(m.group(1)), m.group(2), None])
+        events.append([int(m.group(1)), m.group(2), None, None])
         continue
     m = placed.search(line)
     if m:
@@ -34,12 +37,16 @@ for line in open(log):
     if m:
         assert events and events[-1][1] == m.group(2), line
         events[-1][2] = ""
+        continue
+    m = frag.search(line)
+    if m and events and events[-1][3] is None:
+        events[-1][3] = m.group(1)
 gpus = {}
 snap = os.path.join(expdir, "snapshot", "ds01", "InitSchedule", "pod-snapshot.csv")
 for row in csv.DictReader(open(snap)):
     gpus[row["pod"]] = row["gpu_index"]
 out = csv.writer(sys.stdout, lineterminator="\n")
-out.writerow(["event", "task", "node", "gpus"])
-for i, (n, task, node) in enumerate(events):
-    assert n == i and node is not None, (n, task)
-    out.writerow([n, task, node, gpus.get(task, "") if node else ""])
+out.writerow(["event", "task", "node", "gpus", "frag"])
+for i, (n, task, node, amount) in enumerate(events):
+    assert n == i and node is not None and amount is not None, (n, task)
+    out.writerow([n, task, node, gpus.get(task, "") if node else "", amount])
