@@ -13,4 +13,5 @@ pub mod gorand;
 pub mod node;
 pub mod openb;
 pub mod packing;
+pub mod placer;
 pub mod policy;

@@ -14,11 +14,12 @@
 //! per task, the scheduler's `rand.Intn(100)` and, for a task that fails,
 //! `rand.Int31n(nodes)` of its preemption step.
 
-use crate::frag::{sum_except_q3, TargetWorkload};
+use crate::frag::TargetWorkload;
 use crate::gorand::GoRand;
 use crate::node::NodeState;
 use crate::openb::{NodeSpec, TaskSpec, GPU_MILLI};
-use crate::policy::{Context, SharePolicy};
+use crate::placer::Placer;
+use crate::policy::SharePolicy;
 
 /// How a packing run is set up.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,46 +66,6 @@ pub struct Outcome {
     pub frag_milli: f64,
     /// That as a percentage of the free GPU thousandths.
     pub frag_percent: f64,
-}
-
-/// The cluster's fragment amount and ratio, summed node by node in the
-/// order of their ranked names (as the reference lists them) and class by
-/// class.
-struct FragReport {
-    parts: Vec<[f64; 7]>,
-    order: Vec<usize>,
-}
-
-impl FragReport {
-    fn new(nodes: &[NodeState], ranked_names: &[String], target: &TargetWorkload) -> Self {
-        let mut order: Vec<usize> = (0..nodes.len()).collect();
-        order.sort_by(|&a, &b| ranked_names[a].cmp(&ranked_names[b]));
-        let parts = nodes
-            .iter()
-            .map(|n| target.node_parts(n.cpu_left, &n.gpu_left, &n.model))
-            .collect();
-        FragReport { parts, order }
-    }
-
-    fn update(&mut self, node: usize, state: &NodeState, target: &TargetWorkload) {
-        self.parts[node] = target.node_parts(state.cpu_left, &state.gpu_left, &state.model);
-    }
-
-    /// (fragment amount, its percentage of the free GPU thousandths).
-    fn now(&self) -> (f64, f64) {
-        let mut cluster = [0.0f64; 7];
-        for &n in &self.order {
-            for (c, p) in cluster.iter_mut().zip(&self.parts[n]) {
-                *c += p;
-            }
-        }
-        let frag = sum_except_q3(&cluster);
-        let mut idle = 0.0;
-        for v in &cluster {
-            idle += v;
-        }
-        (frag, if idle > 0.0 { 100.0 * frag / idle } else { 0.0 })
-    }
 }
 
 /// A finished packing run.
@@ -192,80 +153,22 @@ pub fn run(
     policy: &mut dyn SharePolicy,
     setup: &PackingSetup,
 ) -> Result<PackingRun, PackingError> {
-    let target = TargetWorkload::popular(tasks, setup.popular_percent);
-    let mut specs: Vec<&NodeSpec> = node_specs.iter().collect();
-    specs.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut nodes: Vec<NodeState> = specs.iter().map(|s| NodeState::new(s)).collect();
-    let total_gpus: u32 = specs.iter().map(|s| s.gpus).sum();
-    let mut rng = GoRand::new(setup.seed);
-    let list = arrivals(tasks, total_gpus as i64 * GPU_MILLI as i64, setup, &mut rng)?;
-    for _ in 0..10 {
-        rng.float64();
-    }
-    let prefix = rng.perm(nodes.len());
-    let ranked_names: Vec<String> = specs
-        .iter()
-        .zip(&prefix)
-        .map(|(s, p)| format!("{p:04}-{}", s.name))
-        .collect();
-    let mut report = FragReport::new(&nodes, &ranked_names, &target);
+    let (list, mut placer) = start(node_specs, tasks, policy, setup)?;
     let mut outcomes = Vec::with_capacity(list.len());
     let (mut arrived, mut used) = (0i64, 0i64);
-    let mut feasible = Vec::new();
     for task in &list {
         arrived += task.total_gpu_milli();
-        rng.intn(100);
-        feasible.clear();
-        feasible.extend((0..nodes.len()).filter(|&n| nodes[n].fits(task)));
-        let chosen = match feasible.len() {
-            0 => {
-                rng.int31n(nodes.len().max(1) as i32);
-                None
-            }
-            1 => Some(feasible[0]),
-            _ => {
-                let mut cx = Context {
-                    nodes: &nodes,
-                    target: &target,
-                    rng: &mut rng,
-                };
-                let scores = policy.scores(task, &feasible, &mut cx);
-                let mut best = 0;
-                for k in 1..feasible.len() {
-                    let (s, b) = (scores[k], scores[best]);
-                    if s > b || (s == b && ranked_names[feasible[k]] < ranked_names[feasible[best]])
-                    {
-                        best = k;
-                    }
-                }
-                Some(feasible[best])
-            }
-        };
-        let mut gpus = Vec::new();
-        if let Some(n) = chosen {
-            if task.gpu_milli > 0 && task.num_gpu > 0 {
-                let mut cx = Context {
-                    nodes: &nodes,
-                    target: &target,
-                    rng: &mut rng,
-                };
-                gpus = policy.gpus(task, n, &mut cx);
-                gpus.sort_unstable();
-            }
-            nodes[n]
-                .take(task, &gpus)
-                .map_err(|e| PackingError::Invalid {
-                    policy: policy.name().to_string(),
-                    task: task.name.clone(),
-                    why: e.to_string(),
-                })?;
+        let placed = placer.place(task)?;
+        if placed.is_some() {
             used += task.total_gpu_milli();
-            report.update(n, &nodes[n], &target);
         }
-        let (frag_milli, frag_percent) = report.now();
+        let (frag_milli, frag_percent) = placer.frag();
+        let (node, gpus) = placed
+            .map(|(n, g)| (Some(n), g))
+            .unwrap_or((None, Vec::new()));
         outcomes.push(Outcome {
             task: task.name.clone(),
-            node: chosen,
+            node,
             gpus,
             gpu_milli: task.gpu_milli,
             arrived_milli: arrived,
@@ -275,10 +178,28 @@ pub fn run(
         });
     }
     Ok(PackingRun {
-        nodes: specs.iter().map(|s| s.name.clone()).collect(),
-        ranked_names,
+        total_gpus: placer.total_gpus(),
+        nodes: placer.node_names,
+        ranked_names: placer.ranked_names,
         outcomes,
-        total_gpus,
-        final_nodes: nodes,
+        final_nodes: placer.nodes,
     })
+}
+
+/// The arriving tasks and a placer, with Go's generator drawn as the
+/// reference draws it before the first task.
+pub(crate) fn start<'p>(
+    node_specs: &[NodeSpec],
+    tasks: &[TaskSpec],
+    policy: &'p mut dyn SharePolicy,
+    setup: &PackingSetup,
+) -> Result<(Vec<TaskSpec>, Placer<'p>), PackingError> {
+    let target = TargetWorkload::popular(tasks, setup.popular_percent);
+    let capacity: i64 = node_specs
+        .iter()
+        .map(|s| s.gpus as i64 * GPU_MILLI as i64)
+        .sum();
+    let mut rng = GoRand::new(setup.seed);
+    let list = arrivals(tasks, capacity, setup, &mut rng)?;
+    Ok((list, Placer::new(node_specs, target, rng, policy)))
 }
