@@ -513,7 +513,12 @@ pub struct PackArgs {
     /// Write `pack.csv`, `means.csv`, `curves.csv` and a plot per pod list here.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// With `--out`: also each run's per-task placements (`<trace>-<policy>-<seed>-placements.csv`).
+    /// With `--out`: also each run's per-task placements (`<trace>-<policy>-<seed>-placements.csv`,
+    /// or `-events.csv` with `--timed`).
     #[arg(long)]
     pub placements: bool,
+    /// Tasks arrive at their creation times and leave at their deletion times (the pod list
+    /// needs `creation_time`); prints the mean and peak allocation instead of the curve.
+    #[arg(long)]
+    pub timed: bool,
 }

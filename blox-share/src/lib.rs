@@ -15,3 +15,4 @@ pub mod openb;
 pub mod packing;
 pub mod placer;
 pub mod policy;
+pub mod timed;

@@ -359,6 +359,15 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
                 None | Some("") => Ok(None),
                 Some(_) => int(&row, c.unwrap(), n).map(Some),
             };
+            let (creation_s, deletion_s) = (
+                time(created, "creation_time")?,
+                time(deleted, "deletion_time")?,
+            );
+            if let (Some(c), Some(d)) = (creation_s, deletion_s) {
+                if d < c {
+                    return Err("`deletion_time` is before `creation_time`".to_string());
+                }
+            }
             Ok(TaskSpec {
                 name,
                 cpu_milli: int(&row, cpu, "cpu_milli")?,
@@ -366,8 +375,8 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
                 num_gpu: num_gpu as u32,
                 gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli as u32 },
                 gpu_models,
-                creation_s: time(created, "creation_time")?,
-                deletion_s: time(deleted, "deletion_time")?,
+                creation_s,
+                deletion_s,
             })
         })();
         match parsed {

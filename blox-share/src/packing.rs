@@ -89,6 +89,9 @@ pub enum PackingError {
     /// Nothing to tune: no GPU demand or no GPUs.
     #[error("cannot inflate the workload: {0}")]
     Tune(String),
+    /// The timed mode needs each task's creation time.
+    #[error("task `{0}` has no creation time: the timed mode needs the pod list's `creation_time` column")]
+    NoTimes(String),
     /// The policy chose GPUs the node cannot give.
     #[error("policy `{policy}` placed task `{task}` where it does not fit: {why}")]
     Invalid {

@@ -82,3 +82,42 @@ fn pack_names_a_bad_policy_row_or_file() {
         "{t}"
     );
 }
+
+#[test]
+fn pack_timed_runs_by_the_traces_own_times() {
+    let dir = tempdir("pack-timed");
+    let out = dir.join("out");
+    let o = blox(&[
+        "pack",
+        "--timed",
+        "--tune",
+        "0",
+        "--policy",
+        "fgd",
+        "--out",
+        out.to_str().unwrap(),
+        "--placements",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    // The default list's tasks are short: at most 1.06 % of the GPUs at once.
+    assert!(
+        t.contains(
+            "default      fgd               42     8152    8152       0       0.23%       1.06%"
+        ),
+        "{t}"
+    );
+    let events = std::fs::read_to_string(out.join("default-fgd-42-events.csv")).unwrap();
+    assert_eq!(events.lines().count(), 1 + 2 * 8152);
+    assert!(
+        events.lines().last().unwrap().contains(",leave,"),
+        "{events}"
+    );
+    // The multigpu lists have no times.
+    let o = blox(&["pack", "--timed", "--trace", "multigpu50"]);
+    let t = text(&o);
+    assert!(
+        !o.status.success() && t.contains("has no creation time"),
+        "{t}"
+    );
+}

@@ -1,5 +1,7 @@
 //! `blox pack`: the FGD paper's packing experiment on the openb trace.
 
+mod timed;
+
 use crate::cli::PackArgs;
 use crate::say;
 use anyhow::{bail, Context, Result};
@@ -113,14 +115,16 @@ struct Cell {
     seed: i64,
 }
 
-struct Done {
-    arrived: usize,
-    placed: usize,
-    at_100: Option<f64>,
-    at_top: Option<f64>,
+pub(crate) struct Done {
+    pub(crate) arrived: usize,
+    pub(crate) placed: usize,
+    pub(crate) at_100: Option<f64>,
+    pub(crate) at_top: Option<f64>,
     /// The fragment ratio after the last task, percent.
-    frag_end: f64,
-    curve: Vec<(u32, f64)>,
+    pub(crate) frag_end: f64,
+    pub(crate) curve: Vec<(u32, f64)>,
+    /// In the timed mode: mean and peak allocation, percent.
+    pub(crate) timed: Option<(f64, f64)>,
 }
 
 fn placements_csv(r: &PackingRun) -> String {
@@ -176,6 +180,9 @@ fn run_cells(
                         seed: cell.seed,
                         ..PackingSetup::default()
                     };
+                    if args.timed {
+                        return timed::one(nodes, trace, tasks, policy.as_mut(), &setup, args);
+                    }
                     let r = run(nodes, tasks, policy.as_mut(), &setup)
                         .with_context(|| format!("{trace}, {}, seed {}", cell.policy, cell.seed))?;
                     let curve = allocation_curve(&r.outcomes, r.total_gpus, top);
@@ -194,6 +201,7 @@ fn run_cells(
                         at_top: allocated_at(&curve, top),
                         frag_end: r.outcomes.last().map(|o| o.frag_percent).unwrap_or(0.0),
                         curve,
+                        timed: None,
                     })
                 })();
                 results.lock().expect("no panic holds it")[i] = Some(done);
@@ -301,9 +309,20 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
             .map(|n| n.get())
             .unwrap_or(1)
     });
+    if args.timed {
+        say!("timed mode: tasks arrive at their creation times and leave at their deletion times")?;
+    }
     let started = std::time::Instant::now();
     let done = run_cells(&cells, &nodes, &traces, args, threads)?;
-    report(args, &cells, &done, &traces, started.elapsed())?;
+    if args.timed {
+        let rows: Vec<_> = cells
+            .iter()
+            .map(|c| (traces[c.trace].0.as_str(), c.policy, c.seed))
+            .collect();
+        timed::report(args, &rows, &done, started.elapsed())?;
+    } else {
+        report(args, &cells, &done, &traces, started.elapsed())?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
