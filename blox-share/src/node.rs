@@ -183,3 +183,130 @@ impl NodeState {
         }
     }
 }
+
+/// Why no node takes the task: what it asks for, the nearest a node comes,
+/// and how many nodes each limit excludes (checked in the order the
+/// reference filters: task count, CPU, memory, GPU model, GPU share).
+pub fn why_no_node(nodes: &[NodeState], task: &TaskSpec) -> String {
+    let (mut full, mut cpu, mut mem, mut model) = (0usize, 0usize, 0usize, 0usize);
+    let wants_gpus = task.gpu_milli > 0 && task.num_gpu > 0;
+    let mut nearest: Option<u32> = None;
+    for n in nodes {
+        if n.tasks + 1 > MAX_TASKS {
+            full += 1;
+        } else if task.cpu_milli > n.cpu_left {
+            cpu += 1;
+        } else if task.memory_mib > n.memory_left {
+            mem += 1;
+        } else if wants_gpus && !task.allows_model(&n.model) {
+            model += 1;
+        } else if wants_gpus {
+            let best = if task.num_gpu == 1 {
+                n.gpu_left.iter().copied().max().unwrap_or(0)
+            } else {
+                n.gpus_fitting(task.gpu_milli) as u32
+            };
+            nearest = Some(nearest.map_or(best, |b| b.max(best)));
+        }
+    }
+    let models = if task.gpu_models.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", task.gpu_models.join("|"))
+    };
+    let mut why = if !wants_gpus {
+        format!(
+            "waiting for {:.2} cores and {} MiB",
+            task.cpu_milli as f64 / 1000.0,
+            task.memory_mib
+        )
+    } else if task.num_gpu == 1 {
+        let share = task.gpu_milli as f64 / GPU_MILLI as f64;
+        match nearest {
+            Some(b) => format!(
+                "waiting for {share:.2} of a GPU{models}: the largest free share on a node with its CPU and memory is {:.2}",
+                b as f64 / GPU_MILLI as f64
+            ),
+            None => format!("waiting for {share:.2} of a GPU{models}: no node has its CPU and memory"),
+        }
+    } else {
+        match nearest {
+            Some(b) => format!(
+                "waiting for {} whole GPUs{models}: at most {b} idle on a node with its CPU and memory",
+                task.num_gpu
+            ),
+            None => format!("waiting for {} whole GPUs{models}: no node has its CPU and memory", task.num_gpu),
+        }
+    };
+    let mut short = Vec::new();
+    for (count, what) in [
+        (cpu, "CPU"),
+        (mem, "memory"),
+        (model, "another GPU model"),
+        (full, "task limit"),
+    ] {
+        if count > 0 {
+            short.push(format!("{what}: {count}"));
+        }
+    }
+    if !short.is_empty() {
+        why.push_str(&format!(" (nodes excluded by {})", short.join(", ")));
+    }
+    why
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, cpu: i64, gpus: u32, model: &str) -> NodeState {
+        NodeState::new(&NodeSpec {
+            name: name.into(),
+            cpu_milli: cpu,
+            memory_mib: 4096,
+            gpus,
+            model: model.into(),
+        })
+    }
+
+    fn task(num_gpu: u32, gpu_milli: u32, models: &[&str]) -> TaskSpec {
+        TaskSpec {
+            name: "t".into(),
+            cpu_milli: 4000,
+            memory_mib: 1024,
+            num_gpu,
+            gpu_milli,
+            gpu_models: models.iter().map(|m| m.to_string()).collect(),
+            creation_s: None,
+            deletion_s: None,
+        }
+    }
+
+    #[test]
+    fn a_task_that_fits_nowhere_is_told_the_nearest_share_and_what_excludes_the_rest() {
+        let mut t4 = node("a", 8000, 2, "T4");
+        t4.gpu_left = vec![300, 0];
+        let v100 = node("b", 2000, 4, "V100");
+        let g2 = node("c", 8000, 8, "G2");
+        let nodes = [t4, v100, g2];
+        let share = task(1, 460, &["T4", "V100"]);
+        assert!(nodes.iter().all(|n| !n.fits(&share)));
+        assert_eq!(
+            why_no_node(&nodes, &share),
+            "waiting for 0.46 of a GPU (T4|V100): the largest free share on a node with its CPU and memory \
+             is 0.30 (nodes excluded by CPU: 1, another GPU model: 1)"
+        );
+        let whole = task(4, 1000, &["T4"]);
+        assert_eq!(
+            why_no_node(&nodes, &whole),
+            "waiting for 4 whole GPUs (T4): at most 0 idle on a node with its CPU and memory \
+             (nodes excluded by CPU: 1, another GPU model: 1)"
+        );
+        let mut cpu_only = task(0, 0, &[]);
+        cpu_only.cpu_milli = 16_000;
+        assert_eq!(
+            why_no_node(&nodes, &cpu_only),
+            "waiting for 16.00 cores and 1024 MiB (nodes excluded by CPU: 3)"
+        );
+    }
+}

@@ -66,6 +66,8 @@ pub struct Outcome {
     pub frag_milli: f64,
     /// That as a percentage of the free GPU thousandths.
     pub frag_percent: f64,
+    /// For a task that failed: why no node took it.
+    pub why: Option<String>,
 }
 
 /// A finished packing run.
@@ -162,9 +164,13 @@ pub fn run(
     for task in &list {
         arrived += task.total_gpu_milli();
         let placed = placer.place(task)?;
-        if placed.is_some() {
-            used += task.total_gpu_milli();
-        }
+        let why = match placed {
+            Some(_) => {
+                used += task.total_gpu_milli();
+                None
+            }
+            None => Some(placer.why_not(task)),
+        };
         let (frag_milli, frag_percent) = placer.frag();
         let (node, gpus) = placed
             .map(|(n, g)| (Some(n), g))
@@ -178,6 +184,7 @@ pub fn run(
             used_milli: used,
             frag_milli,
             frag_percent,
+            why,
         });
     }
     Ok(PackingRun {

@@ -164,6 +164,11 @@ impl<'p> Placer<'p> {
         Ok(Some((chosen, gpus)))
     }
 
+    /// Why no node takes the task now ([`crate::node::why_no_node`]).
+    pub fn why_not(&self, task: &TaskSpec) -> String {
+        crate::node::why_no_node(&self.nodes, task)
+    }
+
     /// Gives back what a placed task holds.
     pub fn remove(&mut self, task: &TaskSpec, node: usize, gpus: &[u32]) {
         self.nodes[node].give_back(task, gpus);

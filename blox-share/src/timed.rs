@@ -27,6 +27,8 @@ pub struct TimedEvent {
     pub used_milli: i64,
     /// The cluster's fragment ratio after the event, percent.
     pub frag_percent: f64,
+    /// For an arrival that failed: why no node took it.
+    pub why: Option<String>,
 }
 
 /// A finished timed run.
@@ -78,6 +80,7 @@ pub fn run_timed(
             area += used as f64 * (time - order[k - 1].0) as f64;
         }
         let task = &list[i];
+        let mut why = None;
         let (node, gpus) = if arrival {
             match placer.place(task)? {
                 Some((n, g)) => {
@@ -88,6 +91,7 @@ pub fn run_timed(
                 }
                 None => {
                     failed += 1;
+                    why = Some(placer.why_not(task));
                     (None, Vec::new())
                 }
             }
@@ -107,6 +111,7 @@ pub fn run_timed(
             gpus,
             used_milli: used,
             frag_percent: placer.frag().1,
+            why,
         });
     }
     let span = match (order.first(), order.last()) {

@@ -64,6 +64,7 @@ proptest! {
             for o in &r.outcomes {
                 let base = o.task.split("-tuned-").next().unwrap();
                 let t = by_name[base];
+                prop_assert_eq!(o.why.is_some(), o.node.is_none(), "{}: a reason exactly for a failure", name);
                 match o.node {
                     Some(n) => {
                         prop_assert!(state[n].fits(t), "{name}: {} placed on {} where it does not fit", o.task, r.nodes[n]);

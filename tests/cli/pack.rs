@@ -31,7 +31,19 @@ fn pack_reports_the_published_allocation_and_writes_placements() {
         std::fs::read_to_string(out.join("default-best-fit-42-placements.csv")).unwrap();
     assert_eq!(placements.lines().count(), 10_867);
     assert!(
-        placements.starts_with("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent\n")
+        placements.starts_with("event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent,why\n")
+    );
+    // A task that failed says why, quoted where the reason has commas.
+    let failed = placements.lines().find(|l| l.contains(",,,")).unwrap();
+    assert!(
+        failed.contains(",\"waiting for ") || failed.contains(",waiting for "),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("the largest free share")
+            || failed.contains("idle on a node")
+            || failed.contains("cores and"),
+        "{failed}"
     );
     let curves = std::fs::read_to_string(out.join("curves.csv")).unwrap();
     assert!(

@@ -127,23 +127,33 @@ pub(crate) struct Done {
     pub(crate) timed: Option<(f64, f64)>,
 }
 
+/// A CSV field, quoted when it needs it.
+pub(crate) fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
 fn placements_csv(r: &PackingRun) -> String {
     let mut f = String::from(
-        "event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent\n",
+        "event,task,node,gpus,gpu_milli,arrived_gpu_milli,used_gpu_milli,frag_gpu_milli,frag_percent,why\n",
     );
     for (i, o) in r.outcomes.iter().enumerate() {
         let node = o.node.map(|n| r.nodes[n].as_str()).unwrap_or("");
         let gpus: Vec<String> = o.gpus.iter().map(u32::to_string).collect();
         let _ = writeln!(
             f,
-            "{i},{},{node},{},{},{},{},{:.2},{:.2}",
+            "{i},{},{node},{},{},{},{},{:.2},{:.2},{}",
             o.task,
             gpus.join("-"),
             o.gpu_milli,
             o.arrived_milli,
             o.used_milli,
             o.frag_milli,
-            o.frag_percent
+            o.frag_percent,
+            csv_field(o.why.as_deref().unwrap_or(""))
         );
     }
     f

@@ -1,6 +1,6 @@
 //! `blox pack --timed`: the tasks by the trace's own creation and deletion times.
 
-use super::Done;
+use super::{csv_field, Done};
 use crate::cli::PackArgs;
 use crate::say;
 use anyhow::{Context, Result};
@@ -11,19 +11,20 @@ use blox_share::timed::{run_timed, TimedRun};
 use std::fmt::Write as _;
 
 fn events_csv(r: &TimedRun) -> String {
-    let mut f = String::from("time_s,event,task,node,gpus,used_gpu_milli,frag_percent\n");
+    let mut f = String::from("time_s,event,task,node,gpus,used_gpu_milli,frag_percent,why\n");
     for e in &r.events {
         let node = e.node.map(|n| r.nodes[n].as_str()).unwrap_or("");
         let gpus: Vec<String> = e.gpus.iter().map(u32::to_string).collect();
         let kind = if e.arrival { "arrive" } else { "leave" };
         let _ = writeln!(
             f,
-            "{},{kind},{},{node},{},{},{:.2}",
+            "{},{kind},{},{node},{},{},{:.2},{}",
             e.time_s,
             e.task,
             gpus.join("-"),
             e.used_milli,
-            e.frag_percent
+            e.frag_percent,
+            csv_field(e.why.as_deref().unwrap_or(""))
         );
     }
     f
