@@ -221,13 +221,20 @@ pub fn why_no_node(nodes: &[NodeState], task: &TaskSpec) -> String {
             task.memory_mib
         )
     } else if task.num_gpu == 1 {
-        let share = task.gpu_milli as f64 / GPU_MILLI as f64;
+        let ask = if task.gpu_milli == GPU_MILLI {
+            format!("a whole GPU{models}")
+        } else {
+            format!(
+                "{:.2} of a GPU{models}",
+                task.gpu_milli as f64 / GPU_MILLI as f64
+            )
+        };
         match nearest {
             Some(b) => format!(
-                "waiting for {share:.2} of a GPU{models}: the largest free share on a node with its CPU and memory is {:.2}",
+                "waiting for {ask}: the largest free share on a node with its CPU and memory is {:.2}",
                 b as f64 / GPU_MILLI as f64
             ),
-            None => format!("waiting for {share:.2} of a GPU{models}: no node has its CPU and memory"),
+            None => format!("waiting for {ask}: no node has its CPU and memory"),
         }
     } else {
         match nearest {
@@ -301,6 +308,11 @@ mod tests {
             why_no_node(&nodes, &whole),
             "waiting for 4 whole GPUs (T4): at most 0 idle on a node with its CPU and memory \
              (nodes excluded by CPU: 1, another GPU model: 1)"
+        );
+        assert_eq!(
+            why_no_node(&nodes, &task(1, 1000, &[])),
+            "waiting for a whole GPU: the largest free share on a node with its CPU and memory \
+             is 1.00 (nodes excluded by CPU: 1)"
         );
         let mut cpu_only = task(0, 0, &[]);
         cpu_only.cpu_milli = 16_000;
