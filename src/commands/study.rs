@@ -90,6 +90,12 @@ pub fn merge(dirs: &[std::path::PathBuf], out: &Path) -> Result<ExitCode> {
 
 /// `blox report DIR`.
 pub fn report(dir: &Path) -> Result<ExitCode> {
+    if super::pack::report::is_pack_dir(dir) {
+        for f in super::pack::report::report_dir(dir)? {
+            say!("wrote {}", f.display())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     for f in blox_sim::report::report_sweep(dir)? {
         say!("wrote {}", f.display())?;
     }

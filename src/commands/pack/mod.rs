@@ -1,5 +1,6 @@
 //! `blox pack`: the FGD paper's packing experiment on the openb trace.
 
+pub mod report;
 mod timed;
 
 use crate::cli::PackArgs;
@@ -468,52 +469,8 @@ fn report(
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| path.display().to_string())?;
     }
-    plot(dir, cells, done, traces, top)
-}
-
-/// One chart per pod list: each policy's allocation curve, averaged over seeds.
-fn plot(
-    dir: &Path,
-    cells: &[Cell],
-    done: &[Done],
-    traces: &[(String, Vec<TaskSpec>)],
-    top: u32,
-) -> Result<()> {
-    for (t, (label, _)) in traces.iter().enumerate() {
-        let mut series = Vec::new();
-        for policy in blox_share::policy::NAMES {
-            let runs: Vec<&Done> = cells
-                .iter()
-                .zip(done)
-                .filter(|(c, _)| c.trace == t && c.policy == policy)
-                .map(|(_, d)| d)
-                .collect();
-            if runs.is_empty() {
-                continue;
-            }
-            let mut pts = Vec::new();
-            for r in 0..=top {
-                let vals: Vec<f64> = runs
-                    .iter()
-                    .filter_map(|d| allocated_at(&d.curve, r))
-                    .collect();
-                if vals.len() == runs.len() {
-                    pts.push((r as f64, vals.iter().sum::<f64>() / vals.len() as f64));
-                }
-            }
-            series.push((policy.to_string(), pts));
-        }
-        let path = dir.join(format!("allocation-{label}.svg"));
-        blox_sim::report::plots::line_chart_scaled(
-            &path,
-            &format!("GPU allocation, openb {label}"),
-            "arrived GPU demand (% of capacity)",
-            "allocated GPUs (% of capacity)",
-            &series,
-            false,
-            false,
-        )
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    for f in report::report_dir(dir)? {
+        say!("wrote {}", f.display())?;
     }
     Ok(())
 }
