@@ -6,7 +6,7 @@
 //! needs the same numbers, so this is Go's algorithm: an additive lagged
 //! Fibonacci generator (length 607, tap 273) whose seeded state is the output
 //! of a Lehmer generator (multiplier 48,271 modulo 2³¹−1) XORed with fixed
-//! constants ([`crate::cooked`]). The derived draws (`Int31n`, `Intn`,
+//! constants (`cooked.rs`). The derived draws (`Int31n`, `Intn`,
 //! `Int63n`, `Float64`, `Perm`, `Shuffle`) follow Go 1.19's definitions,
 //! rejection loops included, so that each consumes the same number of steps.
 
