@@ -37,6 +37,12 @@ pub enum Command {
     /// openb trace's tasks arrive shuffled, inflated to `--tune` × the GPU
     /// capacity, and never leave; prints the allocation for each policy and
     /// seed beside the FGD authors' published figure.
+    ///
+    /// Columns: arrived tasks (inflation copies included), placed, failed, the
+    /// allocated share of GPU capacity (percent) when 100 % and the tune's share
+    /// of capacity have arrived, the published figures for the same run. `--out`
+    /// writes pack.csv, means.csv, curves.csv, a plot per pod list and
+    /// summary.md (blox-share/README.md lists their columns).
     Pack(PackArgs),
     /// Run policies × loads × seeds from a config's `[sweep]` section, or whole
     /// configs × workloads × loads × seeds from a file of `[[grid]]`s (resumable), in parallel.
@@ -504,9 +510,10 @@ pub struct PackArgs {
     /// Seeds of Go's generator (the reference's `-tuneseed`), comma-separated; `A-B` for a range.
     #[arg(long, value_delimiter = ',', default_value = "42")]
     pub seed: Vec<String>,
-    /// Arrived GPU demand as a multiple of the GPU capacity (0: the trace as it is).
-    #[arg(long, default_value_t = 1.3)]
-    pub tune: f64,
+    /// Arrived GPU demand as a multiple of the GPU capacity, at most 100 (0: the trace as
+    /// it is). Default 1.3, as the FGD paper's experiments; 0 with `--timed`.
+    #[arg(long)]
+    pub tune: Option<f64>,
     /// Worker threads (default: all cores); the results do not depend on it.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -521,4 +528,11 @@ pub struct PackArgs {
     /// needs `creation_time`); prints the mean and peak allocation instead of the curve.
     #[arg(long)]
     pub timed: bool,
+}
+
+impl PackArgs {
+    /// `--tune`, or its default: 1.3 for the packing experiment, 0 with `--timed`.
+    pub fn tune(&self) -> f64 {
+        self.tune.unwrap_or(if self.timed { 0.0 } else { 1.3 })
+    }
 }

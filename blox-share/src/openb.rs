@@ -57,6 +57,32 @@ impl TaskSpec {
         self.gpu_milli as i64 * self.num_gpu as i64
     }
 
+    /// Why the task cannot be placed by any policy, if so: a share of one
+    /// GPU is 1–1000 thousandths; several GPUs are whole ones (the
+    /// reference's scheduler stops on a share of several GPUs); a task with
+    /// GPUs asks for some of each.
+    pub fn check(&self) -> Result<(), String> {
+        if self.num_gpu == 0 {
+            if self.gpu_milli != 0 || !self.gpu_models.is_empty() {
+                return Err("a GPU share or model on a task with `num_gpu` 0".to_string());
+            }
+            return Ok(());
+        }
+        if self.gpu_milli == 0 {
+            return Err("`gpu_milli` is 0 on a task with GPUs".to_string());
+        }
+        if self.gpu_milli > GPU_MILLI {
+            return Err(format!("`gpu_milli` is over {GPU_MILLI} (one GPU)"));
+        }
+        if self.num_gpu > 1 && self.gpu_milli < GPU_MILLI {
+            return Err(
+                "`gpu_milli` under 1000 on a task of several GPUs (only one GPU can be shared)"
+                    .to_string(),
+            );
+        }
+        Ok(())
+    }
+
     /// Whether a node of this GPU model may host it.
     pub fn allows_model(&self, model: &str) -> bool {
         self.gpu_models.is_empty()
@@ -158,30 +184,46 @@ fn open(path: &Path) -> Result<Box<dyn BufRead>, ReadError> {
 struct Rows {
     path: String,
     columns: Vec<String>,
-    lines: std::io::Lines<Box<dyn BufRead>>,
+    reader: Box<dyn BufRead>,
     line: usize,
+}
+
+/// A row that is not UTF-8, skipped and counted like any unusable row.
+const NOT_UTF8: &str = "the row is not UTF-8";
+
+/// Reads one line without its end; `None` at the end of the file.
+fn read_line(reader: &mut dyn BufRead, path: &str) -> Result<Option<Vec<u8>>, ReadError> {
+    let mut buf = Vec::new();
+    let n = reader
+        .read_until(b'\n', &mut buf)
+        .map_err(|source| ReadError::Io {
+            path: path.to_string(),
+            source,
+        })?;
+    if n == 0 {
+        return Ok(None);
+    }
+    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        buf.pop();
+    }
+    Ok(Some(buf))
 }
 
 impl Rows {
     fn new(path: &Path) -> Result<Self, ReadError> {
-        let mut lines = open(path)?.lines();
+        let mut reader = open(path)?;
         let name = path.display().to_string();
-        let header = match lines.next() {
-            Some(h) => h.map_err(|source| ReadError::Io {
-                path: name.clone(),
-                source,
-            })?,
-            None => String::new(),
-        };
+        let header = read_line(reader.as_mut(), &name)?.unwrap_or_default();
+        let header = String::from_utf8_lossy(&header);
         let columns = header
-            .trim_end_matches('\r')
+            .trim_start_matches('\u{feff}')
             .split(',')
             .map(|c| c.trim().to_string())
             .collect();
         Ok(Rows {
             path: name,
             columns,
-            lines,
+            reader,
             line: 1,
         })
     }
@@ -201,25 +243,23 @@ impl Rows {
         self.columns.iter().position(|c| c == name)
     }
 
-    /// The next row's fields and line, `None` at the end.
-    fn next_row(&mut self) -> Result<Option<(usize, Vec<String>)>, ReadError> {
+    /// The next row's fields (or that it is not UTF-8) and its line, `None`
+    /// at the end.
+    #[allow(clippy::type_complexity)]
+    fn next_row(&mut self) -> Result<Option<(usize, Result<Vec<String>, String>)>, ReadError> {
         loop {
-            let Some(text) = self.lines.next() else {
+            let Some(bytes) = read_line(self.reader.as_mut(), &self.path)? else {
                 return Ok(None);
             };
             self.line += 1;
-            let text = text.map_err(|source| ReadError::Io {
-                path: self.path.clone(),
-                source,
-            })?;
-            let text = text.trim_end_matches('\r');
+            let Ok(text) = String::from_utf8(bytes) else {
+                return Ok(Some((self.line, Err(NOT_UTF8.to_string()))));
+            };
             if text.trim().is_empty() {
                 continue;
             }
-            return Ok(Some((
-                self.line,
-                text.split(',').map(|f| f.trim().to_string()).collect(),
-            )));
+            let fields = text.split(',').map(|f| f.trim().to_string()).collect();
+            return Ok(Some((self.line, Ok(fields))));
         }
     }
 }
@@ -256,7 +296,7 @@ pub fn read_nodes(path: &Path) -> Result<(Vec<NodeSpec>, Skipped), ReadError> {
     let mut skipped = Skipped::default();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     while let Some((line, row)) = rows.next_row()? {
-        let parsed = (|| {
+        let parsed = row.and_then(|row| {
             let name = field(&row, sn).to_string();
             if name.is_empty() {
                 return Err("`sn` is empty".to_string());
@@ -276,7 +316,7 @@ pub fn read_nodes(path: &Path) -> Result<(Vec<NodeSpec>, Skipped), ReadError> {
                 gpus: gpus as u32,
                 model,
             })
-        })();
+        });
         match parsed {
             Ok(node) => {
                 if let Some(&first) = seen.get(&node.name) {
@@ -328,12 +368,12 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
     let mut skipped = Skipped::default();
     let mut names = HashSet::new();
     while let Some((line, row)) = rows.next_row()? {
-        let parsed = (|| {
+        let parsed = row.and_then(|row| {
             let name = field(&row, name_c).to_string();
             if name.is_empty() {
                 return Err("`name` is empty".to_string());
             }
-            if !names.insert(name.clone()) {
+            if names.contains(&name) {
                 return Err("`name` repeats an earlier task".to_string());
             }
             let num_gpu = int(&row, num, "num_gpu")?;
@@ -368,7 +408,7 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
                     return Err("`deletion_time` is before `creation_time`".to_string());
                 }
             }
-            Ok(TaskSpec {
+            let task = TaskSpec {
                 name,
                 cpu_milli: int(&row, cpu, "cpu_milli")?,
                 memory_mib: int(&row, mem, "memory_mib")?,
@@ -377,10 +417,15 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
                 gpu_models,
                 creation_s,
                 deletion_s,
-            })
-        })();
+            };
+            task.check()?;
+            Ok(task)
+        });
         match parsed {
-            Ok(task) => tasks.push(task),
+            Ok(task) => {
+                names.insert(task.name.clone());
+                tasks.push(task)
+            }
             Err(reason) => skipped.add(reason, line),
         }
     }
@@ -479,5 +524,44 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("no usable row"), "{e}");
+    }
+
+    #[test]
+    fn a_bom_a_row_not_utf8_and_a_bad_row_before_a_good_one_of_the_same_name() {
+        let d = tempfile::tempdir().unwrap();
+        let (nodes, _) = read_nodes(&file(&d, "nodes.csv", NODES)).unwrap();
+        let mut bytes = "\u{feff}name,cpu_milli,memory_mib,num_gpu,gpu_milli\r\n"
+            .as_bytes()
+            .to_vec();
+        bytes.extend_from_slice(b"a,1000,1,1,-5\r\n");
+        bytes.extend_from_slice(b"x\xff\xfe,1000,1,1,500\r\n");
+        bytes.extend_from_slice(b"a,1000,1,1,500\r\n");
+        bytes.extend_from_slice(b"b,1000,1,2,500\r\n");
+        bytes.extend_from_slice(b"c,1000,1,1,0\r\n");
+        let p = d.path().join("pods.csv");
+        std::fs::write(&p, bytes).unwrap();
+        let (tasks, skipped) = read_tasks(&p, &nodes).unwrap();
+        // The bad `a` does not hide the good one after it.
+        assert_eq!(
+            tasks.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["a"]
+        );
+        let reasons: Vec<(&str, usize)> = skipped
+            .by_reason
+            .iter()
+            .map(|(r, (_, line))| (r.as_str(), *line))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("`gpu_milli` is 0 on a task with GPUs", 6),
+                ("`gpu_milli` is negative", 2),
+                (
+                    "`gpu_milli` under 1000 on a task of several GPUs (only one GPU can be shared)",
+                    5
+                ),
+                ("the row is not UTF-8", 3),
+            ]
+        );
     }
 }

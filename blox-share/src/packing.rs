@@ -91,6 +91,14 @@ pub enum PackingError {
     /// Nothing to tune: no GPU demand or no GPUs.
     #[error("cannot inflate the workload: {0}")]
     Tune(String),
+    /// A task no policy can place (see [`TaskSpec::check`]).
+    #[error("task `{task}`: {why}")]
+    BadTask {
+        /// The task.
+        task: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The timed mode needs each task's creation time.
     #[error("task `{0}` has no creation time: the timed mode needs the pod list's `creation_time` column")]
     NoTimes(String),
@@ -105,6 +113,9 @@ pub enum PackingError {
         why: String,
     },
 }
+
+/// The most copies of each task the inflation may add, on average.
+pub const MAX_INFLATION: usize = 100;
 
 /// The arriving tasks, in order, after the shuffle and the inflation.
 fn arrivals(
@@ -129,8 +140,18 @@ fn arrivals(
         }
         let target = setup.tune * capacity as f64;
         if (total as f64) < target {
+            // Copies beyond this many times the list mean a target no
+            // inflation of this list should reach (a tiny demand, a huge tune).
+            let most = sorted.len().saturating_mul(MAX_INFLATION);
             let mut i = 0;
             loop {
+                if i >= most {
+                    return Err(PackingError::Tune(format!(
+                        "{} × the GPU capacity needs more than {MAX_INFLATION} copies of each of the {} tasks (they ask for {total} GPU thousandths in all)",
+                        setup.tune,
+                        sorted.len()
+                    )));
+                }
                 let pick = &sorted[rng.intn(sorted.len())];
                 if (total + pick.gpu_milli as i64) as f64 > target {
                     break;
@@ -204,6 +225,18 @@ pub(crate) fn start<'p>(
     policy: &'p mut dyn SharePolicy,
     setup: &PackingSetup,
 ) -> Result<(Vec<TaskSpec>, Placer<'p>), PackingError> {
+    if let Some((t, why)) = tasks.iter().find_map(|t| t.check().err().map(|w| (t, w))) {
+        return Err(PackingError::BadTask {
+            task: t.name.clone(),
+            why,
+        });
+    }
+    if !(setup.tune >= 0.0 && setup.tune.is_finite()) {
+        return Err(PackingError::Tune(format!(
+            "the tune {} is not a finite multiple, 0 or more",
+            setup.tune
+        )));
+    }
     let target = TargetWorkload::popular(tasks, setup.popular_percent);
     let capacity: i64 = node_specs
         .iter()

@@ -4,7 +4,7 @@
 
 use blox_share::node::NodeState;
 use blox_share::openb::{NodeSpec, TaskSpec};
-use blox_share::packing::{run, PackingSetup};
+use blox_share::packing::{run, PackingError, PackingSetup};
 use blox_share::policy::{by_name, NAMES};
 use proptest::prelude::*;
 
@@ -52,7 +52,10 @@ proptest! {
             let r = match result {
                 Ok(r) => r,
                 Err(e) => {
-                    prop_assert!(tune > 0.0 && !has_gpu_demand, "{name}: {e}");
+                    // Only the inflation may refuse: nothing to inflate, or
+                    // more than 100 copies of each task needed.
+                    prop_assert!(tune > 0.0 && matches!(e, PackingError::Tune(_)), "{name}: {e}");
+                    prop_assert!(has_gpu_demand || e.to_string().contains("cannot inflate"), "{name}: {e}");
                     continue;
                 }
             };
@@ -82,4 +85,87 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_task_no_policy_can_place_is_refused_before_the_run() {
+    let nodes = [NodeSpec {
+        name: "n".into(),
+        cpu_milli: 8000,
+        memory_mib: 1000,
+        gpus: 2,
+        model: "T4".into(),
+    }];
+    let shares_of_two = TaskSpec {
+        name: "two-halves".into(),
+        cpu_milli: 1000,
+        memory_mib: 1,
+        num_gpu: 2,
+        gpu_milli: 500,
+        gpu_models: vec![],
+        creation_s: None,
+        deletion_s: None,
+    };
+    for name in NAMES {
+        let e = run(
+            &nodes,
+            std::slice::from_ref(&shares_of_two),
+            by_name(name).unwrap().as_mut(),
+            &PackingSetup::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, PackingError::BadTask { task, .. } if task == "two-halves"),
+            "{name}: {e}"
+        );
+        assert!(e.to_string().contains("several GPUs"), "{e}");
+    }
+}
+
+#[test]
+fn an_inflation_that_would_not_end_is_refused() {
+    let nodes = [NodeSpec {
+        name: "n".into(),
+        cpu_milli: 8000,
+        memory_mib: 1000,
+        gpus: 8,
+        model: "T4".into(),
+    }];
+    let tiny = TaskSpec {
+        name: "tiny".into(),
+        cpu_milli: 0,
+        memory_mib: 0,
+        num_gpu: 1,
+        gpu_milli: 1,
+        gpu_models: vec![],
+        creation_s: None,
+        deletion_s: None,
+    };
+    let e = run(
+        &nodes,
+        &[tiny],
+        by_name("fgd").unwrap().as_mut(),
+        &PackingSetup::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, PackingError::Tune(_)) && e.to_string().contains("100 copies"),
+        "{e}"
+    );
+    let huge = PackingSetup {
+        tune: 1e300,
+        ..PackingSetup::default()
+    };
+    let t = TaskSpec {
+        name: "t".into(),
+        cpu_milli: 1,
+        memory_mib: 1,
+        num_gpu: 1,
+        gpu_milli: 500,
+        gpu_models: vec![],
+        creation_s: None,
+        deletion_s: None,
+    };
+    let e = run(&nodes, &[t], by_name("fgd").unwrap().as_mut(), &huge).unwrap_err();
+    assert!(matches!(e, PackingError::Tune(_)), "{e}");
 }

@@ -133,3 +133,48 @@ fn pack_timed_runs_by_the_traces_own_times() {
         "{t}"
     );
 }
+
+#[test]
+fn a_failed_run_is_reported_and_the_others_are_kept() {
+    let dir = tempdir("pack-partial");
+    // One GPU thousandth in all: 1.3 x the capacity would need millions of copies.
+    let tiny = write(
+        &dir,
+        "tiny.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1,1,1\n",
+    );
+    let out = dir.join("out");
+    let o = blox(&[
+        "pack",
+        "--trace",
+        &format!("default,{}", tiny.to_str().unwrap()),
+        "--policy",
+        "best-fit",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("1 of 2 runs failed") && t.contains("100 copies of each"),
+        "{t}"
+    );
+    let table = std::fs::read_to_string(out.join("pack.csv")).unwrap();
+    assert!(
+        table.contains("default,best-fit,42,10866,8190,2676,92.94,93.13"),
+        "{table}"
+    );
+
+    for (args, says) in [
+        (vec!["pack", "--placements"], "give --out DIR too"),
+        (vec!["pack", "--tune", "1e300"], "from 0 to 100"),
+        (
+            vec!["pack", "--trace", "nosuch"],
+            "no bundled pod list `nosuch`",
+        ),
+    ] {
+        let o = blox(&args);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(says), "{args:?}: {t}");
+    }
+}

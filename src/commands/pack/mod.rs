@@ -16,6 +16,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+/// The highest `--tune` (100 × the GPU capacity).
+const MAX_TUNE: f64 = 100.0;
+
 /// The 17 pod lists of the FGD paper's experiments, as bundled.
 pub const ALL_TRACES: [&str; 17] = [
     "default",
@@ -48,13 +51,19 @@ fn data_dir() -> PathBuf {
 }
 
 /// A bundled pod list by name, or the path given.
-fn trace_path(trace: &str) -> PathBuf {
-    let bundled = data_dir().join(format!("openb_pod_list_{trace}.csv.gz"));
-    if !trace.contains('/') && !trace.contains('.') && bundled.exists() {
-        bundled
-    } else {
-        PathBuf::from(trace)
+fn trace_path(trace: &str) -> Result<PathBuf> {
+    if trace.contains('/') || trace.contains('.') {
+        return Ok(PathBuf::from(trace));
     }
+    let bundled = data_dir().join(format!("openb_pod_list_{trace}.csv.gz"));
+    if bundled.exists() {
+        return Ok(bundled);
+    }
+    bail!(
+        "no bundled pod list `{trace}` in {} (this binary looks next to the sources it was built from, then in ./data/openb); bundled: {}; or give a path",
+        data_dir().display(),
+        ALL_TRACES.join(", ")
+    )
 }
 
 /// The reference's folder name of each policy (`06-FGD`, …).
@@ -160,14 +169,24 @@ fn placements_csv(r: &PackingRun) -> String {
     f
 }
 
-/// Runs the cells on `threads` threads; results in cell order.
+/// The arrival percentage the table reports: the tune's, or where the
+/// trace as it is ends.
+fn top_of(tune: f64, r: &blox_share::packing::PackingRun) -> u32 {
+    if tune > 0.0 {
+        return (tune * 100.0).round() as u32;
+    }
+    let arrived = r.outcomes.last().map(|o| o.arrived_milli).unwrap_or(0);
+    (arrived as f64 / r.total_gpus.max(1) as f64 / 10.0).round_ties_even() as u32
+}
+
+/// Runs the cells on `threads` threads; each cell's result, in cell order.
 fn run_cells(
     cells: &[Cell],
     nodes: &[NodeSpec],
     traces: &[(String, Vec<TaskSpec>)],
     args: &PackArgs,
     threads: usize,
-) -> Result<Vec<Done>> {
+) -> Vec<Result<Done>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Done>>>> =
         Mutex::new((0..cells.len()).map(|_| None).collect());
@@ -176,9 +195,11 @@ fn run_cells(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let top = ((args.tune * 100.0).round() as u32).max(100);
+    let tune = args.tune();
+    // The curve runs to the tune's arrival or 100 %, whichever is higher.
+    let up_to = ((tune * 100.0).round() as u32).max(100);
     std::thread::scope(|s| {
-        for _ in 0..threads.max(1) {
+        for _ in 0..threads.clamp(1, cells.len().max(1)) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(cell) = cells.get(i) else { break };
@@ -187,7 +208,7 @@ fn run_cells(
                     let mut policy =
                         blox_share::policy::by_name(cell.policy).expect("checked names");
                     let setup = PackingSetup {
-                        tune: args.tune,
+                        tune,
                         seed: cell.seed,
                         ..PackingSetup::default()
                     };
@@ -196,7 +217,7 @@ fn run_cells(
                     }
                     let r = run(nodes, tasks, policy.as_mut(), &setup)
                         .with_context(|| format!("{trace}, {}, seed {}", cell.policy, cell.seed))?;
-                    let curve = allocation_curve(&r.outcomes, r.total_gpus, top);
+                    let curve = allocation_curve(&r.outcomes, r.total_gpus, up_to);
                     if let (Some(dir), true) = (&args.out, args.placements) {
                         let path = dir.join(format!(
                             "{trace}-{}-{}-placements.csv",
@@ -209,7 +230,7 @@ fn run_cells(
                         arrived: r.outcomes.len(),
                         placed: r.outcomes.iter().filter(|o| o.node.is_some()).count(),
                         at_100: allocated_at(&curve, 100),
-                        at_top: allocated_at(&curve, top),
+                        at_top: allocated_at(&curve, top_of(tune, &r)),
                         frag_end: r.outcomes.last().map(|o| o.frag_percent).unwrap_or(0.0),
                         curve,
                         timed: None,
@@ -225,7 +246,7 @@ fn run_cells(
         .into_inner()
         .expect("no panic holds it")
         .into_iter()
-        .map(|r| r.expect("every cell ran"))
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("the run did not finish"))))
         .collect()
 }
 
@@ -243,11 +264,12 @@ fn trace_label(trace: &str) -> String {
 
 /// Runs `blox pack`.
 pub fn pack(args: &PackArgs) -> Result<ExitCode> {
-    if !(args.tune >= 0.0 && args.tune.is_finite()) {
-        bail!(
-            "--tune {}: give a multiple of the GPU capacity, 0 or more",
-            args.tune
-        );
+    let tune = args.tune();
+    if !(0.0..=MAX_TUNE).contains(&tune) {
+        bail!("--tune {tune}: give a multiple of the GPU capacity from 0 to {MAX_TUNE}");
+    }
+    if args.placements && args.out.is_none() {
+        bail!("--placements writes files under --out: give --out DIR too");
     }
     let seeds = parse_seeds(&args.seed)?;
     let mut policies: Vec<&'static str> = Vec::new();
@@ -263,10 +285,19 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
             );
         }
     }
-    let nodes_path = args
-        .nodes
-        .clone()
-        .unwrap_or_else(|| data_dir().join("openb_node_list_gpu_node.csv"));
+    let nodes_path = match &args.nodes {
+        Some(p) => p.clone(),
+        None => {
+            let p = data_dir().join("openb_node_list_gpu_node.csv");
+            if !p.exists() {
+                bail!(
+                    "the bundled node list is not at {} (this binary looks next to the sources it was built from, then in ./data/openb): give --nodes FILE",
+                    p.display()
+                );
+            }
+            p
+        }
+    };
     let (nodes, skipped) = read_nodes(&nodes_path)?;
     if skipped.total() > 0 {
         say!("{}: skipped {}", nodes_path.display(), skipped)?;
@@ -284,7 +315,7 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
         .collect();
     let mut traces = Vec::new();
     for name in &names {
-        let path = trace_path(name);
+        let path = trace_path(name)?;
         let (tasks, skipped) = read_tasks(&path, &nodes)?;
         say!(
             "{}: {} tasks on {} nodes ({} GPUs){}",
@@ -298,6 +329,15 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
                 String::new()
             }
         )?;
+        if args.timed {
+            if let Some(t) = tasks.iter().find(|t| t.creation_s.is_none()) {
+                bail!(
+                    "{}: task `{}` has no creation time; --timed needs the `creation_time` column",
+                    path.display(),
+                    t.name
+                );
+            }
+        }
         traces.push((trace_label(name), tasks));
     }
     let mut cells = Vec::new();
@@ -324,15 +364,38 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
         say!("timed mode: tasks arrive at their creation times and leave at their deletion times")?;
     }
     let started = std::time::Instant::now();
-    let done = run_cells(&cells, &nodes, &traces, args, threads)?;
+    // A run that fails is reported; the others are kept and written.
+    let mut ok_cells = Vec::new();
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    let results = run_cells(&cells, &nodes, &traces, args, threads);
+    for (cell, result) in cells.into_iter().zip(results) {
+        match result {
+            Ok(d) => {
+                ok_cells.push(cell);
+                done.push(d);
+            }
+            Err(e) => failed.push(format!("{e:#}")),
+        }
+    }
     if args.timed {
-        let rows: Vec<_> = cells
+        let rows: Vec<_> = ok_cells
             .iter()
             .map(|c| (traces[c.trace].0.as_str(), c.policy, c.seed))
             .collect();
         timed::report(args, &rows, &done, started.elapsed())?;
     } else {
-        report(args, &cells, &done, &traces, started.elapsed())?;
+        report(args, &ok_cells, &done, &traces, started.elapsed())?;
+    }
+    if let Some(first) = failed.first() {
+        for f in &failed {
+            say!("failed: {f}")?;
+        }
+        bail!(
+            "{} of {} runs failed; first: {first}",
+            failed.len(),
+            failed.len() + done.len()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -353,8 +416,17 @@ fn report(
     took: std::time::Duration,
 ) -> Result<()> {
     let published = published();
-    let tune = format!("{}", args.tune);
-    let top = ((args.tune * 100.0).round() as u32).max(100);
+    let tune = format!("{}", args.tune());
+    let top = if args.tune() > 0.0 {
+        (args.tune() * 100.0).round() as u32
+    } else {
+        0
+    };
+    let top_label = if top > 0 {
+        format!("alloc@{top}%")
+    } else {
+        "alloc@end".to_string()
+    };
     let theirs = |c: &Cell| {
         let key = (
             traces[c.trace].0.clone(),
@@ -365,7 +437,7 @@ fn report(
         published.get(&key).cloned()
     };
     say!(
-        "{:<12} {:<15} {:>4}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  published (100%, {top}%)",
+        "{:<12} {:<15} {:>4}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  published (100%, {})",
         "trace",
         "policy",
         "seed",
@@ -373,7 +445,12 @@ fn report(
         "placed",
         "failed",
         "alloc@100%",
-        format!("alloc@{top}%")
+        top_label,
+        if top > 0 {
+            format!("{top}%")
+        } else {
+            "end".to_string()
+        }
     )?;
     let mut table = String::from(
         "trace,policy,seed,arrived,placed,failed,alloc_100,alloc_top,published_100,published_top,frag_percent_end\n",
@@ -427,7 +504,12 @@ fn report(
     let many = groups.values().any(|v| v.len() > 1);
     if many {
         say!(
-            "means over seeds at {top}% arrived: trace, policy, seeds, ours, published, difference"
+            "means over seeds at {} arrived: trace, policy, seeds, ours, published, difference",
+            if top > 0 {
+                format!("{top}%")
+            } else {
+                "the end".to_string()
+            }
         )?;
     }
     for ((trace, order), v) in &groups {
