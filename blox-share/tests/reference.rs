@@ -108,3 +108,8 @@ fn the_allocation_curve_is_the_published_one() {
     assert_eq!(blox_share::curve::allocated_at(&curve, 100), Some(95.14));
     assert_eq!(blox_share::curve::allocated_at(&curve, 130), Some(95.29));
 }
+
+#[test]
+fn best_fit_on_the_default_trace_places_every_task_as_the_reference() {
+    check("default", "best-fit", 42);
+}
