@@ -178,3 +178,15 @@ fn a_failed_run_is_reported_and_the_others_are_kept() {
         assert!(!o.status.success() && t.contains(says), "{args:?}: {t}");
     }
 }
+
+#[test]
+fn fgd_exact_is_a_variant_with_no_published_figure() {
+    let o = blox(&["pack", "--policy", "fgd-exact"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let row = t
+        .lines()
+        .find(|l| l.starts_with("default      fgd-exact"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(row.trim_end().ends_with(" -"), "{row}");
+}

@@ -3,6 +3,10 @@
 //! grows least. A share of one GPU tries each GPU that fits; whole GPUs take
 //! the first idle ones. The score is sigmoid(Δfrag / 1000) as an integer
 //! percentage, so nearby gradients tie and the node order decides.
+//!
+//! `fgd-exact` is the paper's rule without that rounding: the least growth
+//! of fragmentation wins outright (to a millionth of a GPU thousandth), kept
+//! to measure what the reference's integer scores change.
 
 use std::collections::HashMap;
 
@@ -13,6 +17,19 @@ use crate::openb::TaskSpec;
 #[derive(Debug, Clone, Default)]
 pub struct Fgd {
     chosen: Vec<(usize, u32)>,
+    /// Score the fragmentation's decrease itself, not the reference's
+    /// integer sigmoid of it.
+    exact: bool,
+}
+
+impl Fgd {
+    /// The paper's rule with exact gradients (`fgd-exact`).
+    pub fn exact() -> Self {
+        Fgd {
+            chosen: Vec::new(),
+            exact: true,
+        }
+    }
 }
 
 /// What a node's score depends on: CPU left, each GPU's share left, model.
@@ -22,8 +39,20 @@ fn sigmoid_score(delta: f64) -> i64 {
     (1.0 / (1.0 + (-delta / 1000.0).exp()) * 100.0) as i64
 }
 
+/// The decrease of fragmentation in millionths of a GPU thousandth.
+fn exact_score(delta: f64) -> i64 {
+    (delta * 1e6).round() as i64
+}
+
 /// A node's score and, for a share of one GPU, the GPU that earned it.
-fn score(task: &TaskSpec, node: usize, cx: &Context<'_>) -> (i64, Option<u32>) {
+fn score(task: &TaskSpec, node: usize, cx: &Context<'_>, exact: bool) -> (i64, Option<u32>) {
+    let sigmoid_score = |delta: f64| {
+        if exact {
+            exact_score(delta)
+        } else {
+            sigmoid_score(delta)
+        }
+    };
     let n = &cx.nodes[node];
     let before = cx.target.frag_of(n);
     if !is_share(task) {
@@ -55,7 +84,11 @@ fn score(task: &TaskSpec, node: usize, cx: &Context<'_>) -> (i64, Option<u32>) {
 
 impl SharePolicy for Fgd {
     fn name(&self) -> &'static str {
-        "fgd"
+        if self.exact {
+            "fgd-exact"
+        } else {
+            "fgd"
+        }
     }
 
     fn scores(&mut self, task: &TaskSpec, feasible: &[usize], cx: &mut Context<'_>) -> Vec<i64> {
@@ -67,7 +100,9 @@ impl SharePolicy for Fgd {
             .map(|&n| {
                 let node = &cx.nodes[n];
                 let key = (node.cpu_left, node.gpu_left.as_slice(), node.model.as_str());
-                let (s, g) = *seen.entry(key).or_insert_with(|| score(task, n, cx));
+                let (s, g) = *seen
+                    .entry(key)
+                    .or_insert_with(|| score(task, n, cx, self.exact));
                 if let Some(g) = g {
                     self.chosen.push((n, g));
                 }
@@ -90,6 +125,6 @@ impl SharePolicy for Fgd {
             return vec![g];
         }
         // The only feasible node was not scored: its best GPU, as scoring picks it.
-        score(task, node, cx).1.into_iter().collect()
+        score(task, node, cx, self.exact).1.into_iter().collect()
     }
 }

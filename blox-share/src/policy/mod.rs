@@ -58,6 +58,7 @@ pub trait SharePolicy: Send {
 pub fn by_name(name: &str) -> Option<Box<dyn SharePolicy>> {
     Some(match name {
         "fgd" => Box::new(Fgd::default()),
+        "fgd-exact" => Box::new(Fgd::exact()),
         "best-fit" => Box::new(BestFit),
         "dot-product" => Box::new(DotProduct),
         "gpu-packing" => Box::new(GpuPacking),
@@ -67,7 +68,11 @@ pub fn by_name(name: &str) -> Option<Box<dyn SharePolicy>> {
     })
 }
 
-/// The policies' names, for error messages.
+/// Variants kept to measure a choice of the reference against the paper's
+/// rule (not part of `all`).
+pub const VARIANTS: [&str; 1] = ["fgd-exact"];
+
+/// The reference's six policies, in its numbering.
 pub const NAMES: [&str; 6] = [
     "random",
     "dot-product",

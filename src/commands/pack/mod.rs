@@ -74,7 +74,9 @@ fn reference_name(policy: &str) -> &'static str {
         "gpu-clustering" => "03-GpuClustering",
         "gpu-packing" => "04-GpuPacking",
         "best-fit" => "05-BestFit",
-        _ => "06-FGD",
+        "fgd" => "06-FGD",
+        // A variant has no published run.
+        _ => "-",
     }
 }
 
@@ -94,6 +96,13 @@ fn published() -> HashMap<(String, String, String, String), (String, String)> {
             })
         })
         .collect()
+}
+
+/// The reference's six policies, then the variants (`fgd-exact`).
+pub(crate) fn known_policies() -> Vec<&'static str> {
+    let mut all = blox_share::policy::NAMES.to_vec();
+    all.extend(blox_share::policy::VARIANTS);
+    all
 }
 
 /// Seeds from `42`, `42-51` and comma lists.
@@ -276,12 +285,12 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
     for name in &args.policy {
         if name == "all" {
             policies.extend(blox_share::policy::NAMES);
-        } else if let Some(&known) = blox_share::policy::NAMES.iter().find(|n| *n == name) {
+        } else if let Some(&known) = known_policies().iter().find(|n| *n == name) {
             policies.push(known);
         } else {
             bail!(
                 "unknown policy `{name}`; known: {}, all",
-                blox_share::policy::NAMES.join(", ")
+                known_policies().join(", ")
             );
         }
     }
@@ -490,12 +499,14 @@ fn report(
         for (r, v) in &d.curve {
             let _ = writeln!(curves, "{label},{},{},{r},{v}", c.policy, c.seed);
         }
-        let order = blox_share::policy::NAMES
-            .iter()
-            .position(|n| *n == c.policy)
-            .unwrap_or(0);
         groups
-            .entry((c.trace, order))
+            .entry((
+                c.trace,
+                known_policies()
+                    .iter()
+                    .position(|n| *n == c.policy)
+                    .unwrap_or(0),
+            ))
             .or_default()
             .push((d.at_top, pub_.and_then(|(_, t)| t.parse().ok())));
     }
@@ -523,7 +534,7 @@ fn report(
             .zip(t)
             .map(|(o, t)| format!("{:+.2}", o - t))
             .unwrap_or_else(|| "-".into());
-        let policy = blox_share::policy::NAMES[*order];
+        let policy = known_policies()[*order];
         let label = &traces[*trace].0;
         if many {
             say!(

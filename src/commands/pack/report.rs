@@ -12,9 +12,9 @@ pub fn is_pack_dir(dir: &Path) -> bool {
     dir.join("pack.csv").is_file() && dir.join("curves.csv").is_file()
 }
 
-/// A policy's place in the plots: the order of `blox_share::policy::NAMES`.
+/// A policy's place in the plots: the reference's order, then the variants.
 fn rank(policy: &str) -> usize {
-    blox_share::policy::NAMES
+    super::known_policies()
         .iter()
         .position(|n| *n == policy)
         .unwrap_or(usize::MAX)
