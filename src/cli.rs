@@ -504,7 +504,8 @@ pub struct PackArgs {
     #[arg(long)]
     pub nodes: Option<PathBuf>,
     /// Policies, comma-separated: fgd, best-fit, dot-product, gpu-packing, gpu-clustering,
-    /// random, or `all`.
+    /// random, or `all` (those six); `fgd-exact` is FGD without the reference's integer
+    /// scores (a variant to measure them).
     #[arg(long, value_delimiter = ',', default_value = "fgd")]
     pub policy: Vec<String>,
     /// Seeds of Go's generator (the reference's `-tuneseed`), comma-separated; `A-B` for a range.
