@@ -215,11 +215,7 @@ impl Rows {
         let name = path.display().to_string();
         let header = read_line(reader.as_mut(), &name)?.unwrap_or_default();
         let header = String::from_utf8_lossy(&header);
-        let columns = header
-            .trim_start_matches('\u{feff}')
-            .split(',')
-            .map(|c| c.trim().to_string())
-            .collect();
+        let columns = split_fields(header.trim_start_matches('\u{feff}'));
         Ok(Rows {
             path: name,
             columns,
@@ -258,9 +254,28 @@ impl Rows {
             if text.trim().is_empty() {
                 continue;
             }
-            let fields = text.split(',').map(|f| f.trim().to_string()).collect();
+            let fields = split_fields(&text);
             return Ok(Some((self.line, Ok(fields))));
         }
+    }
+}
+
+/// One line's fields, split by the `csv` crate (quotes allowed), trimmed.
+/// Lines are read here rather than by `csv::Reader`, whose record positions
+/// are a line short after a CRLF header or a blank line: the skipped rows'
+/// lines must be right.
+fn split_fields(text: &str) -> Vec<String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut record = csv::StringRecord::new();
+    match reader.read_record(&mut record) {
+        Ok(true) => record.iter().map(str::to_string).collect(),
+        // An unclosed quote and the like: the line's plain fields, which the
+        // row's checks then refuse where they do not parse.
+        _ => text.split(',').map(|f| f.trim().to_string()).collect(),
     }
 }
 
@@ -562,6 +577,23 @@ mod tests {
                 ),
                 ("the row is not UTF-8", 3),
             ]
+        );
+    }
+
+    #[test]
+    fn a_quoted_field_keeps_its_comma() {
+        let d = tempfile::tempdir().unwrap();
+        let (nodes, _) = read_nodes(&file(&d, "nodes.csv", NODES)).unwrap();
+        let p = file(
+            &d,
+            "pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\"job, one\",1000,1,1,500,\"T4\"\n",
+        );
+        let (tasks, skipped) = read_tasks(&p, &nodes).unwrap();
+        assert_eq!(skipped.total(), 0, "{skipped}");
+        assert_eq!(
+            (tasks[0].name.as_str(), tasks[0].gpu_models.clone()),
+            ("job, one", vec!["T4".to_string()])
         );
     }
 }
