@@ -271,18 +271,10 @@ fn trace_label(trace: &str) -> String {
         .to_string()
 }
 
-/// Runs `blox pack`.
-pub fn pack(args: &PackArgs) -> Result<ExitCode> {
-    let tune = args.tune();
-    if !(0.0..=MAX_TUNE).contains(&tune) {
-        bail!("--tune {tune}: give a multiple of the GPU capacity from 0 to {MAX_TUNE}");
-    }
-    if args.placements && args.out.is_none() {
-        bail!("--placements writes files under --out: give --out DIR too");
-    }
-    let seeds = parse_seeds(&args.seed)?;
+/// `--policy` as names, `all` expanded to the reference's six.
+fn parse_policies(names: &[String]) -> Result<Vec<&'static str>> {
     let mut policies: Vec<&'static str> = Vec::new();
-    for name in &args.policy {
+    for name in names {
         if name == "all" {
             policies.extend(blox_share::policy::NAMES);
         } else if let Some(&known) = known_policies().iter().find(|n| *n == name) {
@@ -294,6 +286,11 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
             );
         }
     }
+    Ok(policies)
+}
+
+/// The node list of `--nodes`, or the bundled one.
+fn load_nodes(args: &PackArgs) -> Result<Vec<NodeSpec>> {
     let nodes_path = match &args.nodes {
         Some(p) => p.clone(),
         None => {
@@ -311,6 +308,11 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
     if skipped.total() > 0 {
         say!("{}: skipped {}", nodes_path.display(), skipped)?;
     }
+    Ok(nodes)
+}
+
+/// The pod lists of `--trace`, each with its label, checked for `--timed`.
+fn load_traces(args: &PackArgs, nodes: &[NodeSpec]) -> Result<Vec<(String, Vec<TaskSpec>)>> {
     let names: Vec<String> = args
         .trace
         .iter()
@@ -325,7 +327,7 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
     let mut traces = Vec::new();
     for name in &names {
         let path = trace_path(name)?;
-        let (tasks, skipped) = read_tasks(&path, &nodes)?;
+        let (tasks, skipped) = read_tasks(&path, nodes)?;
         say!(
             "{}: {} tasks on {} nodes ({} GPUs){}",
             path.display(),
@@ -349,6 +351,22 @@ pub fn pack(args: &PackArgs) -> Result<ExitCode> {
         }
         traces.push((trace_label(name), tasks));
     }
+    Ok(traces)
+}
+
+/// Runs `blox pack`.
+pub fn pack(args: &PackArgs) -> Result<ExitCode> {
+    let tune = args.tune();
+    if !(0.0..=MAX_TUNE).contains(&tune) {
+        bail!("--tune {tune}: give a multiple of the GPU capacity from 0 to {MAX_TUNE}");
+    }
+    if args.placements && args.out.is_none() {
+        bail!("--placements writes files under --out: give --out DIR too");
+    }
+    let seeds = parse_seeds(&args.seed)?;
+    let policies = parse_policies(&args.policy)?;
+    let nodes = load_nodes(args)?;
+    let traces = load_traces(args, &nodes)?;
     let mut cells = Vec::new();
     for trace in 0..traces.len() {
         for &policy in &policies {
@@ -470,30 +488,17 @@ fn report(
     for (c, d) in cells.iter().zip(done) {
         let pub_ = theirs(c);
         let label = &traces[c.trace].0;
+        let (p, seed, arrived, placed) = (c.policy, c.seed, d.arrived, d.placed);
+        let (failed, a100, atop) = (arrived - placed, fmt2(d.at_100), fmt2(d.at_top));
+        let shown = pub_.as_ref().map(|(a, b)| format!("{a}, {b}"));
         say!(
-            "{label:<12} {:<15} {:>4}  {:>7}  {:>6}  {:>6}  {:>10}  {:>10}  {}",
-            c.policy,
-            c.seed,
-            d.arrived,
-            d.placed,
-            d.arrived - d.placed,
-            fmt2(d.at_100),
-            fmt2(d.at_top),
-            pub_.as_ref()
-                .map(|(a, b)| format!("{a}, {b}"))
-                .unwrap_or_else(|| "-".into())
+            "{label:<12} {p:<15} {seed:>4}  {arrived:>7}  {placed:>6}  {failed:>6}  {a100:>10}  {atop:>10}  {}",
+            shown.as_deref().unwrap_or("-")
         )?;
         let (p100, ptop) = pub_.clone().unwrap_or_default();
         let _ = writeln!(
             table,
-            "{label},{},{},{},{},{},{},{},{p100},{ptop},{:.2}",
-            c.policy,
-            c.seed,
-            d.arrived,
-            d.placed,
-            d.arrived - d.placed,
-            fmt2(d.at_100),
-            fmt2(d.at_top),
+            "{label},{p},{seed},{arrived},{placed},{failed},{a100},{atop},{p100},{ptop},{:.2}",
             d.frag_end
         );
         for (r, v) in &d.curve {
@@ -510,6 +515,30 @@ fn report(
             .or_default()
             .push((d.at_top, pub_.and_then(|(_, t)| t.parse().ok())));
     }
+    let means = means_over_seeds(&groups, traces, top)?;
+    say!("{} runs in {:.1} s", cells.len(), took.as_secs_f64())?;
+    let Some(dir) = &args.out else { return Ok(()) };
+    for (name, text) in [
+        ("pack.csv", &table),
+        ("means.csv", &means),
+        ("curves.csv", &curves),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+    }
+    for f in report::report_dir(dir)? {
+        say!("wrote {}", f.display())?;
+    }
+    Ok(())
+}
+
+/// Per pod list and policy, the mean over seeds at the top arrival, ours and
+/// the published one: printed when there are several seeds, as `means.csv`.
+fn means_over_seeds(
+    groups: &BTreeMap<(usize, usize), Vec<OursAndTheirs>>,
+    traces: &[(String, Vec<TaskSpec>)],
+    top: u32,
+) -> Result<String> {
     let mut means =
         String::from("trace,policy,seeds,mean_alloc_top,published_mean_top,difference\n");
     let many = groups.values().any(|v| v.len() > 1);
@@ -523,7 +552,7 @@ fn report(
             }
         )?;
     }
-    for ((trace, order), v) in &groups {
+    for ((trace, order), v) in groups {
         let ours: Vec<f64> = v.iter().filter_map(|(o, _)| *o).collect();
         let theirs: Vec<f64> = v.iter().filter_map(|(_, t)| *t).collect();
         let mean = |x: &[f64]| {
@@ -552,18 +581,5 @@ fn report(
             fmt2(t)
         );
     }
-    say!("{} runs in {:.1} s", cells.len(), took.as_secs_f64())?;
-    let Some(dir) = &args.out else { return Ok(()) };
-    for (name, text) in [
-        ("pack.csv", &table),
-        ("means.csv", &means),
-        ("curves.csv", &curves),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, text).with_context(|| path.display().to_string())?;
-    }
-    for f in report::report_dir(dir)? {
-        say!("wrote {}", f.display())?;
-    }
-    Ok(())
+    Ok(means)
 }
