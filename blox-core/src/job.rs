@@ -110,6 +110,17 @@ pub struct JobSpec {
     /// What a scheduler may change about the job (default: anything).
     #[serde(default, skip_serializing_if = "Elasticity::is_default")]
     pub elasticity: Elasticity,
+    /// Thousandths (1–999) of one GPU the job asks for, sharing that GPU
+    /// with other jobs (`requested_gpus` is then 1); `None`: whole GPUs.
+    /// Placements that share GPUs ([`crate::Assignment::share`]) honour
+    /// it; the others give such a job a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_milli: Option<u32>,
+    /// CPU cores and host memory per GPU the job needs, where the trace
+    /// says (a sharing job: for its share). Placements that track host
+    /// resources honour it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_need: Option<crate::cluster::HostShare>,
 }
 
 /// How far a scheduler may adapt a job (Sia, SOSP'23, §3.3 "support for
@@ -254,6 +265,8 @@ impl JobSpec {
             metrics: Default::default(),
             command: Vec::new(),
             elasticity: Elasticity::default(),
+            gpu_milli: None,
+            host_need: None,
         }
     }
 

@@ -25,7 +25,9 @@ pub mod variability;
 pub mod wait;
 pub mod walk;
 
-pub use cluster::{ClusterError, ClusterState, Gpu, HostShare, Node, NodeSpec};
+pub use cluster::{
+    ClusterError, ClusterState, Gpu, GpuShare, HostShare, Node, NodeSpec, GPU_MILLI,
+};
 pub use config::{
     CheckpointRule, ConfigError, ModuleConfig, NonNegative, Positive, RunConfig, Section, Value,
 };

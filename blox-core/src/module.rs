@@ -384,6 +384,10 @@ pub struct Assignment {
     pub batch_size: Option<u32>,
     /// CPUs and host memory per GPU; `None`: each node's proportional share.
     pub host: Option<HostShare>,
+    /// Thousandths (1–1000) of its one GPU, for a job that shares the GPU
+    /// with others ([`crate::ClusterState::assign_share`]); `None`: its
+    /// GPUs whole. A share's host figures are the job's, not per GPU.
+    pub share: Option<u32>,
 }
 
 impl Assignment {
@@ -394,6 +398,7 @@ impl Assignment {
             gpus,
             batch_size: None,
             host: None,
+            share: None,
         }
     }
 }
@@ -478,6 +483,15 @@ pub trait PlacementPolicy: Send {
     fn fits_cluster(&self, cluster: &ClusterState) -> Result<(), String> {
         let _ = cluster;
         Ok(())
+    }
+
+    /// Figures the policy measures of the cluster after each round, by
+    /// name (FGD's fragmentation); they become columns of `rounds.csv`
+    /// and lines of the summary. A policy returns the same names every
+    /// round, or none. Default: none (no columns).
+    fn round_figures(&mut self, cluster: &ClusterState) -> Vec<(&'static str, f64)> {
+        let _ = cluster;
+        Vec::new()
     }
 }
 

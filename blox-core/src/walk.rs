@@ -252,6 +252,7 @@ pub fn priority_walk(
                     gpus: alloc.to_vec(),
                     batch_size: Some(bs),
                     host: None,
+                    share: None,
                 });
             }
             continue;
@@ -322,6 +323,7 @@ pub fn priority_walk(
                     gpus,
                     batch_size: d.batch_size,
                     host: None,
+                    share: None,
                 });
             }
             None if passed_over => continue,

@@ -529,6 +529,7 @@ mod tests {
         What::Launched {
             gpus: (0..n).map(|g| GpuPlace { node: 0, gpu: g }).collect(),
             batch_size: None,
+            share: None,
         }
     }
 

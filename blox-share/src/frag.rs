@@ -76,9 +76,14 @@ impl TargetWorkload {
         for t in tasks {
             *counts.entry(TaskShape::of(t)).or_insert(0.0) += 1.0;
         }
+        Self::of_counts(counts, percent)
+    }
+
+    /// [`popular`](Self::popular) from the number of tasks of each shape.
+    pub fn of_counts(counts: impl IntoIterator<Item = (TaskShape, f64)>, percent: f64) -> Self {
         let mut list: Vec<(TaskShape, f64)> = counts.into_iter().collect();
         list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
-        let total = tasks.len() as f64;
+        let total: f64 = list.iter().map(|x| x.1).sum();
         let expected = percent * total / 100.0;
         let (mut i, mut n, mut cum) = (0usize, 0usize, 0.0f64);
         while cum < expected {

@@ -361,6 +361,15 @@ pub fn read_nodes(path: &Path) -> Result<(Vec<NodeSpec>, Skipped), ReadError> {
 /// one GPU's thousandths of one GPU, for a GPU model no node has, or with a
 /// negative or absent field is skipped and counted.
 pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Skipped), ReadError> {
+    let (tasks, skipped) = read_tasks_at(path, nodes)?;
+    Ok((tasks.into_iter().map(|(_, t)| t).collect(), skipped))
+}
+
+/// [`read_tasks`], each task with its line in the file.
+pub fn read_tasks_at(
+    path: &Path,
+    nodes: &[NodeSpec],
+) -> Result<(Vec<(usize, TaskSpec)>, Skipped), ReadError> {
     let mut rows = Rows::new(path)?;
     let (name_c, cpu, mem, num, milli) = (
         rows.column("name")?,
@@ -439,7 +448,7 @@ pub fn read_tasks(path: &Path, nodes: &[NodeSpec]) -> Result<(Vec<TaskSpec>, Ski
         match parsed {
             Ok(task) => {
                 names.insert(task.name.clone());
-                tasks.push(task)
+                tasks.push((line, task))
             }
             Err(reason) => skipped.add(reason, line),
         }

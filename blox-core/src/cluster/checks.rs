@@ -10,6 +10,8 @@ use crate::job_state::JobState;
 /// from a snapshot): then the next check is a full one.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Changed {
+    /// Counts every change (never reset; see [`ClusterState::revision`]).
+    pub revision: u64,
     pub gpus: Vec<u32>,
     /// Jobs whose list of GPUs changed (they took or gave back some).
     pub jobs: Vec<JobId>,
@@ -19,6 +21,7 @@ pub(crate) struct Changed {
 impl Changed {
     pub fn everything() -> Self {
         Changed {
+            revision: 0,
             gpus: Vec::new(),
             jobs: Vec::new(),
             everything: true,
@@ -26,6 +29,7 @@ impl Changed {
     }
 
     pub fn set_everything(&mut self) {
+        self.revision += 1;
         self.everything = true;
         self.gpus.clear();
         self.jobs.clear();
@@ -33,6 +37,7 @@ impl Changed {
 
     /// Notes that `job`'s list of GPUs changed (bounded as the GPUs are).
     pub fn job(&mut self, job: JobId, table: usize) {
+        self.revision += 1;
         if !self.everything && !push_bounded(&mut self.jobs, job, table) {
             self.set_everything();
         }
@@ -42,6 +47,7 @@ impl Changed {
     /// grows past the table (a caller that never checks, or a round that
     /// moved every GPU): the next check is then a full one.
     pub fn gpu(&mut self, gpu: GpuId, table: usize) {
+        self.revision += 1;
         if !self.everything && !push_bounded(&mut self.gpus, gpu.0, table) {
             self.set_everything();
         }
@@ -67,7 +73,14 @@ impl ClusterState {
     /// free count's total. A round costs what it changed, not what runs.
     /// After nodes changed it checks everything.
     pub fn check_changes(&mut self, jobs: &JobState) -> Result<(), ClusterError> {
-        let mut changed = std::mem::take(&mut self.changed);
+        let revision = self.changed.revision;
+        let mut changed = std::mem::replace(
+            &mut self.changed,
+            Changed {
+                revision,
+                ..Default::default()
+            },
+        );
         let r = if changed.everything {
             self.check_invariants(jobs)
         } else {
@@ -154,7 +167,8 @@ impl ClusterState {
                     self.gpus.len()
                 )));
             };
-            let is_free = g.online && g.job.is_none();
+            let shared = self.shares.holders_of(g.id);
+            let is_free = g.online && g.job.is_none() && shared.is_empty();
             if self.index.free.get(i as usize) != Some(&is_free) {
                 return Err(ClusterError::Invariant(
                     "the free-GPU index does not match the table".into(),
@@ -172,6 +186,9 @@ impl ClusterState {
                     )));
                 }
                 holders.push(j);
+            }
+            for &j in shared {
+                self.check_sharer(j, g.id, jobs)?;
             }
         }
         holders.sort_unstable();
@@ -198,8 +215,8 @@ impl ClusterState {
                 .gpus
                 .iter()
                 .filter(|g| {
-                    let g = &self.gpus[g.index()];
-                    g.online && g.job.is_none()
+                    let x = &self.gpus[g.index()];
+                    x.online && x.job.is_none() && self.shares.used(**g) == 0
                 })
                 .count() as u32;
             let (w, bit) = (n as usize / 64, 1u64 << (n % 64));
@@ -239,8 +256,10 @@ impl ClusterState {
         // One pass over the GPU table (this runs after every round).
         let (mut online, mut free, mut held) = (0u32, 0u32, 0usize);
         let mut index_ok = self.index.free.len() == self.gpus.len();
+        let sharing = !self.shares.is_empty();
         for (g, &indexed) in self.gpus.iter().zip(&self.index.free) {
-            let is_free = g.online && g.job.is_none();
+            let shared = sharing && self.shares.used(g.id) > 0;
+            let is_free = g.online && g.job.is_none() && !shared;
             online += u32::from(g.online);
             free += u32::from(is_free);
             held += usize::from(g.job.is_some());
@@ -277,8 +296,15 @@ impl ClusterState {
         }
         // Every running job holds exactly its allocation, and nobody else holds
         // a GPU: the GPUs held in the table are exactly the allocations.
+        let sharers = self.check_shares()?;
+        for s in &sharers {
+            self.check_sharer(s.job, s.gpu, jobs)?;
+        }
         let (mut allocated, mut holding) = (0usize, 0usize);
         for job in jobs.running() {
+            if sharing && self.shares.of(job.id()).is_some() {
+                continue;
+            }
             for g in &job.allocation {
                 if self.gpus.get(g.index()).and_then(|x| x.job) != Some(job.id()) {
                     let held: Vec<GpuId> = (self.gpus.iter())
@@ -339,5 +365,22 @@ impl ClusterState {
             }
         }
         Ok(())
+    }
+}
+
+impl ClusterState {
+    /// `j`, holding a share of `gpu`, is a running job with that GPU as its
+    /// allocation.
+    fn check_sharer(&self, j: JobId, gpu: GpuId, jobs: &JobState) -> Result<(), ClusterError> {
+        let ok = jobs
+            .get(j)
+            .is_some_and(|job| job.is_running() && job.allocation[..] == [gpu]);
+        if ok {
+            Ok(())
+        } else {
+            Err(ClusterError::Invariant(format!(
+                "{j} holds a share of {gpu} but is not a running job with that GPU as its allocation"
+            )))
+        }
     }
 }

@@ -18,8 +18,13 @@ pub(crate) struct FreeIndex {
 }
 
 impl FreeIndex {
-    /// Built from the table (a cluster read back from a snapshot).
-    pub fn of(gpus: &[super::Gpu], nodes: usize) -> Self {
+    /// Built from the table (a cluster read back from a snapshot);
+    /// `shared(g)`: whether jobs share GPU `g` (then it is not free).
+    pub fn of(
+        gpus: &[super::Gpu],
+        nodes: usize,
+        shared: impl Fn(crate::ids::GpuId) -> bool,
+    ) -> Self {
         let mut size = vec![0usize; nodes];
         for g in gpus {
             if let Some(s) = size.get_mut(g.node.index()) {
@@ -33,7 +38,8 @@ impl FreeIndex {
             by_free: vec![vec![0; nodes.div_ceil(64)]; most],
         };
         for g in gpus {
-            index.set(g.id.index(), g.node.index(), g.online && g.job.is_none());
+            let free = g.online && g.job.is_none() && !shared(g.id);
+            index.set(g.id.index(), g.node.index(), free);
         }
         index
     }

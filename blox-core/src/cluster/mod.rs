@@ -9,9 +9,12 @@ use std::collections::BTreeMap;
 mod checks;
 mod free_index;
 mod held;
+mod shares;
 mod spec;
 pub(crate) use free_index::FreeIndex;
 use held::Held;
+use shares::Shares;
+pub use shares::{GpuShare, GPU_MILLI};
 pub use spec::{HostShare, NodeSpec};
 
 /// Slack for comparing host CPU and memory sums (fractional shares).
@@ -70,6 +73,13 @@ pub enum ClusterError {
     /// A node description that cannot be used.
     #[error("{0}")]
     InvalidSpec(String),
+    #[error("{job} asks for {milli} thousandths of {gpu}, which has {free} free")]
+    ShareTooLarge {
+        gpu: GpuId,
+        job: JobId,
+        milli: u32,
+        free: u32,
+    },
 }
 
 /// The cluster: nodes and GPUs.
@@ -87,6 +97,9 @@ pub struct ClusterState {
     /// GPU's `job`, the record of who holds what.
     #[serde(skip_serializing_if = "Held::is_empty")]
     held: Held,
+    /// GPUs several jobs share ([`shares`]): the rest of that record.
+    #[serde(skip_serializing_if = "Shares::is_empty")]
+    shares: Shares,
     /// Levels above the nodes (racks, blocks), if the config gives them.
     #[serde(skip)]
     topology: Option<std::sync::Arc<crate::topology::Topology>>,
@@ -128,6 +141,9 @@ struct Wire {
     /// lists were (each job's GPUs are then taken in GPU order).
     #[serde(default)]
     held: Option<Held>,
+    /// Absent when no GPU is shared.
+    #[serde(default)]
+    shares: Vec<GpuShare>,
 }
 
 impl TryFrom<Wire> for ClusterState {
@@ -135,7 +151,8 @@ impl TryFrom<Wire> for ClusterState {
 
     /// Refuses lists of who holds what that the GPU table does not give.
     fn try_from(w: Wire) -> Result<Self, String> {
-        let index = FreeIndex::of(&w.gpus, w.nodes.len());
+        let shares = Shares::of_list(&w.shares, &w.gpus)?;
+        let index = FreeIndex::of(&w.gpus, w.nodes.len(), |g| shares.used(g) > 0);
         let held = match w.held {
             Some(held) => {
                 held.matches_table(&w.gpus)?;
@@ -145,6 +162,7 @@ impl TryFrom<Wire> for ClusterState {
         };
         Ok(ClusterState {
             held,
+            shares,
             nodes: w.nodes,
             gpus: w.gpus,
             free: w.free,
@@ -369,7 +387,8 @@ impl ClusterState {
         // Its holders lose all their GPUs, here and on other nodes.
         let mut affected: Vec<JobId> = Vec::new();
         for gid in &n.gpus {
-            if let Some(j) = self.gpus[gid.index()].job {
+            let sharing = self.shares.holders_of(*gid).iter().copied();
+            for j in self.gpus[gid.index()].job.into_iter().chain(sharing) {
                 if !affected.contains(&j) {
                     affected.push(j);
                 }
@@ -381,6 +400,7 @@ impl ClusterState {
         for gid in self.nodes[node.index()].gpus.clone() {
             let g = &mut self.gpus[gid.index()];
             debug_assert!(g.job.is_none(), "released above");
+            debug_assert!(self.shares.used(gid) == 0, "released above");
             self.free -= 1;
             g.online = false;
             self.online -= 1;
@@ -447,6 +467,12 @@ impl ClusterState {
             .map(|n| n.spec.gpus)
             .sum();
         self.max_gpus.unwrap_or(0).max(self.online + returning)
+    }
+
+    /// A number that changes whenever who holds what, or the nodes, change
+    /// (a cache of figures over the cluster is stale when it moved).
+    pub fn revision(&self) -> u64 {
+        self.changed.revision
     }
 
     /// Online GPUs held by no job.
@@ -518,6 +544,15 @@ impl ClusterState {
                 if holder != job {
                     return Err(ClusterError::Busy { gpu, holder, job });
                 }
+            }
+            if let Some(&holder) = self.shares.holders_of(gpu).first() {
+                return Err(ClusterError::Busy { gpu, holder, job });
+            }
+            if let Some(s) = self.shares.of(job) {
+                return Err(ClusterError::Invariant(format!(
+                    "{job} holds a share of {}; it cannot also take {gpu} whole",
+                    s.gpu
+                )));
             }
             let twice = if gpus.len() <= 16 {
                 gpus[..i].contains(&gpu)
@@ -592,8 +627,17 @@ impl ClusterState {
         (n.spec.cpus as f64 - c, n.spec.host_mem_gb - m)
     }
 
-    /// Frees the given GPUs if `job` holds them.
+    /// Frees the given GPUs if `job` holds them (whole or a share).
     pub fn release(&mut self, job: JobId, gpus: &[GpuId]) {
+        if self
+            .shares
+            .gpus_of(job)
+            .first()
+            .is_some_and(|g| gpus.contains(g))
+        {
+            self.release_share(job);
+            return;
+        }
         let mut gone = 0;
         for &gpu in gpus {
             if let Some(g) = self.gpus.get_mut(gpu.index()) {
@@ -621,25 +665,37 @@ impl ClusterState {
 
     /// Frees every GPU held by `job`.
     pub fn release_job(&mut self, job: JobId) {
-        let held = self.held.of(job).to_vec();
+        let held = self.allocation_of(job).to_vec();
         self.release(job, &held);
     }
 
     /// The GPUs `job` holds, in the order it was given them (the order of
     /// its ranks); empty if it holds none.
     pub fn allocation_of(&self, job: JobId) -> &[GpuId] {
-        self.held.of(job)
+        match self.held.of(job) {
+            [] => self.shares.gpus_of(job),
+            whole => whole,
+        }
     }
 
-    /// Jobs holding GPUs and which GPUs (each in the order it took them).
+    /// Jobs holding GPUs and which GPUs (each in the order it took them;
+    /// a sharing job its one GPU).
     pub fn holders(&self) -> BTreeMap<JobId, Vec<GpuId>> {
+        let shares = self
+            .shares
+            .sorted()
+            .into_iter()
+            .map(|s| (s.job, vec![s.gpu]));
         self.held
             .sorted()
             .into_iter()
             .map(|(j, g)| (j, g.to_vec()))
+            .chain(shares)
             .collect()
     }
 }
 
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;

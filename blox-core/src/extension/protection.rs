@@ -114,7 +114,9 @@ impl Protection for StartupAware {
             p.launch.iter().any(|a| {
                 a.job == id
                     && jobs.get(id).is_some_and(|j| {
-                        !same_gpus(&j.allocation, &a.gpus) || j.host_share != a.host
+                        !same_gpus(&j.allocation, &a.gpus)
+                            || j.host_share != a.host
+                            || input.cluster.share_of(a.job).map(|s| s.milli) != a.share
                     })
             })
         };
@@ -214,13 +216,30 @@ fn defer_onto_staying(p: &mut Placement, jobs: &JobState, cluster: &ClusterState
     let mut deferred = 0;
     loop {
         let releasing = releasing(p);
-        let stays = |g: &GpuId| {
-            cluster.gpu(*g).and_then(|x| x.job).is_some_and(|h| {
-                !releasing.contains(&h) && jobs.get(h).is_some_and(|j| j.is_running())
+        let staying =
+            |h: JobId| !releasing.contains(&h) && jobs.get(h).is_some_and(|j| j.is_running());
+        let stays = |g: &GpuId| cluster.gpu(*g).and_then(|x| x.job).is_some_and(staying);
+        // Thousandths of `g` that sharing jobs staying where they are hold.
+        let shared = |g: &GpuId| -> u32 {
+            if !cluster.has_shares() {
+                return 0;
+            }
+            (cluster.shares_on(*g).iter())
+                .filter(|s| staying(s.job))
+                .map(|s| s.milli)
+                .sum()
+        };
+        let blocked = |a: &Assignment| {
+            a.gpus.iter().any(|g| {
+                stays(g)
+                    || match a.share {
+                        None => shared(g) > 0,
+                        Some(m) => shared(g) + m > crate::cluster::GPU_MILLI,
+                    }
             })
         };
         let before = p.launch.len();
-        p.launch.retain(|a| !a.gpus.iter().any(stays));
+        p.launch.retain(|a| !blocked(a));
         let n = before - p.launch.len();
         if n == 0 {
             return deferred;

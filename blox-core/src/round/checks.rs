@@ -4,7 +4,7 @@
 //! an error naming the policy and the job.
 
 use super::{LoopError, RoundLoop};
-use crate::cluster::{ClusterState, HOST_EPS};
+use crate::cluster::{ClusterState, GPU_MILLI, HOST_EPS};
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::JobStatus;
 use crate::job_state::JobState;
@@ -283,6 +283,15 @@ impl PlacementCheck<'_> {
             if !launched.insert(a.job) {
                 return Err(bad(format!("launches {} twice", a.job)));
             }
+            if let Some(m) = a.share {
+                if a.gpus.len() != 1 || m == 0 || m > GPU_MILLI {
+                    return Err(bad(format!(
+                        "launches {} with a share of {m} thousandths of {} GPUs; a share is 1–{GPU_MILLI} thousandths of one GPU",
+                        a.job,
+                        a.gpus.len()
+                    )));
+                }
+            }
             let e = &job.spec.elasticity;
             if !e.is_default() {
                 let mut types: Vec<&str> = a
@@ -308,6 +317,7 @@ impl PlacementCheck<'_> {
             }
         }
         let keeps = |holder: JobId| !releasing.contains(&holder) && !launched.contains(&holder);
+        self.check_gpus(p, &keeps)?;
         if let Some((node, c, m)) = self.host_overflow(p, &keeps).map_err(bad)? {
             let spec = &self.cluster.nodes()[node.index()].spec;
             return Err(bad(format!(
@@ -315,8 +325,26 @@ impl PlacementCheck<'_> {
                 spec.cpus, spec.host_mem_gb
             )));
         }
-        // Every launched GPU exists, is online, and has one owner afterwards.
+        Ok(())
+    }
+
+    /// Every launched GPU exists, is online, and has one owner afterwards,
+    /// or sharers whose thousandths add up to one GPU at most.
+    fn check_gpus(&self, p: &Placement, keeps: &dyn Fn(JobId) -> bool) -> Result<(), String> {
+        let bad = |reason: String| reason;
         let mut given: FxHashMap<GpuId, JobId> = FxHashMap::default();
+        // Thousandths launches share out, by GPU, and one of those jobs.
+        let mut shared: FxHashMap<GpuId, (u32, JobId)> = FxHashMap::default();
+        let sharing = self.cluster.has_shares();
+        let kept_shares = |g: GpuId| -> (u32, Option<JobId>) {
+            if !sharing {
+                return (0, None);
+            }
+            let on = self.cluster.shares_on(g);
+            let kept = on.iter().filter(|s| keeps(s.job));
+            let first = kept.clone().map(|s| s.job).next();
+            (kept.map(|s| s.milli).sum(), first)
+        };
         for a in &p.launch {
             let job = a.job;
             for &g in &a.gpus {
@@ -330,8 +358,33 @@ impl PlacementCheck<'_> {
                 if let Some(other) = gpu.job.filter(|h| *h != job && keeps(*h)) {
                     return Err(bad(format!("gives {g} to both {other} and {job}")));
                 }
-                if let Some(other) = given.insert(g, job) {
-                    return Err(bad(format!("gives {g} to both {other} and {job}")));
+                let (kept, sharer) = kept_shares(g);
+                match a.share {
+                    None => {
+                        if let Some(other) = given.insert(g, job) {
+                            return Err(bad(format!("gives {g} to both {other} and {job}")));
+                        }
+                        if let Some(other) = sharer.or(shared.get(&g).map(|x| x.1)) {
+                            return Err(bad(format!(
+                                "gives {g} to {job} whole, but {other} holds a share of it"
+                            )));
+                        }
+                    }
+                    Some(m) => {
+                        if let Some(other) = given.get(&g) {
+                            return Err(bad(format!(
+                                "gives {job} a share of {g}, but gives {other} all of it"
+                            )));
+                        }
+                        let e = shared.entry(g).or_insert((kept, job));
+                        e.0 += m;
+                        if e.0 > GPU_MILLI {
+                            return Err(bad(format!(
+                                "shares out {} thousandths of {g} with {job}'s {m}, over one GPU",
+                                e.0
+                            )));
+                        }
+                    }
                 }
             }
         }
@@ -352,7 +405,10 @@ impl PlacementCheck<'_> {
             for g in &a.gpus {
                 if let Some(gpu) = self.cluster.gpu(*g) {
                     let node = &self.cluster.nodes()[gpu.node.index()];
-                    let share = a.host.unwrap_or_else(|| node.spec.proportional_share());
+                    let share = match a.share {
+                        Some(m) => a.host.unwrap_or_else(|| self.cluster.share_host(*g, m)),
+                        None => a.host.unwrap_or_else(|| node.spec.proportional_share()),
+                    };
                     if share.cpus_per_gpu < 0.0 || share.mem_gb_per_gpu < 0.0 {
                         return Err(format!("gives {} a negative host share {share:?}", a.job));
                     }
@@ -365,6 +421,14 @@ impl PlacementCheck<'_> {
                             if gx.job.is_some_and(keeps) {
                                 held.0 += gx.host_cpus;
                                 held.1 += gx.host_mem_gb;
+                            }
+                            if gx.job.is_none() && self.cluster.has_shares() {
+                                for s in self.cluster.shares_on(*x) {
+                                    if keeps(s.job) {
+                                        held.0 += s.cpus;
+                                        held.1 += s.mem_gb;
+                                    }
+                                }
                             }
                         }
                         held

@@ -50,6 +50,9 @@ pub enum What {
         gpus: Vec<GpuPlace>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         batch_size: Option<u32>,
+        /// Thousandths of its one GPU, for a job that shares it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        share: Option<u32>,
     },
     /// A job found running on a worker when the scheduler (re)started.
     Adopted { gpus: Vec<GpuPlace> },
@@ -197,11 +200,15 @@ impl std::fmt::Display for Event {
                     .collect();
                 write!(f, "{} on {}", self.what.kind(), places.join(","))?;
                 if let What::Launched {
-                    batch_size: Some(b),
-                    ..
+                    batch_size, share, ..
                 } = &self.what
                 {
-                    write!(f, " (batch size {b})")?;
+                    if let Some(m) = share {
+                        write!(f, " ({m} thousandths)")?;
+                    }
+                    if let Some(b) = batch_size {
+                        write!(f, " (batch size {b})")?;
+                    }
                 }
                 Ok(())
             }

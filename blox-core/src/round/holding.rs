@@ -19,7 +19,15 @@ impl RoundLoop {
         b: &mut B,
         a: crate::module::Assignment,
     ) -> Result<(), LoopError> {
-        self.cluster.assign_with_host(a.job, &a.gpus, a.host)?;
+        match (a.share, a.gpus.as_slice()) {
+            (Some(milli), &[gpu]) => {
+                let host = a
+                    .host
+                    .unwrap_or_else(|| self.cluster.share_host(gpu, milli));
+                self.cluster.assign_share(a.job, gpu, milli, host)?;
+            }
+            _ => self.cluster.assign_with_host(a.job, &a.gpus, a.host)?,
+        }
         self.choose_checkpoint(a.job, a.gpus.len());
         self.jobs.get_mut(a.job).expect("validated").host_share = a.host;
         let job = self.jobs.get(a.job).expect("validated");
@@ -41,6 +49,7 @@ impl RoundLoop {
             let what = What::Launched {
                 gpus: GpuPlace::of(&self.cluster, &a.gpus),
                 batch_size: a.batch_size,
+                share: a.share,
             };
             self.events.job(job, what);
         }

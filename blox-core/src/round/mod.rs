@@ -140,6 +140,9 @@ pub struct RoundReport {
     /// spanning beyond one innermost topology domain (one node without a
     /// topology): fragmentation (`ClusterState::largest_placeable`).
     pub largest_placeable: u32,
+    /// What the placement policy measures of the cluster after the round
+    /// ([`crate::PlacementPolicy::round_figures`]); empty for most.
+    pub figures: Vec<(&'static str, f64)>,
     pub launched: Vec<JobId>,
     pub preempted: Vec<JobId>,
     /// Jobs that ended during the last round (pruned in this one).
@@ -439,6 +442,7 @@ impl RoundLoop {
             running_jobs,
             waiting_jobs: self.waiting.len(),
             largest_placeable: self.cluster.largest_placeable(),
+            figures: self.policies.placement.round_figures(&self.cluster),
             launched,
             preempted,
             ended,
@@ -559,7 +563,9 @@ impl RoundLoop {
         for a in &p.launch {
             if let Some(job) = self.jobs.get(a.job) {
                 if job.is_running()
-                    && (!same_gpus(&job.allocation, &a.gpus) || job.host_share != a.host)
+                    && (!same_gpus(&job.allocation, &a.gpus)
+                        || job.host_share != a.host
+                        || self.cluster.share_of(a.job).map(|s| s.milli) != a.share)
                 {
                     moving.push(a.job);
                 }

@@ -146,6 +146,7 @@ impl RoundLoop {
                 gpus: r.gpus,
                 batch_size,
                 host: None,
+                share: None,
             };
             self.start(info, b, a)?;
         }

@@ -19,6 +19,9 @@ mod profile;
 /// Forks of a running loop.
 mod fork;
 
+/// Jobs that share a GPU.
+mod shares;
+
 /// A backend that runs jobs for their `expected_duration_s` of wall time
 /// on any GPUs, on a clock that moves a round at a time.
 #[derive(Default)]
@@ -532,6 +535,7 @@ fn protection_defers_only_the_launches_whose_host_share_no_longer_fits() {
             });
             let on = |job: u64, gpu: u32| Assignment {
                 host: all,
+                share: None,
                 ..Assignment::new(JobId(job), vec![GpuId(gpu)])
             };
             let queued = |id: u64| jobs.get(JobId(id)).is_some_and(|j| !j.is_running());

@@ -32,6 +32,10 @@ impl RoundLoop {
         let mut d = std::mem::take(&mut self.decided);
         let free = self.cluster.num_free();
         let mut changed: Vec<JobId> = Vec::new();
+        // The largest free share by GPU type, read once if a job asking
+        // for part of a GPU waits.
+        let shares = std::cell::OnceCell::new();
+        let cluster = &self.cluster;
         for job in self.jobs.active_mut() {
             let reason = if job.is_running() || job.status.is_terminal() {
                 None
@@ -45,6 +49,13 @@ impl RoundLoop {
                 Some(WaitReason::Held {
                     cause: HoldCause::StartupProtection,
                 })
+            } else if let Some(m) = job.spec.gpu_milli {
+                let best = shares.get_or_init(|| cluster.largest_free_share());
+                if best_share(best, &job.spec.elasticity.gpu_types) >= m {
+                    Some(WaitReason::BlockedByPlacement { asked: 1 })
+                } else {
+                    Some(WaitReason::WaitingForGpus { asked: 1 })
+                }
             } else {
                 let asked = job.requested_gpus();
                 if free >= asked {
@@ -137,6 +148,7 @@ impl RoundLoop {
             positions: std::cell::OnceCell::new(),
             free_words: std::cell::OnceCell::new(),
             first_unplaced: std::cell::OnceCell::new(),
+            shares: std::cell::OnceCell::new(),
         }
     }
 
@@ -159,6 +171,8 @@ impl RoundLoop {
 /// the free GPUs by type are read once, when first needed.
 pub struct WaitExplainer<'a> {
     lp: &'a RoundLoop,
+    /// The largest free share by GPU type, for jobs asking part of a GPU.
+    shares: std::cell::OnceCell<BTreeMap<&'a str, u32>>,
     positions: std::cell::OnceCell<rustc_hash::FxHashMap<JobId, (u32, u32)>>,
     /// The words every job waiting for GPUs shares this round: the free
     /// GPUs (by type) and the scheduling policy's name.
@@ -221,6 +235,30 @@ impl WaitExplainer<'_> {
         let lp = self.lp;
         // The common case, written in place: a job waiting for GPUs (a
         // scheduler writes these for every waiting job every round).
+        if let (Some(WaitReason::WaitingForGpus { .. }), Some(m)) = (job.wait, job.spec.gpu_milli) {
+            let best = self.shares.get_or_init(|| lp.cluster.largest_free_share());
+            let types = &job.spec.elasticity.gpu_types;
+            let _ = write!(
+                out,
+                "waiting for {:.2} of a{} GPU: the largest free share is {:.2}; `{}`: ",
+                f64::from(m) / 1000.0,
+                match types.len() {
+                    0 => String::new(),
+                    _ => format!(" {}", types.join(" or ")),
+                },
+                f64::from(best_share(best, types)) / 1000.0,
+                lp.policies.names.scheduling
+            );
+            match self.positions().get(&job.id()) {
+                Some(&(p, of)) => {
+                    let _ = write!(out, "{}{} of {of}", p, crate::wait::ordinal_suffix(p));
+                }
+                None => {
+                    let _ = write!(out, "not among the {} it ordered", lp.decided.order.len());
+                }
+            }
+            return true;
+        }
         if let Some(WaitReason::WaitingForGpus { asked }) = job.wait {
             out.push_str("waiting for ");
             push_u32(out, asked);
@@ -329,6 +367,15 @@ impl WaitExplainer<'_> {
             }
         })
     }
+}
+
+/// The largest free share (thousandths) of the GPU types a job may use.
+fn best_share(by_type: &std::collections::BTreeMap<&str, u32>, types: &[String]) -> u32 {
+    (by_type.iter())
+        .filter(|(t, _)| types.is_empty() || types.iter().any(|x| x == *t))
+        .map(|(_, m)| *m)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Appends `n` in decimal (what `write!` writes, without its machinery).

@@ -179,6 +179,7 @@ pub fn non_sticky_walk(
             gpus,
             batch_size: d.batch_size,
             host: None,
+            share: None,
         });
     }
     // Running jobs: the same GPUs keep running; others are moved (in

@@ -48,6 +48,7 @@ impl PlacementPolicy for Explicit {
                         gpus: gpus.clone(),
                         batch_size: d.batch_size,
                         host: d.host,
+                        share: None,
                     });
                 }
             }
@@ -95,6 +96,7 @@ mod tests {
                 gpus: vec![GpuId(0), GpuId(3)],
                 batch_size: Some(256),
                 host: None,
+                share: None,
             }]
         );
     }

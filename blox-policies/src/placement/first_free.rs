@@ -80,6 +80,7 @@ mod tests {
                 gpus: vec![GpuId(1)],
                 batch_size: None,
                 host: None,
+                share: None,
             }]
         );
     }

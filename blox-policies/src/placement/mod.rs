@@ -15,6 +15,7 @@ pub mod pal;
 pub mod pm_first;
 pub mod py_random;
 pub mod random;
+pub mod share;
 pub mod synergy;
 pub mod tiresias_skew;
 pub mod topology;

@@ -105,6 +105,7 @@ impl PlacementPolicy for MostFree {
                 gpus,
                 batch_size: d.batch_size,
                 host: None,
+                share: None,
             });
         }
         out

@@ -416,6 +416,7 @@ impl PlacementPolicy for SynergyPlacement {
                     gpus: p.gpus.clone(),
                     batch_size: d.batch_size,
                     host: p.share,
+                    share: None,
                 });
             }
         }

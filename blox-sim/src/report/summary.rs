@@ -44,6 +44,9 @@ pub struct Summary {
     /// quarantine (`[cluster] spares`, `[cluster.quarantine]`).
     pub spare_swaps: u64,
     pub quarantines: u64,
+    /// The placement's figures (`rounds.csv`'s extra columns): each one's
+    /// mean over the rounds and its largest value.
+    pub figures: Vec<(&'static str, f64, f64)>,
 }
 
 /// Job sizes the summary gives ETTR for: (label, fewest, most GPUs).
@@ -154,6 +157,7 @@ impl Summary {
                 .collect(),
             spare_swaps: 0,
             quarantines: 0,
+            figures: Vec::new(),
         }
     }
 
@@ -229,6 +233,9 @@ impl fmt::Display for Summary {
                     self.spare_swaps, self.quarantines
                 )?;
             }
+        }
+        for (name, mean, max) in &self.figures {
+            writeln!(f, "{name:<18} {mean:.2} mean over rounds, {max:.2} at most")?;
         }
         write!(
             f,

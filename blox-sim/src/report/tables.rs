@@ -161,6 +161,23 @@ pub struct RoundRow {
     /// The scheduling policy's note on the round (empty when none): e.g.
     /// Sia's solver out of budget, keeping every allocation.
     pub note: String,
+    /// What the placement measured after the round (FGD's fragmentation),
+    /// by name: columns after `note`, named by the first round's.
+    pub figures: Vec<(&'static str, f64)>,
+}
+
+/// The figure columns of `rounds.csv`: the first round's names.
+pub fn figure_names(rows: &[RoundRow]) -> Vec<&'static str> {
+    rows.first()
+        .map(|r| r.figures.iter().map(|f| f.0).collect())
+        .unwrap_or_default()
+}
+
+impl RoundRow {
+    /// The value of figure `name` this round, if measured.
+    pub fn figure(&self, name: &str) -> Option<f64> {
+        self.figures.iter().find(|f| f.0 == name).map(|f| f.1)
+    }
 }
 
 impl From<blox_core::RoundReport> for RoundRow {
@@ -176,6 +193,7 @@ impl From<blox_core::RoundReport> for RoundRow {
             largest_placeable: r.largest_placeable,
             policy: r.policy,
             note: r.note.unwrap_or_default(),
+            figures: r.figures,
         }
     }
 }
@@ -357,6 +375,14 @@ impl SimResult {
         );
         summary.spare_swaps = lp.spare_swaps;
         summary.quarantines = lp.quarantines;
+        summary.figures = figure_names(&rounds)
+            .into_iter()
+            .map(|n| {
+                let v: Vec<f64> = rounds.iter().filter_map(|r| r.figure(n)).collect();
+                let max = v.iter().copied().fold(f64::NAN, f64::max);
+                (n, blox_core::stats::mean(&v), max)
+            })
+            .collect();
         SimResult {
             jobs,
             rounds,
@@ -498,45 +524,56 @@ mod writer {
         DataFrame::new_infer_height(columns)
     }
 
-    fn rounds_frame(x: &[RoundRow]) -> PolarsResult<DataFrame> {
-        DataFrame::new_infer_height(vec![
+    fn rounds_frame(names: &[&'static str], x: &[RoundRow]) -> PolarsResult<DataFrame> {
+        let figures = names.iter().map(|n| {
             Column::new(
-                "time_s".into(),
-                x.iter().map(|r| r.time_s).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "busy_gpus".into(),
-                x.iter().map(|r| r.busy_gpus).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "queued_jobs".into(),
-                x.iter().map(|r| r.queued_jobs).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "running_jobs".into(),
-                x.iter().map(|r| r.running_jobs).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "waiting_jobs".into(),
-                x.iter().map(|r| r.waiting_jobs).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "total_gpus".into(),
-                x.iter().map(|r| r.total_gpus).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "policy".into(),
-                x.iter().map(|r| r.policy.clone()).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "largest_placeable".into(),
-                x.iter().map(|r| r.largest_placeable).collect::<Vec<_>>(),
-            ),
-            Column::new(
-                "note".into(),
-                x.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
-            ),
-        ])
+                (*n).into(),
+                x.iter().map(|r| r.figure(n)).collect::<Vec<_>>(),
+            )
+        });
+        DataFrame::new_infer_height(
+            vec![
+                Column::new(
+                    "time_s".into(),
+                    x.iter().map(|r| r.time_s).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "busy_gpus".into(),
+                    x.iter().map(|r| r.busy_gpus).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "queued_jobs".into(),
+                    x.iter().map(|r| r.queued_jobs).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "running_jobs".into(),
+                    x.iter().map(|r| r.running_jobs).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "waiting_jobs".into(),
+                    x.iter().map(|r| r.waiting_jobs).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "total_gpus".into(),
+                    x.iter().map(|r| r.total_gpus).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "policy".into(),
+                    x.iter().map(|r| r.policy.clone()).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "largest_placeable".into(),
+                    x.iter().map(|r| r.largest_placeable).collect::<Vec<_>>(),
+                ),
+                Column::new(
+                    "note".into(),
+                    x.iter().map(|r| r.note.clone()).collect::<Vec<_>>(),
+                ),
+            ]
+            .into_iter()
+            .chain(figures)
+            .collect(),
+        )
     }
 
     /// Rows per batch: the tables stream to disk a batch at a time, so a
@@ -546,7 +583,7 @@ mod writer {
     /// Writes `stem.csv` and `stem.parquet` from `rows`, a batch at a time.
     fn save<T>(
         rows: &[T],
-        frame: fn(&[T]) -> PolarsResult<DataFrame>,
+        frame: &dyn Fn(&[T]) -> PolarsResult<DataFrame>,
         dir: &Path,
         stem: &str,
         out: &mut Vec<PathBuf>,
@@ -581,8 +618,15 @@ mod writer {
 
     pub fn write(r: &SimResult, dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let mut out = Vec::new();
-        save(&r.jobs, jobs_frame, dir, "jobs", &mut out)?;
-        save(&r.rounds, rounds_frame, dir, "rounds", &mut out)?;
+        save(&r.jobs, &jobs_frame, dir, "jobs", &mut out)?;
+        let names = figure_names(&r.rounds);
+        save(
+            &r.rounds,
+            &|x| rounds_frame(&names, x),
+            dir,
+            "rounds",
+            &mut out,
+        )?;
         Ok(out)
     }
 }
@@ -636,20 +680,27 @@ mod writer {
         w.flush().map_err(ReportError::io(&jobs))?;
         let rounds = dir.join("rounds.csv");
         let mut w = csv::Writer::from_path(&rounds).map_err(ReportError::table(&rounds))?;
-        w.write_record(ROUND_COLUMNS)
+        let names = figure_names(&r.rounds);
+        let header = ROUND_COLUMNS.iter().chain(&names);
+        w.write_record(header)
             .map_err(ReportError::table(&rounds))?;
         for x in &r.rounds {
-            w.write_record([
-                x.time_s.to_string(),
-                x.busy_gpus.to_string(),
-                x.queued_jobs.to_string(),
-                x.running_jobs.to_string(),
-                x.waiting_jobs.to_string(),
-                x.total_gpus.to_string(),
-                x.policy.clone(),
-                x.largest_placeable.to_string(),
-                x.note.clone(),
-            ])
+            let figures = names.iter().map(|n| opt(x.figure(n)));
+            w.write_record(
+                [
+                    x.time_s.to_string(),
+                    x.busy_gpus.to_string(),
+                    x.queued_jobs.to_string(),
+                    x.running_jobs.to_string(),
+                    x.waiting_jobs.to_string(),
+                    x.total_gpus.to_string(),
+                    x.policy.clone(),
+                    x.largest_placeable.to_string(),
+                    x.note.clone(),
+                ]
+                .into_iter()
+                .chain(figures),
+            )
             .map_err(ReportError::table(&rounds))?;
         }
         w.flush().map_err(ReportError::io(&rounds))?;

@@ -56,6 +56,8 @@ pub struct History {
     /// Admitted, unfinished jobs then (running ones with their GPUs as
     /// (node, index in node)); progress and service so far filled in.
     pub active: Vec<(Job, Vec<GpuPlace>)>,
+    /// Of those running, the ones that share their GPU: thousandths of it.
+    pub shares: HashMap<JobId, u32>,
     /// Submitted, not yet admitted then.
     pub waiting: Vec<Job>,
     /// Submitted after the start.
@@ -410,10 +412,16 @@ impl History {
                 continue;
             }
             let work = h.work.get(&id).map(|w| w.duration_s);
+            let share = t.share;
             match t.state_at(at, work) {
                 State::Ended => {}
                 State::Waiting(j) => h.waiting.push(j),
-                State::Active(j, places) => h.active.push((j, places)),
+                State::Active(j, places) => {
+                    if let Some(m) = share.filter(|_| j.is_running()) {
+                        h.shares.insert(id, m);
+                    }
+                    h.active.push((j, places))
+                }
             }
         }
         if unknown_work > 0 {
@@ -430,6 +438,9 @@ impl History {
 struct Tracked {
     job: Job,
     places: Vec<GpuPlace>,
+    /// Thousandths of its GPU, while its last launch before the start
+    /// shares one.
+    share: Option<u32>,
     /// When the current launch began making progress (after start-up).
     progress_from: Option<f64>,
     /// Productive GPU-seconds before the start, and in all.
@@ -470,6 +481,7 @@ impl Tracked {
         Tracked {
             job: Job::new(spec),
             places: Vec::new(),
+            share: None,
             progress_from: None,
             attained_before: 0.0,
             attained_all: 0.0,
@@ -550,6 +562,10 @@ impl Tracked {
                     self.job.wait = None;
                     self.job.status = JobStatus::Running;
                     self.places = gpus.clone();
+                    self.share = match &e.what {
+                        What::Launched { share, .. } => *share,
+                        _ => None,
+                    };
                     self.job.launches += 1;
                     self.job.last_launch_s = Some(e.time_s);
                     self.job.first_start_s.get_or_insert(e.time_s);

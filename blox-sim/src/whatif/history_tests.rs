@@ -18,6 +18,7 @@ fn launched(n: u32) -> What {
     What::Launched {
         gpus: (0..n).map(|gpu| GpuPlace { node: 0, gpu }).collect(),
         batch_size: None,
+        share: None,
     }
 }
 
@@ -85,6 +86,7 @@ fn restarted_log() -> Vec<Event> {
             What::Launched {
                 gpus: vec![GpuPlace { node: 0, gpu: 1 }],
                 batch_size: None,
+                share: None,
             },
         ),
         ev(3, 3.0, b, Some(1), finished(11.1)),
@@ -130,6 +132,7 @@ fn a_live_jobs_logged_losses_set_its_progress_at_the_start() {
     let on = || What::Launched {
         gpus: vec![GpuPlace { node: 0, gpu: 0 }],
         batch_size: None,
+        share: None,
     };
     let events = vec![
         ev(

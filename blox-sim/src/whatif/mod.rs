@@ -140,8 +140,19 @@ pub fn replay(
                     node.gpus.get(p.gpu as usize).copied()
                 })
                 .collect();
+            let take = |cluster: &mut ClusterState, g: &[GpuId]| match (h.shares.get(&job.id()), g)
+            {
+                (Some(&m), &[gpu]) => {
+                    let host = job
+                        .spec
+                        .host_need
+                        .unwrap_or_else(|| cluster.share_host(gpu, m));
+                    cluster.assign_share(job.id(), gpu, m, host).is_ok()
+                }
+                _ => cluster.assign(job.id(), g).is_ok(),
+            };
             match gpus {
-                Some(g) if !g.is_empty() && cluster.assign(job.id(), &g).is_ok() => {
+                Some(g) if !g.is_empty() && take(&mut cluster, &g) => {
                     job.allocation = g;
                     running.push(job.id());
                 }

@@ -86,6 +86,18 @@ pub enum WorkloadKind {
     Helios(HeliosKeys),
     /// Alibaba PAI 2020's job and task tables.
     Pai(PaiKeys),
+    /// The Alibaba 2023 GPU trace's pod lists (FGD's "openb"), by their
+    /// creation and deletion times.
+    Openb(OpenbKeys),
+}
+
+/// `kind = "openb"`; `path` is a pod list (`.csv` or `.csv.gz`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OpenbKeys {
+    /// The node list (default `openb_node_list_gpu_node.csv` beside the
+    /// pod list): the GPU models that exist.
+    pub nodes: Option<PathBuf>,
 }
 
 /// `kind = "helios"`.
@@ -243,6 +255,7 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
         "pai",
         &["task_table", "instance_table", "states", "jobs_per_hour"],
     ),
+    ("openb", &["nodes"]),
 ];
 
 impl WorkloadKind {
@@ -256,6 +269,7 @@ impl WorkloadKind {
             WorkloadKind::BloxRecipe(_) => "blox-recipe",
             WorkloadKind::Helios(_) => "helios",
             WorkloadKind::Pai(_) => "pai",
+            WorkloadKind::Openb(_) => "openb",
         }
     }
 
@@ -344,6 +358,7 @@ impl WorkloadConfig {
             "blox-recipe" => WorkloadKind::BloxRecipe(keys.parse()?),
             "helios" => WorkloadKind::Helios(keys.parse()?),
             "pai" => WorkloadKind::Pai(keys.parse()?),
+            "openb" => WorkloadKind::Openb(keys.parse()?),
             other => {
                 return Err(section
                     .error_at("kind", format!("workload kind `{other}` has no reader"))

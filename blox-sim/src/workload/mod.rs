@@ -19,6 +19,7 @@
 mod config;
 pub mod helios;
 pub mod host_profile;
+pub mod openb;
 pub mod pai;
 pub mod philly;
 pub mod pollux;
@@ -263,6 +264,15 @@ pub fn load_for(
             if let Some(rate) = h.jobs_per_hour {
                 philly::retime(&mut jobs, rate.get(), seed);
             }
+            jobs
+        }
+        WorkloadKind::Openb(k) => {
+            let nodes = match &k.nodes {
+                Some(n) => section.resolve_path(n),
+                None => path.with_file_name(openb::NODE_LIST),
+            };
+            let (jobs, tally) = openb::read(path, &nodes)?;
+            tally.log(path);
             jobs
         }
         WorkloadKind::Pai(p) => {

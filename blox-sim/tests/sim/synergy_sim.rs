@@ -183,6 +183,7 @@ impl PlacementPolicy for Greedy {
                         cpus_per_gpu: 30.0,
                         mem_gb_per_gpu: 10.0,
                     }),
+                    share: None,
                 })
                 .collect(),
         }

@@ -57,6 +57,7 @@ fn tables_spanning_several_batches_come_back_whole() {
                 largest_placeable: 8 - k.min(8),
                 policy: "accept-all/fifo/first-free".into(),
                 note: String::new(),
+                figures: Vec::new(),
             })
             .collect(),
         summary: Summary::default(),

@@ -1,0 +1,440 @@
+//! Placement for jobs that share GPUs: FGD ("Beware of Fragmentation",
+//! ATC'23, §4) and the baselines its authors compare it with, scored by
+//! [`blox_share::policy`] as the authors' simulator scores them.
+//!
+//! Each round, every scheduled job that does not run yet is placed in the
+//! schedule's order, as the reference places arriving tasks:
+//!
+//! 1. the nodes that fit it: CPU and memory left, its GPU model, and
+//!    enough GPUs with its share free (idle GPUs for whole-GPU jobs);
+//! 2. the scorer gives each an integer score; the highest wins, ties to
+//!    the lowest node id (the reference breaks them by a random prefix of
+//!    the node names, which a round loop has no use for);
+//! 3. the scorer picks the GPUs there; a job asking for part of one GPU
+//!    ([`JobSpec::gpu_milli`]) gets a share of it, others whole GPUs.
+//!
+//! A job that fits nowhere waits; jobs behind it may still start. Running
+//! jobs keep what they hold: the reference never preempts or moves a task.
+//! The fragmentation measure is taken against the task shapes seen so far
+//! (the jobs this placement has been asked to place), the most popular
+//! covering `target_percent` of them (the reference: 95 % of its trace).
+//!
+//! Parameters: `scorer` (`fgd`, `best-fit`, `dot-product`, `gpu-packing`,
+//! `gpu-clustering`, `random`, `fgd-exact`; default `fgd`),
+//! `target_percent` (95), `seed` (42, for `random`).
+
+use blox_core::*;
+use blox_share::frag::{TargetWorkload, TaskShape};
+use blox_share::gorand::GoRand;
+use blox_share::node::NodeState;
+use blox_share::openb::TaskSpec;
+use blox_share::policy::{self, Context, SharePolicy};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// `share` / `fgd` placement.
+pub struct SharePlacement {
+    scorer: String,
+    policy: Box<dyn SharePolicy>,
+    rng: GoRand,
+    target_percent: f64,
+    /// Jobs whose shape is counted, and the counts by shape.
+    seen: HashSet<JobId>,
+    shapes: HashMap<TaskShape, f64>,
+    /// The target workload, built from the first `built_from` jobs seen,
+    /// and how many times it was built.
+    target: TargetWorkload,
+    built_from: usize,
+    target_gen: u64,
+    figures: Figures,
+}
+
+/// The fragmentation of the cluster after a round, kept per node and
+/// recomputed for the nodes whose free CPUs or GPU shares changed.
+#[derive(Clone, Default)]
+struct Figures {
+    /// The cluster revision and target generation they were taken at.
+    at: Option<(u64, u64)>,
+    /// By node index: (CPU thousandths left, free thousandths per GPU)
+    /// and its fragment by class.
+    nodes: Vec<((i64, Vec<u32>), [f64; 7])>,
+    last: Vec<(&'static str, f64)>,
+}
+
+impl Clone for SharePlacement {
+    fn clone(&self) -> Self {
+        SharePlacement {
+            scorer: self.scorer.clone(),
+            policy: policy::by_name(&self.scorer).expect("checked when built"),
+            rng: self.rng.clone(),
+            target_percent: self.target_percent,
+            seen: self.seen.clone(),
+            shapes: self.shapes.clone(),
+            target: self.target.clone(),
+            built_from: self.built_from,
+            target_gen: self.target_gen,
+            figures: self.figures.clone(),
+        }
+    }
+}
+
+impl SharePlacement {
+    /// Scored by `scorer` (a name of [`blox_share::policy::by_name`]).
+    pub fn new(scorer: &str, target_percent: f64, seed: i64) -> Result<Self, String> {
+        let policy = policy::by_name(scorer).ok_or_else(|| {
+            format!(
+                "unknown scorer `{scorer}`; expected one of {}, {}",
+                policy::NAMES.join(", "),
+                policy::VARIANTS.join(", ")
+            )
+        })?;
+        if !(target_percent > 0.0 && target_percent <= 100.0) {
+            return Err(format!(
+                "target_percent = {target_percent}: a share of the tasks, in (0, 100]"
+            ));
+        }
+        Ok(SharePlacement {
+            scorer: scorer.to_string(),
+            policy,
+            rng: GoRand::new(seed),
+            target_percent,
+            seen: HashSet::new(),
+            shapes: HashMap::new(),
+            target: TargetWorkload { types: Vec::new() },
+            built_from: 0,
+            target_gen: 0,
+            figures: Figures::default(),
+        })
+    }
+
+    /// Counts the shape of a job asked for the first time.
+    fn count(&mut self, id: JobId, task: &TaskSpec) {
+        if self.seen.insert(id) {
+            *self.shapes.entry(TaskShape::of(task)).or_insert(0.0) += 1.0;
+        }
+    }
+
+    /// The target workload, rebuilt once the jobs seen have grown by a
+    /// tenth since it was built (or by one, under ten jobs): the shapes'
+    /// frequencies move slowly, and every rebuild makes every node's
+    /// fragment stale.
+    fn target(&mut self) -> &TargetWorkload {
+        let n = self.seen.len();
+        if n > self.built_from
+            && (n >= self.built_from + self.built_from / 10 || self.built_from < 10)
+        {
+            let shapes = self.shapes.iter().map(|(s, c)| (s.clone(), *c));
+            self.target = TargetWorkload::of_counts(shapes, self.target_percent);
+            self.built_from = n;
+            self.target_gen += 1;
+        }
+        &self.target
+    }
+}
+
+/// What `job` asks for, run at `gpus` GPUs, as a task of the scorers: its
+/// CPUs and memory as the loop will give them ([`JobSpec::host_need`], else
+/// the node-proportional share, which `proportional` gives per GPU).
+pub fn task_of(job: &Job, gpus: u32, proportional: HostShare) -> TaskSpec {
+    let spec = &job.spec;
+    let milli = match (gpus, spec.gpu_milli) {
+        (1, Some(m)) => m.min(GPU_MILLI),
+        _ => GPU_MILLI,
+    };
+    let host = spec.host_need.unwrap_or(HostShare {
+        cpus_per_gpu: proportional.cpus_per_gpu * f64::from(milli) / f64::from(GPU_MILLI),
+        mem_gb_per_gpu: proportional.mem_gb_per_gpu * f64::from(milli) / f64::from(GPU_MILLI),
+    });
+    TaskSpec {
+        name: spec.name.clone(),
+        cpu_milli: (host.cpus_per_gpu * 1000.0 * f64::from(gpus)).round() as i64,
+        memory_mib: (host.mem_gb_per_gpu * 1024.0 * f64::from(gpus)).round() as i64,
+        num_gpu: gpus,
+        gpu_milli: milli,
+        gpu_models: spec.elasticity.gpu_types.clone(),
+        creation_s: None,
+        deletion_s: None,
+    }
+}
+
+/// The cluster as the scorers see it: online nodes (with their ids), each
+/// with what is left of it and the tasks on it.
+pub fn node_views(cluster: &ClusterState, jobs: &JobState) -> (Vec<NodeId>, Vec<NodeState>) {
+    let mut at: Vec<Option<usize>> = vec![None; cluster.nodes().len()];
+    let (mut ids, mut views) = (Vec::new(), Vec::new());
+    for n in cluster.nodes().iter().filter(|n| n.online) {
+        let (cpus, mem) = cluster.host_free(n.id);
+        at[n.id.index()] = Some(views.len());
+        ids.push(n.id);
+        views.push(NodeState {
+            name: format!("{:08}", n.id.0),
+            model: n.spec.gpu_type.clone(),
+            cpu_capacity: i64::from(n.spec.cpus) * 1000,
+            cpu_left: (cpus * 1000.0).round() as i64,
+            memory_capacity: (n.spec.host_mem_gb * 1024.0).round() as i64,
+            memory_left: (mem * 1024.0).round() as i64,
+            gpu_left: n.gpus.iter().map(|g| cluster.free_milli(*g)).collect(),
+            tasks: 0,
+            kinds: BTreeMap::new(),
+        });
+    }
+    for job in jobs.running() {
+        let kind = match cluster.share_of(job.id()) {
+            Some(_) => 0,
+            None => job.allocation.len() as u32,
+        };
+        let mut nodes: Vec<NodeId> = (job.allocation.iter())
+            .filter_map(|g| cluster.node_of(*g))
+            .collect();
+        nodes.dedup();
+        for n in nodes {
+            if let Some(v) = at.get(n.index()).copied().flatten() {
+                views[v].tasks += 1;
+                *views[v].kinds.entry(kind).or_insert(0) += 1;
+            }
+        }
+    }
+    (ids, views)
+}
+
+impl PlacementPolicy for SharePlacement {
+    fn fork(&self) -> Fork<dyn PlacementPolicy> {
+        Fork::Copy(Box::new(self.clone()))
+    }
+
+    fn place(
+        &mut self,
+        _round: &RoundInfo,
+        schedule: &Schedule,
+        jobs: &JobState,
+        cluster: &ClusterState,
+    ) -> Placement {
+        let mut out = Placement::default();
+        let waiting: Vec<(&Job, u32)> = (schedule.entries.iter())
+            .filter(|d| d.gpus > 0)
+            .filter_map(|d| jobs.get(d.job).map(|j| (j, d.gpus)))
+            .filter(|(j, _)| !j.is_running())
+            .collect();
+        if waiting.is_empty() {
+            return out;
+        }
+        let (ids, mut nodes) = node_views(cluster, jobs);
+        let mut feasible = Vec::new();
+        for (job, gpus) in waiting {
+            let proportional = ids
+                .first()
+                .and_then(|n| cluster.node(*n))
+                .map_or(NodeSpec::with_gpus(1).proportional_share(), |n| {
+                    n.spec.proportional_share()
+                });
+            let task = task_of(job, gpus, proportional);
+            self.count(job.id(), &task);
+            feasible.clear();
+            // Tasks whose host share is the proportional one ask for each
+            // node's own.
+            let own_host = job.spec.host_need.is_none();
+            let fits = |v: usize, nodes: &[NodeState]| {
+                if own_host {
+                    let p = cluster.node(ids[v]).map(|n| n.spec.proportional_share());
+                    nodes[v].fits(&task_of(job, gpus, p.unwrap_or(proportional)))
+                } else {
+                    nodes[v].fits(&task)
+                }
+            };
+            feasible.extend((0..nodes.len()).filter(|&v| fits(v, &nodes)));
+            let Some(v) = self.choose(&task, &feasible, &nodes) else {
+                continue;
+            };
+            let task = match own_host {
+                true => task_of(
+                    job,
+                    gpus,
+                    cluster.node(ids[v]).unwrap().spec.proportional_share(),
+                ),
+                false => task,
+            };
+            let mut local = self.gpus_on(&task, v, &nodes);
+            local.sort_unstable();
+            if nodes[v].take(&task, &local).is_err() {
+                // A scorer's GPUs that do not fit: the job waits.
+                tracing::warn!(job = %job.id(), scorer = %self.scorer, "GPUs chosen do not fit");
+                continue;
+            }
+            let node = cluster.node(ids[v]).expect("an online node");
+            let gpus: Vec<GpuId> = local.iter().map(|l| node.gpus[*l as usize]).collect();
+            let share = (task.num_gpu == 1 && task.gpu_milli < GPU_MILLI).then_some(task.gpu_milli);
+            out.launch.push(Assignment {
+                job: job.id(),
+                gpus,
+                batch_size: None,
+                host: job.spec.host_need,
+                share,
+            });
+        }
+        out
+    }
+
+    /// The paper's fragmentation after the round against the target
+    /// workload (§3): `frag_gpus`, the fragment amount in GPUs, and
+    /// `frag_percent`, its share of the free GPU capacity.
+    fn round_figures(&mut self, cluster: &ClusterState) -> Vec<(&'static str, f64)> {
+        self.target();
+        let now = (cluster.revision(), self.target_gen);
+        if self.figures.at == Some(now) {
+            return self.figures.last.clone();
+        }
+        let stale = self.figures.at.is_none_or(|(_, g)| g != self.target_gen);
+        let f = &mut self.figures;
+        f.nodes.resize_with(cluster.nodes().len(), Default::default);
+        let mut sum = [0.0f64; 7];
+        for (n, (free, parts)) in cluster.nodes().iter().zip(f.nodes.iter_mut()) {
+            let now_free = match n.online {
+                true => (
+                    (cluster.host_free(n.id).0 * 1000.0).round() as i64,
+                    n.gpus.iter().map(|g| cluster.free_milli(*g)).collect(),
+                ),
+                false => (0, Vec::new()),
+            };
+            if stale || *free != now_free {
+                *parts = self
+                    .target
+                    .node_parts(now_free.0, &now_free.1, &n.spec.gpu_type);
+                *free = now_free;
+            }
+            for (s, p) in sum.iter_mut().zip(parts.iter()) {
+                *s += p;
+            }
+        }
+        let frag = blox_share::frag::sum_except_q3(&sum);
+        let idle: f64 = sum.iter().sum();
+        f.last = vec![
+            ("frag_gpus", frag / f64::from(GPU_MILLI)),
+            (
+                "frag_percent",
+                if idle > 0.0 { 100.0 * frag / idle } else { 0.0 },
+            ),
+        ];
+        f.at = Some(now);
+        f.last.clone()
+    }
+
+    fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
+        let gpus = job.requested_gpus();
+        let mut empty = false;
+        for n in cluster.nodes() {
+            let p = n.spec.proportional_share();
+            let task = task_of(job, gpus, p);
+            let view = NodeState::new(&blox_share::openb::NodeSpec {
+                name: String::new(),
+                cpu_milli: i64::from(n.spec.cpus) * 1000,
+                memory_mib: (n.spec.host_mem_gb * 1024.0).round() as i64,
+                gpus: n.spec.gpus,
+                model: n.spec.gpu_type.clone(),
+            });
+            if view.fits(&task) {
+                return None;
+            }
+            empty = true;
+        }
+        empty.then(|| {
+            let task = task_of(job, gpus, NodeSpec::with_gpus(1).proportional_share());
+            format!(
+                "no node could hold it even empty ({} GPU(s) of {} thousandths{}, {:.1} CPUs, {:.1} GiB)",
+                task.num_gpu,
+                task.gpu_milli,
+                match task.gpu_models.is_empty() {
+                    true => String::new(),
+                    false => format!(" on {}", task.gpu_models.join(" or ")),
+                },
+                task.cpu_milli as f64 / 1000.0,
+                task.memory_mib as f64 / 1024.0
+            )
+        })
+    }
+}
+
+impl SharePlacement {
+    /// The feasible node with the highest score, ties to the first.
+    fn choose(
+        &mut self,
+        task: &TaskSpec,
+        feasible: &[usize],
+        nodes: &[NodeState],
+    ) -> Option<usize> {
+        match feasible {
+            [] => None,
+            [only] => Some(*only),
+            _ => {
+                self.target();
+                let mut cx = Context {
+                    nodes,
+                    target: &self.target,
+                    rng: &mut self.rng,
+                };
+                let scores = self.policy.scores(task, feasible, &mut cx);
+                let mut best = 0;
+                for k in 1..feasible.len() {
+                    if scores[k] > scores[best] {
+                        best = k;
+                    }
+                }
+                Some(feasible[best])
+            }
+        }
+    }
+
+    /// The GPUs the scorer takes on node `v` (none for a task without).
+    fn gpus_on(&mut self, task: &TaskSpec, v: usize, nodes: &[NodeState]) -> Vec<u32> {
+        if task.num_gpu == 0 {
+            return Vec::new();
+        }
+        self.target();
+        let mut cx = Context {
+            nodes,
+            target: &self.target,
+            rng: &mut self.rng,
+        };
+        self.policy.gpus(task, v, &mut cx)
+    }
+}
+
+/// Reads `scorer`, `target_percent` and `seed`.
+fn build(
+    p: &blox_core::config::Section,
+    default_scorer: &str,
+) -> Result<Box<dyn PlacementPolicy>, blox_core::config::ConfigError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Keys {
+        scorer: Option<String>,
+        target_percent: Option<f64>,
+        seed: Option<i64>,
+    }
+    let k: Keys = p.parse()?;
+    let pct = k.target_percent.unwrap_or(95.0);
+    let s = SharePlacement::new(
+        k.scorer.as_deref().unwrap_or(default_scorer),
+        pct,
+        k.seed.unwrap_or(42),
+    )
+    .map_err(|e| {
+        let key = if e.starts_with("target_percent") {
+            "target_percent"
+        } else {
+            "scorer"
+        };
+        p.error_at(key, e)
+    })?;
+    Ok(Box::new(s))
+}
+
+blox_core::register_placement!(
+    "share",
+    "GPUs that jobs share: FGD or a baseline of its paper (`scorer`), a share of one GPU for jobs asking part of one (Weng et al., ATC'23)",
+    |p| build(p, "fgd")
+);
+
+blox_core::register_placement!(
+    "fgd",
+    "fragmentation gradient descent: each job where it least grows the expected GPU fragmentation, sharing GPUs (Weng et al., ATC'23 §4)",
+    |p| build(p, "fgd")
+);
