@@ -485,6 +485,14 @@ pub trait PlacementPolicy: Send {
         Ok(())
     }
 
+    /// Whether it places every job only on GPUs of its types
+    /// ([`crate::Elasticity::gpu_types`]): a scheduling policy that runs
+    /// jobs at their requested count on any type may then schedule jobs
+    /// bound to types (checked before a simulation). Default: no.
+    fn honours_gpu_types(&self) -> bool {
+        false
+    }
+
     /// Figures the policy measures of the cluster after each round, by
     /// name (FGD's fragmentation); they become columns of `rounds.csv`
     /// and lines of the summary. A policy returns the same names every

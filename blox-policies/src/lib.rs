@@ -9,7 +9,7 @@
 //! |---|---|
 //! | admission | `accept-all`, `load-based`, `quota` |
 //! | scheduling | `fifo`, `las`, `srtf`, `tiresias`, `optimus`, `themis`, `doubling`, `loss-termination` (wraps another), `pollux` (in [`pollux`]), `ones` (in [`ones`]), `sia` (in [`sia`]) |
-//! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit` |
+//! | placement | `first-free`, `consolidated`, `most-free`, `bandwidth-aware`, `tiresias`, `explicit`, `fgd`/`share` (GPUs that jobs share) |
 //!
 //! Registration happens at link time (`inventory`); a binary that uses these
 //! policies only by name must still link the crate: `use blox_policies as _;`

@@ -205,7 +205,18 @@ impl Simulation {
     ) -> Result<Self, SimError> {
         check_jobs(&jobs)?;
         for j in &jobs {
-            if let Err(why) = policies.scheduling.accepts(&j.spec) {
+            let accepted = policies.scheduling.accepts(&j.spec).or_else(|why| {
+                // A placement that keeps each job to its GPU types makes
+                // them a constraint the scheduling policy need not honour.
+                let types = &j.spec.elasticity.gpu_types;
+                if types.is_empty() || !policies.placement.honours_gpu_types() {
+                    return Err(why);
+                }
+                let mut any_type = j.spec.clone();
+                any_type.elasticity.gpu_types.clear();
+                policies.scheduling.accepts(&any_type).map_err(|_| why)
+            });
+            if let Err(why) = accepted {
                 return Err(SimError::Workload(WorkloadError::Invalid(format!(
                     "scheduling policy `{}` refuses job {} ({}): {why}",
                     policies.names.scheduling, j.spec.id, j.spec.name

@@ -218,16 +218,20 @@ impl PlacementPolicy for SharePlacement {
             return out;
         }
         let (ids, mut nodes) = node_views(cluster, jobs);
+        let proportional = ids
+            .first()
+            .and_then(|n| cluster.node(*n))
+            .map_or(NodeSpec::with_gpus(1).proportional_share(), |n| {
+                n.spec.proportional_share()
+            });
+        // Every waiting job's shape counts before any is placed: the
+        // queue is part of the workload the fragments are measured against.
+        for (job, gpus) in &waiting {
+            self.count(job.id(), &task_of(job, *gpus, proportional));
+        }
         let mut feasible = Vec::new();
         for (job, gpus) in waiting {
-            let proportional = ids
-                .first()
-                .and_then(|n| cluster.node(*n))
-                .map_or(NodeSpec::with_gpus(1).proportional_share(), |n| {
-                    n.spec.proportional_share()
-                });
             let task = task_of(job, gpus, proportional);
-            self.count(job.id(), &task);
             feasible.clear();
             // Tasks whose host share is the proportional one ask for each
             // node's own.
@@ -271,6 +275,10 @@ impl PlacementPolicy for SharePlacement {
             });
         }
         out
+    }
+
+    fn honours_gpu_types(&self) -> bool {
+        true
     }
 
     /// The paper's fragmentation after the round against the target
@@ -353,7 +361,10 @@ impl PlacementPolicy for SharePlacement {
 }
 
 impl SharePlacement {
-    /// The feasible node with the highest score, ties to the first.
+    /// The feasible node with the highest score, ties to the first. A
+    /// single feasible node is scored too (the reference's scheduler skips
+    /// scoring then, and its GPU choice falls back to the first that fits;
+    /// here the scorer picks the GPU on every node).
     fn choose(
         &mut self,
         task: &TaskSpec,
@@ -362,7 +373,6 @@ impl SharePlacement {
     ) -> Option<usize> {
         match feasible {
             [] => None,
-            [only] => Some(*only),
             _ => {
                 self.target();
                 let mut cx = Context {
@@ -438,3 +448,7 @@ blox_core::register_placement!(
     "fragmentation gradient descent: each job where it least grows the expected GPU fragmentation, sharing GPUs (Weng et al., ATC'23 §4)",
     |p| build(p, "fgd")
 );
+
+#[cfg(test)]
+#[path = "share_tests.rs"]
+mod tests;

@@ -44,8 +44,10 @@ pub trait SharePolicy: Send {
     /// The policy's name in configs and results.
     fn name(&self) -> &'static str;
 
-    /// One integer score per feasible node (`feasible` holds at least two
-    /// node indices, ascending). The highest wins.
+    /// One integer score per feasible node (`feasible` holds node indices,
+    /// ascending: two or more in the packing experiment, which skips
+    /// scoring a lone feasible node as the reference does; one or more in
+    /// the round loop's `share` placement). The highest wins.
     fn scores(&mut self, task: &TaskSpec, feasible: &[usize], cx: &mut Context<'_>) -> Vec<i64>;
 
     /// The GPUs the task takes on the chosen node (ascending); called only

@@ -11,6 +11,7 @@ mod failures;
 mod forecast;
 mod guard_rails;
 mod metrics_on_demand;
+mod openb;
 mod pollux_sim;
 mod production_traces;
 mod resilience;

@@ -1,0 +1,148 @@
+//! The `share` placement: shares of one GPU, model constraints, what no
+//! node can hold, and the fragmentation it reports.
+
+use super::*;
+use crate::test_util::*;
+
+/// A queued job asking `milli` thousandths of one GPU (whole GPUs at
+/// 1000 or above), with `cpus` CPUs and 4 GiB.
+fn part(id: u64, milli: u32, cpus: f64) -> Job {
+    let mut j = job(id, 0.0, 1);
+    j.spec.gpu_milli = (milli < 1000).then_some(milli);
+    j.spec.host_need = Some(HostShare {
+        cpus_per_gpu: cpus,
+        mem_gb_per_gpu: 4.0,
+    });
+    j
+}
+
+fn typed(types: &[&str], gpus: u32) -> ClusterState {
+    let mut c = ClusterState::new();
+    for t in types {
+        let mut spec = NodeSpec::with_gpus(gpus);
+        spec.gpu_type = t.to_string();
+        c.add_node(spec);
+    }
+    c
+}
+
+fn place(p: &mut SharePlacement, state: &JobState, c: &ClusterState) -> Placement {
+    let order: Vec<&Job> = state.runnable().collect();
+    p.place(&info(0.0), &Schedule::in_priority_order(order), state, c)
+}
+
+#[test]
+fn fgd_puts_two_halves_on_one_gpu_and_keeps_the_other_whole() {
+    let c = ClusterState::homogeneous(1, 2);
+    let mut state = JobState::new();
+    state.insert(part(1, 500, 1.0));
+    state.insert(part(2, 500, 1.0));
+    let p = place(
+        &mut SharePlacement::new("fgd", 95.0, 42).unwrap(),
+        &state,
+        &c,
+    );
+    assert_eq!(p.launch.len(), 2, "{p:?}");
+    assert_eq!(p.launch[0].gpus, p.launch[1].gpus, "{p:?}");
+    assert!(p.launch.iter().all(|a| a.share == Some(500)));
+    assert!(p.preempt.is_empty());
+}
+
+#[test]
+fn a_share_goes_beside_a_running_share_and_whole_gpu_jobs_take_idle_gpus() {
+    let mut c = ClusterState::homogeneous(1, 2);
+    let mut state = JobState::new();
+    let mut first = part(1, 600, 1.0);
+    c.assign_share(first.id(), GpuId(1), 600, first.spec.host_need.unwrap())
+        .unwrap();
+    first.status = JobStatus::Running;
+    first.allocation = vec![GpuId(1)];
+    state.insert(first);
+    state.insert(part(2, 400, 1.0));
+    state.insert(part(3, 1000, 1.0));
+    for scorer in ["fgd", "best-fit", "gpu-packing"] {
+        let mut p = SharePlacement::new(scorer, 95.0, 42).unwrap();
+        let d = place(&mut p, &state, &c);
+        let on = |j: u64| d.launch.iter().find(|a| a.job == JobId(j)).cloned();
+        let (two, three) = (on(2).unwrap(), on(3).unwrap());
+        assert_eq!(
+            (two.gpus, two.share),
+            (vec![GpuId(1)], Some(400)),
+            "{scorer}"
+        );
+        assert_eq!(
+            (three.gpus, three.share),
+            (vec![GpuId(0)], None),
+            "{scorer}"
+        );
+    }
+}
+
+#[test]
+fn a_job_bound_to_a_model_goes_only_to_its_nodes_and_waits_when_they_are_full() {
+    let c = typed(&["T4", "V100"], 1);
+    let mut state = JobState::new();
+    let mut j = part(1, 300, 1.0);
+    j.spec.elasticity.gpu_types = vec!["V100".into()];
+    state.insert(j);
+    let mut p = SharePlacement::new("best-fit", 95.0, 42).unwrap();
+    let d = place(&mut p, &state, &c);
+    assert_eq!(d.launch[0].gpus, vec![GpuId(1)]);
+    // CPUs: a job asking more than a node has left waits.
+    let mut state = JobState::new();
+    state.insert(part(2, 300, 1000.0));
+    assert!(place(&mut p, &state, &c).launch.is_empty());
+    let why = p.never_places(state.get(JobId(2)).unwrap(), &c).unwrap();
+    assert!(why.contains("no node could hold it even empty"), "{why}");
+    assert!(why.contains("1000.0 CPUs"), "{why}");
+    let mut j = part(3, 300, 1.0);
+    j.spec.elasticity.gpu_types = vec!["A100".into()];
+    let why = p.never_places(&j, &c).unwrap();
+    assert!(why.contains("on A100"), "{why}");
+    assert!(p.never_places(&part(4, 300, 1.0), &c).is_none());
+}
+
+#[test]
+fn the_fragmentation_it_reports_follows_the_cluster() {
+    let mut c = ClusterState::homogeneous(1, 2);
+    let mut state = JobState::new();
+    state.insert(part(1, 500, 1.0));
+    state.insert(part(2, 500, 1.0));
+    let mut p = SharePlacement::new("fgd", 95.0, 42).unwrap();
+    place(&mut p, &state, &c);
+    // Nothing held: no fragment (every free GPU can take a half).
+    let empty = p.round_figures(&c);
+    assert_eq!(
+        empty.iter().map(|f| f.0).collect::<Vec<_>>(),
+        ["frag_gpus", "frag_percent"]
+    );
+    assert_eq!(empty[0].1, 0.0);
+    // 700 thousandths out: the 300 left cannot take a half.
+    c.assign_share(
+        JobId(9),
+        GpuId(0),
+        700,
+        HostShare {
+            cpus_per_gpu: 0.0,
+            mem_gb_per_gpu: 0.0,
+        },
+    )
+    .unwrap();
+    let f = p.round_figures(&c);
+    assert!((f[0].1 - 0.3).abs() < 1e-9, "{f:?}");
+    assert!((f[1].1 - 100.0 * 300.0 / 1300.0).abs() < 1e-9, "{f:?}");
+    assert_eq!(p.round_figures(&c), f, "unchanged cluster, same figures");
+    c.release_job(JobId(9));
+    assert_eq!(p.round_figures(&c)[0].1, 0.0);
+}
+
+#[test]
+fn an_unknown_scorer_or_share_of_tasks_is_refused() {
+    let e = SharePlacement::new("fdg", 95.0, 42).err().unwrap();
+    assert!(
+        e.contains("unknown scorer `fdg`") && e.contains("best-fit"),
+        "{e}"
+    );
+    assert!(SharePlacement::new("fgd", 0.0, 42).is_err());
+    assert!(SharePlacement::new("fgd", 101.0, 42).is_err());
+}
