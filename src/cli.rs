@@ -463,6 +463,11 @@ pub struct SubmitArgs {
     /// A metric known up front: `--metric best_cpus_per_gpu=6`.
     #[arg(long = "metric", value_name = "KEY=VALUE")]
     pub metrics: Vec<String>,
+    /// Part of one GPU, in thousandths (1-999; implies --gpus 1): placed
+    /// beside other jobs on one GPU by a placement that shares GPUs
+    /// (`placement.policy = "fgd"`).
+    #[arg(long)]
+    pub gpu_milli: Option<u32>,
     /// The program and its arguments (after `--`).
     #[arg(last = true)]
     pub command: Vec<String>,

@@ -80,6 +80,15 @@ pub mod env {
     /// lost its lease (a worker cut off from the scheduler) cannot overwrite
     /// a newer launch's checkpoint. Unset or 0: plain checkpoint files.
     pub const GENERATION: &str = "BLOX_GENERATION";
+    /// Thousandths of its one GPU a launch that shares the GPU holds
+    /// (unset: its GPUs whole).
+    pub const GPU_MILLI: &str = "BLOX_GPU_MILLI";
+    /// CUDA MPS's share of the GPU's threads, percent (set with
+    /// [`GPU_MILLI`]).
+    pub const MPS_THREAD_PERCENTAGE: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+    /// CUDA MPS's device memory limit (`0=<MiB>M`; set with [`GPU_MILLI`]
+    /// where the worker knows the GPU's memory).
+    pub const MPS_PINNED_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 }
 
 /// The metric a job pushes once per launch, at its first iteration boundary:
@@ -139,6 +148,10 @@ pub struct JobEnv {
     pub launch_unix_s: Option<f64>,
     /// This launch's generation ([`env::GENERATION`]); 0: unknown.
     pub generation: u64,
+    /// Thousandths of its one GPU, when it shares the GPU with other jobs
+    /// ([`env::GPU_MILLI`]; CUDA MPS's variables say the same); `None`:
+    /// its GPUs are its own.
+    pub gpu_milli: Option<u32>,
 }
 
 impl JobEnv {
@@ -186,6 +199,10 @@ impl JobEnv {
             .filter(|v| !v.is_empty())
             .map(|v| num32(env::BATCH_SIZE, v))
             .transpose()?;
+        let gpu_milli = get(env::GPU_MILLI)
+            .filter(|v| !v.is_empty())
+            .map(|v| num32(env::GPU_MILLI, v))
+            .transpose()?;
         Ok(JobEnv {
             job_id,
             rank,
@@ -215,6 +232,7 @@ impl JobEnv {
                 .unwrap_or_default(),
             resume: get(env::RESUME).is_some_and(|v| v == "1" || v == "true"),
             batch_size,
+            gpu_milli,
             generation: get(env::GENERATION)
                 .filter(|v| !v.is_empty())
                 .map(|v| num(env::GENERATION, v))

@@ -270,6 +270,29 @@ impl JobSpec {
         }
     }
 
+    /// Why its share of a GPU or its host need cannot be honoured, if so:
+    /// a share is 1-999 thousandths of one GPU (`requested_gpus` 1); host
+    /// CPUs and memory are finite and non-negative.
+    pub fn share_problem(&self) -> Option<String> {
+        if let Some(m) = self.gpu_milli {
+            if !(1..crate::cluster::GPU_MILLI).contains(&m) || self.requested_gpus != 1 {
+                return Some(format!(
+                    "gpu_milli = {m} with {} GPUs; a share is 1-999 thousandths of one GPU",
+                    self.requested_gpus
+                ));
+            }
+        }
+        if let Some(h) = self.host_need {
+            let ok = |x: f64| x.is_finite() && x >= 0.0;
+            if !(ok(h.cpus_per_gpu) && ok(h.mem_gb_per_gpu)) {
+                return Some(format!(
+                    "host_need {h:?}: CPUs and memory must be finite and non-negative"
+                ));
+            }
+        }
+        None
+    }
+
     /// Builder: the known run time at the requested GPU count.
     pub fn with_duration(mut self, duration_s: f64) -> Self {
         self.expected_duration_s = Some(duration_s);
@@ -301,6 +324,11 @@ pub struct Job {
     /// (Synergy-style policies set it).
     #[serde(default)]
     pub host_share: Option<crate::cluster::HostShare>,
+    /// Thousandths of its one GPU held now, while it shares that GPU
+    /// ([`crate::Assignment::share`]); `None` otherwise. A copy of the
+    /// cluster's record, as `allocation` is: backends read it at launch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<u32>,
     /// Largest GPU count the job has held so far (Pollux caps growth at 2×).
     pub max_gpus_so_far: u32,
     /// Times it was suspended to make room for another job.
@@ -394,6 +422,7 @@ impl Job {
             allocation: Vec::new(),
             current_batch_size: batch,
             host_share: None,
+            gpu_share: None,
             max_gpus_so_far: 0,
             preemptions: 0,
             restarts: 0,

@@ -533,6 +533,8 @@ pub enum ClusterEvent {
         batch_size: Option<u32>,
         /// It is past its start-up (its first iteration was reported).
         past_startup: bool,
+        /// Thousandths of its one GPU, where it shares that GPU.
+        share: Option<u32>,
     },
 }
 

@@ -121,8 +121,18 @@ impl<'a> FreeGpus<'a> {
             .map(|(i, _)| GpuId(i as u32))
     }
 
+    /// Whether jobs share `g`: a sharer that stops gives nothing back to
+    /// whole-GPU placement (the GPU's other sharers stay), so such GPUs
+    /// are left out of `take` and `put`.
+    fn shared(&self, g: &GpuId) -> bool {
+        self.cluster.is_shared(*g)
+    }
+
     fn take(&mut self, gpus: &[GpuId]) {
         for g in gpus {
+            if self.shared(g) {
+                continue;
+            }
             debug_assert!(self.index.free[g.index()]);
             let node = self.cluster.gpus()[g.index()].node.index();
             self.index.set(g.index(), node, false);
@@ -132,7 +142,7 @@ impl<'a> FreeGpus<'a> {
 
     fn put(&mut self, gpus: &[GpuId]) {
         for g in gpus {
-            if !self.index.free[g.index()] {
+            if !self.index.free[g.index()] && !self.shared(g) {
                 let node = self.cluster.gpus()[g.index()].node.index();
                 self.index.set(g.index(), node, true);
                 self.count += 1;
@@ -287,8 +297,8 @@ pub fn priority_walk(
             debug_assert!(kept.is_sorted_by_key(|k| k.0));
             let below = kept.partition_point(|k| k.0 <= i);
             let victims: Vec<usize> = (below..kept.len()).rev().collect();
-            let room: u32 =
-                free.count() + victims.iter().map(|&k| kept[k].2.len() as u32).sum::<u32>();
+            let whole = |gpus: &[GpuId]| gpus.iter().filter(|g| !free.shared(g)).count() as u32;
+            let room: u32 = free.count() + victims.iter().map(|&k| whole(kept[k].2)).sum::<u32>();
             if room >= d.gpus {
                 let mut taken = Vec::new();
                 for k in victims {

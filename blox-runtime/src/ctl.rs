@@ -246,6 +246,9 @@ pub struct JobFile {
     pub memory_gb: Option<f64>,
     #[serde(default)]
     pub max_processes: Option<u32>,
+    /// Part of one GPU, in thousandths (1-999, with `gpus = 1`).
+    #[serde(default)]
+    pub gpu_milli: Option<u32>,
 }
 
 impl JobFile {
@@ -276,6 +279,7 @@ impl From<JobFile> for JobSubmission {
             idempotency_key: f.idempotency_key.unwrap_or_default(),
             memory_gb: f.memory_gb,
             max_processes: f.max_processes,
+            gpu_milli: f.gpu_milli,
         }
     }
 }
@@ -316,7 +320,10 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
             |v| format!("{v:.1}"),
         );
         let mut place = if !j.gpus.is_empty() {
-            j.gpus.join(",")
+            match j.gpu_milli {
+                Some(m) => format!("{:.2} of {}", f64::from(m) / 1000.0, j.gpus.join(",")),
+                None => j.gpus.join(","),
+            }
         } else if let Some(w) = j.wait.as_ref().filter(|_| j.reason.is_empty()) {
             w.reason.clone()
         } else {

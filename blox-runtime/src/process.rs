@@ -78,6 +78,53 @@ pub struct LaunchSpec {
     /// The `cgroup.procs` files of the launch's cgroups: each process
     /// joins them before anything of the job's runs (empty: none).
     pub cgroup_procs: Vec<std::ffi::CString>,
+    /// Its share of its one GPU, when it shares the GPU with other launches.
+    pub share: Option<GpuShareEnv>,
+}
+
+/// What a launch that shares its GPU is told of its share, in the
+/// variables CUDA MPS reads (an MPS control daemon on the node enforces
+/// them; without one they are advice the job may read).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuShareEnv {
+    /// Thousandths of the GPU (`BLOX_GPU_MILLI`).
+    pub milli: u32,
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`: the share in percent, rounded
+    /// up (1-100).
+    pub thread_percentage: u32,
+    /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, MiB of device 0 (the one GPU it
+    /// sees): that part of the GPU's memory; `None` when the worker does
+    /// not know the GPU's memory (logical GPUs).
+    pub memory_mib: Option<u64>,
+}
+
+impl GpuShareEnv {
+    /// The variables of a share of `milli` thousandths of a GPU of
+    /// `memory_gb` GB (0: unknown).
+    pub fn of(milli: u32, memory_gb: f64) -> Self {
+        let milli = milli.clamp(1, blox_core::GPU_MILLI);
+        let mib = memory_gb * 1024.0 * f64::from(milli) / f64::from(blox_core::GPU_MILLI);
+        GpuShareEnv {
+            milli,
+            thread_percentage: milli.div_ceil(10),
+            memory_mib: (memory_gb > 0.0 && mib.is_finite()).then(|| (mib.floor() as u64).max(1)),
+        }
+    }
+
+    /// The variables and their values.
+    pub fn vars(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            (env::GPU_MILLI, self.milli.to_string()),
+            (
+                env::MPS_THREAD_PERCENTAGE,
+                self.thread_percentage.to_string(),
+            ),
+        ];
+        if let Some(m) = self.memory_mib {
+            v.push((env::MPS_PINNED_MEM_LIMIT, format!("0={m}M")));
+        }
+        v
+    }
 }
 
 /// The report directory's name inside a launch's control directory
@@ -519,6 +566,9 @@ impl Running {
                 .stdin(Stdio::null())
                 .stdout(out(&self.control_dir, &format!("stdout{suffix}"))?)
                 .stderr(out(&self.control_dir, &format!("stderr{suffix}"))?);
+            for (k, v) in spec.share.iter().flat_map(GpuShareEnv::vars) {
+                cmd.env(k, v);
+            }
             match spawn_child(
                 cmd,
                 spec.lease.map(|l| l.0),
@@ -1208,6 +1258,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_share_becomes_the_mps_thread_percentage_and_memory_limit() {
+        let s = GpuShareEnv::of(460, 16.0);
+        assert_eq!(
+            s.vars(),
+            [
+                (env::GPU_MILLI, "460".to_string()),
+                (env::MPS_THREAD_PERCENTAGE, "46".to_string()),
+                (env::MPS_PINNED_MEM_LIMIT, "0=7536M".to_string()),
+            ]
+        );
+        // Rounded up to a whole percent, at least 1; no memory limit where
+        // the GPU's memory is unknown (logical GPUs).
+        let tiny = GpuShareEnv::of(1, 0.0);
+        assert_eq!(tiny.thread_percentage, 1);
+        assert_eq!(tiny.memory_mib, None);
+        assert_eq!(GpuShareEnv::of(1000, 80.0).thread_percentage, 100);
+        assert_eq!(GpuShareEnv::of(455, 0.0).thread_percentage, 46);
+    }
+
+    #[test]
     fn a_job_gets_the_allowed_variables_and_what_the_operator_passes() {
         for name in [
             "PATH",
@@ -1276,6 +1346,7 @@ mod tests {
             lease: None,
             pass_env: Vec::new(),
             cgroup_procs: Vec::new(),
+            share: None,
         };
         let run = Running::spawn(&spec).unwrap();
         let t = Instant::now();
@@ -1328,6 +1399,7 @@ mod tests {
             lease: None,
             pass_env: Vec::new(),
             cgroup_procs: Vec::new(),
+            share: None,
         };
         let mut run = Running::spawn(&spec).unwrap();
         let t = Instant::now();

@@ -111,6 +111,14 @@ pub fn submission(j: &JobSubmission) -> Result<(), Status> {
     if j.gpus == 0 {
         return Err(invalid("gpus: must be at least 1"));
     }
+    if let Some(m) = j.gpu_milli {
+        if !(1..blox_core::GPU_MILLI).contains(&m) || j.gpus != 1 {
+            return Err(invalid(format!(
+                "gpu_milli: {m} with gpus = {}; a share is 1-999 thousandths of one GPU (gpus = 1)",
+                j.gpus
+            )));
+        }
+    }
     if j.batch_size == Some(0) {
         return Err(invalid("batch_size: must be at least 1"));
     }
@@ -236,14 +244,17 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
 /// The launches a worker registering again reports: each on GPUs of its
 /// own (none in two), its ranks inside its world, one launch per job.
 fn running_launches(running: &[RunningLaunch], gpus: usize) -> Result<(), Status> {
-    if running.len() > gpus.min(MAX_WORKER_GPUS) {
+    let most = gpus.saturating_mul(blox_core::GPU_MILLI as usize);
+    if running.len() > most.min(MAX_WORKER_GPUS) {
         return Err(invalid(format!(
-            "running: {} launches on {gpus} GPUs (each holds at least one)",
+            "running: {} launches on {gpus} GPUs (each holds at least one, or a share of one; at most {MAX_WORKER_GPUS})",
             running.len()
         )));
     }
     let mut jobs = HashSet::new();
     let mut held = HashSet::new();
+    // Thousandths of each shared GPU.
+    let mut shared: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
     for (i, l) in running.iter().enumerate() {
         let field = |f: &str| format!("running[{i}].{f}");
         let Some(lr) = l.launch.filter(|lr| lr.job_id > 0 && lr.launch > 0) else {
@@ -271,8 +282,28 @@ fn running_launches(running: &[RunningLaunch], gpus: usize) -> Result<(), Status
                 field("gpus")
             )));
         }
-        if let Some(g) = l.gpus.iter().find(|g| !held.insert(**g)) {
-            return Err(invalid(format!("{}: GPU {g} is held twice", field("gpus"))));
+        share(&field("gpu_milli"), l.gpu_milli, l.gpus.len())?;
+        match l.gpu_milli {
+            None => {
+                if let Some(g) = l
+                    .gpus
+                    .iter()
+                    .find(|g| !held.insert(**g) || shared.contains_key(g))
+                {
+                    return Err(invalid(format!("{}: GPU {g} is held twice", field("gpus"))));
+                }
+            }
+            Some(m) => {
+                let g = l.gpus[0];
+                let e = shared.entry(g).or_insert(0);
+                *e += m;
+                if held.contains(&g) || *e > blox_core::GPU_MILLI {
+                    return Err(invalid(format!(
+                        "{}: GPU {g} is shared past 1000 thousandths, or also held whole",
+                        field("gpu_milli")
+                    )));
+                }
+            }
         }
         let end = l.first_rank.checked_add(l.ranks);
         if l.ranks == 0 || end.is_none_or(|e| e > l.world_size) {
@@ -404,8 +435,19 @@ pub fn launch(r: &LaunchRequest) -> Result<LaunchRef, Status> {
     if r.batch_size == Some(0) {
         return Err(invalid("batch_size: must be at least 1"));
     }
+    share("gpu_milli", r.gpu_milli, r.gpus.len())?;
     limits(r.memory_gb, r.max_processes)?;
     Ok(l)
+}
+
+/// A launch's share: 1-1000 thousandths of exactly one GPU.
+fn share(field: &str, milli: Option<u32>, gpus: usize) -> Result<(), Status> {
+    match milli {
+        Some(m) if !(1..=blox_core::GPU_MILLI).contains(&m) || gpus != 1 => Err(invalid(format!(
+            "{field}: {m} thousandths of {gpus} GPUs; a share is 1-1000 thousandths of one GPU"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub fn revoke(r: &RevokeRequest) -> Result<LaunchRef, Status> {

@@ -438,6 +438,9 @@ fn check_jobs(jobs: &[SimJob]) -> Result<(), SimError> {
         if !ids.insert(j.spec.id) {
             return Err(invalid(format!("job id {} appears twice", j.spec.id.0)));
         }
+        if let Some(why) = j.spec.share_problem() {
+            return Err(invalid(format!("{} ({}): {why}", j.spec.id, j.spec.name)));
+        }
     }
     Ok(())
 }

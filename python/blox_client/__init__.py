@@ -70,6 +70,7 @@ ENV = {
     "batch_size": "BLOX_BATCH_SIZE",
     "launch_unix_s": "BLOX_LAUNCH_UNIX_S",
     "generation": "BLOX_GENERATION",
+    "gpu_milli": "BLOX_GPU_MILLI",
 }
 
 #: The metric a job pushes once per launch at its first iteration boundary:
@@ -113,6 +114,10 @@ class JobEnv:
     #: written per generation and the newest is restored, so a launch whose
     #: worker lost its lease cannot overwrite a newer launch's checkpoint.
     generation: int = 0
+    #: Thousandths of its one GPU when it shares the GPU with other jobs
+    #: (``BLOX_GPU_MILLI``; CUDA MPS's ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
+    #: and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` say the same); None: whole GPUs.
+    gpu_milli: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.devices is None:
@@ -158,6 +163,7 @@ class JobEnv:
         batch = opt("batch_size")
         launched = opt("launch_unix_s")
         generation = opt("generation")
+        milli = opt("gpu_milli")
         return cls(
             job_id=num("job_id", need("job_id")),
             checkpoint_dir=need("checkpoint_dir"),
@@ -173,6 +179,7 @@ class JobEnv:
             batch_size=num("batch_size", batch) if batch is not None else None,
             launch_unix_s=num("launch_unix_s", launched, float) if launched is not None else None,
             generation=num("generation", generation) if generation is not None else 0,
+            gpu_milli=num("gpu_milli", milli) if milli is not None else None,
         )
 
 

@@ -261,6 +261,15 @@ fn submission(a: &SubmitArgs) -> Result<JobSubmission> {
             .with_context(|| format!("--metric {m}: the value is not a number"))?;
         j.metrics.insert(k.trim().to_string(), v);
     }
+    if let Some(m) = a.gpu_milli {
+        if !(1..1000).contains(&m) || a.gpus.is_some_and(|g| g != 1) {
+            bail!(
+                "--gpu-milli {m}: a share is 1-999 thousandths of one GPU (with --gpus 1 or none)"
+            );
+        }
+        j.gpu_milli = Some(m);
+        j.gpus = 1;
+    }
     if !a.command.is_empty() {
         j.command = a.command.clone();
     }

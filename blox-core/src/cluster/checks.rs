@@ -167,7 +167,10 @@ impl ClusterState {
                     self.gpus.len()
                 )));
             };
-            let shared = self.shares.holders_of(g.id);
+            let shared = match self.shares.is_empty() {
+                true => &[][..],
+                false => self.shares.holders_of(g.id),
+            };
             let is_free = g.online && g.job.is_none() && shared.is_empty();
             if self.index.free.get(i as usize) != Some(&is_free) {
                 return Err(ClusterError::Invariant(
@@ -216,7 +219,7 @@ impl ClusterState {
                 .iter()
                 .filter(|g| {
                     let x = &self.gpus[g.index()];
-                    x.online && x.job.is_none() && self.shares.used(**g) == 0
+                    x.online && x.job.is_none() && !self.is_shared(**g)
                 })
                 .count() as u32;
             let (w, bit) = (n as usize / 64, 1u64 << (n % 64));

@@ -174,9 +174,11 @@ impl Shares {
                 }
                 Some(_) => {}
             }
-            if s.milli == 0 || s.milli > GPU_MILLI || out.by_job.contains_key(&s.job) {
+            let host_ok =
+                s.cpus >= 0.0 && s.mem_gb >= 0.0 && s.cpus.is_finite() && s.mem_gb.is_finite();
+            if s.milli == 0 || s.milli > GPU_MILLI || out.by_job.contains_key(&s.job) || !host_ok {
                 return Err(format!(
-                    "`shares` gives {} {} thousandths of {} (or lists it twice)",
+                    "`shares` gives {} {} thousandths of {} (or lists it twice, or a negative host share)",
                     s.job, s.milli, s.gpu
                 ));
             }
@@ -232,7 +234,7 @@ impl ClusterState {
                 free: GPU_MILLI - used,
             });
         }
-        if host.cpus_per_gpu < 0.0 || host.mem_gb_per_gpu < 0.0 {
+        if !(host.cpus_per_gpu >= 0.0 && host.mem_gb_per_gpu >= 0.0) {
             return Err(ClusterError::InvalidSpec(format!(
                 "a negative host share {host:?} for {job}"
             )));
@@ -349,14 +351,20 @@ impl ClusterState {
         out
     }
 
+    /// Whether jobs share `gpu` now (then it is nobody's whole GPU, even
+    /// when one of its sharers stops: the others stay).
+    pub fn is_shared(&self, gpu: GpuId) -> bool {
+        !self.shares.is_empty() && self.shares.used(gpu) > 0
+    }
+
     /// Whether any job holds a share of a GPU.
     pub fn has_shares(&self) -> bool {
         !self.shares.is_empty()
     }
 
     /// Jobs holding a share, and the ledger's consistency with the table:
-    /// every shared GPU online and held whole by no job, out of the free
-    /// index, its row's host figures its sharers'. Returns the sharers.
+    /// every shared GPU online and held whole by no job, and out of the
+    /// free index. Returns the sharers.
     pub(super) fn check_shares(&self) -> Result<Vec<GpuShare>, ClusterError> {
         self.shares.check().map_err(ClusterError::Invariant)?;
         for gpu in self.shares.gpus() {

@@ -229,17 +229,25 @@ fn defer_onto_staying(p: &mut Placement, jobs: &JobState, cluster: &ClusterState
                 .map(|s| s.milli)
                 .sum()
         };
-        let blocked = |a: &Assignment| {
-            a.gpus.iter().any(|g| {
+        // Thousandths the share launches kept so far give out, by GPU.
+        let mut given: std::collections::HashMap<GpuId, u32> = Default::default();
+        let before = p.launch.len();
+        p.launch.retain(|a| {
+            let blocked = a.gpus.iter().any(|g| {
                 stays(g)
                     || match a.share {
                         None => shared(g) > 0,
-                        Some(m) => shared(g) + m > crate::cluster::GPU_MILLI,
+                        Some(m) => {
+                            let out = given.get(g).copied().unwrap_or(0);
+                            shared(g) + out + m > crate::cluster::GPU_MILLI
+                        }
                     }
-            })
-        };
-        let before = p.launch.len();
-        p.launch.retain(|a| !blocked(a));
+            });
+            if let (false, Some(m), [g]) = (blocked, a.share, a.gpus.as_slice()) {
+                *given.entry(*g).or_default() += m;
+            }
+            !blocked
+        });
         let n = before - p.launch.len();
         if n == 0 {
             return deferred;

@@ -76,7 +76,10 @@ impl Recovery for HotSpares {
             }
             let free = |g: &GpuId| {
                 cluster.gpu(*g).is_some_and(|x| {
-                    x.job.is_none() && (x.online || called.contains(&x.node)) && !taken.contains(g)
+                    x.job.is_none()
+                        && !cluster.is_shared(*g)
+                        && (x.online || called.contains(&x.node))
+                        && !taken.contains(g)
                 })
             };
             let kept: Vec<GpuId> = held.iter().copied().filter(free).collect();

@@ -43,6 +43,7 @@ impl RoundLoop {
                 gpus,
                 batch_size,
                 past_startup,
+                share,
             } => {
                 let id = spec.id;
                 let known = self.jobs.get(id).is_some()
@@ -61,8 +62,17 @@ impl RoundLoop {
                         )),
                     });
                 }
-                self.cluster.assign_with_host(id, &gpus, None)?;
+                match (share, gpus.as_slice()) {
+                    (Some(m), &[gpu]) => {
+                        let host = spec
+                            .host_need
+                            .unwrap_or_else(|| self.cluster.share_host(gpu, m));
+                        self.cluster.assign_share(id, gpu, m, host)?;
+                    }
+                    _ => self.cluster.assign_with_host(id, &gpus, None)?,
+                }
                 let mut job = Job::new(spec);
+                job.gpu_share = share.filter(|_| gpus.len() == 1);
                 for (k, v) in &job.spec.metrics {
                     self.jobs.metrics().set(id, k, *v);
                 }

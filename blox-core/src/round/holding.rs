@@ -29,7 +29,9 @@ impl RoundLoop {
             _ => self.cluster.assign_with_host(a.job, &a.gpus, a.host)?,
         }
         self.choose_checkpoint(a.job, a.gpus.len());
-        self.jobs.get_mut(a.job).expect("validated").host_share = a.host;
+        let j = self.jobs.get_mut(a.job).expect("validated");
+        j.host_share = a.host;
+        j.gpu_share = a.share;
         let job = self.jobs.get(a.job).expect("validated");
         b.launch(info, job, &a.gpus, a.batch_size)
             .map_err(backend("launch"))?;
@@ -66,6 +68,7 @@ impl RoundLoop {
         if let Some(job) = self.jobs.get_mut(id) {
             job.allocation.clear();
             job.host_share = None;
+            job.gpu_share = None;
         }
     }
 

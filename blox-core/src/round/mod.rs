@@ -328,8 +328,11 @@ impl RoundLoop {
                 self.events.job(&job, What::Submitted { spec });
             }
             let want = job.requested_gpus();
-            if want == 0 || want > self.cluster.max_gpus() {
-                let reason = if want == 0 {
+            let share_problem = job.spec.share_problem();
+            if want == 0 || want > self.cluster.max_gpus() || share_problem.is_some() {
+                let reason = if let Some(why) = share_problem {
+                    why
+                } else if want == 0 {
                     "asks for 0 GPUs".to_string()
                 } else {
                     format!(

@@ -184,10 +184,11 @@ impl RoundLoop {
             let Some(gpu) = self.cluster.gpu(*g) else {
                 return Err(format!("gives {} {g}, which does not exist", r.job));
             };
+            let whole_free = gpu.job.is_none() && !self.cluster.is_shared(*g);
             let usable = if r.spares.contains(&gpu.node) {
-                gpu.job.is_none()
+                whole_free
             } else {
-                gpu.online && gpu.job.is_none()
+                gpu.online && whole_free
             };
             if !usable || !seen.insert(*g) {
                 return Err(format!(

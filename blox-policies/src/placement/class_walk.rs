@@ -119,7 +119,8 @@ pub fn non_sticky_walk(
         free[g.index()] = true;
     }
     for job in jobs.running() {
-        for g in &job.allocation {
+        // (A shared GPU stays its other sharers' when one stops.)
+        for g in job.allocation.iter().filter(|g| !cluster.is_shared(**g)) {
             free[g.index()] = true;
         }
         if !listed.contains(&job.id()) {

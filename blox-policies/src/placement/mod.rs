@@ -16,6 +16,7 @@ pub mod pm_first;
 pub mod py_random;
 pub mod random;
 pub mod share;
+mod share_view;
 pub mod synergy;
 pub mod tiresias_skew;
 pub mod topology;

@@ -65,7 +65,7 @@ impl PlacementPolicy for MostFree {
                     n.gpus
                         .iter()
                         .copied()
-                        .filter(|g| !taken.contains(g))
+                        .filter(|g| !taken.contains(g) && !cluster.is_shared(*g))
                         .collect(),
                 )
             })

@@ -23,13 +23,14 @@
 //! `gpu-clustering`, `random`, `fgd-exact`; default `fgd`),
 //! `target_percent` (95), `seed` (42, for `random`).
 
+use super::share_view::{cpu_milli, mib, Figures, Views};
 use blox_core::*;
 use blox_share::frag::{TargetWorkload, TaskShape};
 use blox_share::gorand::GoRand;
 use blox_share::node::NodeState;
 use blox_share::openb::TaskSpec;
 use blox_share::policy::{self, Context, SharePolicy};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 /// `share` / `fgd` placement.
 pub struct SharePlacement {
@@ -45,19 +46,8 @@ pub struct SharePlacement {
     target: TargetWorkload,
     built_from: usize,
     target_gen: u64,
+    views: Views,
     figures: Figures,
-}
-
-/// The fragmentation of the cluster after a round, kept per node and
-/// recomputed for the nodes whose free CPUs or GPU shares changed.
-#[derive(Clone, Default)]
-struct Figures {
-    /// The cluster revision and target generation they were taken at.
-    at: Option<(u64, u64)>,
-    /// By node index: (CPU thousandths left, free thousandths per GPU)
-    /// and its fragment by class.
-    nodes: Vec<((i64, Vec<u32>), [f64; 7])>,
-    last: Vec<(&'static str, f64)>,
 }
 
 impl Clone for SharePlacement {
@@ -72,6 +62,7 @@ impl Clone for SharePlacement {
             target: self.target.clone(),
             built_from: self.built_from,
             target_gen: self.target_gen,
+            views: self.views.clone(),
             figures: self.figures.clone(),
         }
     }
@@ -102,6 +93,7 @@ impl SharePlacement {
             target: TargetWorkload { types: Vec::new() },
             built_from: 0,
             target_gen: 0,
+            views: Views::default(),
             figures: Figures::default(),
         })
     }
@@ -131,69 +123,45 @@ impl SharePlacement {
     }
 }
 
-/// What `job` asks for, run at `gpus` GPUs, as a task of the scorers: its
-/// CPUs and memory as the loop will give them ([`JobSpec::host_need`], else
-/// the node-proportional share, which `proportional` gives per GPU).
+/// Thousandths of one GPU `job` asks for at `gpus` GPUs (1000: whole).
+fn milli_of(job: &Job, gpus: u32) -> u32 {
+    match (gpus, job.spec.gpu_milli) {
+        (1, Some(m)) => m.clamp(1, GPU_MILLI),
+        _ => GPU_MILLI,
+    }
+}
+
+/// CPUs and host memory (GiB) `job` gets in all at `gpus` GPUs, as the
+/// loop gives them ([`JobSpec::host_need`], else the node-proportional
+/// share, which `proportional` gives per GPU, in part for a share).
+pub fn host_of(job: &Job, gpus: u32, proportional: HostShare) -> (f64, f64) {
+    let f = f64::from(milli_of(job, gpus)) / f64::from(GPU_MILLI);
+    let h = job.spec.host_need.unwrap_or(HostShare {
+        cpus_per_gpu: proportional.cpus_per_gpu * f,
+        mem_gb_per_gpu: proportional.mem_gb_per_gpu * f,
+    });
+    (
+        h.cpus_per_gpu * f64::from(gpus),
+        h.mem_gb_per_gpu * f64::from(gpus),
+    )
+}
+
+/// What `job` asks for, run at `gpus` GPUs, as a task of the scorers
+/// ([`host_of`] in thousandths of a core and MiB).
 pub fn task_of(job: &Job, gpus: u32, proportional: HostShare) -> TaskSpec {
     let spec = &job.spec;
-    let milli = match (gpus, spec.gpu_milli) {
-        (1, Some(m)) => m.min(GPU_MILLI),
-        _ => GPU_MILLI,
-    };
-    let host = spec.host_need.unwrap_or(HostShare {
-        cpus_per_gpu: proportional.cpus_per_gpu * f64::from(milli) / f64::from(GPU_MILLI),
-        mem_gb_per_gpu: proportional.mem_gb_per_gpu * f64::from(milli) / f64::from(GPU_MILLI),
-    });
+    let milli = milli_of(job, gpus);
+    let (cpus, mem_gb) = host_of(job, gpus, proportional);
     TaskSpec {
         name: spec.name.clone(),
-        cpu_milli: (host.cpus_per_gpu * 1000.0 * f64::from(gpus)).round() as i64,
-        memory_mib: (host.mem_gb_per_gpu * 1024.0 * f64::from(gpus)).round() as i64,
+        cpu_milli: cpu_milli(cpus),
+        memory_mib: mib(mem_gb),
         num_gpu: gpus,
         gpu_milli: milli,
         gpu_models: spec.elasticity.gpu_types.clone(),
         creation_s: None,
         deletion_s: None,
     }
-}
-
-/// The cluster as the scorers see it: online nodes (with their ids), each
-/// with what is left of it and the tasks on it.
-pub fn node_views(cluster: &ClusterState, jobs: &JobState) -> (Vec<NodeId>, Vec<NodeState>) {
-    let mut at: Vec<Option<usize>> = vec![None; cluster.nodes().len()];
-    let (mut ids, mut views) = (Vec::new(), Vec::new());
-    for n in cluster.nodes().iter().filter(|n| n.online) {
-        let (cpus, mem) = cluster.host_free(n.id);
-        at[n.id.index()] = Some(views.len());
-        ids.push(n.id);
-        views.push(NodeState {
-            name: format!("{:08}", n.id.0),
-            model: n.spec.gpu_type.clone(),
-            cpu_capacity: i64::from(n.spec.cpus) * 1000,
-            cpu_left: (cpus * 1000.0).round() as i64,
-            memory_capacity: (n.spec.host_mem_gb * 1024.0).round() as i64,
-            memory_left: (mem * 1024.0).round() as i64,
-            gpu_left: n.gpus.iter().map(|g| cluster.free_milli(*g)).collect(),
-            tasks: 0,
-            kinds: BTreeMap::new(),
-        });
-    }
-    for job in jobs.running() {
-        let kind = match cluster.share_of(job.id()) {
-            Some(_) => 0,
-            None => job.allocation.len() as u32,
-        };
-        let mut nodes: Vec<NodeId> = (job.allocation.iter())
-            .filter_map(|g| cluster.node_of(*g))
-            .collect();
-        nodes.dedup();
-        for n in nodes {
-            if let Some(v) = at.get(n.index()).copied().flatten() {
-                views[v].tasks += 1;
-                *views[v].kinds.entry(kind).or_insert(0) += 1;
-            }
-        }
-    }
-    (ids, views)
 }
 
 impl PlacementPolicy for SharePlacement {
@@ -217,8 +185,10 @@ impl PlacementPolicy for SharePlacement {
         if waiting.is_empty() {
             return out;
         }
-        let (ids, mut nodes) = node_views(cluster, jobs);
-        let proportional = ids
+        self.views.refresh(cluster, jobs);
+        let mut views = std::mem::take(&mut self.views);
+        let proportional = views
+            .ids
             .first()
             .and_then(|n| cluster.node(*n))
             .map_or(NodeSpec::with_gpus(1).proportional_share(), |n| {
@@ -231,40 +201,63 @@ impl PlacementPolicy for SharePlacement {
         }
         let mut feasible = Vec::new();
         for (job, gpus) in waiting {
-            let task = task_of(job, gpus, proportional);
-            feasible.clear();
-            // Tasks whose host share is the proportional one ask for each
-            // node's own.
-            let own_host = job.spec.host_need.is_none();
-            let fits = |v: usize, nodes: &[NodeState]| {
-                if own_host {
-                    let p = cluster.node(ids[v]).map(|n| n.spec.proportional_share());
-                    nodes[v].fits(&task_of(job, gpus, p.unwrap_or(proportional)))
-                } else {
-                    nodes[v].fits(&task)
+            // A job without host needs of its own gets each node's
+            // proportional share.
+            let on = |v: usize| match job.spec.host_need {
+                Some(_) => task_of(job, gpus, proportional),
+                None => {
+                    let p = cluster
+                        .node(views.ids[v])
+                        .map(|n| n.spec.proportional_share());
+                    task_of(job, gpus, p.unwrap_or(proportional))
                 }
             };
-            feasible.extend((0..nodes.len()).filter(|&v| fits(v, &nodes)));
-            let Some(v) = self.choose(&task, &feasible, &nodes) else {
+            // The exact CPUs and memory it gets on node `v`, and whether
+            // they are left there (the loop checks them to a millionth).
+            let exact = |v: usize| {
+                let p = cluster
+                    .node(views.ids[v])
+                    .map(|n| n.spec.proportional_share());
+                host_of(job, gpus, p.unwrap_or(proportional))
+            };
+            let room = |v: usize| {
+                let (c, m) = exact(v);
+                let (lc, lm) = views.host_left[v];
+                c <= lc + blox_core::cluster::HOST_EPS / 2.0
+                    && m <= lm + blox_core::cluster::HOST_EPS / 2.0
+            };
+            let task = task_of(job, gpus, proportional);
+            feasible.clear();
+            match job.spec.host_need {
+                Some(_) => feasible.extend(
+                    (0..views.nodes.len()).filter(|&v| views.nodes[v].fits(&task) && room(v)),
+                ),
+                None => feasible.extend(
+                    (0..views.nodes.len()).filter(|&v| views.nodes[v].fits(&on(v)) && room(v)),
+                ),
+            }
+            let Some(v) = self.choose(&task, &feasible, &views.nodes) else {
                 continue;
             };
-            let task = match own_host {
-                true => task_of(
-                    job,
-                    gpus,
-                    cluster.node(ids[v]).unwrap().spec.proportional_share(),
-                ),
-                false => task,
-            };
-            let mut local = self.gpus_on(&task, v, &nodes);
+            let task = on(v);
+            let mut local = self.gpus_on(&task, v, &views.nodes);
             local.sort_unstable();
-            if nodes[v].take(&task, &local).is_err() {
+            if views.nodes[v].take(&task, &local).is_err() {
                 // A scorer's GPUs that do not fit: the job waits.
                 tracing::warn!(job = %job.id(), scorer = %self.scorer, "GPUs chosen do not fit");
                 continue;
             }
-            let node = cluster.node(ids[v]).expect("an online node");
-            let gpus: Vec<GpuId> = local.iter().map(|l| node.gpus[*l as usize]).collect();
+            let (c, m) = exact(v);
+            views.host_left[v].0 -= c;
+            views.host_left[v].1 -= m;
+            views.touched();
+            let Some(node) = cluster.node(views.ids[v]) else {
+                continue;
+            };
+            let gpus: Vec<GpuId> = local
+                .iter()
+                .filter_map(|l| node.gpus.get(*l as usize).copied())
+                .collect();
             let share = (task.num_gpu == 1 && task.gpu_milli < GPU_MILLI).then_some(task.gpu_milli);
             out.launch.push(Assignment {
                 job: job.id(),
@@ -274,6 +267,7 @@ impl PlacementPolicy for SharePlacement {
                 share,
             });
         }
+        self.views = views;
         out
     }
 
@@ -286,43 +280,7 @@ impl PlacementPolicy for SharePlacement {
     /// `frag_percent`, its share of the free GPU capacity.
     fn round_figures(&mut self, cluster: &ClusterState) -> Vec<(&'static str, f64)> {
         self.target();
-        let now = (cluster.revision(), self.target_gen);
-        if self.figures.at == Some(now) {
-            return self.figures.last.clone();
-        }
-        let stale = self.figures.at.is_none_or(|(_, g)| g != self.target_gen);
-        let f = &mut self.figures;
-        f.nodes.resize_with(cluster.nodes().len(), Default::default);
-        let mut sum = [0.0f64; 7];
-        for (n, (free, parts)) in cluster.nodes().iter().zip(f.nodes.iter_mut()) {
-            let now_free = match n.online {
-                true => (
-                    (cluster.host_free(n.id).0 * 1000.0).round() as i64,
-                    n.gpus.iter().map(|g| cluster.free_milli(*g)).collect(),
-                ),
-                false => (0, Vec::new()),
-            };
-            if stale || *free != now_free {
-                *parts = self
-                    .target
-                    .node_parts(now_free.0, &now_free.1, &n.spec.gpu_type);
-                *free = now_free;
-            }
-            for (s, p) in sum.iter_mut().zip(parts.iter()) {
-                *s += p;
-            }
-        }
-        let frag = blox_share::frag::sum_except_q3(&sum);
-        let idle: f64 = sum.iter().sum();
-        f.last = vec![
-            ("frag_gpus", frag / f64::from(GPU_MILLI)),
-            (
-                "frag_percent",
-                if idle > 0.0 { 100.0 * frag / idle } else { 0.0 },
-            ),
-        ];
-        f.at = Some(now);
-        f.last.clone()
+        self.figures.measure(cluster, &self.target, self.target_gen)
     }
 
     fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
@@ -334,7 +292,7 @@ impl PlacementPolicy for SharePlacement {
             let view = NodeState::new(&blox_share::openb::NodeSpec {
                 name: String::new(),
                 cpu_milli: i64::from(n.spec.cpus) * 1000,
-                memory_mib: (n.spec.host_mem_gb * 1024.0).round() as i64,
+                memory_mib: mib(n.spec.host_mem_gb),
                 gpus: n.spec.gpus,
                 model: n.spec.gpu_type.clone(),
             });

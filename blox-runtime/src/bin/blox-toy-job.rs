@@ -250,6 +250,19 @@ fn main() {
     let fail_at = arg(&args, "--fail-at");
     let every = arg(&args, "--checkpoint-every").unwrap_or(25.0).max(1.0) as u64;
     let job = Job::from_env().unwrap_or_else(|e| fail(e, 2));
+    if let Some(m) = job.env.gpu_milli {
+        // A share of its GPU: say what it was given (its stdout is kept in
+        // the launch's control directory).
+        let var = |k: &str| std::env::var(k).unwrap_or_default();
+        println!(
+            "gpu share: {m} thousandths of device {}; {}={} {}={}",
+            job.env.devices.join(","),
+            blox_client::env::MPS_THREAD_PERCENTAGE,
+            var(blox_client::env::MPS_THREAD_PERCENTAGE),
+            blox_client::env::MPS_PINNED_MEM_LIMIT,
+            var(blox_client::env::MPS_PINNED_MEM_LIMIT)
+        );
+    }
     #[cfg(unix)]
     if let Some(back) = arg(&args, "--attack") {
         let journal =

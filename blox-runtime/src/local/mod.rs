@@ -336,6 +336,9 @@ impl LaunchMechanism for LocalBackend {
             // runtime's.
             pass_env: vec!["*".into()],
             cgroup_procs: Vec::new(),
+            share: job
+                .gpu_share
+                .map(|m| crate::process::GpuShareEnv::of(m, 0.0)),
         };
         match Running::spawn(&spec) {
             Ok(run) => {

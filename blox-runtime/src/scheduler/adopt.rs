@@ -294,11 +294,13 @@ impl ClusterBackend {
             tracing::info!(job = %id, launch = a.launch, gpus = gpus.len(), "adopted: it runs on after the restart");
             self.running.insert(id, live);
             self.metrics.adopted.inc();
+            let share = a.parts.iter().find_map(|(_, r)| r.gpu_milli);
             events.push(ClusterEvent::JobAdopted {
                 spec,
                 gpus,
                 batch_size,
                 past_startup,
+                share,
             });
         }
         events

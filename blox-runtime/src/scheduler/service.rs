@@ -72,6 +72,7 @@ pub(super) fn spec_of(id: u64, j: &JobSubmission, arrival_s: f64) -> JobSpec {
     s.model = j.model.clone();
     s.expected_duration_s = j.duration_s;
     s.metrics = j.metrics.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    s.gpu_milli = j.gpu_milli;
     s
 }
 

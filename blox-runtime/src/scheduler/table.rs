@@ -318,6 +318,7 @@ impl ClusterBackend {
             let changed_state = info.phase() != state
                 || info.status != status
                 || info.gpus != gpus
+                || info.gpu_milli != j.gpu_share.filter(|_| !gpus.is_empty())
                 || info.launches != launches
                 || info.reason != reason
                 || info.warning != warning;
@@ -338,6 +339,7 @@ impl ClusterBackend {
             }
             info.status = status.into();
             info.set_phase(state);
+            info.gpu_milli = j.gpu_share.filter(|_| !gpus.is_empty());
             info.gpus = gpus;
             info.launches = launches;
             info.preemptions = j.preemptions;

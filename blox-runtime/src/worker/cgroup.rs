@@ -745,6 +745,7 @@ mod timing {
                     lease: None,
                     pass_env: Vec::new(),
                     cgroup_procs: group.as_ref().map(|g| g.procs.clone()).unwrap_or_default(),
+                    share: None,
                 };
                 let run = crate::process::Running::spawn(&spec).unwrap();
                 let _ = run.wait(Duration::from_secs(5));

@@ -274,6 +274,8 @@ fn host_mem_gb() -> f64 {
 struct Launch {
     launch: u32,
     gpus: Vec<u32>,
+    /// Thousandths of its one GPU, when it shares the GPU.
+    gpu_milli: Option<u32>,
     run: Running,
     /// How it was launched, for a scheduler that adopts it after a restart.
     first_rank: u32,
@@ -324,6 +326,7 @@ impl Launch {
             batch_size: self.batch_size,
             running_s: self.spawned.elapsed().as_secs_f64(),
             startup_s: self.startup_s,
+            gpu_milli: self.gpu_milli,
         }
     }
 }

@@ -236,6 +236,7 @@ async fn finish_launch(
         Launch {
             launch: l.launch,
             gpus: r.gpus,
+            gpu_milli: r.gpu_milli,
             run,
             first_rank: r.first_rank,
             ranks,
@@ -323,13 +324,29 @@ fn check_and_reserve(
     let held_gpus = st
         .launches
         .iter()
-        .map(|(j, x)| (*j, &x.gpus))
-        .chain(st.starting.iter().map(|(j, x)| (*j, &x.report.gpus)));
-    for (job, gpus) in held_gpus {
+        .map(|(j, x)| (*j, &x.gpus, x.gpu_milli))
+        .chain((st.starting.iter()).map(|(j, x)| (*j, &x.report.gpus, x.report.gpu_milli)));
+    // Launches may share a GPU while their thousandths add up to 1000 at
+    // most; a GPU held whole is nobody else's.
+    let mut shared = 0u32;
+    for (job, gpus, milli) in held_gpus {
         if let Some(g) = r.gpus.iter().find(|g| gpus.contains(g)) {
-            // Not this job's fault: the scheduler's view is behind.
+            match (milli, r.gpu_milli) {
+                (Some(m), Some(_)) => shared += m,
+                _ => {
+                    // Not this job's fault: the scheduler's view is behind.
+                    return Err(Status::resource_exhausted(format!(
+                        "GPU {g} is held by job {job}"
+                    )));
+                }
+            }
+        }
+    }
+    if let Some(m) = r.gpu_milli {
+        if shared + m > blox_core::GPU_MILLI {
             return Err(Status::resource_exhausted(format!(
-                "GPU {g} is held by job {job}"
+                "GPU {}: {shared} thousandths are shared out already; {m} more do not fit",
+                r.gpus[0]
             )));
         }
     }
@@ -383,6 +400,7 @@ fn check_and_reserve(
                 batch_size: r.batch_size,
                 running_s: 0.0,
                 startup_s: None,
+                gpu_milli: r.gpu_milli,
             },
             since: Instant::now(),
         },
@@ -410,6 +428,10 @@ fn check_and_reserve(
         lease: st.lease_until.map(|u| (u, st.fence_grace)),
         pass_env: sh.cfg.pass_env.clone(),
         cgroup_procs: Vec::new(),
+        share: r.gpu_milli.map(|m| {
+            let memory_gb = sh.gpus[r.gpus[0] as usize].memory_gb;
+            crate::process::GpuShareEnv::of(m, memory_gb)
+        }),
     })
 }
 
@@ -601,6 +623,63 @@ mod tests {
             assert!(sh.lock().launches[&3].run.exit().is_none(), "it runs");
             svc.revoke(Request::new(revoke(3))).await.unwrap();
             assert!(sh.lock().launches.is_empty() && sh.lock().starting.is_empty());
+        });
+    }
+
+    /// Launches share a GPU while their thousandths add up to 1000 at most,
+    /// never beside a launch holding it whole; each is told its share.
+    #[test]
+    fn launches_share_a_gpu_up_to_a_thousand_thousandths() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = worker(dir.path());
+        let rt = runtime();
+        rt.block_on(async {
+            let svc = Service(sh.clone());
+            let on = |job: u64, gpu: u32, milli: Option<u32>| LaunchRequest {
+                gpus: vec![gpu],
+                gpu_milli: milli,
+                ..launch(job)
+            };
+            svc.launch(Request::new(on(1, 0, Some(600)))).await.unwrap();
+            svc.launch(Request::new(on(2, 0, Some(400)))).await.unwrap();
+            let e = svc
+                .launch(Request::new(on(3, 0, Some(1))))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
+            assert!(
+                e.message()
+                    .contains("1000 thousandths are shared out already"),
+                "{}",
+                e.message()
+            );
+            let e = svc.launch(Request::new(on(4, 0, None))).await.unwrap_err();
+            assert_eq!(e.code(), Code::ResourceExhausted, "{}", e.message());
+            svc.launch(Request::new(on(5, 1, None))).await.unwrap();
+            let e = svc
+                .launch(Request::new(on(6, 1, Some(100))))
+                .await
+                .unwrap_err();
+            assert!(e.message().contains("held by job 5"), "{}", e.message());
+            // A share of two GPUs, or of none of a GPU: refused outright.
+            let two = LaunchRequest {
+                gpu_milli: Some(500),
+                ..launch(7)
+            };
+            let e = svc.launch(Request::new(two)).await.unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+            let e = svc
+                .launch(Request::new(on(8, 1, Some(0))))
+                .await
+                .unwrap_err();
+            assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
+            // What a restarted scheduler is told: both sharers, with shares.
+            let reports = sh.lock().reports();
+            let milli: Vec<Option<u32>> = reports.iter().map(|r| r.gpu_milli).collect();
+            assert_eq!(milli, [Some(600), Some(400), None]);
+            for job in [1, 2, 5] {
+                svc.revoke(Request::new(revoke(job))).await.unwrap();
+            }
         });
     }
 

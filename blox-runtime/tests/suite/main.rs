@@ -31,6 +31,7 @@ mod mtls;
 mod process_tree;
 mod requests;
 mod security;
+mod sharing;
 mod teams;
 mod topology;
 mod variability;

@@ -26,6 +26,7 @@ fn spec(dir: &std::path::Path, script: &str) -> LaunchSpec {
         lease: None,
         pass_env: Vec::new(),
         cgroup_procs: Vec::new(),
+        share: None,
     }
 }
 

@@ -35,8 +35,10 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
     let bad = |e: blox_share::openb::ReadError| WorkloadError::Invalid(e.to_string());
     let (node_specs, _) = blox_share::openb::read_nodes(nodes).map_err(bad)?;
     let (tasks, skipped) = blox_share::openb::read_tasks_at(path, &node_specs).map_err(bad)?;
-    let mut tally = Tally::default();
-    tally.rows = (tasks.len() + skipped.total()) as u64;
+    let mut tally = Tally {
+        rows: (tasks.len() + skipped.total()) as u64,
+        ..Tally::default()
+    };
     for (why, (n, line)) in &skipped.by_reason {
         tally.skipped.insert(why.clone(), (*n as u64, *line as u64));
     }

@@ -88,6 +88,7 @@ fn adopt(id: u64, gpus: &[u32]) -> ClusterEvent {
         gpus: gpus.iter().map(|g| GpuId(*g)).collect(),
         batch_size: Some(64),
         past_startup: true,
+        share: None,
     }
 }
 

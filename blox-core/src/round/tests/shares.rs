@@ -190,3 +190,80 @@ fn a_share_that_waits_says_how_much_it_asks_and_the_largest_free_share() {
         "waiting for 0.46 of a GPU: the largest free share is 0.30; `fifo`: 2nd of 2"
     );
 }
+
+#[test]
+fn a_whole_gpu_walk_never_hands_out_a_gpu_whose_sharers_stay() {
+    // Jobs 1 and 2 share GPU 0 (300 each); job 3 wants two whole GPUs and
+    // ranks first. Preempting job 1, the lowest, frees nothing whole: job
+    // 2 stays on GPU 0. (Counting GPU 0 free, the walk gave it to job 3
+    // beside job 2, a decision the loop refuses.)
+    let mut c = ClusterState::homogeneous(1, 2);
+    let mut jobs = JobState::new();
+    for id in [1, 2] {
+        let mut j = Job::new(JobSpec::new(id, 0.0, 1));
+        c.assign_share(JobId(id), GpuId(0), 300, c.share_host(GpuId(0), 300))
+            .unwrap();
+        j.status = JobStatus::Running;
+        j.allocation = vec![GpuId(0)];
+        j.gpu_share = Some(300);
+        jobs.insert(j);
+    }
+    let mut j3 = Job::new(JobSpec::new(3, 0.0, 2));
+    j3.status = JobStatus::Queued;
+    jobs.insert(j3);
+    let mut s = Schedule::new();
+    s.push(Demand::new(JobId(3), 2));
+    s.push(Demand::new(JobId(2), 1));
+    s.push(Demand::new(JobId(1), 1));
+    let p = crate::walk::priority_walk(&Default::default(), &s, &jobs, &c, |free, _, n| {
+        Some(free.iter().take(n as usize).collect())
+    });
+    // Two whole GPUs cannot be found: job 3 is not placed on GPU 0.
+    assert!(
+        p.launch.iter().all(|a| !a.gpus.contains(&GpuId(0))),
+        "{p:?}"
+    );
+    let check = crate::round::PlacementCheck {
+        jobs: &jobs,
+        cluster: &c,
+    };
+    check.check(&p).unwrap();
+    // With one GPU asked, job 3 gets GPU 1.
+    let mut s = Schedule::new();
+    s.push(Demand::new(JobId(3), 1));
+    s.push(Demand::new(JobId(2), 1));
+    s.push(Demand::new(JobId(1), 1));
+    let p = crate::walk::priority_walk(&Default::default(), &s, &jobs, &c, |free, _, n| {
+        Some(free.iter().take(n as usize).collect())
+    });
+    assert_eq!(
+        p.launch.iter().find(|a| a.job == JobId(3)).unwrap().gpus,
+        [GpuId(1)]
+    );
+    check.check(&p).unwrap();
+}
+
+#[test]
+fn a_submission_asking_an_impossible_share_is_rejected_with_the_reason() {
+    let mut b = shares(&[(1, 0.0, 0, 30.0), (2, 0.0, 1000, 30.0)]);
+    b.arrivals.push({
+        let mut s = JobSpec::new(3, 0.0, 2).with_duration(5.0);
+        s.gpu_milli = Some(500);
+        s
+    });
+    let mut l = lp(sharing(None), 1, 2);
+    l.run_round(&mut b).unwrap();
+    for id in [1, 2, 3] {
+        let j = l
+            .jobs
+            .get(JobId(id))
+            .or_else(|| l.jobs.finished_job(JobId(id)));
+        let j = j.unwrap_or_else(|| panic!("job-{id} is known"));
+        assert_eq!(j.status, JobStatus::Rejected, "job-{id}");
+        assert!(j
+            .end_reason
+            .as_deref()
+            .unwrap()
+            .contains("a share is 1-999 thousandths"));
+    }
+}

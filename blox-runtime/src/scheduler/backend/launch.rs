@@ -284,6 +284,7 @@ impl LaunchMechanism for ClusterBackend {
                 memory_gb: limits.0,
                 max_processes: limits.1,
                 job_uid: uid,
+                gpu_milli: job.gpu_share,
             };
             first_rank += if self.cfg.process_per_gpu {
                 p.gpus.len() as u32

@@ -99,7 +99,22 @@ impl View {
                             .cluster
                             .variability()
                             .and_then(|v| v.factor(g.id, v.class_of(None)));
-                        json!({"gpu": g.local_id, "job": job, "slowdown": slowdown})
+                        // Jobs sharing it, each with its thousandths.
+                        let shares: Vec<Value> = (lp.cluster.shares_on(g.id).iter())
+                            .map(|s| {
+                                let spec = lp.jobs.get(s.job).map(|x| &x.spec);
+                                json!({
+                                    "id": s.job.0,
+                                    "name": spec.map_or("", |x| x.name.as_str()),
+                                    "milli": s.milli,
+                                })
+                            })
+                            .collect();
+                        let mut gpu = json!({"gpu": g.local_id, "job": job, "slowdown": slowdown});
+                        if !shares.is_empty() {
+                            gpu["shares"] = json!(shares);
+                        }
+                        gpu
                     })
                     .collect();
                 let labels: serde_json::Map<String, Value> = lp
@@ -329,6 +344,7 @@ fn job_json(j: &JobInfo) -> Value {
         "state": phase_word(j.phase),
         "requested_gpus": j.requested_gpus,
         "gpus": j.gpus,
+        "gpu_milli": j.gpu_milli,
         "progress": j.progress,
         "attained_gpu_s": j.attained_gpu_s,
         "launches": j.launches,
