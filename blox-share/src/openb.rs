@@ -265,6 +265,11 @@ impl Rows {
 /// are a line short after a CRLF header or a blank line: the skipped rows'
 /// lines must be right.
 fn split_fields(text: &str) -> Vec<String> {
+    if !text.contains('"') {
+        // No quotes (every row of the published lists): the same fields,
+        // without a reader per line.
+        return text.split(',').map(|f| f.trim().to_string()).collect();
+    }
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)

@@ -313,6 +313,7 @@ impl ClusterState {
     /// held whole, offline or absent.
     pub fn free_milli(&self, gpu: GpuId) -> u32 {
         match self.gpu(gpu) {
+            Some(_) if self.index.free[gpu.index()] => GPU_MILLI,
             Some(g) if g.online && g.job.is_none() => GPU_MILLI - self.shares.used(gpu),
             _ => 0,
         }

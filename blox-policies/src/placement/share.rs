@@ -30,7 +30,7 @@ use blox_share::gorand::GoRand;
 use blox_share::node::NodeState;
 use blox_share::openb::TaskSpec;
 use blox_share::policy::{self, Context, SharePolicy};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// `share` / `fgd` placement.
 pub struct SharePlacement {
@@ -88,8 +88,8 @@ impl SharePlacement {
             policy,
             rng: GoRand::new(seed),
             target_percent,
-            seen: HashSet::new(),
-            shapes: HashMap::new(),
+            seen: HashSet::default(),
+            shapes: HashMap::default(),
             target: TargetWorkload { types: Vec::new() },
             built_from: 0,
             target_gen: 0,

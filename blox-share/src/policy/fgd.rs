@@ -8,7 +8,7 @@
 //! of fragmentation wins outright (to a millionth of a GPU thousandth), kept
 //! to measure what the reference's integer scores change.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::{after_taking, first_idle, is_share, task_cpu, Context, SharePolicy};
 use crate::openb::TaskSpec;
@@ -94,7 +94,8 @@ impl SharePolicy for Fgd {
     fn scores(&mut self, task: &TaskSpec, feasible: &[usize], cx: &mut Context<'_>) -> Vec<i64> {
         self.chosen.clear();
         // Nodes in the same state score the same: score each state once.
-        let mut seen: HashMap<NodeKey<'_>, (i64, Option<u32>)> = HashMap::new();
+        // (Looked up only, never iterated: its order reaches nothing.)
+        let mut seen: FxHashMap<NodeKey<'_>, (i64, Option<u32>)> = FxHashMap::default();
         feasible
             .iter()
             .map(|&n| {

@@ -172,14 +172,31 @@ const FORMATS: &[(&str, &[&str])] = &[
         "pai",
         &["job_name", "inst_id", "status", "start_time", "end_time"],
     ),
+    (
+        "openb",
+        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
+    ),
 ];
 
-/// The format a CSV header belongs to.
+/// The format a CSV header belongs to (its first line only is read; a
+/// `.gz` file's through gzip).
 pub fn detect_format(path: &Path) -> Result<&'static str, WorkloadError> {
-    let table_head = std::fs::read_to_string(path).map_err(|e| WorkloadError::Io {
+    use std::io::BufRead;
+    let io = |e: std::io::Error| WorkloadError::Io {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(std::io::BufReader::new(flate2::read::GzDecoder::new(file)))
+    } else {
+        Box::new(std::io::BufReader::new(file))
+    };
+    let mut first = Vec::new();
+    std::io::Read::take(reader, 1 << 20)
+        .read_until(b'\n', &mut first)
+        .map_err(io)?;
+    let table_head = String::from_utf8_lossy(&first);
     let header = table_head
         .lines()
         .next()

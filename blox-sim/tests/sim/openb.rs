@@ -154,3 +154,18 @@ fn a_whole_gpu_placement_gives_each_share_its_own_gpu() {
     assert!(first.figures.is_empty());
     assert!(!r.summary.to_string().contains("frag_percent"));
 }
+
+#[test]
+fn a_gzipped_pod_list_is_recognised_by_its_header() {
+    use std::io::Write;
+    let (dir, _, pods) = files();
+    let gz = dir.path().join("pods.csv.gz");
+    let mut w = flate2::write::GzEncoder::new(
+        std::fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    w.write_all(PODS.as_bytes()).unwrap();
+    w.finish().unwrap();
+    assert_eq!(blox_sim::workload::detect_format(&gz).unwrap(), "openb");
+    assert_eq!(blox_sim::workload::detect_format(&pods).unwrap(), "openb");
+}
