@@ -149,10 +149,17 @@ pub fn replay(
                         .unwrap_or_else(|| cluster.share_host(gpu, m));
                     cluster.assign_share(job.id(), gpu, m, host).is_ok()
                 }
-                _ => cluster.assign(job.id(), g).is_ok(),
+                // A job with host needs of its own (the openb trace's) had
+                // them from the placements that share GPUs, which give
+                // them; the log does not say.
+                _ => cluster
+                    .assign_with_host(job.id(), g, job.spec.host_need)
+                    .is_ok(),
             };
             match gpus {
                 Some(g) if !g.is_empty() && take(&mut cluster, &g) => {
+                    job.gpu_share = cluster.share_of(job.id()).map(|s| s.milli);
+                    job.host_share = job.spec.host_need;
                     job.allocation = g;
                     running.push(job.id());
                 }

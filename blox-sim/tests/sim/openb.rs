@@ -73,9 +73,11 @@ fn pod_list_rows_become_jobs_or_are_counted_by_reason() {
     assert_eq!(tally.rows, tally.jobs + tally.skipped_rows());
 }
 
-fn simulate(placement: &str, workload: &str) -> Result<blox_sim::SimResult, String> {
-    let (dir, nodes, pods) = files();
-    let path = dir.path().join("run.toml");
+/// The config of [`simulate`], written beside the lists; returns its path.
+fn config_file(dir: &std::path::Path, placement: &str, workload: &str) -> std::path::PathBuf {
+    let nodes = dir.join("nodes.csv");
+    let pods = dir.join("pods.csv");
+    let path = dir.join(format!("run-{placement}.toml"));
     let config = format!(
         r#"
 [[cluster.node_groups]]
@@ -112,7 +114,40 @@ policy = "{placement}"
         nodes.display()
     );
     std::fs::write(&path, config).unwrap();
-    let cfg = load_config(&path, None, &[]).unwrap();
+    path
+}
+
+#[test]
+fn a_what_if_from_the_middle_of_a_run_restores_the_shares_and_decides_the_same() {
+    use blox_sim::whatif::{self, History};
+    let (dir, _, _) = files();
+    let cfg = load_config(&config_file(dir.path(), "fgd", ""), None, &[]).unwrap();
+    let mut s = Simulation::from_config(&cfg).unwrap();
+    s.keep_events();
+    while s.step().unwrap() {}
+    let log = s.take_events();
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
+    // At 300 s both halves share their GPU and the pair holds two more.
+    let h = History::from_events(&log, Some(300.0), &sim, 60.0).unwrap();
+    assert_eq!(h.shares.len(), 2, "{:?}", h.shares);
+    assert!(h.shares.values().all(|m| *m == 500));
+    let r = whatif::replay(&h, &cfg, "same", None).unwrap();
+    let d = r.against_history(&h, 0).unwrap();
+    assert!(
+        d.is_same(),
+        "{:?}",
+        &d.differences[..d.differences.len().min(5)]
+    );
+    assert!(
+        r.notes.iter().all(|n| !n.contains("does not have free")),
+        "{:?}",
+        r.notes
+    );
+}
+
+fn simulate(placement: &str, workload: &str) -> Result<blox_sim::SimResult, String> {
+    let (dir, _, _) = files();
+    let cfg = load_config(&config_file(dir.path(), placement, workload), None, &[]).unwrap();
     let sim = Simulation::from_config(&cfg).map_err(|e| e.to_string())?;
     Ok(sim.run_to_end().unwrap())
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-task placements of one run of the FGD authors' simulator, as CSV.
 
-Usage: extract.py EXPDIR > OUT.csv
+Usage: extract.py [--partial] EXPDIR > OUT.csv
 
 EXPDIR is an experiment folder its run scripts write
 (experiments/2023_0511/<trace>/<NN-Policy>/<tune>/<seed>/). The log gives each
@@ -11,10 +11,14 @@ gives its GPU indices. Columns: event (arrival order, from 0), task, node
 (without the NNNN- prefix; empty if it failed), gpus (dash-joined indices),
 frag (the cluster's fragment amount after the event, the log's "(origin)"
 report, as printed).
+
+With --partial (a run stopped before its end): the tasks its log has, GPU
+indices left empty.
 """
 import csv, glob, os, re, sys
 
-expdir = sys.argv[1]
+partial = "--partial" in sys.argv[1:]
+expdir = [a for a in sys.argv[1:] if a != "--partial"][0]
 log = glob.glob(os.path.join(expdir, "log-*.log"))[0]
 attempt = re.compile(r"\[(\d+)\] attempt to create pod\([^/]+/([^)]+)\)")
 placed = re.compile(r"pod\([^/]+/([^)]+)\) is scheduled to node\(([^)]+)\)")
@@ -43,8 +47,14 @@ for line in open(log):
         events[-1][3] = m.group(1)
 gpus = {}
 snap = os.path.join(expdir, "snapshot", "ds01", "InitSchedule", "pod-snapshot.csv")
-for row in csv.DictReader(open(snap)):
-    gpus[row["pod"]] = row["gpu_index"]
+if partial:
+    # A run stopped early: its log's tasks, without the one it was placing
+    # when stopped, and no GPU indices (the snapshot is written at the end).
+    while events and (events[-1][2] is None or events[-1][3] is None):
+        events.pop()
+else:
+    for row in csv.DictReader(open(snap)):
+        gpus[row["pod"]] = row["gpu_index"]
 out = csv.writer(sys.stdout, lineterminator="\n")
 out.writerow(["event", "task", "node", "gpus", "frag"])
 for i, (n, task, node, amount) in enumerate(events):
