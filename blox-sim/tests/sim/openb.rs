@@ -204,3 +204,36 @@ fn a_gzipped_pod_list_is_recognised_by_its_header() {
     assert_eq!(blox_sim::workload::detect_format(&gz).unwrap(), "openb");
     assert_eq!(blox_sim::workload::detect_format(&pods).unwrap(), "openb");
 }
+
+#[test]
+fn a_forecast_from_a_cluster_with_shares_predicts_when_the_bound_job_starts() {
+    use blox_forecast::Forecaster;
+    let (dir, _, _) = files();
+    let path = config_file(dir.path(), "fgd", "");
+    let text = std::fs::read_to_string(&path).unwrap() + "[forecast]\nmax_wall_s = 600\n";
+    std::fs::write(&path, text).unwrap();
+    let cfg = load_config(&path, None, &[]).unwrap();
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let fc = blox_sim::forecast::SimForecaster::from_config(&cfg, &sim)
+        .unwrap()
+        .unwrap();
+    let mut s = Simulation::from_config(&cfg).unwrap();
+    // At 180 s the halves share a GPU, the pair holds both V100s, and the
+    // V100-bound job waits for them (it starts at 660 s).
+    for _ in 0..4 {
+        s.step().unwrap();
+    }
+    let snap = s.snapshot();
+    assert!(snap.cluster.has_shares());
+    let f = fc.forecast(&snap).unwrap();
+    let v100 = (snap.jobs.active())
+        .find(|j| j.spec.name == "v100")
+        .map(|j| j.id())
+        .unwrap();
+    assert_eq!(
+        f.get(v100).and_then(|p| p.start_s),
+        Some(660.0),
+        "{:?}",
+        f.get(v100)
+    );
+}
