@@ -605,6 +605,31 @@ mod tests {
     }
 
     #[test]
+    fn a_share_of_a_gpu_is_read_from_the_environment() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(env_in(d.path(), false).gpu_milli, None);
+        let base = |k: &str| match k {
+            env::JOB_ID => Some("7".to_string()),
+            env::CHECKPOINT_DIR | env::CONTROL_DIR => Some(d.path().display().to_string()),
+            _ => None,
+        };
+        let with = |v: &'static str| {
+            JobEnv::from_lookup(|k| {
+                if k == env::GPU_MILLI {
+                    Some(v.to_string())
+                } else {
+                    base(k)
+                }
+            })
+        };
+        assert_eq!(with("460").unwrap().gpu_milli, Some(460));
+        assert!(with("half")
+            .unwrap_err()
+            .to_string()
+            .contains(env::GPU_MILLI));
+    }
+
+    #[test]
     fn metrics_and_done_go_to_the_report_directory_where_one_is_set() {
         let d = tempfile::tempdir().unwrap();
         let (control, report) = (d.path().join("control"), d.path().join("control/job"));

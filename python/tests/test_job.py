@@ -54,6 +54,14 @@ def test_the_environment_is_read_and_bad_values_are_named(tmp_path):
         JobEnv.from_env(env_for(tmp_path, BLOX_RANK="-1"))
 
 
+def test_a_share_of_a_gpu_is_read_from_the_environment(tmp_path):
+    assert JobEnv.from_env(env_for(tmp_path)).gpu_milli is None
+    env = JobEnv.from_env(env_for(tmp_path, BLOX_GPU_MILLI="460"))
+    assert env.gpu_milli == 460
+    with pytest.raises(ClientError, match="BLOX_GPU_MILLI"):
+        JobEnv.from_env(env_for(tmp_path, BLOX_GPU_MILLI="half"))
+
+
 def test_iteration_stops_at_the_first_boundary_after_a_revocation(tmp_path):
     job = Job.from_env(env_for(tmp_path))
     seen = []
