@@ -321,7 +321,7 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
         );
         let mut place = if !j.gpus.is_empty() {
             match j.gpu_milli {
-                Some(m) => format!("{:.2} of {}", f64::from(m) / 1000.0, j.gpus.join(",")),
+                Some(m) => format!("{} of {}", f64::from(m) / 1000.0, j.gpus.join(",")),
                 None => j.gpus.join(","),
             }
         } else if let Some(w) = j.wait.as_ref().filter(|_| j.reason.is_empty()) {

@@ -238,7 +238,12 @@ pub fn passed_env(name: &str, pass_env: &[String]) -> bool {
             | "HIP_VISIBLE_DEVICES"
             | "GPU_DEVICE_ORDINAL"
     ) || name.starts_with("LC_")
-        || name.starts_with("CUDA_")
+        // (CUDA MPS's two limits are a sharing launch's own: never the
+        // worker's, which a whole-GPU job would otherwise inherit. Its pipe
+        // and log directories pass.)
+        || (name.starts_with("CUDA_")
+            && name != env::MPS_THREAD_PERCENTAGE
+            && name != env::MPS_PINNED_MEM_LIMIT)
         || name.starts_with("NVIDIA_")
         || pass_env.iter().any(|p| match p.strip_suffix('*') {
             Some(prefix) => name.starts_with(prefix),
@@ -1286,11 +1291,14 @@ mod tests {
             "LC_ALL",
             "TZ",
             "CUDA_HOME",
+            "CUDA_MPS_PIPE_DIRECTORY",
             "NVIDIA_DRIVER_CAPABILITIES",
         ] {
             assert!(passed_env(name, &[]), "{name}");
         }
         for name in [
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
             "BLOX_TOKEN_FILE",
             "AWS_SECRET_ACCESS_KEY",
             "AWS_CA_BUNDLE",

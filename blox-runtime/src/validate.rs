@@ -241,11 +241,16 @@ pub fn register(r: &RegisterRequest) -> Result<(), Status> {
     running_launches(&r.running, r.gpus.len())
 }
 
+/// Launches a worker may run at once and report when it registers again:
+/// one per GPU, or more where they share GPUs.
+pub const MAX_REGISTERED_LAUNCHES: usize = MAX_WORKER_GPUS;
+
 /// The launches a worker registering again reports: each on GPUs of its
-/// own (none in two), its ranks inside its world, one launch per job.
+/// own (none in two) or sharing one (their thousandths at most 1000, none
+/// beside a whole holder), its ranks inside its world, one launch per job.
 fn running_launches(running: &[RunningLaunch], gpus: usize) -> Result<(), Status> {
     let most = gpus.saturating_mul(blox_core::GPU_MILLI as usize);
-    if running.len() > most.min(MAX_WORKER_GPUS) {
+    if running.len() > most.min(MAX_REGISTERED_LAUNCHES) {
         return Err(invalid(format!(
             "running: {} launches on {gpus} GPUs (each holds at least one, or a share of one; at most {MAX_WORKER_GPUS})",
             running.len()

@@ -267,6 +267,12 @@ fn submission(a: &SubmitArgs) -> Result<JobSubmission> {
                 "--gpu-milli {m}: a share is 1-999 thousandths of one GPU (with --gpus 1 or none)"
             );
         }
+        if a.gpus.is_none() && j.gpus > 1 {
+            bail!(
+                "--gpu-milli {m}: the job file asks for {} GPUs; a share is of one GPU (give --gpus 1)",
+                j.gpus
+            );
+        }
         j.gpu_milli = Some(m);
         j.gpus = 1;
     }

@@ -240,7 +240,7 @@ impl WaitExplainer<'_> {
             let types = &job.spec.elasticity.gpu_types;
             let _ = write!(
                 out,
-                "waiting for {:.2} of a{} GPU: the largest free share is {:.2}; `{}`: ",
+                "waiting for {} of a{} GPU: the largest free share is {}; `{}`: ",
                 f64::from(m) / 1000.0,
                 match types.len() {
                     0 => String::new(),

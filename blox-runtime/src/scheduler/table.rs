@@ -499,6 +499,7 @@ pub(super) fn restore(
                     ..Default::default()
                 });
                 i.gpus.clear();
+                i.gpu_milli = None;
             }
             restored += 1;
         }

@@ -342,6 +342,14 @@ fn check_and_reserve(
             }
         }
     }
+    let running = st.launches.len() + st.starting.len();
+    if running >= crate::validate::MAX_REGISTERED_LAUNCHES {
+        // What a registration may report: past it, a worker registering
+        // again would be refused (and drain its node).
+        return Err(Status::resource_exhausted(format!(
+            "this worker runs {running} launches, the most it may report"
+        )));
+    }
     if let Some(m) = r.gpu_milli {
         if shared + m > blox_core::GPU_MILLI {
             return Err(Status::resource_exhausted(format!(
@@ -429,7 +437,14 @@ fn check_and_reserve(
         pass_env: sh.cfg.pass_env.clone(),
         cgroup_procs: Vec::new(),
         share: r.gpu_milli.map(|m| {
-            let memory_gb = sh.gpus[r.gpus[0] as usize].memory_gb;
+            // Logical GPUs (`--gpus N`) have no memory to divide: their
+            // 16 GB is a stand-in.
+            let g = &sh.gpus[r.gpus[0] as usize];
+            let memory_gb = if g.uuid.starts_with("logical-") {
+                0.0
+            } else {
+                g.memory_gb
+            };
             crate::process::GpuShareEnv::of(m, memory_gb)
         }),
     })

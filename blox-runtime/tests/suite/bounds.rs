@@ -267,9 +267,11 @@ fn worker_requests_beyond_their_limits_are_refused_naming_the_field() {
             }]),
             "running[0].startup_s",
         ),
+        // More launches than GPUs may share them, up to what a worker
+        // may run (1,024).
         (
-            with(vec![launch(1, &[0], 0, 1, 1); 3]),
-            "running: 3 launches on 2 GPUs",
+            with(vec![launch(1, &[0], 0, 1, 1); 1025]),
+            "running: 1025 launches on 2 GPUs",
         ),
     ]);
     for (req, text) in cases {

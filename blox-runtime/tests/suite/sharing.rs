@@ -49,11 +49,11 @@ fn two_halves_share_one_gpu_and_a_third_share_waits_for_room() {
         .map(|w| w.reason.clone())
         .unwrap_or_default();
     assert!(
-        why.contains("waiting for 0.30 of a GPU: the largest free share is 0.00"),
+        why.contains("waiting for 0.3 of a GPU: the largest free share is 0;"),
         "{why}"
     );
     let text = blox_runtime::ctl::render_status("test", &s);
-    assert!(text.contains("0.50 of "), "{text}");
+    assert!(text.contains("0.5 of "), "{text}");
     // The dashboard's cluster view lists both sharers on their GPU.
     let addr = c.sched.as_ref().unwrap().dashboard_address.unwrap();
     let (_, body) = http_get(addr, "/api/cluster", Some("share-token"));
@@ -84,6 +84,12 @@ fn two_halves_share_one_gpu_and_a_third_share_waits_for_room() {
         assert!(
             text.contains("gpu share: 500 thousandths")
                 && text.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"),
+            "{text}"
+        );
+        // A logical GPU has no memory to divide: no memory limit.
+        assert!(
+            text.trim_end()
+                .ends_with("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="),
             "{text}"
         );
     }

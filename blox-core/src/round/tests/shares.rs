@@ -187,7 +187,7 @@ fn a_share_that_waits_says_how_much_it_asks_and_the_largest_free_share() {
     assert_eq!(j2.wait, Some(WaitReason::WaitingForGpus { asked: 1 }));
     assert_eq!(
         l.explain_wait(j2).unwrap(),
-        "waiting for 0.46 of a GPU: the largest free share is 0.30; `fifo`: 2nd of 2"
+        "waiting for 0.46 of a GPU: the largest free share is 0.3; `fifo`: 2nd of 2"
     );
 }
 
