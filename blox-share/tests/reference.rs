@@ -35,6 +35,7 @@ fn check(trace: &str, policy: &str, seed: i64) {
 /// [`check`] against the first tasks of a reference run stopped early
 /// (`<trace>-<policy>-1.3-<seed>-first.csv.gz`: nodes and fragment amounts;
 /// a stopped run has no GPU indices), returning how many were compared.
+#[allow(dead_code)]
 fn check_first(trace: &str, policy: &str, seed: i64) -> usize {
     check_file(trace, policy, seed, "-first")
 }
@@ -130,4 +131,11 @@ fn the_allocation_curve_is_the_published_one() {
 #[test]
 fn best_fit_on_the_default_trace_places_every_task_as_the_reference() {
     check("default", "best-fit", 42);
+}
+
+/// GPU model constraints (a third of the tasks bound to models):
+/// `openb_pod_list_gpuspec33`, FGD, seed 42, run in full.
+#[test]
+fn fgd_on_the_gpuspec33_trace_places_every_task_as_the_reference() {
+    check("gpuspec33", "fgd", 42);
 }
