@@ -517,3 +517,38 @@ fn a_workload_too_large_for_memory_is_refused_up_front() {
         "refused before drawing anything"
     );
 }
+
+/// The bundled openb config (jobs sharing GPUs under FGD) runs, and its
+/// rounds carry the fragmentation (in long rounds, to keep the test quick).
+#[test]
+fn the_openb_config_runs_with_shares_and_reports_fragmentation() {
+    let dir = tempdir("openb");
+    let o = blox(&[
+        "sim",
+        "examples/configs/openb/fgd.toml",
+        "--quiet",
+        // Ten-hour rounds: the trace's five months in about 360 rounds.
+        "--set",
+        "run.round_s=36000",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("frag_percent") && t.contains("placement=fgd"),
+        "{t}"
+    );
+    let rounds = std::fs::read_to_string(dir.join("rounds.csv")).unwrap();
+    assert!(
+        rounds
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",note,frag_gpus,frag_percent"),
+        "{}",
+        rounds.lines().next().unwrap()
+    );
+    let events = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"share\":"), "a launch of a share");
+}

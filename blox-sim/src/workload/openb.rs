@@ -16,8 +16,9 @@
 //! Rows the reader refuses ([`blox_share::openb::read_tasks_at`]: a share
 //! over one GPU, a model no node has, a negative or absent field, …) and
 //! tasks the round loop cannot run (no GPU: `blox pack` places those; no
-//! times: a packing list, also for `blox pack`; deleted when created) are
-//! counted by reason with their first line. The node list (`nodes`,
+//! times: a packing list, also for `blox pack`; deleted when created; one
+//! that no node of the list could hold even empty, which the reference
+//! fails) are counted by reason with their first line. The node list (`nodes`,
 //! default `openb_node_list_gpu_node.csv` beside the pod list) gives the
 //! models that exist; the cluster itself is the config's `[cluster]`.
 
@@ -42,6 +43,13 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
     for (why, (n, line)) in &skipped.by_reason {
         tally.skipped.insert(why.clone(), (*n as u64, *line as u64));
     }
+    // A task no node of the list could hold even empty (several GPUs of a
+    // model whose nodes have fewer, more CPUs than they have) would wait
+    // for ever; the reference fails it.
+    let empty: Vec<blox_share::node::NodeState> = node_specs
+        .iter()
+        .map(blox_share::node::NodeState::new)
+        .collect();
     let mut kept = Vec::new();
     for (line, t) in tasks {
         let line = line as u64;
@@ -58,6 +66,10 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
         }
         if deleted <= created {
             tally.skip("deleted when created", line);
+            continue;
+        }
+        if !empty.iter().any(|n| n.fits(&t)) {
+            tally.skip("that no node could hold even empty", line);
             continue;
         }
         kept.push((created, line, t, (deleted - created) as f64));
