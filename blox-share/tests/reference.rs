@@ -35,7 +35,6 @@ fn check(trace: &str, policy: &str, seed: i64) {
 /// [`check`] against the first tasks of a reference run stopped early
 /// (`<trace>-<policy>-1.3-<seed>-first.csv.gz`: nodes and fragment amounts;
 /// a stopped run has no GPU indices), returning how many were compared.
-#[allow(dead_code)]
 fn check_first(trace: &str, policy: &str, seed: i64) -> usize {
     check_file(trace, policy, seed, "-first")
 }
@@ -138,4 +137,12 @@ fn best_fit_on_the_default_trace_places_every_task_as_the_reference() {
 #[test]
 fn fgd_on_the_gpuspec33_trace_places_every_task_as_the_reference() {
     check("gpuspec33", "fgd", 42);
+}
+
+/// A reference run stopped after 12 minutes: its first tasks (nodes and
+/// fragment amounts) on `gpushare40` (40 % of the GPU tasks share GPUs),
+/// FGD, seed 42.
+#[test]
+fn fgd_on_gpushare40_places_the_first_tasks_as_the_reference() {
+    assert!(check_first("gpushare40", "fgd", 42) > 1000);
 }
