@@ -7,10 +7,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 mod checks;
+mod error;
 mod free_index;
 mod held;
 mod shares;
 mod spec;
+pub use error::ClusterError;
 pub(crate) use free_index::FreeIndex;
 use held::Held;
 use shares::Shares;
@@ -49,37 +51,6 @@ pub struct Gpu {
     pub host_cpus: f64,
     #[serde(default)]
     pub host_mem_gb: f64,
-}
-
-/// Errors from changing the GPU table.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ClusterError {
-    #[error("{gpu} does not exist in this cluster")]
-    NoSuchGpu { gpu: GpuId },
-    #[error("{gpu} is offline")]
-    Offline { gpu: GpuId },
-    #[error("{gpu} is already held by {holder}; {job} cannot take it")]
-    Busy {
-        gpu: GpuId,
-        holder: JobId,
-        job: JobId,
-    },
-    #[error("{gpu} appears twice in the allocation of {job}")]
-    Duplicate { gpu: GpuId, job: JobId },
-    #[error("{node} does not exist in this cluster")]
-    NoSuchNode { node: NodeId },
-    #[error("cluster invariant broken: {0}")]
-    Invariant(String),
-    /// A node description that cannot be used.
-    #[error("{0}")]
-    InvalidSpec(String),
-    #[error("{job} asks for {milli} thousandths of {gpu}, which has {free} free")]
-    ShareTooLarge {
-        gpu: GpuId,
-        job: JobId,
-        milli: u32,
-        free: u32,
-    },
 }
 
 /// The cluster: nodes and GPUs.

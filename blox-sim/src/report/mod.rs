@@ -2,6 +2,7 @@
 //! `jobs.csv`, `rounds.csv`, Parquet, the summary), the charts ([`plots`])
 //! and the plots and tables of a whole sweep ([`sweep`], `blox report`).
 
+pub mod figures;
 pub mod plots;
 pub mod summary;
 pub mod sweep;

@@ -166,19 +166,7 @@ pub struct RoundRow {
     pub figures: Vec<(&'static str, f64)>,
 }
 
-/// The figure columns of `rounds.csv`: the first round's names.
-pub fn figure_names(rows: &[RoundRow]) -> Vec<&'static str> {
-    rows.first()
-        .map(|r| r.figures.iter().map(|f| f.0).collect())
-        .unwrap_or_default()
-}
-
-impl RoundRow {
-    /// The value of figure `name` this round, if measured.
-    pub fn figure(&self, name: &str) -> Option<f64> {
-        self.figures.iter().find(|f| f.0 == name).map(|f| f.1)
-    }
-}
+pub use super::figures::figure_names;
 
 impl From<blox_core::RoundReport> for RoundRow {
     /// The `rounds.csv` row of a round, from what the loop reported.
@@ -375,14 +363,7 @@ impl SimResult {
         );
         summary.spare_swaps = lp.spare_swaps;
         summary.quarantines = lp.quarantines;
-        summary.figures = figure_names(&rounds)
-            .into_iter()
-            .map(|n| {
-                let v: Vec<f64> = rounds.iter().filter_map(|r| r.figure(n)).collect();
-                let max = v.iter().copied().fold(f64::NAN, f64::max);
-                (n, blox_core::stats::mean(&v), max)
-            })
-            .collect();
+        summary.figures = super::figures::summarise(&rounds);
         SimResult {
             jobs,
             rounds,
