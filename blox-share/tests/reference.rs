@@ -146,3 +146,10 @@ fn fgd_on_the_gpuspec33_trace_places_every_task_as_the_reference() {
 fn fgd_on_gpushare40_places_the_first_tasks_as_the_reference() {
     assert!(check_first("gpushare40", "fgd", 42) > 1000);
 }
+
+/// `multigpu50` (half the GPU tasks ask for several GPUs), GPU packing,
+/// seed 43: the first tasks of a run stopped after 12 minutes.
+#[test]
+fn gpu_packing_on_multigpu50_places_the_first_tasks_as_the_reference() {
+    assert!(check_first("multigpu50", "gpu-packing", 43) > 1000);
+}
