@@ -153,3 +153,10 @@ fn fgd_on_gpushare40_places_the_first_tasks_as_the_reference() {
 fn gpu_packing_on_multigpu50_places_the_first_tasks_as_the_reference() {
     assert!(check_first("multigpu50", "gpu-packing", 43) > 1000);
 }
+
+/// `gpuspec33`, dot product, seed 42: the first tasks of a run stopped
+/// after 12 minutes.
+#[test]
+fn dot_product_on_gpuspec33_places_the_first_tasks_as_the_reference() {
+    assert!(check_first("gpuspec33", "dot-product", 42) > 1000);
+}
