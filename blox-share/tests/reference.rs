@@ -160,3 +160,10 @@ fn gpu_packing_on_multigpu50_places_the_first_tasks_as_the_reference() {
 fn dot_product_on_gpuspec33_places_the_first_tasks_as_the_reference() {
     assert!(check_first("gpuspec33", "dot-product", 42) > 1000);
 }
+
+/// `gpushare40`, best fit, seed 43: the first tasks of a run stopped after
+/// 12 minutes.
+#[test]
+fn best_fit_on_gpushare40_places_the_first_tasks_as_the_reference() {
+    assert!(check_first("gpushare40", "best-fit", 43) > 1000);
+}
