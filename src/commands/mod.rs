@@ -153,6 +153,16 @@ pub fn dispatch(command: Command) -> Result<ExitCode> {
 /// `blox sim`.
 pub fn sim(a: SimArgs) -> Result<ExitCode> {
     let path = a.config.clone().unwrap_or_else(default_config);
+    let sweep_file = std::fs::read_to_string(&path)
+        .ok()
+        .filter(|t| pack::sweep_file::is_packing_file(t) || blox_sim::sweep::grid::is_grid_file(t));
+    if sweep_file.is_some() {
+        anyhow::bail!(
+            "{} is a sweep file ([packing] or [[grid]]): run it with `blox sweep {} --out DIR`",
+            path.display(),
+            path.display()
+        );
+    }
     let cfg = ConfigRequest::new(&path)
         .workload(a.workload.clone(), "--workload")
         .overrides(overrides(&a.overrides)?)

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// `blox sweep FILE --out DIR`: a `[sweep]` config or a `[[grid]]` file.
+/// `blox sweep FILE --out DIR`: a `[sweep]` config, a `[[grid]]` file, or
+/// a `[packing]` grid of FGD packing runs.
 pub fn sweep(
     file: &Path,
     out: &Path,
@@ -18,6 +19,18 @@ pub fn sweep(
     shard: Option<sweep::Shard>,
     overrides: &[Override],
 ) -> Result<ExitCode> {
+    if let Ok(text) = std::fs::read_to_string(file) {
+        if super::pack::sweep_file::is_packing_file(&text) {
+            if shard.is_some() || !overrides.is_empty() {
+                anyhow::bail!(
+                    "{}: a [packing] sweep takes --out and --threads only (its 1,020 runs take about two minutes on two cores; set values in the file)",
+                    file.display()
+                );
+            }
+            let args = super::pack::sweep_file::args_of(file, &text, out, threads)?;
+            return super::pack::pack(&args);
+        }
+    }
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("[{elapsed_precise}] {wide_bar} {pos} cells done, {msg}")

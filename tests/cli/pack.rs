@@ -190,3 +190,96 @@ fn fgd_exact_is_a_variant_with_no_published_figure() {
         .unwrap_or_else(|| panic!("{t}"));
     assert!(row.trim_end().ends_with(" -"), "{row}");
 }
+
+#[test]
+fn a_packing_sweep_file_runs_the_grid_as_blox_pack_does() {
+    let dir = tempdir("pack-sweep");
+    let file = write(
+        &dir,
+        "grid.toml",
+        "[packing]\ntraces = \"default\"\npolicies = \"best-fit, fgd\"\nseeds = [42, \"43\"]\n",
+    );
+    let out = dir.join("out");
+    let o = blox(&[
+        "sweep",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let table = std::fs::read_to_string(out.join("pack.csv")).unwrap();
+    // 2 policies × 2 seeds, each beside its published figures.
+    assert_eq!(table.lines().count(), 1 + 4, "{table}");
+    assert!(
+        table.contains("default,best-fit,42,10866,8190,2676,92.94,93.13,92.94,93.13,"),
+        "{table}"
+    );
+    assert!(
+        table.contains("default,fgd,43,10793,8351,2442,95.06,95.32,95.06,95.32,"),
+        "{table}"
+    );
+    assert!(out.join("allocation-default.svg").exists());
+    let means = std::fs::read_to_string(out.join("means.csv")).unwrap();
+    assert!(means.contains("default,best-fit,2,93.19,93.19"), "{means}");
+
+    // Paths of pod and node lists are read relative to the file.
+    write(
+        &dir,
+        "pods.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,4000,1024,1,500\nb,8000,2048,2,1000\n",
+    );
+    write(
+        &dir,
+        "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,64000,262144,2,P100\n",
+    );
+    let own = write(
+        &dir,
+        "own.toml",
+        "[packing]\ntraces = \"pods.csv\"\nnodes = \"nodes.csv\"\nplacements = true\n",
+    );
+    let o = blox(&[
+        "sweep",
+        own.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.join("pods-fgd-42-placements.csv").exists());
+
+    // What the file gets wrong is named, with the file.
+    for (body, says) in [
+        (
+            "[packing]\ntrace = \"default\"\n",
+            "unknown key [packing] trace",
+        ),
+        (
+            "[packing]\nseeds = 4.2\n",
+            "[packing] seeds: expected an integer",
+        ),
+        (
+            "[packing]\npolicies = [\"tightest\"]\n",
+            "unknown policy `tightest`",
+        ),
+        ("[packing]\n[sweep]\n", "`sweep` beside [packing]"),
+        (
+            "[packing]\ntune = \"high\"\n",
+            "[packing] tune: expected a number",
+        ),
+    ] {
+        let bad = write(&dir, "bad.toml", body);
+        let o = blox(&[
+            "sweep",
+            bad.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let t = text(&o);
+        assert!(!o.status.success() && t.contains(says), "{body}: {t}");
+    }
+    let o = blox(&["sim", file.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("is a sweep file"));
+    let o = blox(&["sweep", file.to_str().unwrap(), "--shard", "0/2"]);
+    assert!(!o.status.success() && text(&o).contains("--out and --threads only"));
+}

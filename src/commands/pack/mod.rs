@@ -1,6 +1,7 @@
 //! `blox pack`: the FGD paper's packing experiment on the openb trace.
 
 pub mod report;
+pub(crate) mod sweep_file;
 mod timed;
 
 use crate::cli::PackArgs;
