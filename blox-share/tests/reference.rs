@@ -139,6 +139,14 @@ fn fgd_on_the_gpuspec33_trace_places_every_task_as_the_reference() {
     check("gpuspec33", "fgd", 42);
 }
 
+/// Tasks of several whole GPUs (`openb_pod_list_multigpu50`: half the GPU
+/// tasks ask for more than one), FGD, seed 43 (the second seed), run in
+/// full: every task's node and GPU indices.
+#[test]
+fn fgd_on_the_multigpu50_trace_seed_43_places_every_task_as_the_reference() {
+    check("multigpu50", "fgd", 43);
+}
+
 /// A reference run stopped after 12 minutes: its first tasks (nodes and
 /// fragment amounts) on `gpushare40` (40 % of the GPU tasks share GPUs),
 /// FGD, seed 42.
