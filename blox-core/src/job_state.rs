@@ -12,7 +12,9 @@ mod ended;
 /// Admitted jobs (queued or running), finished records and per-job metrics.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct JobState {
-    active: BTreeMap<JobId, Job>,
+    /// Boxed: a B-tree shifts its values on every insert and removal, and
+    /// a `Job` is several hundred bytes.
+    active: BTreeMap<JobId, Box<Job>>,
     finished: Vec<Job>,
     metrics: MetricStore,
     /// Ids of ended jobs no longer held whole (taken out of `finished`),
@@ -48,24 +50,24 @@ impl JobState {
         if job.status == JobStatus::Submitted {
             job.status = JobStatus::Queued;
         }
-        self.active.insert(job.id(), job);
+        self.active.insert(job.id(), Box::new(job));
     }
 
     pub fn get(&self, id: JobId) -> Option<&Job> {
-        self.active.get(&id)
+        self.active.get(&id).map(|j| &**j)
     }
 
     pub fn get_mut(&mut self, id: JobId) -> Option<&mut Job> {
-        self.active.get_mut(&id)
+        self.active.get_mut(&id).map(|j| &mut **j)
     }
 
     /// Admitted, unfinished jobs in id order.
     pub fn active(&self) -> impl Iterator<Item = &Job> {
-        self.active.values()
+        self.active.values().map(|j| &**j)
     }
 
     pub fn active_mut(&mut self) -> impl Iterator<Item = &mut Job> {
-        self.active.values_mut()
+        self.active.values_mut().map(|j| &mut **j)
     }
 
     /// The admitted jobs among `ids` (sorted, without repeats), in id order:
@@ -84,7 +86,7 @@ impl JobState {
         let mut want = ids.iter().peekable();
         range.into_iter().flatten().filter_map(move |(id, job)| {
             while want.next_if(|w| **w < *id).is_some() {}
-            want.next_if(|w| **w == *id).map(|_| job)
+            want.next_if(|w| **w == *id).map(|_| &mut **job)
         })
     }
 
@@ -92,16 +94,21 @@ impl JobState {
     pub fn runnable(&self) -> impl Iterator<Item = &Job> {
         self.active
             .values()
+            .map(|j| &**j)
             .filter(|j| matches!(j.status, JobStatus::Queued | JobStatus::Running))
     }
 
     pub fn running(&self) -> impl Iterator<Item = &Job> {
-        self.active.values().filter(|j| j.is_running())
+        self.active
+            .values()
+            .map(|j| &**j)
+            .filter(|j| j.is_running())
     }
 
     pub fn queued(&self) -> impl Iterator<Item = &Job> {
         self.active
             .values()
+            .map(|j| &**j)
             .filter(|j| j.status == JobStatus::Queued)
     }
 
@@ -186,7 +193,7 @@ impl JobState {
     fn move_to_finished(&mut self, done: &[JobId]) {
         for id in done {
             if let Some(job) = self.active.remove(id) {
-                self.finished.push(job);
+                self.finished.push(*job);
                 self.metrics.archive(*id);
             }
         }
