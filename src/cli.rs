@@ -47,6 +47,10 @@ pub enum Command {
     /// Run policies × loads × seeds from a config's `[sweep]` section, or whole
     /// configs × workloads × loads × seeds from a file of `[[grid]]`s (resumable), in parallel.
     ///
+    /// A file with a `[packing]` table runs the FGD paper's packing experiment
+    /// over pod lists × policies × seeds, as `blox pack` does, with its outputs
+    /// (examples/configs/openb/packing.toml: the 1,020 published runs).
+    ///
     /// `blox sweep merge DIR… --out DIR` puts the outputs of `--shard` runs
     /// back together (the `sweep.csv` and cell folders of an unsharded run).
     Sweep {
