@@ -138,6 +138,82 @@ impl Running {
     /// writes its lease and starts its processes.
     fn start(&mut self, spec: &LaunchSpec, trust: Trust) -> Result<(), StartError> {
         let user = spec.job_user.as_ref();
+        self.give_directories(spec, trust)?;
+        if let Some((until, grace)) = spec.lease {
+            if let Some(text) = lease_text(until, grace) {
+                self.control_dir
+                    .write(blox_client::LEASE_FILE, text.as_bytes())
+                    .map_err(|e| {
+                        StartError::node(format!(
+                            "cannot write {}: {e}",
+                            spec.control.join(blox_client::LEASE_FILE).display()
+                        ))
+                    })?;
+            }
+        }
+        let groups: Vec<Vec<String>> = if spec.process_per_gpu {
+            spec.devices.iter().map(|d| vec![d.clone()]).collect()
+        } else {
+            vec![spec.devices.clone()]
+        };
+        let world = spec.world_size.unwrap_or(groups.len() as u32);
+        // Start-up is measured from here (the job reports its first
+        // iteration against it; `blox_client::STARTUP_METRIC`).
+        let launched = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| format!("{:.3}", d.as_secs_f64()))
+            .unwrap_or_default();
+        for (i, devs) in groups.iter().enumerate() {
+            let rank = spec.first_rank + i as u32;
+            let suffix = if groups.len() > 1 {
+                format!(".rank{rank}")
+            } else {
+                String::new()
+            };
+            let cmd = self.rank_command(spec, rank, devs, &suffix, world, &launched)?;
+            match spawn_child(
+                cmd,
+                spec.lease.map(|l| l.0),
+                spec.cgroup_procs.clone(),
+                user.map(|u| (u.uid, u.gid)),
+            ) {
+                Ok(child) => {
+                    let exit = Arc::new(Mutex::new(None));
+                    let kill = Arc::new(AtomicBool::new(false));
+                    spawn_waiter(child, exit.clone(), kill.clone());
+                    self.ranks.push(Rank { exit, kill });
+                }
+                #[cfg(target_os = "linux")]
+                Err(e) if e.raw_os_error() == Some(CGROUP_JOIN_FAILED) => {
+                    return Err(StartError::node(format!(
+                        "cannot put the launch into its cgroup ({})",
+                        spec.cgroup_procs
+                            .iter()
+                            .map(|p| p.to_string_lossy())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                Err(e) => {
+                    let mut err =
+                        StartError::job(format!("cannot start {}: {e}", argv_summary(&spec.argv)));
+                    err.permanent = matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                    );
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the job its directories: the control directory to its group
+    /// and the report directory to it (when it runs as another uid), then
+    /// its checkpoint and coordination directories, listed in
+    /// [`GIVEN_FILE`] before they are handed over.
+    fn give_directories(&mut self, spec: &LaunchSpec, trust: Trust) -> Result<(), StartError> {
+        let user = spec.job_user.as_ref();
         if let Some(u) = user {
             self.control_dir
                 .chown(None, Some(u.gid))
@@ -179,18 +255,22 @@ impl Running {
                 give(self.given.last().expect("just pushed"), u)?;
             }
         }
-        if let Some((until, grace)) = spec.lease {
-            if let Some(text) = lease_text(until, grace) {
-                self.control_dir
-                    .write(blox_client::LEASE_FILE, text.as_bytes())
-                    .map_err(|e| {
-                        StartError::node(format!(
-                            "cannot write {}: {e}",
-                            spec.control.join(blox_client::LEASE_FILE).display()
-                        ))
-                    })?;
-            }
-        }
+        Ok(())
+    }
+
+    /// The command of rank `rank` on devices `devs`: the job's argv, the
+    /// environment it passes on and the job's own, its output files
+    /// (`stdout{suffix}`, `stderr{suffix}`) and its GPU share.
+    fn rank_command(
+        &self,
+        spec: &LaunchSpec,
+        rank: u32,
+        devs: &[String],
+        suffix: &str,
+        world: u32,
+        launched: &str,
+    ) -> Result<Command, StartError> {
+        let user = spec.job_user.as_ref();
         let report_path = self.report.path().to_path_buf();
         let out = |dir: &Dir, name: &str| -> Result<std::fs::File, StartError> {
             dir.create(name).map_err(|e| {
@@ -200,100 +280,47 @@ impl Running {
                 ))
             })
         };
-        let groups: Vec<Vec<String>> = if spec.process_per_gpu {
-            spec.devices.iter().map(|d| vec![d.clone()]).collect()
-        } else {
-            vec![spec.devices.clone()]
-        };
-        let world = spec.world_size.unwrap_or(groups.len() as u32);
-        // Start-up is measured from here (the job reports its first
-        // iteration against it; `blox_client::STARTUP_METRIC`).
-        let launched = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| format!("{:.3}", d.as_secs_f64()))
-            .unwrap_or_default();
-        for (i, devs) in groups.iter().enumerate() {
-            let rank = spec.first_rank + i as u32;
-            let suffix = if groups.len() > 1 {
-                format!(".rank{rank}")
-            } else {
-                String::new()
-            };
-            let mut cmd = Command::new(&spec.argv[0]);
-            cmd.env_clear();
-            for (k, v) in std::env::vars_os() {
-                if k.to_str().is_some_and(|k| passed_env(k, &spec.pass_env)) {
-                    cmd.env(k, v);
-                }
-            }
-            cmd.current_dir(&report_path);
-            // The account is taken in the forked child (`spawn_child`),
-            // after it joined the launch's cgroups, with no supplementary
-            // group of the worker's.
-            if let Some(u) = user {
-                cmd.env("HOME", u.home.as_deref().unwrap_or(&report_path))
-                    .env("USER", &u.name)
-                    .env("LOGNAME", &u.name);
-            }
-            cmd.args(&spec.argv[1..])
-                .env(env::JOB_ID, spec.job.to_string())
-                .env(env::RANK, rank.to_string())
-                .env(env::WORLD_SIZE, world.to_string())
-                .env(env::VISIBLE_DEVICES, devs.join(","))
-                .env(env::MASTER_ADDR, &spec.master_addr)
-                .env(env::WORKER_ADDR, &spec.worker_addr)
-                .env(env::CHECKPOINT_DIR, &spec.checkpoint)
-                .env(env::CONTROL_DIR, &spec.control)
-                .env(env::REPORT_DIR, &report_path)
-                .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&report_path))
-                .env(env::RESUME, if spec.resume { "1" } else { "0" })
-                .env(env::LAUNCH_UNIX_S, &launched)
-                .env(env::GENERATION, spec.generation.to_string())
-                .env(
-                    env::BATCH_SIZE,
-                    spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),
-                )
-                .stdin(Stdio::null())
-                .stdout(out(&self.control_dir, &format!("stdout{suffix}"))?)
-                .stderr(out(&self.control_dir, &format!("stderr{suffix}"))?);
-            for (k, v) in spec.share.iter().flat_map(GpuShareEnv::vars) {
+        let mut cmd = Command::new(&spec.argv[0]);
+        cmd.env_clear();
+        for (k, v) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| passed_env(k, &spec.pass_env)) {
                 cmd.env(k, v);
             }
-            match spawn_child(
-                cmd,
-                spec.lease.map(|l| l.0),
-                spec.cgroup_procs.clone(),
-                user.map(|u| (u.uid, u.gid)),
-            ) {
-                Ok(child) => {
-                    let exit = Arc::new(Mutex::new(None));
-                    let kill = Arc::new(AtomicBool::new(false));
-                    spawn_waiter(child, exit.clone(), kill.clone());
-                    self.ranks.push(Rank { exit, kill });
-                }
-                #[cfg(target_os = "linux")]
-                Err(e) if e.raw_os_error() == Some(CGROUP_JOIN_FAILED) => {
-                    return Err(StartError::node(format!(
-                        "cannot put the launch into its cgroup ({})",
-                        spec.cgroup_procs
-                            .iter()
-                            .map(|p| p.to_string_lossy())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
-                }
-                Err(e) => {
-                    let mut err =
-                        StartError::job(format!("cannot start {}: {e}", argv_summary(&spec.argv)));
-                    err.permanent = matches!(
-                        e.kind(),
-                        std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
-                    );
-                    return Err(err);
-                }
-            }
         }
-        Ok(())
+        cmd.current_dir(&report_path);
+        // The account is taken in the forked child (`spawn_child`),
+        // after it joined the launch's cgroups, with no supplementary
+        // group of the worker's.
+        if let Some(u) = user {
+            cmd.env("HOME", u.home.as_deref().unwrap_or(&report_path))
+                .env("USER", &u.name)
+                .env("LOGNAME", &u.name);
+        }
+        cmd.args(&spec.argv[1..])
+            .env(env::JOB_ID, spec.job.to_string())
+            .env(env::RANK, rank.to_string())
+            .env(env::WORLD_SIZE, world.to_string())
+            .env(env::VISIBLE_DEVICES, devs.join(","))
+            .env(env::MASTER_ADDR, &spec.master_addr)
+            .env(env::WORKER_ADDR, &spec.worker_addr)
+            .env(env::CHECKPOINT_DIR, &spec.checkpoint)
+            .env(env::CONTROL_DIR, &spec.control)
+            .env(env::REPORT_DIR, &report_path)
+            .env(env::COORD_DIR, spec.coord.as_ref().unwrap_or(&report_path))
+            .env(env::RESUME, if spec.resume { "1" } else { "0" })
+            .env(env::LAUNCH_UNIX_S, launched)
+            .env(env::GENERATION, spec.generation.to_string())
+            .env(
+                env::BATCH_SIZE,
+                spec.batch_size.map(|b| b.to_string()).unwrap_or_default(),
+            )
+            .stdin(Stdio::null())
+            .stdout(out(&self.control_dir, &format!("stdout{suffix}"))?)
+            .stderr(out(&self.control_dir, &format!("stderr{suffix}"))?);
+        for (k, v) in spec.share.iter().flat_map(GpuShareEnv::vars) {
+            cmd.env(k, v);
+        }
+        Ok(cmd)
     }
 
     /// The launch's exit once every process exited: the last exit time, and

@@ -2,6 +2,9 @@
 //! acknowledged), status, cancellation, worker registration, heartbeats,
 //! exit reports and metric pushes. Handlers only record what arrived in the
 //! shared [`Hub`]; the round driver acts on it.
+//!
+//! This file holds the handlers; `submission` what a submission is checked
+//! against and how refusals read, `callers` which worker a call comes from.
 
 use super::jobs::{info_of, CANCELLED};
 use super::{lock, unix_now, Hub, RuntimeConfig, SharedHub, WorkerEntry};
@@ -17,6 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
+mod callers;
+mod submission;
+
+use callers::{caller, worker_known, WORKER};
+pub(super) use submission::{check_memory, check_submission, spec_of};
+use submission::{retry_after, table_unavailable};
+
 /// A copy of job `id`'s record (it exists: checked by the caller).
 fn rec_of(h: &Hub, id: u64) -> JobRecord {
     h.jobs.get(&id).expect("checked by the caller").clone()
@@ -24,57 +34,6 @@ fn rec_of(h: &Hub, id: u64) -> JobRecord {
 
 /// The most samples of one job kept between two rounds (the oldest go).
 const MAX_JOB_SAMPLES_PER_ROUND: usize = 1024;
-
-/// Checks a submission against the cluster as it is (the handler has
-/// checked it on its own with [`validate::submit`]); the error names the
-/// field.
-pub(super) fn check_submission(
-    j: &JobSubmission,
-    cluster_gpus: u32,
-    workers: usize,
-) -> Result<(), Status> {
-    if workers == 0 {
-        return Err(Status::failed_precondition(
-            "no worker has registered yet: the cluster has no GPUs",
-        ));
-    }
-    if j.gpus > cluster_gpus {
-        return Err(Status::invalid_argument(format!(
-            "gpus: asks for {} but the cluster has {cluster_gpus} GPUs on {workers} workers",
-            j.gpus
-        )));
-    }
-    Ok(())
-}
-
-/// A job's memory against the largest node's (`max_node_gb`, 0: no worker
-/// reported its memory).
-pub(super) fn check_memory(j: &JobSubmission, max_node_gb: f64) -> Result<(), Status> {
-    match j.memory_gb {
-        Some(m) if max_node_gb > 0.0 && m > max_node_gb => Err(Status::invalid_argument(format!(
-            "memory_gb: asks for {m} GB on each node, but the largest node has {max_node_gb:.1} GB"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-pub(super) fn spec_of(id: u64, j: &JobSubmission, arrival_s: f64) -> JobSpec {
-    let mut s = JobSpec::new(id, arrival_s, j.gpus);
-    s.name = if j.name.is_empty() {
-        format!("job-{id}")
-    } else {
-        j.name.clone()
-    };
-    s.command = j.command.clone();
-    s.batch_size = j.batch_size;
-    s.user = j.user.clone();
-    s.team = j.team.clone().filter(|t| !t.is_empty());
-    s.model = j.model.clone();
-    s.expected_duration_s = j.duration_s;
-    s.metrics = j.metrics.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    s.gpu_milli = j.gpu_milli;
-    s
-}
 
 pub(super) struct Service {
     pub(super) hub: SharedHub,
@@ -94,72 +53,6 @@ pub(super) struct Service {
     pub(super) metrics: Arc<super::metrics::Metrics>,
     /// The round period: a full queue frees up a round later at the soonest.
     pub(super) round_s: f64,
-}
-
-/// `status` with a hint of how long to wait before retrying, milliseconds,
-/// in its `retry-after-ms` metadata (clients that retry read it).
-fn retry_after(mut status: Status, ms: u64) -> Status {
-    status
-        .metadata_mut()
-        .insert("retry-after-ms", ms.max(1).into());
-    status
-}
-
-const WORKER: &str = "the workers' token";
-
-impl Service {
-    /// Mutual TLS (`tls_client_ca`): a worker call without a client
-    /// certificate the authority verified is UNAUTHENTICATED.
-    fn worker_cert<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        if self.cfg.tls_client_ca.is_some() && !crate::net::has_client_cert(req) {
-            return Err(Status::unauthenticated(
-                "this scheduler requires workers to present a client certificate signed by its `tls_client_ca` (blox worker --tls-cert/--tls-key)",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A write the job table refused (a full disk): nothing was accepted.
-fn table_unavailable(e: crate::store::StoreError) -> Status {
-    Status::unavailable(format!(
-        "{e}: the job table cannot be written, so nothing was accepted; running jobs go on; retry later"
-    ))
-}
-
-fn worker_known<'a>(h: &'a mut Hub, id: &str) -> Result<&'a mut WorkerEntry, Status> {
-    match h.workers.get_mut(id) {
-        Some(w) if w.alive => Ok(w),
-        _ => Err(Status::not_found(format!(
-            "worker `{id}` is not registered with this scheduler; register again"
-        ))),
-    }
-}
-
-/// The worker a call comes from: the one its credential
-/// (`x-blox-worker-credential`) was issued to, never the request's
-/// `worker_id` field, which must name the same worker or be empty. A
-/// credential this scheduler does not know (it restarted, or declared the
-/// worker gone) is NOT_FOUND: the worker registers again.
-fn caller(h: &Hub, md: &tonic::metadata::MetadataMap, claimed: &str) -> Result<String, Status> {
-    let Some(c) = crate::net::credential_of(md) else {
-        return Err(Status::unauthenticated(format!(
-            "this call needs the worker's own credential (`{}`, from RegisterReply.worker_secret)",
-            crate::net::WORKER_CREDENTIAL
-        )));
-    };
-    let Some(id) = h.credentials.get(c) else {
-        return Err(Status::not_found(
-            "this worker credential is not registered with this scheduler; register again",
-        ));
-    };
-    if !claimed.is_empty() && claimed != id {
-        tracing::warn!(credential_of = %id, claimed = %claimed, "a worker reported under another worker's id: refused");
-        return Err(Status::permission_denied(format!(
-            "worker_id: the credential is worker `{id}`'s, not `{claimed}`'s"
-        )));
-    }
-    Ok(id.clone())
 }
 
 #[tonic::async_trait]
@@ -715,16 +608,5 @@ impl Scheduler for Service {
         }
         h.metrics_dropped += dropped;
         Ok(Response::new(Ack {}))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_refusal_carries_its_retry_hint_in_milliseconds() {
-        let s = super::retry_after(tonic::Status::resource_exhausted("full"), 1500);
-        assert_eq!(s.metadata().get("retry-after-ms").unwrap(), "1500");
-        let s = super::retry_after(tonic::Status::unavailable("busy"), 0);
-        assert_eq!(s.metadata().get("retry-after-ms").unwrap(), "1");
     }
 }

@@ -195,99 +195,9 @@ impl Drop for WorkerHandle {
 /// then registers and beats in the background (retrying while the scheduler
 /// is unreachable).
 pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
-    if let Some(range) = cfg.job_uids {
-        if cfg.job_user.is_some() {
-            return Err(WorkerError::Refused(
-                "--job-user and --job-uids: give one (a shared account, or a uid per job)".into(),
-            ));
-        }
-        uids::check_range(range).map_err(WorkerError::Refused)?;
-        #[cfg(unix)]
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(WorkerError::Refused(format!(
-                "--job-uids {}-{}: only a worker running as root can start jobs as other uids",
-                range.0, range.1
-            )));
-        }
-        tracing::info!(
-            first = range.0,
-            last = range.1,
-            "each job runs as a uid of its own"
-        );
-    }
-    let job_user = match &cfg.job_user {
-        _ if cfg.job_uids.is_some() => None,
-        Some(name) => {
-            let u = crate::process::JobUser::lookup(name).map_err(WorkerError::Refused)?;
-            #[cfg(unix)]
-            if unsafe { libc::geteuid() } != 0 {
-                return Err(WorkerError::Refused(format!(
-                    "--job-user {name}: only a worker running as root can start jobs as another account"
-                )));
-            }
-            tracing::info!(user = %u.name, uid = u.uid, "jobs run as their own account");
-            Some(u)
-        }
-        None => {
-            #[cfg(unix)]
-            if unsafe { libc::geteuid() } == 0 {
-                if !cfg.allow_root_jobs {
-                    return Err(WorkerError::Refused(
-                        "this worker runs as root and would run jobs as root, where they can read its token and every other secret on the node: pass --job-user NAME (an unprivileged account jobs run as), or --allow-root-jobs on a single-user machine".into(),
-                    ));
-                }
-                tracing::warn!(
-                    "jobs run as root (--allow-root-jobs): they can read this worker's token"
-                );
-            }
-            None
-        }
-    };
-    let host_gb = host_mem_gb();
-    if let Some(m) = cfg.memory_gb {
-        if !(m > 0.0 && m.is_finite()) || (host_gb > 0.0 && m > host_gb) {
-            return Err(WorkerError::Refused(format!(
-                "memory_gb = {m}: a launch's memory limit must be positive and at most this node's {host_gb:.1} GB"
-            )));
-        }
-    }
-    if cfg.max_processes == Some(0) {
-        return Err(WorkerError::Refused(
-            "max_processes = 0: a launch needs at least 1 process".into(),
-        ));
-    }
-    // Cgroups, and what an earlier run of this worker left in them, before
-    // anything registers or starts.
-    let containment =
-        cgroup::Containment::detect(&cfg.cgroup, &cgroup::worker_key(&cfg.name, &cfg.workdir))
-            .map_err(WorkerError::Refused)?;
-    match &containment {
-        Some(c) => {
-            let killed = c.sweep_stale();
-            if killed > 0 {
-                tracing::warn!(
-                    killed,
-                    "killed what launches of an earlier run of this worker left in their cgroups"
-                );
-            }
-            tracing::info!(containment = %c.summary, "a cgroup per launch");
-        }
-        None if cfg.job_uids.is_some() || cfg.job_user.is_some() => tracing::warn!(
-            "no cgroups: a job that leaves its process group is found by its uid only"
-        ),
-        None => {}
-    }
-    // Then the directories an earlier run gave its launches and never took back
-    // (it was killed): taken back before the scheduler hears of this node.
-    if cfg.job_uids.is_some() {
-        let taken = crate::process::reclaim(&cfg.workdir);
-        if taken > 0 {
-            tracing::warn!(
-                taken,
-                "took back the directories launches of an earlier run of this worker still held"
-            );
-        }
-    }
+    let job_user = job_account(&cfg)?;
+    check_limits(&cfg)?;
+    let containment = contain_launches(&cfg)?;
     let mut gpus = discover_gpus(cfg.logical_gpus)?;
     speed::measure(&mut gpus, &cfg.gpu_slowdown, cfg.speed_probe.as_deref())?;
     std::fs::create_dir_all(&cfg.workdir)
@@ -360,4 +270,118 @@ pub async fn start(cfg: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
         stop,
         tasks: vec![serve, beat, report],
     })
+}
+
+/// The account jobs run as: a uid of their own each (`--job-uids`, `None`
+/// here), `--job-user`, or the worker's own; refused where the settings
+/// conflict or the worker may not start jobs so (not root, or root without
+/// `--allow-root-jobs`).
+fn job_account(cfg: &WorkerConfig) -> Result<Option<crate::process::JobUser>, WorkerError> {
+    if let Some(range) = cfg.job_uids {
+        if cfg.job_user.is_some() {
+            return Err(WorkerError::Refused(
+                "--job-user and --job-uids: give one (a shared account, or a uid per job)".into(),
+            ));
+        }
+        uids::check_range(range).map_err(WorkerError::Refused)?;
+        #[cfg(unix)]
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(WorkerError::Refused(format!(
+                "--job-uids {}-{}: only a worker running as root can start jobs as other uids",
+                range.0, range.1
+            )));
+        }
+        tracing::info!(
+            first = range.0,
+            last = range.1,
+            "each job runs as a uid of its own"
+        );
+    }
+    let job_user = match &cfg.job_user {
+        _ if cfg.job_uids.is_some() => None,
+        Some(name) => {
+            let u = crate::process::JobUser::lookup(name).map_err(WorkerError::Refused)?;
+            #[cfg(unix)]
+            if unsafe { libc::geteuid() } != 0 {
+                return Err(WorkerError::Refused(format!(
+                    "--job-user {name}: only a worker running as root can start jobs as another account"
+                )));
+            }
+            tracing::info!(user = %u.name, uid = u.uid, "jobs run as their own account");
+            Some(u)
+        }
+        None => {
+            #[cfg(unix)]
+            if unsafe { libc::geteuid() } == 0 {
+                if !cfg.allow_root_jobs {
+                    return Err(WorkerError::Refused(
+                        "this worker runs as root and would run jobs as root, where they can read its token and every other secret on the node: pass --job-user NAME (an unprivileged account jobs run as), or --allow-root-jobs on a single-user machine".into(),
+                    ));
+                }
+                tracing::warn!(
+                    "jobs run as root (--allow-root-jobs): they can read this worker's token"
+                );
+            }
+            None
+        }
+    };
+    Ok(job_user)
+}
+
+/// Checks the launches' limits (`memory_gb`, `max_processes`) against
+/// this node.
+fn check_limits(cfg: &WorkerConfig) -> Result<(), WorkerError> {
+    let host_gb = host_mem_gb();
+    if let Some(m) = cfg.memory_gb {
+        if !(m > 0.0 && m.is_finite()) || (host_gb > 0.0 && m > host_gb) {
+            return Err(WorkerError::Refused(format!(
+                "memory_gb = {m}: a launch's memory limit must be positive and at most this node's {host_gb:.1} GB"
+            )));
+        }
+    }
+    if cfg.max_processes == Some(0) {
+        return Err(WorkerError::Refused(
+            "max_processes = 0: a launch needs at least 1 process".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Detects the cgroups launches are contained in, killing what an earlier
+/// run of this worker left in them, and takes back the directories that
+/// run gave its launches.
+fn contain_launches(cfg: &WorkerConfig) -> Result<Option<cgroup::Containment>, WorkerError> {
+    // Cgroups, and what an earlier run of this worker left in them, before
+    // anything registers or starts.
+    let containment =
+        cgroup::Containment::detect(&cfg.cgroup, &cgroup::worker_key(&cfg.name, &cfg.workdir))
+            .map_err(WorkerError::Refused)?;
+    match &containment {
+        Some(c) => {
+            let killed = c.sweep_stale();
+            if killed > 0 {
+                tracing::warn!(
+                    killed,
+                    "killed what launches of an earlier run of this worker left in their cgroups"
+                );
+            }
+            tracing::info!(containment = %c.summary, "a cgroup per launch");
+        }
+        None if cfg.job_uids.is_some() || cfg.job_user.is_some() => tracing::warn!(
+            "no cgroups: a job that leaves its process group is found by its uid only"
+        ),
+        None => {}
+    }
+    // Then the directories an earlier run gave its launches and never took back
+    // (it was killed): taken back before the scheduler hears of this node.
+    if cfg.job_uids.is_some() {
+        let taken = crate::process::reclaim(&cfg.workdir);
+        if taken > 0 {
+            tracing::warn!(
+                taken,
+                "took back the directories launches of an earlier run of this worker still held"
+            );
+        }
+    }
+    Ok(containment)
 }
