@@ -342,9 +342,13 @@ impl ClusterState {
     pub fn largest_free_share(&self) -> std::collections::BTreeMap<&str, u32> {
         let mut out = std::collections::BTreeMap::new();
         for g in &self.gpus {
+            let spec = &self.nodes[g.node.index()].spec;
+            if spec.whole_gpus_only {
+                continue;
+            }
             let m = self.free_milli(g.id);
             if m > 0 {
-                let t = self.nodes[g.node.index()].spec.gpu_type.as_str();
+                let t = spec.gpu_type.as_str();
                 let e = out.entry(t).or_insert(0);
                 *e = (*e).max(m);
             }

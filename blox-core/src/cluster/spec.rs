@@ -46,6 +46,12 @@ pub struct NodeSpec {
     /// measured (1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_slowdown: Vec<f64>,
+    /// Its GPUs go to one job at a time: no placement may give a job a
+    /// share of one (a live worker that does not host several launches on a
+    /// GPU, `RegisterRequest.shares_gpus`; a node group's GPUs without
+    /// sharing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub whole_gpus_only: bool,
 }
 
 fn default_gpu_type() -> String {
@@ -108,6 +114,7 @@ impl NodeSpec {
             gpu_bandwidth_gbps: Vec::new(),
             labels: Default::default(),
             gpu_slowdown: Vec::new(),
+            whole_gpus_only: false,
         }
     }
 

@@ -371,6 +371,13 @@ impl PlacementCheck<'_> {
                         }
                     }
                     Some(m) => {
+                        let node = &self.cluster.nodes()[gpu.node.index()];
+                        if node.spec.whole_gpus_only {
+                            return Err(bad(format!(
+                                "gives {job} a share of {g}, but {} gives its GPUs whole only (whole_gpus_only: its worker does not share GPUs)",
+                                gpu.node
+                            )));
+                        }
                         if let Some(other) = given.get(&g) {
                             return Err(bad(format!(
                                 "gives {job} a share of {g}, but gives {other} all of it"

@@ -221,6 +221,8 @@ async fn register(
                 host_mem_gb: 244.0,
                 running: Vec::new(),
                 labels: Default::default(),
+                // As a current worker (the mocks acknowledge any launch).
+                shares_gpus: true,
                 ..Default::default()
             })
             .await

@@ -227,13 +227,24 @@ impl PlacementPolicy for SharePlacement {
                     && m <= lm + blox_core::cluster::HOST_EPS / 2.0
             };
             let task = task_of(job, gpus, proportional);
+            // A share goes only where GPUs are shared (not on a node whose
+            // worker gives its GPUs whole only).
+            let shares = task.num_gpu == 1 && task.gpu_milli < GPU_MILLI;
+            let may_share = |v: usize| {
+                !shares
+                    || cluster
+                        .node(views.ids[v])
+                        .is_some_and(|n| !n.spec.whole_gpus_only)
+            };
             feasible.clear();
             match job.spec.host_need {
                 Some(_) => feasible.extend(
-                    (0..views.nodes.len()).filter(|&v| views.nodes[v].fits(&task) && room(v)),
+                    (0..views.nodes.len())
+                        .filter(|&v| may_share(v) && views.nodes[v].fits(&task) && room(v)),
                 ),
                 None => feasible.extend(
-                    (0..views.nodes.len()).filter(|&v| views.nodes[v].fits(&on(v)) && room(v)),
+                    (0..views.nodes.len())
+                        .filter(|&v| may_share(v) && views.nodes[v].fits(&on(v)) && room(v)),
                 ),
             }
             let Some(v) = self.choose(&task, &feasible, &views.nodes) else {

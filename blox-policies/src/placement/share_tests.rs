@@ -79,6 +79,46 @@ fn a_share_goes_beside_a_running_share_and_whole_gpu_jobs_take_idle_gpus() {
 }
 
 #[test]
+fn shares_go_only_to_nodes_that_share_gpus_and_whole_gpu_jobs_go_anywhere() {
+    // Node 0's worker gives its GPUs whole only (an older worker); node 1
+    // shares them.
+    let mut c = ClusterState::new();
+    let mut old = NodeSpec::with_gpus(2);
+    old.whole_gpus_only = true;
+    c.add_node(old);
+    c.add_node(NodeSpec::with_gpus(2));
+    let mut state = JobState::new();
+    for id in 1..=3 {
+        state.insert(part(id, 500, 1.0));
+    }
+    state.insert(part(4, 1000, 1.0));
+    for scorer in ["fgd", "best-fit", "dot-product", "gpu-packing", "random"] {
+        let mut p = SharePlacement::new(scorer, 95.0, 42).unwrap();
+        let d = place(&mut p, &state, &c);
+        assert_eq!(d.launch.len(), 4, "{scorer}: {d:?}");
+        for a in &d.launch {
+            let node = c.gpu(a.gpus[0]).unwrap().node;
+            if a.share.is_some() {
+                assert_eq!(node, NodeId(1), "{scorer}: {a:?}");
+            }
+        }
+    }
+    // With only whole-GPU nodes, a share waits and the words say why.
+    let mut c = ClusterState::new();
+    let mut old = NodeSpec::with_gpus(2);
+    old.whole_gpus_only = true;
+    c.add_node(old);
+    let d = place(
+        &mut SharePlacement::new("fgd", 95.0, 42).unwrap(),
+        &state,
+        &c,
+    );
+    assert_eq!(d.launch.len(), 1, "{d:?}");
+    assert_eq!((d.launch[0].job, d.launch[0].share), (JobId(4), None));
+    assert!(c.largest_free_share().is_empty());
+}
+
+#[test]
 fn a_job_bound_to_a_model_goes_only_to_its_nodes_and_waits_when_they_are_full() {
     let c = typed(&["T4", "V100"], 1);
     let mut state = JobState::new();

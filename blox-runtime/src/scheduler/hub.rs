@@ -20,6 +20,8 @@ pub(super) struct WorkerEntry {
     pub(super) gpus: Vec<GpuDevice>,
     pub(super) cpus: u32,
     pub(super) host_mem_gb: f64,
+    /// It hosts several launches on one GPU (`RegisterRequest.shares_gpus`).
+    pub(super) shares_gpus: bool,
     pub(super) last_seen: Instant,
     pub(super) alive: bool,
     /// It showed it sees the shared checkpoint storage (or there is none):

@@ -447,6 +447,7 @@ impl Scheduler for Service {
                 gpus: r.gpus,
                 cpus: r.cpus,
                 host_mem_gb: r.host_mem_gb,
+                shares_gpus: r.shares_gpus,
                 last_seen: Instant::now(),
                 alive: true,
                 verified: self.probe.is_none(),

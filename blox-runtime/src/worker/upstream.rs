@@ -33,6 +33,7 @@ pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient)
                         .map_or_else(|| "none".to_string(), |c| c.summary.clone()),
                     job_uid_first: sh.job_uids.map_or(0, |r| r.0),
                     job_uid_last: sh.job_uids.map_or(0, |r| r.1),
+                    shares_gpus: true,
                 };
                 let sent = Instant::now();
                 let r = tokio::time::timeout(call_timeout, client.register(req))

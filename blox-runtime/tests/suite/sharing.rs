@@ -112,3 +112,113 @@ fn a_submission_asking_an_impossible_share_is_refused_naming_the_field() {
         assert!(e.contains("gpu_milli"), "{e}");
     }
 }
+
+/// A worker older than GPU shares (its registration does not set
+/// `shares_gpus`) joins with its GPUs given whole only: the sharers all go
+/// to the worker that shares, and the older one is given none.
+#[test]
+fn a_worker_that_does_not_say_it_shares_gpus_gets_no_shares() {
+    use blox_runtime::ctl::Ctl;
+    use blox_runtime::net::with_credential;
+    use blox_runtime::proto::{GpuDevice, HeartbeatRequest, RegisterRequest};
+    test_log();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = registry::build_named("accept-all", "fifo", "fgd").unwrap();
+    let mut c = Cluster::start_built(
+        dir.path(),
+        runtime_config(dir.path()),
+        policies,
+        0,
+        Default::default(),
+    );
+    // The older worker joins first (node 0: ties would go to it), with two
+    // GPUs, kept alive by heartbeats from here. Its address serves nothing:
+    // a launch there would fail.
+    let mut wctl = Ctl::connect(&c.addr(), &c.worker_security).unwrap();
+    let (rt, client) = wctl.parts();
+    let reg = rt
+        .block_on(
+            client.register(RegisterRequest {
+                name: "old".into(),
+                address: "127.0.0.1:1".into(),
+                gpus: (0..2)
+                    .map(|i| GpuDevice {
+                        index: i,
+                        name: "logical".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+        )
+        .unwrap()
+        .into_inner();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beating = {
+        let (stop, addr, sec) = (stop.clone(), c.addr(), c.worker_security.clone());
+        std::thread::spawn(move || {
+            let mut ctl = Ctl::connect(&addr, &sec).unwrap();
+            let (rt, client) = ctl.parts();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // It sees the shared checkpoint storage (as a worker reads
+                // the scheduler's probe file and sends it back).
+                let probe = std::fs::read_to_string(&reg.checkpoint_probe_path).unwrap_or_default();
+                let beat = HeartbeatRequest {
+                    worker_id: reg.worker_id.clone(),
+                    checkpoint_probe: probe,
+                    ..Default::default()
+                };
+                if let Err(e) =
+                    rt.block_on(client.heartbeat(with_credential(beat, &reg.worker_secret)))
+                {
+                    eprintln!("heartbeat: {e}");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    c.wait_for_gpus(2);
+    // Alone with it, a share waits: no GPU of the cluster is shared.
+    let mut ctl = c.ctl();
+    let first = ctl.submit(share("half-0", Some(500), 2.0)).unwrap();
+    c.wait_rounds(3);
+    let s = ctl.status(&[first]).unwrap();
+    let j = &s.jobs[0];
+    assert_eq!(j.phase(), JobPhase::Queued, "{j:?}");
+    let why = j
+        .wait
+        .as_ref()
+        .map(|w| w.reason.clone())
+        .unwrap_or_default();
+    assert!(
+        why.contains("waiting for 0.5 of a GPU: the largest free share is 0;"),
+        "{why}"
+    );
+    // A worker that shares joins: every share runs there.
+    c.add_worker(dir.path(), "w0");
+    c.wait_for_gpus(4);
+    let mut halves = vec![first];
+    halves.extend((1..4).map(|i| {
+        ctl.submit(share(&format!("half-{i}"), Some(500), 2.0))
+            .unwrap()
+    }));
+    wait_started(&c, &halves);
+    let s = ctl.status(&halves).unwrap();
+    for j in &s.jobs {
+        assert_eq!(j.gpu_milli, Some(500), "{j:?}");
+        assert!(
+            j.gpus.iter().all(|g| !g.starts_with("old:")),
+            "a share went to the older worker: {j:?}"
+        );
+    }
+    let done = c.wait_all(&halves, Duration::from_secs(60));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beating.join().unwrap();
+    for (id, j) in &done {
+        assert_eq!(j.status, "finished", "job {id}: {j:?}");
+        assert_eq!(
+            j.launches, 1,
+            "job {id} was launched elsewhere first: {j:?}"
+        );
+    }
+}

@@ -101,6 +101,22 @@ fn shares_over_one_gpu_or_beside_a_whole_holder_are_refused_naming_the_placement
     b.arrivals.push(JobSpec::new(2, 10.0, 1).with_duration(5.0));
     let e = l.run_round(&mut b).unwrap_err().to_string();
     assert!(e.contains("whole, but job-1 holds a share"), "{e}");
+    // A share on a node whose GPUs go whole only (a worker that does not
+    // share GPUs).
+    let mut b = shares(&[(1, 0.0, 100, 30.0)]);
+    let mut spec = NodeSpec::with_gpus(1);
+    spec.whole_gpus_only = true;
+    let mut cluster = ClusterState::new();
+    cluster.add_node(spec);
+    let mut l = RoundLoop::builder(sharing(None), cluster, 10.0)
+        .startup(StartupRules::off())
+        .build();
+    let e = l.run_round(&mut b).unwrap_err().to_string();
+    assert!(
+        e.contains("one-gpu") && e.contains("gives its GPUs whole only"),
+        "{e}"
+    );
+    assert!(l.cluster.largest_free_share().is_empty());
     // Thousandths out of range.
     for bad in [0, 1001] {
         let mut b = shares(&[(1, 0.0, 100, 30.0)]);

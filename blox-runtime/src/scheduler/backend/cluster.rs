@@ -103,6 +103,8 @@ impl ClusterManager for ClusterBackend {
                         spec.host_mem_gb = w.host_mem_gb;
                     }
                     spec.labels = w.labels.clone();
+                    // An older worker runs a launch on whole GPUs only.
+                    spec.whole_gpus_only = !w.shares_gpus;
                     // Each GPU's relative time, where the worker measured
                     // every one ([`blox_core::variability`]).
                     if w.gpus.iter().all(|g| g.relative_time > 0.0) {
