@@ -381,6 +381,12 @@ pub fn render_status(scheduler: &str, r: &StatusReply) -> String {
         if !w.containment.is_empty() {
             let _ = writeln!(out, "    launches contained by: {}", w.containment);
         }
+        if w.whole_gpus_only {
+            let _ = writeln!(
+                out,
+                "    GPUs whole only: this worker does not share GPUs (older than gpu_milli)"
+            );
+        }
     }
     out
 }

@@ -245,7 +245,8 @@ pub fn history_of(r: &StatusReply, now: f64) -> History {
 
 /// A worker as the node it is: its GPUs' type and memory (the first GPU's,
 /// as the scheduler takes them), host, topology labels and, where it
-/// measured every GPU, their relative times (speed-aware placements).
+/// measured every GPU, their relative times (speed-aware placements), and
+/// whether its GPUs go whole only (a worker that does not share them).
 fn node_of(w: &WorkerInfo) -> NodeSpec {
     let mut spec = NodeSpec::with_gpus(w.gpus.len() as u32);
     if let Some(g) = w.gpus.first() {
@@ -268,6 +269,7 @@ fn node_of(w: &WorkerInfo) -> NodeSpec {
     if !w.gpus.is_empty() && w.gpus.iter().all(|g| g.relative_time > 0.0) {
         spec.gpu_slowdown = w.gpus.iter().map(|g| g.relative_time).collect();
     }
+    spec.whole_gpus_only = w.whole_gpus_only;
     spec
 }
 

@@ -155,6 +155,7 @@ pub(super) fn reply_matching(
                 host_mem_gb: w.host_mem_gb,
                 node: w.node.map(|n| n.0),
                 containment: w.containment.clone(),
+                whole_gpus_only: !w.shares_gpus,
             };
             let len = info.encoded_len();
             if workers.len() >= MAX_PAGE_WORKERS

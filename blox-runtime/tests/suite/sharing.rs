@@ -194,6 +194,14 @@ fn a_worker_that_does_not_say_it_shares_gpus_gets_no_shares() {
         why.contains("waiting for 0.5 of a GPU: the largest free share is 0;"),
         "{why}"
     );
+    let s = ctl.status(&[]).unwrap();
+    assert!(
+        s.workers.iter().any(|w| w.whole_gpus_only),
+        "{:?}",
+        s.workers
+    );
+    let text = blox_runtime::ctl::render_status("test", &s);
+    assert!(text.contains("GPUs whole only"), "{text}");
     // A worker that shares joins: every share runs there.
     c.add_worker(dir.path(), "w0");
     c.wait_for_gpus(4);
