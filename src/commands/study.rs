@@ -23,12 +23,13 @@ pub fn sweep(
         if super::pack::sweep_file::is_packing_file(&text) {
             if shard.is_some() || !overrides.is_empty() {
                 anyhow::bail!(
-                    "{}: a [packing] sweep takes --out and --threads only (its 1,020 runs take about two minutes on two cores; set values in the file)",
+                    "{}: a [packing] sweep takes --out and --threads only (set its values in the file)",
                     file.display()
                 );
             }
             let args = super::pack::sweep_file::args_of(file, &text, out, threads)?;
-            return super::pack::pack(&args);
+            return super::pack::pack(&args)
+                .with_context(|| format!("{} ([packing])", file.display()));
         }
     }
     let bar = ProgressBar::new(0);

@@ -338,7 +338,9 @@ impl ClusterState {
 
     /// The largest share a new job could take of one GPU, by GPU type
     /// (thousandths; types whose GPUs are all held whole or offline are
-    /// absent).
+    /// absent). Nodes that give their GPUs whole only
+    /// ([`NodeSpec::whole_gpus_only`](super::NodeSpec::whole_gpus_only))
+    /// are left out: no share goes there.
     pub fn largest_free_share(&self) -> std::collections::BTreeMap<&str, u32> {
         let mut out = std::collections::BTreeMap::new();
         for g in &self.gpus {

@@ -148,10 +148,12 @@ pub struct ClusterBackend {
     /// launch costs).
     pub(super) waits: LaunchWaits,
     /// Nodes of workers declared gone, by the worker's address, with their
-    /// GPU count: a worker that registers again from that address with as
-    /// many GPUs is the node repaired (its history kept: quarantine), one
-    /// forgotten first has left for good.
-    pub(super) failed_nodes: HashMap<String, (NodeId, usize)>,
+    /// GPU count and whether they shared GPUs: a worker that registers
+    /// again from that address with as many GPUs, sharing them as before, is
+    /// the node repaired (its history kept: quarantine); one that differs
+    /// (an upgrade or a rollback across GPU shares) joins as a new node, and
+    /// one forgotten first has left for good.
+    pub(super) failed_nodes: HashMap<String, (NodeId, usize, bool)>,
 }
 
 /// The most launches of one job that get distinct generations in one run

@@ -50,7 +50,7 @@ impl ClusterManager for ClusterBackend {
                         events.push(ClusterEvent::NodeFailed(n));
                         self.metrics.failures.inc();
                         self.failed_nodes
-                            .insert(w.address.clone(), (n, w.gpus.len()));
+                            .insert(w.address.clone(), (n, w.gpus.len(), w.shares_gpus));
                         lost.push(id.clone());
                     }
                 }
@@ -66,13 +66,14 @@ impl ClusterManager for ClusterBackend {
             let mut repaired = Vec::new();
             for (id, w) in h.workers.iter_mut() {
                 if w.alive && w.verified && w.node.is_none() && w.reported.is_empty() {
-                    if let Some((node, _)) = self
+                    if let Some((node, _, _)) = self
                         .failed_nodes
                         .get(&w.address)
                         .copied()
-                        .filter(|(_, g)| *g == w.gpus.len())
+                        .filter(|(_, g, shares)| *g == w.gpus.len() && *shares == w.shares_gpus)
                     {
-                        // The node that failed, back: same id, same GPUs.
+                        // The node that failed, back: same id, same GPUs,
+                        // shared (or not) as before.
                         self.failed_nodes.remove(&w.address);
                         w.node = Some(node);
                         self.nodes[node.index()] = id.clone();
@@ -130,7 +131,7 @@ impl ClusterManager for ClusterBackend {
                     if self
                         .failed_nodes
                         .get(&w.address)
-                        .is_some_and(|(f, _)| *f == n)
+                        .is_some_and(|(f, _, _)| *f == n)
                     {
                         self.failed_nodes.remove(&w.address);
                         events.push(ClusterEvent::NodeRemoved(n));
