@@ -162,6 +162,13 @@ fn gpu_packing_on_multigpu50_places_every_task_as_the_reference() {
     check("multigpu50", "gpu-packing", 43);
 }
 
+/// `multigpu50`, dot product, seed 42, run in full: every task's node and
+/// GPU indices.
+#[test]
+fn dot_product_on_multigpu50_places_every_task_as_the_reference() {
+    check("multigpu50", "dot-product", 42);
+}
+
 /// `gpuspec33`, dot product, seed 42: the first tasks of a run stopped
 /// after 12 minutes.
 #[test]
