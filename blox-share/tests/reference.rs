@@ -169,6 +169,13 @@ fn dot_product_on_multigpu50_places_every_task_as_the_reference() {
     check("multigpu50", "dot-product", 42);
 }
 
+/// `multigpu50`, GPU clustering, seed 42, run in full: every task's node
+/// and GPU indices.
+#[test]
+fn gpu_clustering_on_multigpu50_places_every_task_as_the_reference() {
+    check("multigpu50", "gpu-clustering", 42);
+}
+
 /// `gpuspec33`, dot product, seed 42: the first tasks of a run stopped
 /// after 12 minutes.
 #[test]
