@@ -117,8 +117,9 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_milli: Option<u32>,
     /// CPU cores and host memory per GPU the job needs, where the trace
-    /// says (a sharing job: for its share). Placements that track host
-    /// resources honour it.
+    /// says (a sharing job: for its share; a job asking for no GPU,
+    /// `requested_gpus` 0: in all, on one node). Placements that track
+    /// host resources honour it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_need: Option<crate::cluster::HostShare>,
 }
@@ -329,6 +330,11 @@ pub struct Job {
     /// cluster's record, as `allocation` is: backends read it at launch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_share: Option<u32>,
+    /// The node whose CPUs and memory it holds now, while it runs without
+    /// GPUs (a job asking for none, [`crate::Assignment::node`]); `None`
+    /// otherwise. A copy of the cluster's record, as `allocation` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_node: Option<crate::ids::NodeId>,
     /// Largest GPU count the job has held so far (Pollux caps growth at 2×).
     pub max_gpus_so_far: u32,
     /// Times it was suspended to make room for another job.
@@ -423,6 +429,7 @@ impl Job {
             current_batch_size: batch,
             host_share: None,
             gpu_share: None,
+            host_node: None,
             max_gpus_so_far: 0,
             preemptions: 0,
             restarts: 0,
@@ -547,7 +554,11 @@ impl Job {
     /// work lost to stops and the time spent saving checkpoints, δ of each
     /// interval; with Young/Daly, of its last launch's interval) over its
     /// time since submission.
+    /// `None` for a job without GPUs: it trains on none.
     pub fn ettr(&self) -> Option<f64> {
+        if self.without_gpus() {
+            return None;
+        }
         let wall = self.finish_s? - self.arrival_s();
         let gpus = f64::from(self.requested_gpus().max(1));
         let useful =
@@ -576,6 +587,12 @@ impl Job {
 
     pub fn requested_gpus(&self) -> u32 {
         self.spec.requested_gpus
+    }
+
+    /// Whether it asks for no GPU: it runs on a node's CPUs and memory
+    /// alone ([`JobSpec::host_need`] in all).
+    pub fn without_gpus(&self) -> bool {
+        self.spec.requested_gpus == 0
     }
 
     pub fn is_running(&self) -> bool {

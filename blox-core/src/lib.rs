@@ -26,7 +26,7 @@ pub mod wait;
 pub mod walk;
 
 pub use cluster::{
-    ClusterError, ClusterState, Gpu, GpuShare, HostShare, Node, NodeSpec, GPU_MILLI,
+    ClusterError, ClusterState, Gpu, GpuShare, HostHold, HostShare, Node, NodeSpec, GPU_MILLI,
 };
 pub use config::{
     CheckpointRule, ConfigError, ModuleConfig, NonNegative, Positive, RunConfig, Section, Value,

@@ -6,7 +6,7 @@
 //! simulator or a real cluster. The round loop in [`crate::round`] chains them.
 
 use crate::cluster::{ClusterState, HostShare};
-use crate::ids::{GpuId, JobId};
+use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::{Job, JobSpec};
 use crate::job_state::JobState;
 
@@ -388,6 +388,10 @@ pub struct Assignment {
     /// with others ([`crate::ClusterState::assign_share`]); `None`: its
     /// GPUs whole. A share's host figures are the job's, not per GPU.
     pub share: Option<u32>,
+    /// The node for a job that asks for no GPU (`gpus` empty): it takes
+    /// CPUs and memory there, its [`JobSpec::host_need`]
+    /// (`crate::ClusterState::assign_host`); `None` for jobs with GPUs.
+    pub node: Option<NodeId>,
 }
 
 impl Assignment {
@@ -399,6 +403,15 @@ impl Assignment {
             batch_size: None,
             host: None,
             share: None,
+            node: None,
+        }
+    }
+
+    /// `job`, which asks for no GPU, on `node`'s CPUs and memory.
+    pub fn on_node(job: JobId, node: NodeId) -> Self {
+        Assignment {
+            node: Some(node),
+            ..Assignment::new(job, Vec::new())
         }
     }
 }
@@ -414,7 +427,9 @@ impl Assignment {
 /// - a running job listed in `launch` with other GPUs or another host share
 ///   is restarted there (a re-allocation); with the same GPUs and host share
 ///   and another batch size it is reconfigured in place;
-/// - CPU and host memory shares must fit each node.
+/// - CPU and host memory shares must fit each node;
+/// - a job that asks for no GPU is launched on no GPU, on one online node
+///   ([`Assignment::node`]); a job with GPUs names no node.
 ///
 /// A decision that breaks a rule is refused as a whole, naming the policy.
 /// [`crate::walk::priority_walk`] builds placements that keep these rules.
@@ -490,6 +505,15 @@ pub trait PlacementPolicy: Send {
     /// jobs at their requested count on any type may then schedule jobs
     /// bound to types (checked before a simulation). Default: no.
     fn honours_gpu_types(&self) -> bool {
+        false
+    }
+
+    /// Whether it places jobs that ask for no GPU (`requested_gpus` 0,
+    /// their CPUs and memory in [`JobSpec::host_need`]) on a node with
+    /// [`Assignment::on_node`]. The loop rejects such a job at submission
+    /// under a placement that does not; a schedule lists such a job with a
+    /// demand of 0 GPUs. Default: no.
+    fn places_jobs_without_gpus(&self) -> bool {
         false
     }
 

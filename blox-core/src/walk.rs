@@ -263,6 +263,7 @@ pub fn priority_walk(
                     batch_size: Some(bs),
                     host: None,
                     share: None,
+                    node: None,
                 });
             }
             continue;
@@ -334,6 +335,7 @@ pub fn priority_walk(
                     batch_size: d.batch_size,
                     host: None,
                     share: None,
+                    node: None,
                 });
             }
             None if passed_over => continue,

@@ -530,6 +530,7 @@ mod tests {
             gpus: (0..n).map(|g| GpuPlace { node: 0, gpu: g }).collect(),
             batch_size: None,
             share: None,
+            node: None,
         }
     }
 

@@ -109,7 +109,9 @@ pub fn submission(j: &JobSubmission) -> Result<(), Status> {
         )));
     }
     if j.gpus == 0 {
-        return Err(invalid("gpus: must be at least 1"));
+        return Err(invalid(
+            "gpus: must be at least 1 (a job without GPUs runs in simulation only, `blox sim`)",
+        ));
     }
     if let Some(m) = j.gpu_milli {
         if !(1..blox_core::GPU_MILLI).contains(&m) || j.gpus != 1 {

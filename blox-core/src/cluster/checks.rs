@@ -2,7 +2,7 @@
 //! full, or over what the round changed.
 
 use super::{ClusterError, ClusterState, HOST_EPS};
-use crate::ids::{GpuId, JobId};
+use crate::ids::{GpuId, JobId, NodeId};
 use crate::job_state::JobState;
 
 /// The GPUs whose holder or share changed since the last check, or that
@@ -65,6 +65,40 @@ fn push_bounded<T>(list: &mut Vec<T>, item: T, table: usize) -> bool {
 }
 
 impl ClusterState {
+    /// The [`revision`](Self::revision) at which `node`'s GPUs, shares or
+    /// host CPUs last changed (or any node joined, left or came back): a
+    /// cache of figures per node is stale for the nodes whose revision
+    /// moved. A node this cluster has no record for reads as changed now.
+    pub fn node_revision(&self, node: NodeId) -> u64 {
+        self.node_rev
+            .get(node.index())
+            .copied()
+            .unwrap_or(self.changed.revision)
+    }
+
+    /// Notes a change to `gpu` (its holder, share or host share).
+    pub(super) fn note_gpu(&mut self, gpu: GpuId) {
+        self.changed.gpu(gpu, self.gpus.len());
+        self.note_node(self.gpus[gpu.index()].node);
+    }
+
+    /// Notes a change to `node`'s holders, at the current revision.
+    pub(super) fn note_node(&mut self, node: NodeId) {
+        let at = node.index();
+        if self.node_rev.len() <= at {
+            self.node_rev.resize(at + 1, 0);
+        }
+        self.node_rev[at] = self.changed.revision;
+    }
+
+    /// Notes a change to the nodes themselves: every node reads as changed.
+    pub(super) fn note_everything(&mut self) {
+        self.changed.set_everything();
+        self.node_rev.clear();
+        self.node_rev
+            .resize(self.nodes.len(), self.changed.revision);
+    }
+
     /// [`check_invariants`](Self::check_invariants) over what changed since
     /// the last check: each changed GPU's entry in the free index, its
     /// node's count and row, its holder (running, with the GPU in its
@@ -121,6 +155,9 @@ impl ClusterState {
         for &j in changed.iter() {
             if !self.held.of(j).is_empty() && checked.binary_search(&j).is_err() {
                 self.check_list(j, jobs)?;
+            }
+            if !self.hosted.is_empty() {
+                self.check_hosted(j, jobs)?;
             }
         }
         Ok(())
@@ -348,6 +385,7 @@ impl ClusterState {
                 self.held.holders()
             )));
         }
+        self.check_all_hosted(jobs)?;
         if !self.custom_host {
             // Proportional shares only: a node's GPUs add up to its size.
             return Ok(());
@@ -358,6 +396,11 @@ impl ClusterState {
                 h.0 += g.host_cpus;
                 h.1 += g.host_mem_gb;
             }
+        }
+        for (n, h) in self.nodes.iter().zip(host.iter_mut()) {
+            let (c, m) = self.hosted_used(n.id);
+            h.0 += c;
+            h.1 += m;
         }
         for (n, &(c, m)) in self.nodes.iter().zip(&host) {
             if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {

@@ -10,11 +10,14 @@ mod checks;
 mod error;
 mod free_index;
 mod held;
+mod hosted;
 mod shares;
 mod spec;
 pub use error::ClusterError;
 pub(crate) use free_index::FreeIndex;
 use held::Held;
+pub use hosted::HostHold;
+use hosted::Hosted;
 use shares::Shares;
 pub use shares::{GpuShare, GPU_MILLI};
 pub use spec::{HostShare, NodeSpec};
@@ -71,6 +74,10 @@ pub struct ClusterState {
     /// GPUs several jobs share ([`shares`]): the rest of that record.
     #[serde(skip_serializing_if = "Shares::is_empty")]
     shares: Shares,
+    /// Jobs without GPUs and the node CPUs and memory they hold
+    /// ([`hosted`]): the last part of that record.
+    #[serde(skip_serializing_if = "Hosted::is_empty")]
+    hosted: Hosted,
     /// Levels above the nodes (racks, blocks), if the config gives them.
     #[serde(skip)]
     topology: Option<std::sync::Arc<crate::topology::Topology>>,
@@ -97,6 +104,10 @@ pub struct ClusterState {
     /// changes ([`check_changes`](Self::check_changes)).
     #[serde(skip)]
     changed: checks::Changed,
+    /// By node index: the revision at which the node's holders last
+    /// changed ([`node_revision`](Self::node_revision)).
+    #[serde(skip)]
+    node_rev: Vec<u64>,
 }
 
 /// What a cluster is written as; read back, the rest is rebuilt from it.
@@ -115,6 +126,9 @@ struct Wire {
     /// Absent when no GPU is shared.
     #[serde(default)]
     shares: Vec<GpuShare>,
+    /// Absent when no job without GPUs runs.
+    #[serde(default)]
+    hosted: Vec<HostHold>,
 }
 
 impl TryFrom<Wire> for ClusterState {
@@ -123,6 +137,13 @@ impl TryFrom<Wire> for ClusterState {
     /// Refuses lists of who holds what that the GPU table does not give.
     fn try_from(w: Wire) -> Result<Self, String> {
         let shares = Shares::of_list(&w.shares, &w.gpus)?;
+        let hosted = Hosted::of_list(&w.hosted)?;
+        if let Some(h) = w.hosted.iter().find(|h| h.node.index() >= w.nodes.len()) {
+            return Err(format!(
+                "{} holds CPUs of {}, which does not exist",
+                h.job, h.node
+            ));
+        }
         let index = FreeIndex::of(&w.gpus, w.nodes.len(), |g| shares.used(g) > 0);
         let held = match w.held {
             Some(held) => {
@@ -134,6 +155,7 @@ impl TryFrom<Wire> for ClusterState {
         Ok(ClusterState {
             held,
             shares,
+            hosted,
             nodes: w.nodes,
             gpus: w.gpus,
             free: w.free,
@@ -269,7 +291,7 @@ impl ClusterState {
         self.free += spec.gpus;
         self.online += spec.gpus;
         self.index.add_node(spec.gpus as usize);
-        self.changed.set_everything();
+        self.note_everything();
         if !spec.labels.is_empty() {
             if let Some(t) = self.topology.as_mut() {
                 // Checked when the worker registered; a node whose labels
@@ -325,7 +347,6 @@ impl ClusterState {
             return Ok(());
         }
         n.online = true;
-        self.changed.set_everything();
         let mem = n.spec.gpu_mem_gb;
         for gid in n.gpus.clone() {
             let g = &mut self.gpus[gid.index()];
@@ -340,6 +361,7 @@ impl ClusterState {
             self.online += 1;
             self.index.set(gid.index(), node.index(), true);
         }
+        self.note_everything();
         Ok(())
     }
 
@@ -354,7 +376,6 @@ impl ClusterState {
             return Ok(Vec::new());
         }
         n.online = false;
-        self.changed.set_everything();
         // Its holders lose all their GPUs, here and on other nodes.
         let mut affected: Vec<JobId> = Vec::new();
         for gid in &n.gpus {
@@ -363,6 +384,11 @@ impl ClusterState {
                 if !affected.contains(&j) {
                     affected.push(j);
                 }
+            }
+        }
+        for &j in self.hosted.on(node) {
+            if !affected.contains(&j) {
+                affected.push(j);
             }
         }
         for j in &affected {
@@ -377,6 +403,7 @@ impl ClusterState {
             self.online -= 1;
             self.index.set(gid.index(), node.index(), false);
         }
+        self.note_everything();
         Ok(affected)
     }
 
@@ -504,6 +531,12 @@ impl ClusterState {
     /// Checks that `job` may take exactly `gpus` (exist, online, free or already its
     /// own, no duplicates) without changing anything.
     pub fn check_assignable(&self, job: JobId, gpus: &[GpuId]) -> Result<(), ClusterError> {
+        if let Some(h) = self.hosted.of(job).filter(|_| !gpus.is_empty()) {
+            return Err(ClusterError::Invariant(format!(
+                "{job} holds CPUs of {} without GPUs; it cannot also take GPUs",
+                h.node
+            )));
+        }
         // Duplicates: a scan for the few GPUs of most jobs, a set beyond.
         let mut seen = std::collections::HashSet::new();
         for (i, &gpu) in gpus.iter().enumerate() {
@@ -570,32 +603,12 @@ impl ClusterState {
             }
             g.host_cpus = share.cpus_per_gpu;
             g.host_mem_gb = share.mem_gb_per_gpu;
-            self.changed.gpu(gpu, self.gpus.len());
+            self.note_gpu(gpu);
         }
         if took {
             self.changed.job(job, self.gpus.len());
         }
         Ok(())
-    }
-
-    /// CPU cores and host memory (GiB) of `node` held by jobs now.
-    pub fn host_used(&self, node: NodeId) -> (f64, f64) {
-        let Some(n) = self.nodes.get(node.index()) else {
-            return (0.0, 0.0);
-        };
-        n.gpus.iter().fold((0.0, 0.0), |(c, m), g| {
-            let g = &self.gpus[g.index()];
-            (c + g.host_cpus, m + g.host_mem_gb)
-        })
-    }
-
-    /// CPU cores and host memory (GiB) of `node` nobody holds.
-    pub fn host_free(&self, node: NodeId) -> (f64, f64) {
-        let Some(n) = self.nodes.get(node.index()) else {
-            return (0.0, 0.0);
-        };
-        let (c, m) = self.host_used(node);
-        (n.spec.cpus as f64 - c, n.spec.host_mem_gb - m)
     }
 
     /// Frees the given GPUs if `job` holds them (whole or a share).
@@ -621,7 +634,7 @@ impl ClusterState {
                         self.free += 1;
                         self.index.set(gpu.index(), g.node.index(), true);
                     }
-                    self.changed.gpu(gpu, self.gpus.len());
+                    self.note_gpu(gpu);
                     gone += 1;
                 }
             }
@@ -634,10 +647,13 @@ impl ClusterState {
         }
     }
 
-    /// Frees every GPU held by `job`.
+    /// Frees every GPU held by `job` (and the CPUs of a job without GPUs).
     pub fn release_job(&mut self, job: JobId) {
         let held = self.allocation_of(job).to_vec();
         self.release(job, &held);
+        if !self.hosted.is_empty() {
+            self.release_host(job);
+        }
     }
 
     /// The GPUs `job` holds, in the order it was given them (the order of
@@ -666,6 +682,8 @@ impl ClusterState {
     }
 }
 
+#[cfg(test)]
+mod hosted_tests;
 #[cfg(test)]
 mod share_tests;
 #[cfg(test)]

@@ -220,7 +220,7 @@ impl ClusterState {
         if let Some(holder) = g.job {
             return Err(ClusterError::Busy { gpu, holder, job });
         }
-        if !self.allocation_of(job).is_empty() {
+        if !self.allocation_of(job).is_empty() || self.host_hold_of(job).is_some() {
             return Err(ClusterError::Invariant(format!(
                 "{job} already holds GPUs; it cannot also take a share of {gpu}"
             )));
@@ -253,7 +253,7 @@ impl ClusterState {
             self.index.set(gpu.index(), node.index(), false);
         }
         self.share_row(gpu);
-        self.changed.gpu(gpu, self.gpus.len());
+        self.note_gpu(gpu);
         self.changed.job(job, self.gpus.len());
         Ok(())
     }
@@ -269,7 +269,7 @@ impl ClusterState {
             self.index.set(s.gpu.index(), g.node.index(), true);
         }
         self.share_row(s.gpu);
-        self.changed.gpu(s.gpu, self.gpus.len());
+        self.note_gpu(s.gpu);
         self.changed.job(job, self.gpus.len());
     }
 

@@ -277,9 +277,7 @@ impl PlacementCheck<'_> {
                     job.status.as_str()
                 )));
             }
-            if a.gpus.is_empty() {
-                return Err(bad(format!("launches {} on no GPU", a.job)));
-            }
+            self.check_node(job, a)?;
             if !launched.insert(a.job) {
                 return Err(bad(format!("launches {} twice", a.job)));
             }
@@ -293,7 +291,7 @@ impl PlacementCheck<'_> {
                 }
             }
             let e = &job.spec.elasticity;
-            if !e.is_default() {
+            if !e.is_default() && !job.without_gpus() {
                 let mut types: Vec<&str> = a
                     .gpus
                     .iter()
@@ -326,6 +324,31 @@ impl PlacementCheck<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// A job with GPUs is launched on some and names no node; one that
+    /// asks for none is launched on none, on an online node.
+    fn check_node(&self, job: &crate::Job, a: &crate::module::Assignment) -> Result<(), String> {
+        let id = a.job;
+        match (job.without_gpus(), a.node) {
+            (false, None) if a.gpus.is_empty() => Err(format!("launches {id} on no GPU")),
+            (false, None) => Ok(()),
+            (false, Some(n)) => Err(format!(
+                "launches {id} on {n}, but it asks for GPUs (a node is named only for a job without)"
+            )),
+            (true, None) => Err(format!(
+                "launches {id}, which asks for no GPU, on no node (`Assignment::node`)"
+            )),
+            (true, Some(_)) if !a.gpus.is_empty() || a.share.is_some() => Err(format!(
+                "launches {id}, which asks for no GPU, on {} GPU(s)",
+                a.gpus.len().max(1)
+            )),
+            (true, Some(n)) => match self.cluster.node(n) {
+                None => Err(format!("launches {id} on {n}, which does not exist")),
+                Some(x) if !x.online => Err(format!("launches {id} on {n}, which is offline")),
+                Some(_) => Ok(()),
+            },
+        }
     }
 
     /// Every launched GPU exists, is online, and has one owner afterwards,
@@ -409,6 +432,24 @@ impl PlacementCheck<'_> {
     ) -> Result<Option<(NodeId, f64, f64)>, String> {
         let mut host: BTreeMap<NodeId, (f64, f64)> = BTreeMap::new();
         for a in &p.launch {
+            if let Some(node) = a.node {
+                let need = (self.jobs.get(a.job))
+                    .and_then(|j| j.spec.host_need)
+                    .unwrap_or(crate::cluster::HostShare {
+                        cpus_per_gpu: 0.0,
+                        mem_gb_per_gpu: 0.0,
+                    });
+                if need.cpus_per_gpu < 0.0 || need.mem_gb_per_gpu < 0.0 {
+                    return Err(format!("gives {} a negative host share {need:?}", a.job));
+                }
+                if self.cluster.node(node).is_some() {
+                    let e = host
+                        .entry(node)
+                        .or_insert_with(|| self.kept_on(node, keeps));
+                    e.0 += need.cpus_per_gpu;
+                    e.1 += need.mem_gb_per_gpu;
+                }
+            }
             for g in &a.gpus {
                 if let Some(gpu) = self.cluster.gpu(*g) {
                     let node = &self.cluster.nodes()[gpu.node.index()];
@@ -419,27 +460,9 @@ impl PlacementCheck<'_> {
                     if share.cpus_per_gpu < 0.0 || share.mem_gb_per_gpu < 0.0 {
                         return Err(format!("gives {} a negative host share {share:?}", a.job));
                     }
-                    let e = host.entry(gpu.node).or_insert_with(|| {
-                        let mut held = (0.0, 0.0);
-                        for x in &node.gpus {
-                            let Some(gx) = self.cluster.gpu(*x) else {
-                                continue;
-                            };
-                            if gx.job.is_some_and(keeps) {
-                                held.0 += gx.host_cpus;
-                                held.1 += gx.host_mem_gb;
-                            }
-                            if gx.job.is_none() && self.cluster.has_shares() {
-                                for s in self.cluster.shares_on(*x) {
-                                    if keeps(s.job) {
-                                        held.0 += s.cpus;
-                                        held.1 += s.mem_gb;
-                                    }
-                                }
-                            }
-                        }
-                        held
-                    });
+                    let e = host
+                        .entry(gpu.node)
+                        .or_insert_with(|| self.kept_on(gpu.node, keeps));
                     e.0 += share.cpus_per_gpu;
                     e.1 += share.mem_gb_per_gpu;
                 }
@@ -450,5 +473,41 @@ impl PlacementCheck<'_> {
             (c > spec.cpus as f64 + HOST_EPS || m > spec.host_mem_gb + HOST_EPS)
                 .then_some((node, c, m))
         }))
+    }
+
+    /// CPUs and memory of `node` that jobs which `keep` what they hold
+    /// there hold after the decision: with their GPUs, with shares of
+    /// them, and without GPUs.
+    fn kept_on(&self, node: NodeId, keeps: &dyn Fn(JobId) -> bool) -> (f64, f64) {
+        let mut held = (0.0, 0.0);
+        let Some(n) = self.cluster.node(node) else {
+            return held;
+        };
+        for x in &n.gpus {
+            let Some(gx) = self.cluster.gpu(*x) else {
+                continue;
+            };
+            if gx.job.is_some_and(keeps) {
+                held.0 += gx.host_cpus;
+                held.1 += gx.host_mem_gb;
+            }
+            if gx.job.is_none() && self.cluster.has_shares() {
+                for s in self.cluster.shares_on(*x) {
+                    if keeps(s.job) {
+                        held.0 += s.cpus;
+                        held.1 += s.mem_gb;
+                    }
+                }
+            }
+        }
+        for &j in self.cluster.hosted_on(node) {
+            if keeps(j) {
+                if let Some(h) = self.cluster.host_hold_of(j) {
+                    held.0 += h.cpus;
+                    held.1 += h.mem_gb;
+                }
+            }
+        }
+        held
     }
 }

@@ -53,6 +53,10 @@ pub enum What {
         /// Thousandths of its one GPU, for a job that shares it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         share: Option<u32>,
+        /// The node whose CPUs it takes, for a job without GPUs (`gpus`
+        /// empty).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
     },
     /// A job found running on a worker when the scheduler (re)started.
     Adopted { gpus: Vec<GpuPlace> },
@@ -198,7 +202,11 @@ impl std::fmt::Display for Event {
                     .iter()
                     .map(|p| format!("{}:{}", p.node, p.gpu))
                     .collect();
-                write!(f, "{} on {}", self.what.kind(), places.join(","))?;
+                if let What::Launched { node: Some(n), .. } = &self.what {
+                    write!(f, "{} on node-{n} without GPUs", self.what.kind())?;
+                } else {
+                    write!(f, "{} on {}", self.what.kind(), places.join(","))?;
+                }
                 if let What::Launched {
                     batch_size, share, ..
                 } = &self.what

@@ -1,6 +1,7 @@
-//! Launching and stopping: a job's GPUs are written in the cluster's
-//! record first, and its `allocation` copied from it; every stop gives
-//! them back through [`RoundLoop::unhold`].
+//! Launching and stopping: a job's GPUs (or, for a job without GPUs, its
+//! node's CPUs) are written in the cluster's record first, and its
+//! `allocation` (`host_node`) copied from it; every stop gives them back
+//! through [`RoundLoop::unhold`].
 
 use super::events::{GpuPlace, What};
 use super::startup::Stopped;
@@ -20,6 +21,12 @@ impl RoundLoop {
         a: crate::module::Assignment,
     ) -> Result<(), LoopError> {
         match (a.share, a.gpus.as_slice()) {
+            (None, []) if a.node.is_some() => {
+                let node = a.node.expect("matched");
+                let need = self.jobs.get(a.job).and_then(|j| j.spec.host_need);
+                let (c, m) = need.map_or((0.0, 0.0), |h| (h.cpus_per_gpu, h.mem_gb_per_gpu));
+                self.cluster.assign_host(a.job, node, c, m)?;
+            }
             (Some(milli), &[gpu]) => {
                 let host = a
                     .host
@@ -32,6 +39,7 @@ impl RoundLoop {
         let j = self.jobs.get_mut(a.job).expect("validated");
         j.host_share = a.host;
         j.gpu_share = a.share;
+        j.host_node = a.node;
         let job = self.jobs.get(a.job).expect("validated");
         b.launch(info, job, &a.gpus, a.batch_size)
             .map_err(backend("launch"))?;
@@ -46,12 +54,13 @@ impl RoundLoop {
         if a.batch_size.is_some() {
             job.current_batch_size = a.batch_size;
         }
-        debug!(job = %a.job, gpus = ?a.gpus, "launch");
+        debug!(job = %a.job, gpus = ?a.gpus, node = ?a.node, "launch");
         if self.events.on() {
             let what = What::Launched {
                 gpus: GpuPlace::of(&self.cluster, &a.gpus),
                 batch_size: a.batch_size,
                 share: a.share,
+                node: a.node.map(|n| n.0),
             };
             self.events.job(job, what);
         }
@@ -69,6 +78,7 @@ impl RoundLoop {
             job.allocation.clear();
             job.host_share = None;
             job.gpu_share = None;
+            job.host_node = None;
         }
     }
 

@@ -328,18 +328,15 @@ impl RoundLoop {
                 self.events.job(&job, What::Submitted { spec });
             }
             let want = job.requested_gpus();
-            let share_problem = job.spec.share_problem();
-            if want == 0 || want > self.cluster.max_gpus() || share_problem.is_some() {
-                let reason = if let Some(why) = share_problem {
-                    why
-                } else if want == 0 {
-                    "asks for 0 GPUs".to_string()
-                } else {
-                    format!(
-                        "asks for {want} GPUs but the cluster has {}",
-                        self.cluster.max_gpus()
-                    )
-                };
+            let problem = job.spec.share_problem().or_else(|| match want {
+                0 => self.without_gpus_problem(&job),
+                w if w > self.cluster.max_gpus() => Some(format!(
+                    "asks for {want} GPUs but the cluster has {}",
+                    self.cluster.max_gpus()
+                )),
+                _ => None,
+            });
+            if let Some(reason) = problem {
                 tracing::warn!(job = %job.id(), "rejected: {reason}");
                 self.end_unadmitted(&mut job, info.now_s, reason);
                 self.jobs.record_ended(job);
@@ -544,6 +541,23 @@ impl RoundLoop {
         done
     }
 
+    /// Why `job`, which asks for no GPU, cannot run here, if so: it names
+    /// no CPUs or memory, or the placement places only jobs with GPUs.
+    fn without_gpus_problem(&self, job: &Job) -> Option<String> {
+        if job.spec.host_need.is_none() {
+            return Some(
+                "asks for 0 GPUs and names no CPUs or memory (`host_need`): nothing to run on"
+                    .to_string(),
+            );
+        }
+        (!self.policies.placement.places_jobs_without_gpus()).then(|| {
+            format!(
+                "asks for 0 GPUs, and placement `{}` places only jobs with GPUs (`fgd` and `share` place jobs without)",
+                self.policies.names.placement
+            )
+        })
+    }
+
     /// Rejects `job` (never admitted) for `reason`, and records it.
     fn end_unadmitted(&mut self, job: &mut Job, now_s: f64, reason: String) {
         let what = What::Rejected {
@@ -568,6 +582,7 @@ impl RoundLoop {
                 if job.is_running()
                     && (!same_gpus(&job.allocation, &a.gpus)
                         || job.host_share != a.host
+                        || job.host_node != a.node
                         || self.cluster.share_of(a.job).map(|s| s.milli) != a.share)
                 {
                     moving.push(a.job);

@@ -147,6 +147,7 @@ impl RoundLoop {
                 batch_size,
                 host: None,
                 share: None,
+                node: None,
             };
             self.start(info, b, a)?;
         }

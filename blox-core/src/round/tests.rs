@@ -22,6 +22,9 @@ mod fork;
 /// Jobs that share a GPU.
 mod shares;
 
+/// Jobs without GPUs.
+mod without_gpus;
+
 /// A backend that runs jobs for their `expected_duration_s` of wall time
 /// on any GPUs, on a clock that moves a round at a time.
 #[derive(Default)]

@@ -35,6 +35,9 @@ impl RoundLoop {
         // The largest free share by GPU type, read once if a job asking
         // for part of a GPU waits.
         let shares = std::cell::OnceCell::new();
+        // CPUs and memory free by node, read once if a job without GPUs
+        // waits.
+        let hosts = std::cell::OnceCell::new();
         let cluster = &self.cluster;
         for job in self.jobs.active_mut() {
             let reason = if job.is_running() || job.status.is_terminal() {
@@ -49,6 +52,13 @@ impl RoundLoop {
                 Some(WaitReason::Held {
                     cause: HoldCause::StartupProtection,
                 })
+            } else if job.without_gpus() {
+                let free = hosts.get_or_init(|| host_free(cluster));
+                if fits_a_node(free, job) {
+                    Some(WaitReason::BlockedByPlacement { asked: 0 })
+                } else {
+                    Some(WaitReason::WaitingForGpus { asked: 0 })
+                }
             } else if let Some(m) = job.spec.gpu_milli {
                 let best = shares.get_or_init(|| cluster.largest_free_share());
                 if best_share(best, &job.spec.elasticity.gpu_types) >= m {
@@ -149,6 +159,7 @@ impl RoundLoop {
             free_words: std::cell::OnceCell::new(),
             first_unplaced: std::cell::OnceCell::new(),
             shares: std::cell::OnceCell::new(),
+            hosts: std::cell::OnceCell::new(),
         }
     }
 
@@ -173,6 +184,8 @@ pub struct WaitExplainer<'a> {
     lp: &'a RoundLoop,
     /// The largest free share by GPU type, for jobs asking part of a GPU.
     shares: std::cell::OnceCell<BTreeMap<&'a str, u32>>,
+    /// CPUs and memory free by online node, for jobs without GPUs.
+    hosts: std::cell::OnceCell<Vec<(f64, f64)>>,
     positions: std::cell::OnceCell<rustc_hash::FxHashMap<JobId, (u32, u32)>>,
     /// The words every job waiting for GPUs shares this round: the free
     /// GPUs (by type) and the scheduling policy's name.
@@ -233,6 +246,9 @@ impl WaitExplainer<'_> {
         use std::fmt::Write;
         out.clear();
         let lp = self.lp;
+        if job.without_gpus() && self.explain_without_gpus(job, out) {
+            return true;
+        }
         // The common case, written in place: a job waiting for GPUs (a
         // scheduler writes these for every waiting job every round).
         if let (Some(WaitReason::WaitingForGpus { .. }), Some(m)) = (job.wait, job.spec.gpu_milli) {
@@ -301,6 +317,44 @@ impl WaitExplainer<'_> {
         }
     }
 
+    /// A job without GPUs waiting for a node's CPUs and memory: "waiting
+    /// for 4.00 CPUs and 8.0 GiB of one node, without GPUs: the most CPUs
+    /// free on a node are 2.50 (with 30.0 GiB); `fifo`: 3rd of 9".
+    fn explain_without_gpus(&self, job: &Job, out: &mut String) -> bool {
+        use std::fmt::Write;
+        let (
+            Some(WaitReason::WaitingForGpus { .. } | WaitReason::BlockedByPlacement { .. }),
+            Some(h),
+        ) = (job.wait, job.spec.host_need)
+        else {
+            return false;
+        };
+        let lp = self.lp;
+        let free = self.hosts.get_or_init(|| host_free(&lp.cluster));
+        let most = free
+            .iter()
+            .copied()
+            .fold((0.0f64, 0.0f64), |a, x| if x.0 > a.0 { x } else { a });
+        let _ = write!(
+            out,
+            "waiting for {:.2} CPUs and {:.1} GiB of one node, without GPUs: the most CPUs free on a node are {:.2} (with {:.1} GiB); ",
+            h.cpus_per_gpu, h.mem_gb_per_gpu, most.0, most.1
+        );
+        if fits_a_node(free, job) {
+            let _ = write!(out, "`{}` did not place it; ", lp.policies.names.placement);
+        }
+        let _ = write!(out, "`{}`: ", lp.policies.names.scheduling);
+        match self.positions().get(&job.id()) {
+            Some(&(p, of)) => {
+                let _ = write!(out, "{}{} of {of}", p, crate::wait::ordinal_suffix(p));
+            }
+            None => {
+                let _ = write!(out, "not among the {} it ordered", lp.decided.order.len());
+            }
+        }
+        true
+    }
+
     /// The words of every other wait reason.
     fn words(&self, job: &Job) -> Option<String> {
         let lp = self.lp;
@@ -367,6 +421,23 @@ impl WaitExplainer<'_> {
             }
         })
     }
+}
+
+/// CPUs and memory (GiB) free on each online node, by node id.
+fn host_free(cluster: &crate::cluster::ClusterState) -> Vec<(f64, f64)> {
+    (cluster.nodes().iter())
+        .filter(|n| n.online)
+        .map(|n| cluster.host_free(n.id))
+        .collect()
+}
+
+/// Whether some node has the CPUs and memory `job` (without GPUs) asks.
+fn fits_a_node(free: &[(f64, f64)], job: &Job) -> bool {
+    let eps = crate::cluster::HOST_EPS;
+    job.spec.host_need.is_some_and(|h| {
+        free.iter()
+            .any(|&(c, m)| h.cpus_per_gpu <= c + eps && h.mem_gb_per_gpu <= m + eps)
+    })
 }
 
 /// The largest free share (thousandths) of the GPU types a job may use.

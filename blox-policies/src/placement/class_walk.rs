@@ -181,6 +181,7 @@ pub fn non_sticky_walk(
             batch_size: d.batch_size,
             host: None,
             share: None,
+            node: None,
         });
     }
     // Running jobs: the same GPUs keep running; others are moved (in

@@ -49,6 +49,7 @@ impl PlacementPolicy for Explicit {
                         batch_size: d.batch_size,
                         host: d.host,
                         share: None,
+                        node: None,
                     });
                 }
             }
@@ -97,6 +98,7 @@ mod tests {
                 batch_size: Some(256),
                 host: None,
                 share: None,
+                node: None,
             }]
         );
     }

@@ -81,6 +81,7 @@ mod tests {
                 batch_size: None,
                 host: None,
                 share: None,
+                node: None,
             }]
         );
     }

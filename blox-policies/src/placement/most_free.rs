@@ -106,6 +106,7 @@ impl PlacementPolicy for MostFree {
                 batch_size: d.batch_size,
                 host: None,
                 share: None,
+                node: None,
             });
         }
         out

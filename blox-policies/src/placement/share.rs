@@ -11,7 +11,9 @@
 //!    the lowest node id (the reference breaks them by a random prefix of
 //!    the node names, which a round loop has no use for);
 //! 3. the scorer picks the GPUs there; a job asking for part of one GPU
-//!    ([`JobSpec::gpu_milli`]) gets a share of it, others whole GPUs.
+//!    ([`JobSpec::gpu_milli`]) gets a share of it, others whole GPUs, and a
+//!    job asking for none only the node's CPUs and memory
+//!    ([`Assignment::on_node`]).
 //!
 //! A job that fits nowhere waits; jobs behind it may still start. Running
 //! jobs keep what they hold: the reference never preempts or moves a task.
@@ -123,9 +125,11 @@ impl SharePlacement {
     }
 }
 
-/// Thousandths of one GPU `job` asks for at `gpus` GPUs (1000: whole).
+/// Thousandths of one GPU `job` asks for at `gpus` GPUs (1000: whole; 0
+/// without GPUs).
 fn milli_of(job: &Job, gpus: u32) -> u32 {
     match (gpus, job.spec.gpu_milli) {
+        (0, _) => 0,
         (1, Some(m)) => m.clamp(1, GPU_MILLI),
         _ => GPU_MILLI,
     }
@@ -135,6 +139,14 @@ fn milli_of(job: &Job, gpus: u32) -> u32 {
 /// loop gives them ([`JobSpec::host_need`], else the node-proportional
 /// share, which `proportional` gives per GPU, in part for a share).
 pub fn host_of(job: &Job, gpus: u32, proportional: HostShare) -> (f64, f64) {
+    if gpus == 0 {
+        // A job without GPUs: its own need, in all (the loop refuses one
+        // that names none).
+        return job
+            .spec
+            .host_need
+            .map_or((0.0, 0.0), |h| (h.cpus_per_gpu, h.mem_gb_per_gpu));
+    }
     let f = f64::from(milli_of(job, gpus)) / f64::from(GPU_MILLI);
     let h = job.spec.host_need.unwrap_or(HostShare {
         cpus_per_gpu: proportional.cpus_per_gpu * f,
@@ -177,10 +189,12 @@ impl PlacementPolicy for SharePlacement {
         cluster: &ClusterState,
     ) -> Placement {
         let mut out = Placement::default();
+        // (A job without GPUs is listed with 0; any other with 0 is not
+        // to run.)
         let waiting: Vec<(&Job, u32)> = (schedule.entries.iter())
-            .filter(|d| d.gpus > 0)
             .filter_map(|d| jobs.get(d.job).map(|j| (j, d.gpus)))
-            .filter(|(j, _)| !j.is_running())
+            .filter(|(j, gpus)| !j.is_running() && (*gpus > 0 || j.without_gpus()))
+            .map(|(j, gpus)| (j, if j.without_gpus() { 0 } else { gpus }))
             .collect();
         if waiting.is_empty() {
             return out;
@@ -261,7 +275,7 @@ impl PlacementPolicy for SharePlacement {
             let (c, m) = exact(v);
             views.host_left[v].0 -= c;
             views.host_left[v].1 -= m;
-            views.touched();
+            views.touched(v);
             let Some(node) = cluster.node(views.ids[v]) else {
                 continue;
             };
@@ -269,6 +283,10 @@ impl PlacementPolicy for SharePlacement {
                 .iter()
                 .filter_map(|l| node.gpus.get(*l as usize).copied())
                 .collect();
+            if task.num_gpu == 0 {
+                out.launch.push(Assignment::on_node(job.id(), node.id));
+                continue;
+            }
             let share = (task.num_gpu == 1 && task.gpu_milli < GPU_MILLI).then_some(task.gpu_milli);
             out.launch.push(Assignment {
                 job: job.id(),
@@ -276,6 +294,7 @@ impl PlacementPolicy for SharePlacement {
                 batch_size: None,
                 host: job.spec.host_need,
                 share,
+                node: None,
             });
         }
         self.views = views;
@@ -283,6 +302,12 @@ impl PlacementPolicy for SharePlacement {
     }
 
     fn honours_gpu_types(&self) -> bool {
+        true
+    }
+
+    /// Jobs without GPUs take CPUs and memory of the node the scorer
+    /// chooses, as the reference places its CPU-only tasks.
+    fn places_jobs_without_gpus(&self) -> bool {
         true
     }
 

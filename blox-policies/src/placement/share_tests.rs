@@ -186,3 +186,67 @@ fn an_unknown_scorer_or_share_of_tasks_is_refused() {
     assert!(SharePlacement::new("fgd", 0.0, 42).is_err());
     assert!(SharePlacement::new("fgd", 101.0, 42).is_err());
 }
+
+/// A queued job asking for no GPU: `cpus` CPUs and `mem` GiB in all.
+fn cpu_only(id: u64, cpus: f64, mem: f64) -> Job {
+    let mut j = job(id, 0.0, 0);
+    j.spec.host_need = Some(HostShare {
+        cpus_per_gpu: cpus,
+        mem_gb_per_gpu: mem,
+    });
+    j
+}
+
+#[test]
+fn a_job_without_gpus_gets_a_node_with_room_and_no_gpu_for_every_scorer() {
+    // Node 0: 4 CPUs, node 1: 32 CPUs (the default), 2 GPUs each.
+    let mut c = ClusterState::new();
+    let mut small = NodeSpec::with_gpus(2);
+    small.cpus = 4;
+    c.add_node(small);
+    c.add_node(NodeSpec::with_gpus(2));
+    let mut state = JobState::new();
+    state.insert(cpu_only(1, 6.0, 8.0));
+    state.insert(part(2, 500, 1.0));
+    for scorer in policy::NAMES {
+        let mut p = SharePlacement::new(scorer, 95.0, 42).unwrap();
+        assert!(p.places_jobs_without_gpus());
+        let d = place(&mut p, &state, &c);
+        let a = d.launch.iter().find(|a| a.job == JobId(1)).expect(scorer);
+        assert_eq!(
+            (a.node, a.gpus.is_empty(), a.share),
+            (Some(NodeId(1)), true, None),
+            "{scorer}: only node 1 has 6 CPUs free"
+        );
+        assert!(d.launch.iter().any(|a| a.job == JobId(2)), "{scorer}");
+    }
+    // More CPUs than any node has: it waits, and is never placed.
+    state.insert(cpu_only(3, 40.0, 1.0));
+    let mut p = SharePlacement::new("fgd", 95.0, 42).unwrap();
+    let d = place(&mut p, &state, &c);
+    assert!(d.launch.iter().all(|a| a.job != JobId(3)));
+    let why = p.never_places(state.get(JobId(3)).unwrap(), &c).unwrap();
+    assert!(why.contains("40.0 CPUs"), "{why}");
+}
+
+#[test]
+fn cpus_a_job_without_gpus_holds_are_not_given_to_a_gpu_job_again() {
+    // One node of 8 CPUs and 2 GPUs; a job without GPUs holds 6 CPUs.
+    let mut spec = NodeSpec::with_gpus(2);
+    spec.cpus = 8;
+    let mut c = ClusterState::new();
+    c.add_node(spec);
+    let mut state = JobState::new();
+    let mut held = cpu_only(1, 6.0, 8.0);
+    c.assign_host(held.id(), NodeId(0), 6.0, 8.0).unwrap();
+    held.status = JobStatus::Running;
+    held.host_node = Some(NodeId(0));
+    state.insert(held);
+    // A GPU job asking for 3 CPUs finds no room; one asking for 2 fits.
+    state.insert(part(2, 1000, 3.0));
+    state.insert(part(3, 1000, 2.0));
+    let mut p = SharePlacement::new("fgd", 95.0, 42).unwrap();
+    let d = place(&mut p, &state, &c);
+    let placed: Vec<JobId> = d.launch.iter().map(|a| a.job).collect();
+    assert_eq!(placed, vec![JobId(3)], "{d:?}");
+}

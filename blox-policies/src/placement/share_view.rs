@@ -33,6 +33,9 @@ pub struct Views {
     at: Vec<Option<usize>>,
     /// The cluster revision they show; `None`: stale.
     revision: Option<u64>,
+    /// By view index: the node's revision its view shows (`u64::MAX`:
+    /// stale, e.g. changed by hand).
+    seen: Vec<u64>,
     scratch: Vec<NodeId>,
 }
 
@@ -65,17 +68,23 @@ impl Views {
             for (v, id) in self.ids.iter().enumerate() {
                 self.at[id.index()] = Some(v);
             }
+            self.seen = vec![u64::MAX; self.ids.len()];
+            self.host_left = vec![(0.0, 0.0); self.ids.len()];
         }
-        self.host_left.clear();
-        for (id, view) in self.ids.iter().zip(self.nodes.iter_mut()) {
-            let (cpus, mem) = cluster.host_free(*id);
-            self.host_left.push((cpus, mem));
-            view.cpu_left = cpu_milli(cpus);
-            view.memory_left = mib(mem);
-            view.gpu_left.clear();
-            if let Some(n) = cluster.node(*id) {
-                view.gpu_left
-                    .extend(n.gpus.iter().map(|g| cluster.free_milli(*g)));
+        // Only the nodes that changed since they were read are read again.
+        for (v, (id, view)) in self.ids.iter().zip(self.nodes.iter_mut()).enumerate() {
+            let rev = cluster.node_revision(*id);
+            if self.seen[v] != rev {
+                let (cpus, mem) = cluster.host_free(*id);
+                self.host_left[v] = (cpus, mem);
+                view.cpu_left = cpu_milli(cpus);
+                view.memory_left = mib(mem);
+                view.gpu_left.clear();
+                if let Some(n) = cluster.node(*id) {
+                    view.gpu_left
+                        .extend(n.gpus.iter().map(|g| cluster.free_milli(*g)));
+                }
+                self.seen[v] = rev;
             }
             view.tasks = 0;
             view.kinds.clear();
@@ -89,6 +98,13 @@ impl Views {
                 None => job.allocation.len() as u32,
             };
             self.scratch.clear();
+            if let (Some(n), true) = (job.host_node, job.allocation.is_empty()) {
+                // A job without GPUs: a task of its node, of no GPU kind.
+                if let Some(v) = self.at.get(n.index()).copied().flatten() {
+                    self.nodes[v].tasks += 1;
+                }
+                continue;
+            }
             self.scratch
                 .extend(job.allocation.iter().filter_map(|g| cluster.node_of(*g)));
             self.scratch.sort_unstable();
@@ -103,10 +119,13 @@ impl Views {
         self.revision = Some(cluster.revision());
     }
 
-    /// The views were changed by hand (tentative placements): the next
-    /// refresh rebuilds them.
-    pub fn touched(&mut self) {
+    /// View `v` was changed by hand (a tentative placement): the next
+    /// refresh reads it again.
+    pub fn touched(&mut self, v: usize) {
         self.revision = None;
+        if let Some(s) = self.seen.get_mut(v) {
+            *s = u64::MAX;
+        }
     }
 }
 
@@ -119,6 +138,8 @@ pub struct Figures {
     /// By node index: CPU thousandths left, free thousandths per GPU, and
     /// its fragment by class.
     nodes: Vec<(i64, Vec<u32>, [f64; 7])>,
+    /// By node index: the node's revision they were read at.
+    seen: Vec<u64>,
     last: Vec<(&'static str, f64)>,
     scratch: Vec<u32>,
 }
@@ -140,8 +161,23 @@ impl Figures {
         let stale = self.at.is_none_or(|(_, g)| g != target_gen);
         self.nodes
             .resize_with(cluster.nodes().len(), Default::default);
+        self.seen.resize(cluster.nodes().len(), u64::MAX);
         let mut sum = [0.0f64; 7];
-        for (n, (cpu, gpus, parts)) in cluster.nodes().iter().zip(self.nodes.iter_mut()) {
+        for ((n, (cpu, gpus, parts)), seen) in cluster
+            .nodes()
+            .iter()
+            .zip(self.nodes.iter_mut())
+            .zip(self.seen.iter_mut())
+        {
+            let rev = cluster.node_revision(n.id);
+            if !stale && *seen == rev {
+                // Unchanged since read: its parts stand.
+                for (s, p) in sum.iter_mut().zip(parts.iter()) {
+                    *s += p;
+                }
+                continue;
+            }
+            *seen = rev;
             self.scratch.clear();
             let cpu_now = match n.online {
                 true => {

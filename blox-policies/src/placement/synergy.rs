@@ -417,6 +417,7 @@ impl PlacementPolicy for SynergyPlacement {
                     batch_size: d.batch_size,
                     host: p.share,
                     share: None,
+                    node: None,
                 });
             }
         }

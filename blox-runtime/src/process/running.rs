@@ -151,7 +151,8 @@ impl Running {
                     })?;
             }
         }
-        let groups: Vec<Vec<String>> = if spec.process_per_gpu {
+        // (A job without GPUs is one process that sees none.)
+        let groups: Vec<Vec<String>> = if spec.process_per_gpu && !spec.devices.is_empty() {
             spec.devices.iter().map(|d| vec![d.clone()]).collect()
         } else {
             vec![spec.devices.clone()]

@@ -80,7 +80,12 @@ impl Round<'_> {
     fn step(&self, id: JobId, s: &mut SimJobState, done: &mut Vec<JobId>) {
         let (start, end) = (self.start, self.end);
         let seg = s.segment.as_ref().expect("running job has a segment");
-        let speed = seg.gpus as f64 / s.requested_gpus.max(1) as f64 * s.type_speed;
+        // (A job without GPUs runs at its own pace on its node's CPUs.)
+        let held = match s.requested_gpus {
+            0 => 1.0,
+            r => seg.gpus as f64 / r as f64,
+        };
+        let speed = held * s.type_speed;
         let from = seg.progress_from_s.max(start);
         let held_from = seg.held_since_s.max(start);
         let first = seg.first_iteration_s;

@@ -63,8 +63,11 @@ impl SimBackend {
             // Its last checkpoint, with the work it held then (the work
             // since, at the rate it runs now, is taken off).
             let saved_at = job.last_checkpoint_s(now_s).unwrap_or(first);
-            let speed =
-                job.allocation.len() as f64 / st.requested_gpus.max(1) as f64 * st.type_speed;
+            let held = match st.requested_gpus {
+                0 => 1.0,
+                r => job.allocation.len() as f64 / r as f64,
+            };
+            let speed = held * st.type_speed;
             st.save(job.checkpoint_interval_s(), saved_at);
             if let Some(saved) = st.saved.as_mut() {
                 saved.done_s = (done_s - (now_s - saved_at).max(0.0) * speed).max(0.0);
@@ -74,7 +77,10 @@ impl SimBackend {
                 held_since_s: now_s,
                 progress_from_s: first.max(now_s),
                 first_iteration_s: first,
-                nodes: self.nodes_of(&job.allocation),
+                nodes: match (job.allocation.as_slice(), job.host_node) {
+                    ([], Some(n)) => Box::new([n]) as Box<[NodeId]>,
+                    (gpus, _) => self.nodes_of(gpus),
+                },
             });
             self.running.insert(id);
         }

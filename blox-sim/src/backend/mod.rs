@@ -482,7 +482,11 @@ impl LaunchMechanism for SimBackend {
         batch_size: Option<u32>,
     ) -> Result<(), BackendError> {
         let per_node = self.per_node(gpus);
-        let nodes = self.nodes_of(gpus);
+        let nodes = match (gpus, job.host_node) {
+            // A job without GPUs stops when its node goes.
+            ([], Some(n)) => Box::new([n]) as Box<[NodeId]>,
+            _ => self.nodes_of(gpus),
+        };
         let type_speed = self.speed_factor(job, gpus);
         let (gpu_node, node_type) = (&self.gpu_node, &self.node_type);
         let s = self

@@ -562,9 +562,9 @@ impl Tracked {
                     self.job.wait = None;
                     self.job.status = JobStatus::Running;
                     self.places = gpus.clone();
-                    self.share = match &e.what {
-                        What::Launched { share, .. } => *share,
-                        _ => None,
+                    (self.share, self.job.host_node) = match &e.what {
+                        What::Launched { share, node, .. } => (*share, node.map(NodeId)),
+                        _ => (None, None),
                     };
                     self.job.launches += 1;
                     self.job.last_launch_s = Some(e.time_s);
@@ -582,6 +582,7 @@ impl Tracked {
                 if before {
                     self.job.status = JobStatus::Queued;
                     self.places.clear();
+                    self.job.host_node = None;
                     self.job.preemptions += u32::from(matches!(e.what, What::Preempted { .. }));
                 }
             }

@@ -19,6 +19,7 @@ fn launched(n: u32) -> What {
         gpus: (0..n).map(|gpu| GpuPlace { node: 0, gpu }).collect(),
         batch_size: None,
         share: None,
+        node: None,
     }
 }
 
@@ -87,6 +88,7 @@ fn restarted_log() -> Vec<Event> {
                 gpus: vec![GpuPlace { node: 0, gpu: 1 }],
                 batch_size: None,
                 share: None,
+                node: None,
             },
         ),
         ev(3, 3.0, b, Some(1), finished(11.1)),
@@ -133,6 +135,7 @@ fn a_live_jobs_logged_losses_set_its_progress_at_the_start() {
         gpus: vec![GpuPlace { node: 0, gpu: 0 }],
         batch_size: None,
         share: None,
+        node: None,
     };
     let events = vec![
         ev(

@@ -156,7 +156,15 @@ pub fn replay(
                     .assign_with_host(job.id(), g, job.spec.host_need)
                     .is_ok(),
             };
+            // A job without GPUs takes its CPUs on its node again.
+            let hosted = |cluster: &mut ClusterState| match (job.host_node, job.spec.host_need) {
+                (Some(n), Some(h)) if places.is_empty() => cluster
+                    .assign_host(job.id(), n, h.cpus_per_gpu, h.mem_gb_per_gpu)
+                    .is_ok(),
+                _ => false,
+            };
             match gpus {
+                Some(g) if g.is_empty() && hosted(&mut cluster) => running.push(job.id()),
                 Some(g) if !g.is_empty() && take(&mut cluster, &g) => {
                     job.gpu_share = cluster.share_of(job.id()).map(|s| s.milli);
                     job.host_share = job.spec.host_need;
@@ -170,6 +178,7 @@ pub fn replay(
                     ));
                     job.status = JobStatus::Queued;
                     job.allocation.clear();
+                    job.host_node = None;
                 }
             }
         }

@@ -8,15 +8,18 @@
 //!   ([`JobSpec::gpu_milli`]); placements that share GPUs (`fgd`, `share`)
 //!   give it that share, others a whole GPU;
 //! - `num_gpu` k: k whole GPUs;
+//! - `num_gpu` 0: no GPU, only CPUs and host memory of one node; the
+//!   placements that share GPUs (`fgd`, `share`) place it, others reject
+//!   it at submission, saying so;
 //! - `cpu_milli` and `memory_mib`: its CPUs and host memory
-//!   ([`JobSpec::host_need`], per GPU);
+//!   ([`JobSpec::host_need`], per GPU; in all without GPUs);
 //! - `gpu_spec`: the GPU models it may run on (its elasticity's
 //!   `gpu_types`).
 //!
 //! Rows the reader refuses ([`blox_share::openb::read_tasks_at`]: a share
 //! over one GPU, a model no node has, a negative or absent field, …) and
-//! tasks the round loop cannot run (no GPU: `blox pack` places those; no
-//! times: a packing list, also for `blox pack`; deleted when created; one
+//! tasks the round loop cannot run (no times: a packing list, for `blox
+//! pack`; deleted when created; one
 //! that no node of the list could hold even empty, which the reference
 //! fails) are counted by reason with their first line. The node list (`nodes`,
 //! default `openb_node_list_gpu_node.csv` beside the pod list) gives the
@@ -60,10 +63,6 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
             );
             continue;
         };
-        if t.num_gpu == 0 {
-            tally.skip("without GPUs (`blox pack` places CPU-only tasks)", line);
-            continue;
-        }
         if deleted <= created {
             tally.skip("deleted when created", line);
             continue;
@@ -81,7 +80,8 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
         .into_iter()
         .enumerate()
         .map(|(i, (created, _, t, run_s))| {
-            let n = f64::from(t.num_gpu);
+            // Per GPU; in all for a task without GPUs.
+            let n = f64::from(t.num_gpu.max(1));
             let mut spec =
                 JobSpec::new(i as u64, (created - t0) as f64, t.num_gpu).with_duration(run_s);
             spec.name = t.name;

@@ -1,6 +1,7 @@
 //! The openb pod lists (Alibaba's 2023 GPU trace) through the round loop:
 //! which rows become jobs, shares of one GPU under `fgd`, GPU models kept,
-//! the fragmentation columns, and whole GPUs under a whole-GPU placement.
+//! tasks without GPUs on a node's CPUs, the fragmentation columns, and
+//! whole GPUs under a whole-GPU placement.
 
 use blox_sim::workload::openb;
 use blox_sim::{load_config, Simulation};
@@ -36,23 +37,28 @@ fn pod_list_rows_become_jobs_or_are_counted_by_reason() {
     let (_d, nodes, pods) = files();
     let (jobs, tally) = openb::read(&pods, &nodes).unwrap();
     let names: Vec<&str> = jobs.iter().map(|j| j.spec.name.as_str()).collect();
-    assert_eq!(names, ["half-a", "half-b", "pair", "v100"]);
+    assert_eq!(names, ["half-a", "half-b", "cpu", "pair", "v100"]);
     let half = &jobs[0].spec;
     assert_eq!((half.requested_gpus, half.gpu_milli), (1, Some(500)));
     let host = half.host_need.unwrap();
     assert_eq!((host.cpus_per_gpu, host.mem_gb_per_gpu), (4.0, 8.0));
     assert_eq!(jobs[0].duration_s(), 3600.0);
-    let pair = &jobs[2].spec;
+    // No GPU: its CPUs and memory in all.
+    let cpu = &jobs[2].spec;
+    assert_eq!((cpu.requested_gpus, cpu.gpu_milli), (0, None));
+    let host = cpu.host_need.unwrap();
+    assert_eq!((host.cpus_per_gpu, host.mem_gb_per_gpu), (2.0, 4.0));
+    let pair = &jobs[3].spec;
     assert_eq!(
         (pair.requested_gpus, pair.gpu_milli, pair.arrival_s),
         (2, None, 60.0)
     );
     assert_eq!(pair.host_need.unwrap().cpus_per_gpu, 4.0, "per GPU");
-    assert_eq!(jobs[3].spec.elasticity.gpu_types, ["V100M16"]);
+    assert_eq!(jobs[4].spec.elasticity.gpu_types, ["V100M16"]);
     let skipped: Vec<(&str, u64, u64)> = (tally.skipped.iter())
         .map(|(k, (n, l))| (k.as_str(), *n, *l))
         .collect();
-    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
     // 64 CPUs: more than any node has; the reference fails it, and here it
     // would wait for ever.
     assert!(
@@ -65,12 +71,6 @@ fn pod_list_rows_become_jobs_or_are_counted_by_reason() {
         skipped
             .iter()
             .any(|s| s.0.contains("over 1000") && s.2 == 8),
-        "{skipped:?}"
-    );
-    assert!(
-        skipped
-            .iter()
-            .any(|s| s.0.contains("without GPUs") && s.2 == 5),
         "{skipped:?}"
     );
     assert!(
@@ -164,7 +164,7 @@ fn simulate(placement: &str, workload: &str) -> Result<blox_sim::SimResult, Stri
 #[test]
 fn under_fgd_two_halves_share_a_gpu_and_a_bound_job_runs_on_its_model() {
     let r = simulate("fgd", "").unwrap();
-    assert_eq!(r.summary.jobs_finished, 4, "{}", r.summary);
+    assert_eq!(r.summary.jobs_finished, 5, "{}", r.summary);
     // The halves share one GPU (of the T4 node, the first of equal
     // scores), the pair takes both V100s (the T4 node has one idle GPU
     // left), and the V100-bound share waits for them: the loop would
@@ -183,18 +183,39 @@ fn under_fgd_two_halves_share_a_gpu_and_a_bound_job_runs_on_its_model() {
 }
 
 #[test]
+fn under_fgd_a_task_without_gpus_runs_on_a_nodes_cpus_and_holds_no_gpu() {
+    let r = simulate("fgd", "").unwrap();
+    let cpu = r.jobs.iter().find(|j| j.name == "cpu").unwrap();
+    assert_eq!(cpu.queueing_s, Some(0.0));
+    assert_eq!(cpu.jct_s, Some(100.0), "{cpu:?}");
+    assert_eq!(cpu.num_gpus, 0);
+    // Its CPUs are taken while it runs: the first round's free CPUs are
+    // the nodes' 64 less the halves' 8 and its 2.
+    let first = &r.rounds[0];
+    assert_eq!(first.busy_gpus, 1);
+    assert_eq!(first.running_jobs, 3);
+}
+
+#[test]
 fn a_whole_gpu_placement_gives_each_share_its_own_gpu() {
     // first-free neither shares nor keeps jobs to their models: FIFO then
     // refuses the V100-bound job before the run, naming it.
     let e = simulate("first-free", "").err().unwrap();
     assert!(
-        e.contains("refuses job job-3 (v100)") && e.contains("V100M16"),
+        e.contains("refuses job job-4 (v100)") && e.contains("V100M16"),
         "{e}"
     );
-    // Without it, the halves take a GPU each.
+    // Without it, the halves take a GPU each, and the task without GPUs
+    // is rejected, saying why: first-free places only jobs with GPUs.
     let r = simulate("first-free", "num_jobs = 3").unwrap();
     let first = &r.rounds[0];
     assert_eq!(first.busy_gpus, 2);
+    let cpu = r.jobs.iter().find(|j| j.name == "cpu").unwrap();
+    let why = cpu.reason.as_str();
+    assert!(
+        why.contains("asks for 0 GPUs") && why.contains("`first-free` places only jobs with GPUs"),
+        "{why}"
+    );
     assert!(first.figures.is_empty());
     assert!(!r.summary.to_string().contains("frag_percent"));
 }
@@ -245,4 +266,54 @@ fn a_forecast_from_a_cluster_with_shares_predicts_when_the_bound_job_starts() {
         "{:?}",
         f.get(v100)
     );
+}
+
+#[test]
+fn every_scheduling_policy_runs_a_task_without_gpus_under_fgd_or_refuses_it_by_name() {
+    // Each registered scheduling policy, with `fgd` placing: the run
+    // either ends with the task without GPUs finished, or is refused
+    // before it starts, naming the policy (one that resizes jobs or needs
+    // a model the trace does not give). Nothing panics or hangs.
+    let (dir, _, _) = files();
+    let mut ran = Vec::new();
+    for entry in blox_core::registry::scheduling_entries() {
+        let path = config_file(dir.path(), "fgd", "");
+        let set = [blox_config::Override::set(
+            "scheduling.policy",
+            &format!("\"{}\"", entry.name),
+        )];
+        let Ok(cfg) = load_config(&path, None, &set) else {
+            continue;
+        };
+        let sim = match Simulation::from_config(&cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                let e = e.to_string();
+                eprintln!("{}: refused: {e}", entry.name);
+                assert!(
+                    e.contains(entry.name) || e.contains("[scheduling]"),
+                    "{}: {e}",
+                    entry.name
+                );
+                continue;
+            }
+        };
+        let r = match sim.run_to_end() {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{}: stopped: {e}", entry.name);
+                continue;
+            }
+        };
+        eprintln!("{}: {}", entry.name, r.summary.jobs_finished);
+        let cpu = r.jobs.iter().find(|j| j.name == "cpu").unwrap();
+        if cpu.status == blox_core::JobStatus::Finished {
+            ran.push(entry.name);
+        } else {
+            assert!(!cpu.reason.is_empty(), "{}: {cpu:?}", entry.name);
+        }
+    }
+    for name in ["fifo", "las", "srtf", "tiresias"] {
+        assert!(ran.contains(&name), "{name} did not run it: {ran:?}");
+    }
 }

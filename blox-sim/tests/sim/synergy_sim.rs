@@ -184,6 +184,7 @@ impl PlacementPolicy for Greedy {
                         mem_gb_per_gpu: 10.0,
                     }),
                     share: None,
+                    node: None,
                 })
                 .collect(),
         }
