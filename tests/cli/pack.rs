@@ -93,6 +93,26 @@ fn pack_names_a_bad_policy_row_or_file() {
         !o.status.success() && t.contains("no-such-trace.csv"),
         "{t}"
     );
+
+    // Two lists of one name from two folders: their outputs would
+    // overwrite each other.
+    std::fs::create_dir_all(dir.join("other")).unwrap();
+    let again = dir.join("other").join("pods.csv");
+    std::fs::copy(&pods, &again).unwrap();
+    let o = blox(&[
+        "pack",
+        "--trace",
+        pods.to_str().unwrap(),
+        "--trace",
+        again.to_str().unwrap(),
+        "--tune",
+        "0",
+    ]);
+    let t = text(&o);
+    assert!(
+        !o.status.success() && t.contains("both named `pods`") && t.contains("overwrite"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -350,7 +350,15 @@ fn load_traces(args: &PackArgs, nodes: &[NodeSpec]) -> Result<Vec<(String, Vec<T
                 );
             }
         }
-        traces.push((trace_label(name), tasks));
+        let label = trace_label(name);
+        if let Some(k) = traces.iter().position(|(l, _)| *l == label) {
+            bail!(
+                "two pod lists are both named `{label}` ({} and {}): their outputs would overwrite each other; rename one, or run them apart",
+                names[k],
+                name
+            );
+        }
+        traces.push((label, tasks));
     }
     Ok(traces)
 }
