@@ -182,7 +182,9 @@ impl JobState {
         for j in self.active.values() {
             if j.status.is_terminal() {
                 done.push(j.id());
-            } else if j.status == JobStatus::Queued && !j.allocation.is_empty() {
+            } else if j.status == JobStatus::Queued
+                && (!j.allocation.is_empty() || j.host_node.is_some())
+            {
                 requeued.push(j.id());
             }
         }

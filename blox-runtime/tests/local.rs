@@ -254,3 +254,59 @@ fn a_profiled_job_steps_at_the_model_profiles_speed_and_applies_a_new_batch_size
         "a larger batch takes longer per step"
     );
 }
+
+#[test]
+fn a_job_without_gpus_runs_as_one_process_that_sees_no_gpu() {
+    // Under `fgd`, which places jobs without GPUs on a node's CPUs: the
+    // job without GPUs runs beside a one-GPU job, sees no device, and ends.
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("seen");
+    let argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        // It notes what it sees, then trains as the toy job does.
+        format!(
+            "printf '[%s]' \"$CUDA_VISIBLE_DEVICES\" > '{}' && exec \"$0\" \"$@\"",
+            seen.display()
+        ),
+    ]
+    .into_iter()
+    .chain(toy(1.0, &[]))
+    .collect();
+    let mut cpu = spec(0, 0.0, 0, 1.0, argv);
+    cpu.host_need = Some(HostShare {
+        cpus_per_gpu: 2.0,
+        mem_gb_per_gpu: 1.0,
+    });
+    let jobs = vec![cpu, spec(1, 0.0, 1, 1.0, toy(1.0, &[]))];
+    let cluster = ClusterState::homogeneous(1, 2);
+    let mut b = LocalBackend::new(LocalConfig::new(dir.path()), &cluster, jobs).unwrap();
+    let p = registry::build_named("accept-all", "fifo", "fgd").unwrap();
+    let mut lp = RoundLoop::new(p, cluster, 1.0);
+    let t = std::time::Instant::now();
+    let mut on_node = None;
+    while !(b.exhausted() && lp.is_idle()) {
+        lp.run_round(&mut b).unwrap();
+        if let Some(j) = lp.jobs.get(JobId(0)).filter(|j| j.is_running()) {
+            on_node = j.host_node;
+            assert!(j.allocation.is_empty());
+        }
+        assert!(t.elapsed().as_secs() < 60, "the run did not finish");
+    }
+    assert_eq!(on_node, Some(NodeId(0)));
+    for j in lp.jobs.finished() {
+        assert_eq!(
+            j.status,
+            JobStatus::Finished,
+            "{}: {:?}",
+            j.id(),
+            j.end_reason
+        );
+    }
+    assert_eq!(lp.jobs.finished().len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        "[]",
+        "no GPU visible"
+    );
+}

@@ -301,3 +301,20 @@ fn a_waiting_job_without_gpus_is_told_what_it_waits_for() {
         "{w}"
     );
 }
+
+#[test]
+fn a_job_without_gpus_that_its_backend_sends_back_gives_its_cpus_back_and_runs_again() {
+    // A backend requeues a crashed launch by setting it queued (as the
+    // local backend does): the loop finds it holding CPUs, takes them
+    // back, and the placement launches it again.
+    let mut b = Fake::default();
+    b.arrivals.push(host_job(1, 0.0, 3.0, 10.0, 100.0));
+    let mut l = lp_on(on_node(1));
+    l.run_round(&mut b).unwrap();
+    l.jobs.get_mut(JobId(1)).unwrap().status = JobStatus::Queued;
+    let r = l.run_round(&mut b).unwrap();
+    assert_eq!(r.launched, vec![JobId(1)]);
+    assert_eq!(b.launches.len(), 2);
+    assert_eq!(l.cluster.host_used(NodeId(1)), (3.0, 10.0), "held once");
+    l.cluster.check_all(&l.jobs).unwrap();
+}
