@@ -73,6 +73,17 @@ pub fn read(path: &Path, nodes: &Path) -> Result<(Vec<SimJob>, Tally), WorkloadE
         }
         kept.push((created, line, t, (deleted - created) as f64));
     }
+    if kept.is_empty() && tally.rows > 0 {
+        // Nothing to run: most likely a packing list (no times), which
+        // `blox pack` replays; a run of no jobs would say nothing.
+        tally.jobs = 0;
+        return Err(WorkloadError::Invalid(format!(
+            "{}: no row can run in the round loop ({}); a pod list without creation and deletion times is the packing experiment's: `blox pack --trace {}`",
+            path.display(),
+            tally.describe(),
+            path.display()
+        )));
+    }
     kept.sort_by_key(|k| (k.0, k.1));
     let t0 = kept.first().map_or(0, |k| k.0);
     tally.jobs = kept.len() as u64;

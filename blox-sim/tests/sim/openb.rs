@@ -317,3 +317,23 @@ fn every_scheduling_policy_runs_a_task_without_gpus_under_fgd_or_refuses_it_by_n
         assert!(ran.contains(&name), "{name} did not run it: {ran:?}");
     }
 }
+
+#[test]
+fn a_pod_list_without_times_is_refused_pointing_to_blox_pack() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, p) = (dir.path().join("nodes.csv"), dir.path().join("pods.csv"));
+    std::fs::write(&n, NODES).unwrap();
+    std::fs::write(
+        &p,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,500\nb,1000,1024,2,1000\n",
+    )
+    .unwrap();
+    let e = openb::read(&p, &n).err().unwrap().to_string();
+    assert!(
+        e.contains("pods.csv")
+            && e.contains("2 rows: 0 jobs")
+            && e.contains("without creation_time")
+            && e.contains("blox pack --trace"),
+        "{e}"
+    );
+}
