@@ -43,7 +43,8 @@ impl SimBackend {
             at_launch: None,
             unreported_first: None,
         };
-        if job.is_running() && !job.allocation.is_empty() {
+        // (A job without GPUs runs on its node's CPUs.)
+        if job.is_running() && (!job.allocation.is_empty() || job.host_node.is_some()) {
             st.type_speed = self.speed_factor(job, &job.allocation);
             // A fork continues a running job where it is: still starting
             // until its expected first iteration, or already past it.

@@ -337,3 +337,32 @@ fn a_pod_list_without_times_is_refused_pointing_to_blox_pack() {
         "{e}"
     );
 }
+
+#[test]
+fn a_forecast_while_a_task_without_gpus_runs_keeps_it_on_its_node_until_its_end() {
+    use blox_forecast::Forecaster;
+    let (dir, _, _) = files();
+    let path = config_file(dir.path(), "fgd", "");
+    let text = std::fs::read_to_string(&path).unwrap() + "[forecast]\nmax_wall_s = 600\n";
+    std::fs::write(&path, text).unwrap();
+    let cfg = load_config(&path, None, &[]).unwrap();
+    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
+    let fc = blox_sim::forecast::SimForecaster::from_config(&cfg, &sim)
+        .unwrap()
+        .unwrap();
+    let mut s = Simulation::from_config(&cfg).unwrap();
+    // After the first round the task without GPUs (0–100 s) runs on a
+    // node's CPUs.
+    s.step().unwrap();
+    let snap = s.snapshot();
+    let cpu = (snap.jobs.active()).find(|j| j.spec.name == "cpu").unwrap();
+    assert!(cpu.is_running() && cpu.allocation.is_empty());
+    let node = cpu.host_node.expect("on a node");
+    assert_eq!(
+        snap.cluster.host_hold_of(cpu.id()).map(|h| h.node),
+        Some(node)
+    );
+    let f = fc.forecast(&snap).unwrap();
+    let p = f.get(cpu.id()).unwrap();
+    assert_eq!((p.start_s, p.finish_s), (None, Some(100.0)), "{p:?}");
+}
