@@ -149,7 +149,13 @@ impl SimRounds<'_> {
             if j.interruptions == 0 {
                 continue;
             }
-            let useful = j.attained_service_gpu_s - j.lost_work_gpu_s;
+            // (A job without GPUs attains no GPU-seconds: its progress is
+            // the work it keeps.)
+            let useful = if j.without_gpus() {
+                j.progress
+            } else {
+                j.attained_service_gpu_s - j.lost_work_gpu_s
+            };
             let mark = self
                 .st
                 .kept_work

@@ -104,6 +104,13 @@ impl Hosted {
             if out.by_job.contains_key(&h.job) {
                 return Err(format!("{} is listed twice among jobs without GPUs", h.job));
             }
+            let ok = |x: f64| x.is_finite() && x >= 0.0;
+            if !(ok(h.cpus) && ok(h.mem_gb)) {
+                return Err(format!(
+                    "{} holds {} CPUs and {} GiB of {}: both must be finite and non-negative",
+                    h.job, h.cpus, h.mem_gb, h.node
+                ));
+            }
             out.push(*h);
         }
         Ok(out)

@@ -124,6 +124,10 @@ fn a_snapshot_keeps_the_jobs_without_gpus_and_refuses_a_broken_list() {
     let e = serde_json::from_value::<ClusterState>(v.clone()).unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
     v["hosted"][0]["node"] = serde_json::json!(1);
+    let mut negative = v.clone();
+    negative["hosted"][0]["cpus"] = serde_json::json!(-100.0);
+    let e = serde_json::from_value::<ClusterState>(negative).unwrap_err();
+    assert!(e.to_string().contains("non-negative"), "{e}");
     let h = v["hosted"][0].clone();
     v["hosted"].as_array_mut().unwrap().push(h);
     let e = serde_json::from_value::<ClusterState>(v).unwrap_err();

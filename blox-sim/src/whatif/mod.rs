@@ -118,6 +118,7 @@ pub fn replay(
         cfg.scheduling.policy.clone(),
         cfg.placement.policy.clone(),
     );
+    let hosts_jobs = policies.placement.places_jobs_without_gpus();
     let mut s = Simulation::new(policies, cluster.clone(), run, sim.clone(), Vec::new())?;
     // The jobs active at the start keep their GPUs where the cluster has them.
     let mut jobs = JobState::new();
@@ -132,6 +133,14 @@ pub fn replay(
         for (k, v) in &job.spec.metrics {
             jobs.metrics().set(job.id(), k, *v);
         }
+        if job.without_gpus() && !hosts_jobs {
+            notes.push(format!(
+                "{} asks for no GPU, and placement `{}` places no such job: it is left out",
+                job.id(),
+                cfg.placement.policy
+            ));
+            continue;
+        }
         if job.is_running() {
             let gpus: Option<Vec<GpuId>> = places
                 .iter()
@@ -140,27 +149,51 @@ pub fn replay(
                     node.gpus.get(p.gpu as usize).copied()
                 })
                 .collect();
-            let take = |cluster: &mut ClusterState, g: &[GpuId]| match (h.shares.get(&job.id()), g)
-            {
-                (Some(&m), &[gpu]) => {
-                    let host = job
-                        .spec
-                        .host_need
-                        .unwrap_or_else(|| cluster.share_host(gpu, m));
-                    cluster.assign_share(job.id(), gpu, m, host).is_ok()
+            let take_gpus =
+                |cluster: &mut ClusterState, g: &[GpuId]| match (h.shares.get(&job.id()), g) {
+                    (Some(&m), &[gpu]) => {
+                        let host = job
+                            .spec
+                            .host_need
+                            .unwrap_or_else(|| cluster.share_host(gpu, m));
+                        cluster.assign_share(job.id(), gpu, m, host).is_ok()
+                    }
+                    // A job with host needs of its own (the openb trace's) had
+                    // them from the placements that share GPUs, which give
+                    // them; the log does not say.
+                    _ => cluster
+                        .assign_with_host(job.id(), g, job.spec.host_need)
+                        .is_ok(),
+                };
+            // Within its nodes' CPUs and memory (another cluster may have
+            // fewer), or not at all.
+            let fits = |cluster: &ClusterState, nodes: &[NodeId]| {
+                nodes.iter().all(|n| {
+                    let (c, m) = cluster.host_free(*n);
+                    c >= -blox_core::cluster::HOST_EPS && m >= -blox_core::cluster::HOST_EPS
+                })
+            };
+            let take = |cluster: &mut ClusterState, g: &[GpuId]| {
+                let nodes: Vec<NodeId> = g.iter().filter_map(|x| cluster.node_of(*x)).collect();
+                let ok = take_gpus(cluster, g);
+                if ok && !fits(cluster, &nodes) {
+                    cluster.release_job(job.id());
+                    return false;
                 }
-                // A job with host needs of its own (the openb trace's) had
-                // them from the placements that share GPUs, which give
-                // them; the log does not say.
-                _ => cluster
-                    .assign_with_host(job.id(), g, job.spec.host_need)
-                    .is_ok(),
+                ok
             };
             // A job without GPUs takes its CPUs on its node again.
             let hosted = |cluster: &mut ClusterState| match (job.host_node, job.spec.host_need) {
-                (Some(n), Some(h)) if places.is_empty() => cluster
-                    .assign_host(job.id(), n, h.cpus_per_gpu, h.mem_gb_per_gpu)
-                    .is_ok(),
+                (Some(n), Some(h)) if places.is_empty() => {
+                    let ok = cluster
+                        .assign_host(job.id(), n, h.cpus_per_gpu, h.mem_gb_per_gpu)
+                        .is_ok();
+                    if ok && !fits(cluster, &[n]) {
+                        cluster.release_job(job.id());
+                        return false;
+                    }
+                    ok
+                }
                 _ => false,
             };
             match gpus {
@@ -173,7 +206,7 @@ pub fn replay(
                 }
                 _ => {
                     notes.push(format!(
-                        "{} ran on GPUs the cluster of `{label}` does not have free; it starts queued",
+                        "{} ran on GPUs (or CPUs) the cluster of `{label}` does not have free; it starts queued",
                         job.id()
                     ));
                     job.status = JobStatus::Queued;

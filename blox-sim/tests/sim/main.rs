@@ -24,3 +24,4 @@ mod teams;
 mod topology;
 mod wait_reasons;
 mod whatif_cluster;
+mod without_gpus;
