@@ -154,6 +154,13 @@ fn fgd_on_gpushare40_places_every_task_as_the_reference() {
     check("gpushare40", "fgd", 42);
 }
 
+/// `multigpu50`, best fit, seed 43, run in full: every task's node and GPU
+/// indices, the 1,453 that fail included.
+#[test]
+fn best_fit_on_multigpu50_places_every_task_as_the_reference() {
+    check("multigpu50", "best-fit", 43);
+}
+
 /// `multigpu50` (half the GPU tasks ask for several GPUs), GPU packing,
 /// seed 43, run in full: every task's node and GPU indices.
 #[test]
