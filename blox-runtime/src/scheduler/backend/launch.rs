@@ -72,6 +72,93 @@ impl LaunchMechanism for ClusterBackend {
         if self.ended.iter().any(|e| e.job == id && e.finished) {
             return Ok(()); // finished as it was being moved
         }
+        if self.waits_in_doubt(id) || self.waits_settling(id) {
+            return Ok(());
+        }
+        let rec = self.records.entry(id).or_default();
+        rec.launches += 1;
+        let launch = rec.launches;
+        let groups = self.group_by_node(gpus)?;
+        if self.refuses_silent(id, &groups) {
+            return Ok(());
+        }
+        // The parts, rank 0's host (for the job's collective library), the
+        // job's limits and its uid.
+        let LaunchParts {
+            parts,
+            master,
+            limits,
+            uid,
+        } = self.place_parts(id, launch, groups)?;
+        let Some(uid) = self.uid_or_wait(id, launch, &parts, uid) else {
+            return Ok(());
+        };
+        let results = self.send_parts(job, launch, gpus, batch_size, &parts, (master, limits, uid));
+        let live = Live {
+            launch,
+            parts_left: parts.len(),
+            parts,
+            // Its GPUs are its from the round's start: the wait for their
+            // previous jobs to stop and the launch call count as start-up,
+            // as a relaunch costs them (the forecast learns it from there).
+            clock: LaunchClock::spawned(round.now_s, self.now(), gpus.len() as u32),
+        };
+        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
+            self.end_failed(id, &live, e);
+            return Ok(());
+        }
+        self.waits
+            .add(launch > 1, live.clock.spawned_s - live.clock.launched_s);
+        tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
+        self.metrics.launches.inc();
+        self.running.insert(id, live);
+        Ok(())
+    }
+
+    fn reconfigure(
+        &mut self,
+        _round: &RoundInfo,
+        job: &Job,
+        batch_size: u32,
+    ) -> Result<(), BackendError> {
+        let id = job.id();
+        let live = self
+            .running
+            .get(&id)
+            .ok_or_else(|| BackendError(format!("{id} is not running")))?;
+        for p in &live.parts {
+            let mut c = p.client.clone();
+            let req = ReconfigureRequest {
+                launch: Some(LaunchRef {
+                    job_id: id.0,
+                    launch: live.launch,
+                }),
+                batch_size,
+            };
+            let r = self.rt.block_on(async {
+                tokio::time::timeout(RPC_SLACK, c.reconfigure(req))
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
+            });
+            if let Err(e) = r {
+                tracing::warn!(job = %id, worker = %p.worker, "reconfiguration failed: {}", e.message());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A launch's parts and what they share, as [`ClusterBackend::place_parts`] found them.
+struct LaunchParts {
+    parts: Vec<Part>,
+    master: String,
+    limits: (Option<f64>, Option<u32>),
+    uid: Result<Option<u32>, String>,
+}
+
+impl ClusterBackend {
+    /// Whether the job waits for its previous launch, which a worker may still run.
+    fn waits_in_doubt(&mut self, id: JobId) -> bool {
         // Its previous launch may still run on a worker that did not answer
         // the revocation: never two at once. It waits, without blame.
         if let Some(parts) = lock(&self.hub).in_doubt.get(&id.0) {
@@ -87,8 +174,13 @@ impl LaunchMechanism for ClusterBackend {
             );
             e.blame = false;
             self.ended.push(e);
-            return Ok(());
+            return true;
         }
+        false
+    }
+
+    /// Whether the job waits for a node to take back its last launch's shared checkpoints.
+    fn waits_settling(&mut self, id: JobId) -> bool {
         // Its last launch ran on several workers and one of them may still
         // keep its checkpoints the last launch's uid's, about to take them
         // back: given to this launch now, they could be taken from it. It
@@ -115,11 +207,13 @@ impl LaunchMechanism for ClusterBackend {
             );
             e.blame = false;
             self.ended.push(e);
-            return Ok(());
+            return true;
         }
-        let rec = self.records.entry(id).or_default();
-        rec.launches += 1;
-        let launch = rec.launches;
+        false
+    }
+
+    /// The GPUs' worker indices grouped by node, in order.
+    fn group_by_node(&self, gpus: &[GpuId]) -> Result<Vec<(usize, Vec<u32>)>, BackendError> {
         // Group the GPUs by node, in order.
         let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
         for g in gpus {
@@ -132,6 +226,11 @@ impl LaunchMechanism for ClusterBackend {
                 None => groups.push((node, vec![idx])),
             }
         }
+        Ok(groups)
+    }
+
+    /// Whether the launch is refused because one of its workers is silent.
+    fn refuses_silent(&mut self, id: JobId, groups: &[(usize, Vec<u32>)]) -> bool {
         // Nothing goes to a worker that has missed more than two heartbeats
         // (killed, hung or cut off, but not declared gone yet): the job
         // waits without blame, and this try is not one of its runs.
@@ -161,49 +260,70 @@ impl LaunchMechanism for ClusterBackend {
             );
             e.blame = false;
             self.ended.push(e);
-            return Ok(());
+            return true;
         }
-        // The parts, rank 0's host (for the job's collective library), the
-        // job's limits and its uid.
-        let (parts, master, limits, uid) = {
-            let mut h = lock(&self.hub);
-            let mut parts = Vec::new();
-            let mut master = None;
-            for (node, idx) in groups {
-                let wid = self.nodes[node].clone();
-                let w = h
-                    .workers
-                    .get(&wid)
-                    .ok_or_else(|| BackendError(format!("worker {wid} is gone")))?;
-                let addr = w.address.split("://").last().unwrap_or("");
-                master.get_or_insert_with(|| {
-                    addr.rsplit_once(':')
-                        .map_or(addr, |(host, _)| host)
-                        .to_string()
-                });
-                parts.push(Part {
-                    worker: wid.clone(),
-                    client: w.client.clone(),
-                    gpus: idx,
-                    lease_epoch: w.lease_epoch,
-                });
-                h.expected.entry(wid).or_default().insert((id.0, launch));
-            }
-            let limits = h
-                .jobs
-                .get(&id.0)
-                .and_then(|r| r.job.as_ref())
-                .map_or((None, None), |j| (j.memory_gb, j.max_processes));
-            let nodes: Vec<String> = parts
-                .iter()
-                .filter_map(|p| h.workers.get(&p.worker).map(|w| w.name.clone()))
-                .collect();
-            // Its parts share its checkpoints (each worker keeps them the
-            // job's after its part ends, until every part did).
-            let shared = parts.len() > 1 && self.cfg.checkpoint_dir.is_some();
-            let uid = h.uids.take(id.0, launch, &nodes, shared);
-            (parts, master.unwrap_or_default(), limits, uid)
-        };
+        false
+    }
+
+    /// Each node's part of the launch, which its worker now expects, and what the parts share.
+    fn place_parts(
+        &self,
+        id: JobId,
+        launch: u32,
+        groups: Vec<(usize, Vec<u32>)>,
+    ) -> Result<LaunchParts, BackendError> {
+        let mut h = lock(&self.hub);
+        let mut parts = Vec::new();
+        let mut master = None;
+        for (node, idx) in groups {
+            let wid = self.nodes[node].clone();
+            let w = h
+                .workers
+                .get(&wid)
+                .ok_or_else(|| BackendError(format!("worker {wid} is gone")))?;
+            let addr = w.address.split("://").last().unwrap_or("");
+            master.get_or_insert_with(|| {
+                addr.rsplit_once(':')
+                    .map_or(addr, |(host, _)| host)
+                    .to_string()
+            });
+            parts.push(Part {
+                worker: wid.clone(),
+                client: w.client.clone(),
+                gpus: idx,
+                lease_epoch: w.lease_epoch,
+            });
+            h.expected.entry(wid).or_default().insert((id.0, launch));
+        }
+        let limits = h
+            .jobs
+            .get(&id.0)
+            .and_then(|r| r.job.as_ref())
+            .map_or((None, None), |j| (j.memory_gb, j.max_processes));
+        let nodes: Vec<String> = parts
+            .iter()
+            .filter_map(|p| h.workers.get(&p.worker).map(|w| w.name.clone()))
+            .collect();
+        // Its parts share its checkpoints (each worker keeps them the
+        // job's after its part ends, until every part did).
+        let shared = parts.len() > 1 && self.cfg.checkpoint_dir.is_some();
+        let uid = h.uids.take(id.0, launch, &nodes, shared);
+        Ok(LaunchParts {
+            parts,
+            master: master.unwrap_or_default(),
+            limits,
+            uid,
+        })
+    }
+
+    /// The launch's uid (0: none), or `None` when none is free and the job waits.
+    fn uid_or_wait(
+        &mut self,
+        id: JobId,
+        launch: u32,
+        parts: &[Part],
+        uid: Result<Option<u32>, String>,
+    ) -> Option<u32> {
         let uid = match uid {
             Ok(u) => u.unwrap_or(0),
             Err(why) => {
@@ -212,7 +332,7 @@ impl LaunchMechanism for ClusterBackend {
                 tracing::warn!(job = %id, "{why}");
                 {
                     let mut h = lock(&self.hub);
-                    for p in &parts {
+                    for p in parts {
                         if let Some(e) = h.expected.get_mut(&p.worker) {
                             e.remove(&(id.0, launch));
                         }
@@ -222,38 +342,29 @@ impl LaunchMechanism for ClusterBackend {
                 let mut e = Ended::crashed(id, self.now(), None, Some(why));
                 e.blame = false;
                 self.ended.push(e);
-                return Ok(());
+                return None;
             }
         };
+        Some(uid)
+    }
+
+    /// Counts a send and sends every part to its worker at once; returns the replies, in order.
+    fn send_parts(
+        &mut self,
+        job: &Job,
+        launch: u32,
+        gpus: &[GpuId],
+        batch_size: Option<u32>,
+        parts: &[Part],
+        (master, limits, uid): (String, (Option<f64>, Option<u32>), u32),
+    ) -> Vec<Result<(), Status>> {
+        let id = job.id();
         let world: u32 = if self.cfg.process_per_gpu {
             gpus.len() as u32
         } else {
             parts.len() as u32
         };
-        // The job's shared directory, under the job table's identity: a new
-        // table's job 1 never resumes an old one's checkpoint.
-        let shared = self.cfg.checkpoint_dir.as_ref().map(|d| {
-            match &self.cluster_key {
-                Some(k) => d.join(k),
-                None => d.clone(),
-            }
-            .join(id.0.to_string())
-        });
-        let ckpt = shared
-            .as_ref()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default();
-        // Ranks on several nodes agree on where to stop through shared
-        // storage: beside the job's checkpoints, never inside them (a job
-        // could plant a link there for the workers to follow).
-        let coord = match (&shared, parts.len() > 1) {
-            (Some(d), true) => coord_dir(d, id.0, launch).display().to_string(),
-            (None, true) => {
-                tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
-                String::new()
-            }
-            _ => String::new(),
-        };
+        let (ckpt, coord) = self.shared_dirs(id, launch, parts);
         let resume = {
             let r = self.records.entry(id).or_default();
             r.sent += 1;
@@ -261,7 +372,7 @@ impl LaunchMechanism for ClusterBackend {
         } || self.restored.contains(&id);
         let mut first_rank = 0;
         let mut calls = Vec::new();
-        for p in &parts {
+        for p in parts {
             let req = LaunchRequest {
                 launch: Some(LaunchRef {
                     job_id: id.0,
@@ -303,7 +414,7 @@ impl LaunchMechanism for ClusterBackend {
                     .map(|_| ())
             }));
         }
-        let results: Vec<Result<(), Status>> = self.rt.block_on(async {
+        self.rt.block_on(async {
             let mut out = Vec::new();
             for c in calls {
                 out.push(
@@ -312,97 +423,80 @@ impl LaunchMechanism for ClusterBackend {
                 );
             }
             out
-        });
-        let live = Live {
-            launch,
-            parts_left: parts.len(),
-            parts,
-            // Its GPUs are its from the round's start: the wait for their
-            // previous jobs to stop and the launch call count as start-up,
-            // as a relaunch costs them (the forecast learns it from there).
-            clock: LaunchClock::spawned(round.now_s, self.now(), gpus.len() as u32),
-        };
-        if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
-            // Every failed launch counts against the job's retries unless its
-            // worker is gone (declared dead soon; its jobs go back without
-            // blame): a launch that fails the same way every time must end,
-            // whatever the transport made of the worker's reply.
-            let workers_alive = {
-                let fresh = Duration::from_secs_f64(self.cfg.heartbeat_s * 2.0);
-                let h = lock(&self.hub);
-                live.parts.iter().all(|p| {
-                    h.workers
-                        .get(&p.worker)
-                        .is_some_and(|w| w.alive && w.last_seen.elapsed() < fresh)
-                })
-            };
-            let blame = match e.code() {
-                // The job's own: its program, its GPUs, its arguments.
-                tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => true,
-                // Not the job's: its worker is fenced, restarted as
-                // another worker, still runs an earlier launch or holds the
-                // GPUs for another job, or no longer knows this scheduler.
-                tonic::Code::Unavailable
-                | tonic::Code::Aborted
-                | tonic::Code::AlreadyExists
-                | tonic::Code::ResourceExhausted
-                | tonic::Code::Unauthenticated => false,
-                _ => workers_alive,
-            };
-            // Bounded: the worker's message may carry a huge argv.
-            let reason = bounded(e.message(), 300);
-            tracing::warn!(job = %id, "launch failed: {reason}");
-            self.metrics.launch_failures.inc();
-            self.revoke_parts(id, &live, true);
-            let at_s = self.now();
-            let permanent = e.code() == tonic::Code::NotFound;
-            let mut e = Ended::crashed(id, at_s, None, Some(reason));
-            e.blame = blame || permanent;
-            e.permanent = permanent;
-            if !e.blame {
-                self.records.entry(id).or_default().refused += 1;
-            }
-            self.ended.push(e);
-            return Ok(());
-        }
-        self.waits
-            .add(launch > 1, live.clock.spawned_s - live.clock.launched_s);
-        tracing::info!(job = %id, launch, gpus = gpus.len(), "launched");
-        self.metrics.launches.inc();
-        self.running.insert(id, live);
-        Ok(())
+        })
     }
 
-    fn reconfigure(
-        &mut self,
-        _round: &RoundInfo,
-        job: &Job,
-        batch_size: u32,
-    ) -> Result<(), BackendError> {
-        let id = job.id();
-        let live = self
-            .running
-            .get(&id)
-            .ok_or_else(|| BackendError(format!("{id} is not running")))?;
-        for p in &live.parts {
-            let mut c = p.client.clone();
-            let req = ReconfigureRequest {
-                launch: Some(LaunchRef {
-                    job_id: id.0,
-                    launch: live.launch,
-                }),
-                batch_size,
-            };
-            let r = self.rt.block_on(async {
-                tokio::time::timeout(RPC_SLACK, c.reconfigure(req))
-                    .await
-                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")))
-            });
-            if let Err(e) = r {
-                tracing::warn!(job = %id, worker = %p.worker, "reconfiguration failed: {}", e.message());
+    /// The job's checkpoint directory and the launch's coordination directory (empty: none).
+    fn shared_dirs(&self, id: JobId, launch: u32, parts: &[Part]) -> (String, String) {
+        // The job's shared directory, under the job table's identity: a new
+        // table's job 1 never resumes an old one's checkpoint.
+        let shared = self.cfg.checkpoint_dir.as_ref().map(|d| {
+            match &self.cluster_key {
+                Some(k) => d.join(k),
+                None => d.clone(),
             }
+            .join(id.0.to_string())
+        });
+        let ckpt = shared
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        // Ranks on several nodes agree on where to stop through shared
+        // storage: beside the job's checkpoints, never inside them (a job
+        // could plant a link there for the workers to follow).
+        let coord = match (&shared, parts.len() > 1) {
+            (Some(d), true) => coord_dir(d, id.0, launch).display().to_string(),
+            (None, true) => {
+                tracing::warn!(job = %id, "runs on {} workers but [runtime] checkpoint_dir is unset: its ranks cannot agree on where to stop when revoked", parts.len());
+                String::new()
+            }
+            _ => String::new(),
+        };
+        (ckpt, coord)
+    }
+
+    /// Ends a failed launch, blaming the job unless the failure is not its own.
+    fn end_failed(&mut self, id: JobId, live: &Live, e: &Status) {
+        // Every failed launch counts against the job's retries unless its
+        // worker is gone (declared dead soon; its jobs go back without
+        // blame): a launch that fails the same way every time must end,
+        // whatever the transport made of the worker's reply.
+        let workers_alive = {
+            let fresh = Duration::from_secs_f64(self.cfg.heartbeat_s * 2.0);
+            let h = lock(&self.hub);
+            live.parts.iter().all(|p| {
+                h.workers
+                    .get(&p.worker)
+                    .is_some_and(|w| w.alive && w.last_seen.elapsed() < fresh)
+            })
+        };
+        let blame = match e.code() {
+            // The job's own: its program, its GPUs, its arguments.
+            tonic::Code::FailedPrecondition | tonic::Code::InvalidArgument => true,
+            // Not the job's: its worker is fenced, restarted as
+            // another worker, still runs an earlier launch or holds the
+            // GPUs for another job, or no longer knows this scheduler.
+            tonic::Code::Unavailable
+            | tonic::Code::Aborted
+            | tonic::Code::AlreadyExists
+            | tonic::Code::ResourceExhausted
+            | tonic::Code::Unauthenticated => false,
+            _ => workers_alive,
+        };
+        // Bounded: the worker's message may carry a huge argv.
+        let reason = bounded(e.message(), 300);
+        tracing::warn!(job = %id, "launch failed: {reason}");
+        self.metrics.launch_failures.inc();
+        self.revoke_parts(id, live, true);
+        let at_s = self.now();
+        let permanent = e.code() == tonic::Code::NotFound;
+        let mut e = Ended::crashed(id, at_s, None, Some(reason));
+        e.blame = blame || permanent;
+        e.permanent = permanent;
+        if !e.blame {
+            self.records.entry(id).or_default().refused += 1;
         }
-        Ok(())
+        self.ended.push(e);
     }
 }
 
