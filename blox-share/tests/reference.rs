@@ -154,6 +154,12 @@ fn fgd_on_gpushare40_places_every_task_as_the_reference() {
     check("gpushare40", "fgd", 42);
 }
 
+/// FGD on `multigpu50` with the first seed too (42), run in full.
+#[test]
+fn fgd_on_the_multigpu50_trace_seed_42_places_every_task_as_the_reference() {
+    check("multigpu50", "fgd", 42);
+}
+
 /// `multigpu50`, best fit, seed 43, run in full: every task's node and GPU
 /// indices, the 1,453 that fail included.
 #[test]
