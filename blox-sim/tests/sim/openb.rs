@@ -235,9 +235,13 @@ fn a_gzipped_pod_list_is_recognised_by_its_header() {
     assert_eq!(blox_sim::workload::detect_format(&pods).unwrap(), "openb");
 }
 
-#[test]
-fn a_forecast_from_a_cluster_with_shares_predicts_when_the_bound_job_starts() {
-    use blox_forecast::Forecaster;
+/// The `fgd` run of the lists with a forecaster: (its folder, the
+/// forecaster, the simulation at its start).
+fn forecasting() -> (
+    tempfile::TempDir,
+    blox_sim::forecast::SimForecaster,
+    Simulation,
+) {
     let (dir, _, _) = files();
     let path = config_file(dir.path(), "fgd", "");
     let text = std::fs::read_to_string(&path).unwrap() + "[forecast]\nmax_wall_s = 600\n";
@@ -247,7 +251,14 @@ fn a_forecast_from_a_cluster_with_shares_predicts_when_the_bound_job_starts() {
     let fc = blox_sim::forecast::SimForecaster::from_config(&cfg, &sim)
         .unwrap()
         .unwrap();
-    let mut s = Simulation::from_config(&cfg).unwrap();
+    let s = Simulation::from_config(&cfg).unwrap();
+    (dir, fc, s)
+}
+
+#[test]
+fn a_forecast_from_a_cluster_with_shares_predicts_when_the_bound_job_starts() {
+    use blox_forecast::Forecaster;
+    let (_dir, fc, mut s) = forecasting();
     // At 180 s the halves share a GPU, the pair holds both V100s, and the
     // V100-bound job waits for them (it starts at 660 s).
     for _ in 0..4 {
@@ -341,16 +352,7 @@ fn a_pod_list_without_times_is_refused_pointing_to_blox_pack() {
 #[test]
 fn a_forecast_while_a_task_without_gpus_runs_keeps_it_on_its_node_until_its_end() {
     use blox_forecast::Forecaster;
-    let (dir, _, _) = files();
-    let path = config_file(dir.path(), "fgd", "");
-    let text = std::fs::read_to_string(&path).unwrap() + "[forecast]\nmax_wall_s = 600\n";
-    std::fs::write(&path, text).unwrap();
-    let cfg = load_config(&path, None, &[]).unwrap();
-    let sim = blox_sim::SimConfig::from_section(&cfg.section("sim")).unwrap();
-    let fc = blox_sim::forecast::SimForecaster::from_config(&cfg, &sim)
-        .unwrap()
-        .unwrap();
-    let mut s = Simulation::from_config(&cfg).unwrap();
+    let (_dir, fc, mut s) = forecasting();
     // After the first round the task without GPUs (0–100 s) runs on a
     // node's CPUs.
     s.step().unwrap();

@@ -47,6 +47,15 @@ n1,16000,65536,2,T4
 n2,24000,98304,4,T4
 ";
 
+/// `[workload]` of the folder's `pods.csv` and `nodes.csv`, and `[placement]`.
+fn openb_sections(dir: &Path, placement: &str) -> String {
+    format!(
+        "[workload]\nkind = \"openb\"\npath = \"{}\"\nnodes = \"{}\"\n[placement]\npolicy = \"{placement}\"\n",
+        dir.join("pods.csv").display(),
+        dir.join("nodes.csv").display()
+    )
+}
+
 fn openb_cfg(dir: &Path, n: usize, extra: &str, placement: &str) -> blox_config::Config {
     std::fs::write(dir.join("nodes.csv"), NODE_LIST).unwrap();
     std::fs::write(dir.join("pods.csv"), pods(n, 7)).unwrap();
@@ -54,11 +63,7 @@ fn openb_cfg(dir: &Path, n: usize, extra: &str, placement: &str) -> blox_config:
         dir,
         &format!("openb-{placement}"),
         &[(2, 16, 64.0, 2), (4, 24, 96.0, 1)],
-        &format!(
-            "[workload]\nkind = \"openb\"\npath = \"{}\"\nnodes = \"{}\"\n[admission]\npolicy = \"accept-all\"\n[placement]\npolicy = \"{placement}\"\n{extra}",
-            dir.join("pods.csv").display(),
-            dir.join("nodes.csv").display()
-        ),
+        &(openb_sections(dir, placement) + "[admission]\npolicy = \"accept-all\"\n" + extra),
     );
     load_config(&p, None, &[]).unwrap()
 }
@@ -311,11 +316,7 @@ g2,8000,32768,1,1000,,LS,Running,60,2000,60
         dir,
         &format!("one-{placement}"),
         &[(2, 16, 64.0, 1)],
-        &format!(
-            "[workload]\nkind = \"openb\"\npath = \"{}\"\nnodes = \"{}\"\n[placement]\npolicy = \"{placement}\"\n",
-            dir.join("pods.csv").display(),
-            dir.join("nodes.csv").display()
-        ),
+        &openb_sections(dir, placement),
     );
     load_config(&p, None, &[]).unwrap()
 }
