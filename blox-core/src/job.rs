@@ -294,6 +294,13 @@ impl JobSpec {
         None
     }
 
+    /// CPUs and host memory (GiB) of a job that asks for no GPU, in all:
+    /// its `host_need` read as a total (0, 0 without one).
+    pub fn host_in_all(&self) -> (f64, f64) {
+        self.host_need
+            .map_or((0.0, 0.0), |h| (h.cpus_per_gpu, h.mem_gb_per_gpu))
+    }
+
     /// Builder: the known run time at the requested GPU count.
     pub fn with_duration(mut self, duration_s: f64) -> Self {
         self.expected_duration_s = Some(duration_s);

@@ -433,21 +433,19 @@ impl PlacementCheck<'_> {
         let mut host: BTreeMap<NodeId, (f64, f64)> = BTreeMap::new();
         for a in &p.launch {
             if let Some(node) = a.node {
-                let need = (self.jobs.get(a.job))
-                    .and_then(|j| j.spec.host_need)
-                    .unwrap_or(crate::cluster::HostShare {
-                        cpus_per_gpu: 0.0,
-                        mem_gb_per_gpu: 0.0,
-                    });
-                if need.cpus_per_gpu < 0.0 || need.mem_gb_per_gpu < 0.0 {
-                    return Err(format!("gives {} a negative host share {need:?}", a.job));
+                let (c, m) = (self.jobs.get(a.job)).map_or((0.0, 0.0), |j| j.spec.host_in_all());
+                if c < 0.0 || m < 0.0 {
+                    return Err(format!(
+                        "gives {} a negative host share ({c} CPUs, {m} GiB)",
+                        a.job
+                    ));
                 }
                 if self.cluster.node(node).is_some() {
                     let e = host
                         .entry(node)
                         .or_insert_with(|| self.kept_on(node, keeps));
-                    e.0 += need.cpus_per_gpu;
-                    e.1 += need.mem_gb_per_gpu;
+                    e.0 += c;
+                    e.1 += m;
                 }
             }
             for g in &a.gpus {

@@ -20,14 +20,15 @@ impl RoundLoop {
         b: &mut B,
         a: crate::module::Assignment,
     ) -> Result<(), LoopError> {
-        match (a.share, a.gpus.as_slice()) {
-            (None, []) if a.node.is_some() => {
-                let node = a.node.expect("matched");
-                let need = self.jobs.get(a.job).and_then(|j| j.spec.host_need);
-                let (c, m) = need.map_or((0.0, 0.0), |h| (h.cpus_per_gpu, h.mem_gb_per_gpu));
+        match (a.share, a.gpus.as_slice(), a.node) {
+            (None, [], Some(node)) => {
+                let (c, m) = self
+                    .jobs
+                    .get(a.job)
+                    .map_or((0.0, 0.0), |j| j.spec.host_in_all());
                 self.cluster.assign_host(a.job, node, c, m)?;
             }
-            (Some(milli), &[gpu]) => {
+            (Some(milli), &[gpu], _) => {
                 let host = a
                     .host
                     .unwrap_or_else(|| self.cluster.share_host(gpu, milli));

@@ -142,10 +142,7 @@ pub fn host_of(job: &Job, gpus: u32, proportional: HostShare) -> (f64, f64) {
     if gpus == 0 {
         // A job without GPUs: its own need, in all (the loop refuses one
         // that names none).
-        return job
-            .spec
-            .host_need
-            .map_or((0.0, 0.0), |h| (h.cpus_per_gpu, h.mem_gb_per_gpu));
+        return job.spec.host_in_all();
     }
     let f = f64::from(milli_of(job, gpus)) / f64::from(GPU_MILLI);
     let h = job.spec.host_need.unwrap_or(HostShare {
