@@ -13,6 +13,7 @@ mod procs;
 pub mod proxy;
 mod report;
 mod run;
+mod start;
 pub mod teams;
 
 pub use report::{AttackReport, SoakConfig, SoakReport};

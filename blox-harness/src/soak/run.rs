@@ -8,17 +8,15 @@
 //! run as two jobs, two launches of a job at once, a launch resuming from
 //! an older checkpoint than an earlier one wrote.
 
-use super::faults::{self, Cluster};
+use super::faults;
 use super::isolation::{self, Isolation, ATTACKER_EVERY};
 use super::journal;
-use super::ports::reserve_port;
-use super::procs::{raise_fd_limit, Proc};
 use super::proxy::CutProxy;
+use super::start::{self, Started};
 use super::{err, teams, SoakConfig, SoakError, SoakReport};
-use blox_runtime::net::{SchedulerClient, Security};
+use blox_runtime::net::SchedulerClient;
 use blox_runtime::proto::*;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::Code;
@@ -53,191 +51,13 @@ fn job_mix(rng: &mut Rng) -> (u32, f64, bool) {
 
 /// Runs the soak; `progress` gets a line now and then.
 pub fn run(cfg: &SoakConfig, progress: &mut dyn FnMut(String)) -> Result<SoakReport, SoakError> {
-    for (what, p) in [("blox", &cfg.blox), ("blox-toy-job", &cfg.toy)] {
-        if !p.is_file() {
-            return Err(err(format!("the {what} binary is not at {}", p.display())));
-        }
-    }
-    if cfg.workers == 0 || cfg.gpus_per_worker < 8 || cfg.jobs == 0 || cfg.clients == 0 {
-        return Err(err(
-            "needs at least 1 job, 1 client and 1 worker of at least 8 GPUs (the widest job)",
-        ));
-    }
-    raise_fd_limit();
-    let dir = &cfg.dir;
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
-    }
-    std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
-    let dir = std::path::absolute(dir).map_err(err)?;
-    let write = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text).map_err(|e| err(format!("{name}: {e}")))
-    };
-    let secret = |name: &str, text: &str| {
-        blox_runtime::net::write_private(&dir.join(name), text)
-            .map_err(|e| err(format!("{name}: {e}")))
-    };
-    secret("user-token", &format!("soak-user-{}\n", cfg.seed))?;
-    secret("worker-token", &format!("soak-worker-{}\n", cfg.seed))?;
-    let journal_file = dir.join("journal");
-    let iso = isolation::prepare(&dir, &cfg.toy, &journal_file)?;
-    // Root-owned decoys the attackers aim the worker at (checked at the end).
-    #[cfg(unix)]
-    let decoys = if iso.attackers {
-        Some(
-            blox_runtime::toy::node_attack::Decoys::plant(&dir)
-                .map_err(|e| err(format!("decoys: {e}")))?,
-        )
-    } else {
-        None
-    };
-    // The scheduler's wall clock, for clock steps (libfaketime).
-    let clock = match (cfg.clock_steps, faults::libfaketime()) {
-        (0, _) | (_, None) => None,
-        (_, Some(lib)) => {
-            write("clock", "+0\n")?;
-            Some((dir.join("clock"), lib))
-        }
-    };
-    // Every port is reserved before any process starts and released just
-    // before its process binds it (see `ports`).
-    let mut sched_port = reserve_port().map_err(err)?;
-    let sched_addr = sched_port.addr();
-    let mut worker_ports = (0..cfg.workers)
-        .map(|_| reserve_port())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(err)?;
-    // Short timeouts so faults resolve in seconds: lease 2 s, fence grace
-    // 1.2 s, declared gone after 4 s.
-    write(
-        "scheduler.toml",
-        &format!(
-            r#"[run]
-round_s = 1.0
-min_run_s = 1.0
-
-{policies}
-[runtime]
-listen = "{sched_addr}"
-state = "state.redb"
-checkpoint_dir = "checkpoints"
-token_file = "user-token"
-worker_token_file = "worker-token"
-grace_s = 2
-max_retries = 3
-heartbeat_s = 0.5
-worker_timeout_s = 4
-{uids}"#,
-            uids = iso.runtime_lines,
-            policies = if cfg.teams {
-                teams::sections(cfg)
-            } else {
-                format!(
-                    "[scheduling]\npolicy = \"{}\"\n\n[placement]\npolicy = \"consolidated\"\n",
-                    cfg.policy
-                )
-            }
-        ),
-    )?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(err)?;
-    let start = Instant::now();
-    sched_port.release();
-    let scheduler_env = clock
-        .as_ref()
-        .map(|(file, lib)| faults::faketime_env(lib, file))
-        .unwrap_or_default();
-    let scheduler = Proc::spawn_with_env(
-        &cfg.blox,
-        &[
-            "scheduler".into(),
-            "--config".into(),
-            dir.join("scheduler.toml").display().to_string(),
-            "--log".into(),
-            "info".into(),
-        ],
-        &scheduler_env,
-        &dir.join("scheduler.log"),
-    )?;
-    // Each worker reaches the scheduler, and is reached, through a proxy
-    // of its own that a cut closes both ways.
-    let any: SocketAddr = "127.0.0.1:0".parse().expect("an address");
-    let mut proxies = Vec::new();
-    let mut workers = Vec::new();
-    for (i, port) in worker_ports.iter_mut().enumerate() {
-        let listen = port.addr();
-        let (up, down) = rt
-            .block_on(async {
-                Ok::<_, std::io::Error>((
-                    CutProxy::start(any, sched_addr).await?,
-                    CutProxy::start(any, listen).await?,
-                ))
-            })
-            .map_err(err)?;
-        let name = format!("w{i}");
-        let mut args: Vec<String> = [
-            "worker",
-            "--scheduler",
-            &up.addr.to_string(),
-            "--token-file",
-            &dir.join("worker-token").display().to_string(),
-            "--gpus",
-            &cfg.gpus_per_worker.to_string(),
-            "--listen",
-            &listen.to_string(),
-            "--advertise",
-            &down.addr.to_string(),
-            "--name",
-            &name,
-            "--workdir",
-            &dir.join(&name).display().to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(iso.worker_args.iter().cloned());
-        if cfg.teams {
-            args.extend(["--labels".to_string(), teams::labels(i)]);
-        }
-        port.release();
-        workers.push(Proc::spawn(
-            &cfg.blox,
-            &args,
-            &dir.join(format!("{name}.log")),
-        )?);
-        proxies.push((up, down));
-    }
-    let cluster = Arc::new(Mutex::new(Cluster {
-        scheduler,
-        workers,
-        blox: cfg.blox.clone(),
-        state: dir.join("state.redb"),
-        clock: clock.map(|(file, _)| file),
-    }));
-    let users = Security {
-        token: Some(Security::token_from_file(&dir.join("user-token")).map_err(err)?),
-        tls: None,
-    };
-    let addr = sched_addr.to_string();
-    // Wait for every worker's GPUs.
-    let total_gpus = cfg.workers as u32 * cfg.gpus_per_worker;
-    rt.block_on(wait_for_gpus(&users, &addr, total_gpus, &cluster))?;
-    progress(format!(
-        "soak: scheduler and {} workers × {} GPUs up in {:.1} s",
-        cfg.workers,
-        cfg.gpus_per_worker,
-        start.elapsed().as_secs_f64()
-    ));
-
+    let mut s = start::start(cfg, progress)?;
     // The job mix, and how long it takes at full use (plus a second per
     // launch for rounds and start-up).
     let mut rng = Rng(cfg.seed);
     let jobs: Vec<(u32, f64, bool)> = (0..cfg.jobs).map(|_| job_mix(&mut rng)).collect();
     let gpu_s: f64 = jobs.iter().map(|(g, d, _)| *g as f64 * (d + 1.0)).sum();
-    let expect_s = (gpu_s / total_gpus as f64).max(20.0);
+    let expect_s = (gpu_s / s.total_gpus as f64).max(20.0);
     let max_time_s = cfg.max_time_s.unwrap_or(3.0 * expect_s + 120.0);
     // Submissions are spread over the first 60 % of it; faults over 10-70 %.
     let window_s = 0.6 * expect_s;
@@ -247,13 +67,13 @@ worker_timeout_s = 4
         cfg.jobs,
         cfg.clients,
         expect_s,
-        total_gpus,
+        s.total_gpus,
         faults.len(),
         max_time_s
     ));
-    let deadline = start + Duration::from_secs_f64(max_time_s);
-    let journal_arg = journal_file.display().to_string();
-    let per_client = submissions(cfg, &iso, &jobs, &journal_arg);
+    let deadline = s.start + Duration::from_secs_f64(max_time_s);
+    let journal_arg = s.journal_file.display().to_string();
+    let per_client = submissions(cfg, &s.iso, &jobs, &journal_arg);
     let pauses: Vec<Vec<f64>> = per_client
         .iter()
         .map(|js| {
@@ -261,133 +81,264 @@ worker_timeout_s = 4
             js.iter().map(|_| 2.0 * mean * rng.next()).collect()
         })
         .collect();
-
+    let plan = Plan {
+        per_client,
+        pauses,
+        faults,
+        expect_s,
+        deadline,
+    };
     // Huge submissions (past `max_job_bytes`) the scheduler took.
     let huge = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let outcome = rt.block_on(async {
-        // Clients.
-        let accepted: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
-        let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let refused: Arc<Mutex<Vec<String>>> = Arc::default();
-        let mut tasks = Vec::new();
-        for (js, pauses) in per_client.into_iter().zip(pauses) {
-            let mut client = users.scheduler_client(&addr).map_err(err)?;
-            let (accepted, latencies, refused, huge) = (
-                accepted.clone(),
-                latencies.clone(),
-                refused.clone(),
-                huge.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                for ((k, job), pause) in js.into_iter().zip(pauses) {
-                    tokio::time::sleep(Duration::from_secs_f64(pause)).await;
-                    // Now and then a submission of 128 KB of arguments:
-                    // refused (INVALID_ARGUMENT, [runtime] max_job_bytes).
-                    if k % HUGE_EVERY == HUGE_EVERY / 3 {
-                        let mut big = job.clone();
-                        big.name = format!("{}-huge", big.name);
-                        big.idempotency_key.clear();
-                        big.command.extend((0..4).map(|_| "x".repeat(32 * 1024)));
-                        let r = client.submit(SubmitRequest { job: Some(big) }).await;
-                        if r.is_ok() {
-                            huge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    }
-                    match submit(&mut client, job, deadline).await {
-                        Ok((id, s)) => {
-                            accepted.lock().expect("not poisoned").insert(k, id);
-                            latencies.lock().expect("not poisoned").push(s);
-                        }
-                        Err(e) => refused.lock().expect("not poisoned").push(e),
-                    }
-                }
-            }));
-        }
-        // Teams: how long a team waits below its quota.
-        let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let sampler = match cfg.teams {
-            true => Some(tokio::spawn(teams::sample(
-                users.scheduler_client(&addr).map_err(err)?,
-                accepted.clone(),
-                teams::quota(cfg),
-                stop_sampling.clone(),
-            ))),
-            false => None,
-        };
-        // Faults, spread over 10-70 % of the expected run.
-        let done_faults: Arc<Mutex<Vec<String>>> = Arc::default();
-        let fault_task = {
-            let cluster = cluster.clone();
-            let done = done_faults.clone();
-            let n = faults.len();
-            let proxies = Arc::new(proxies);
-            tokio::spawn(async move {
-                for (i, f) in faults.into_iter().enumerate() {
-                    let at = start
-                        + Duration::from_secs_f64(
-                            expect_s * (0.1 + 0.6 * (i as f64 + 0.5) / n.max(1) as f64),
-                        );
-                    tokio::time::sleep_until(at.into()).await;
-                    let what = faults::inject(f, &cluster, &proxies).await;
-                    done.lock().expect("not poisoned").push(what);
-                }
-                proxies
-            })
-        };
-        // Wait for every client, then for every job to end.
-        for t in tasks {
-            let _ = t.await;
-        }
-        let proxies = fault_task.await.map_err(err)?;
-        let mut client = users.scheduler_client(&addr).map_err(err)?;
-        let mut round = (0.0f64, 0.0f64);
-        let mut last_note = Instant::now();
+    let proxies = std::mem::take(&mut s.proxies);
+    let outcome =
+        s.rt.block_on(drive(cfg, &s, proxies, plan, huge.clone(), progress));
+    let escaped = stop_all(cfg, &s, progress);
+    let Outcome {
+        accepted,
+        latencies,
+        refused,
+        faults,
+        all,
+        round,
+        quota_waits,
+    } = outcome?;
+    let huge_accepted = huge.load(std::sync::atomic::Ordering::Relaxed);
+    // With every worker gone, nothing a job started may be left (a
+    // launch's guardian kills its group when its worker dies).
+    let leftover = {
+        let t = Instant::now();
         loop {
-            {
-                let mut c = cluster.lock().expect("not poisoned");
-                c.scheduler.check_alive("the scheduler")?;
+            let n = job_processes_under(&s.dir);
+            if n == 0 || t.elapsed() > Duration::from_secs(5) {
+                break n;
             }
-            let unfinished = match count_unfinished(&mut client).await {
-                Ok((n, p50, p99)) => {
-                    round = (p50, round.1.max(p99));
-                    Some(n)
-                }
-                Err(_) => None,
-            };
-            if unfinished == Some(0) || Instant::now() >= deadline {
-                break;
-            }
-            if last_note.elapsed() > Duration::from_secs(30) {
-                progress(format!(
-                    "soak: {:.0} s, {} jobs not ended yet",
-                    start.elapsed().as_secs_f64(),
-                    unfinished.map_or("?".into(), |n| n.to_string())
-                ));
-                last_note = Instant::now();
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            std::thread::sleep(Duration::from_millis(100));
         }
-        let all = all_jobs(&mut client).await?;
-        stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
-        let quota_waits = match sampler {
-            Some(s) => Some(s.await.map_err(err)?),
-            None => None,
+    };
+    let seen = journal::check(&s.journal_file).map_err(err)?;
+    let mut report = tally(accepted, latencies, refused, all, &seen);
+    report.leftover_processes = leftover;
+    #[cfg(unix)]
+    if s.iso.attackers {
+        let tokens: Vec<String> = ["user-token", "worker-token"]
+            .iter()
+            .filter_map(|n| std::fs::read_to_string(s.dir.join(n)).ok())
+            .collect();
+        let mut a = blox_runtime::toy::attack::check(&s.dir, &tokens);
+        a.escaped = escaped;
+        if let Some(d) = &s.decoys {
+            let changed = d.changed();
+            for c in changed.iter().take(5) {
+                progress(format!("soak: a decoy changed: {c}"));
+            }
+            a.decoys_changed = changed.len();
+        }
+        a.budgets_exceeded += huge_accepted;
+        report.attacks = Some(a);
+    }
+    report.round_p50_s = round.0;
+    report.round_p99_s = round.1;
+    report.faults = faults;
+    report.quota_waits = quota_waits;
+    report.wall_s = s.start.elapsed().as_secs_f64();
+    for (job, a, b) in seen.overlaps.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {a} still ran when {b} started"
+        ));
+    }
+    for (job, g, at, before) in seen.regressions.iter().take(5) {
+        progress(format!(
+            "soak: job {job}: generation {g} resumed at iteration {at}, but {before} was checkpointed before"
+        ));
+    }
+    Ok(report)
+}
+
+/// What the clients submit and when, and the faults.
+struct Plan {
+    /// Each client's submissions.
+    per_client: Vec<Vec<(usize, JobSubmission)>>,
+    /// The pause before each.
+    pauses: Vec<Vec<f64>>,
+    /// The faults, in order.
+    faults: Vec<faults::Fault>,
+    /// How long the jobs take at full use.
+    expect_s: f64,
+    /// When the soak gives up waiting.
+    deadline: Instant,
+}
+
+/// What the clients were told, the faults injected and what the scheduler
+/// holds at the end.
+struct Outcome {
+    accepted: HashMap<usize, u64>,
+    latencies: Vec<f64>,
+    refused: Vec<String>,
+    faults: Vec<String>,
+    all: Vec<JobInfo>,
+    round: (f64, f64),
+    quota_waits: Option<teams::QuotaWaits>,
+}
+
+/// The clients submitting, the faults injected, then waiting for every job
+/// to end (or the deadline).
+async fn drive(
+    cfg: &SoakConfig,
+    s: &Started,
+    proxies: Vec<(CutProxy, CutProxy)>,
+    plan: Plan,
+    huge: Arc<std::sync::atomic::AtomicUsize>,
+    progress: &mut dyn FnMut(String),
+) -> Result<Outcome, SoakError> {
+    let Plan {
+        per_client,
+        pauses,
+        faults,
+        expect_s,
+        deadline,
+    } = plan;
+    let (users, addr, cluster, start) = (&s.users, &s.addr, &s.cluster, s.start);
+    // Clients.
+    let accepted: Arc<Mutex<HashMap<usize, u64>>> = Arc::default();
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let refused: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for (js, pauses) in per_client.into_iter().zip(pauses) {
+        let mut client = users.scheduler_client(addr).map_err(err)?;
+        let (accepted, latencies, refused, huge) = (
+            accepted.clone(),
+            latencies.clone(),
+            refused.clone(),
+            huge.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for ((k, job), pause) in js.into_iter().zip(pauses) {
+                tokio::time::sleep(Duration::from_secs_f64(pause)).await;
+                // Now and then a submission of 128 KB of arguments:
+                // refused (INVALID_ARGUMENT, [runtime] max_job_bytes).
+                if k % HUGE_EVERY == HUGE_EVERY / 3 {
+                    let mut big = job.clone();
+                    big.name = format!("{}-huge", big.name);
+                    big.idempotency_key.clear();
+                    big.command.extend((0..4).map(|_| "x".repeat(32 * 1024)));
+                    let r = client.submit(SubmitRequest { job: Some(big) }).await;
+                    if r.is_ok() {
+                        huge.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                match submit(&mut client, job, deadline).await {
+                    Ok((id, s)) => {
+                        accepted.lock().expect("not poisoned").insert(k, id);
+                        latencies.lock().expect("not poisoned").push(s);
+                    }
+                    Err(e) => refused.lock().expect("not poisoned").push(e),
+                }
+            }
+        }));
+    }
+    // Teams: how long a team waits below its quota.
+    let stop_sampling = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = match cfg.teams {
+        true => Some(tokio::spawn(teams::sample(
+            users.scheduler_client(addr).map_err(err)?,
+            accepted.clone(),
+            teams::quota(cfg),
+            stop_sampling.clone(),
+        ))),
+        false => None,
+    };
+    // Faults, spread over 10-70 % of the expected run.
+    let done_faults: Arc<Mutex<Vec<String>>> = Arc::default();
+    let fault_task = {
+        let cluster = cluster.clone();
+        let done = done_faults.clone();
+        let n = faults.len();
+        let proxies = Arc::new(proxies);
+        tokio::spawn(async move {
+            for (i, f) in faults.into_iter().enumerate() {
+                let at = start
+                    + Duration::from_secs_f64(
+                        expect_s * (0.1 + 0.6 * (i as f64 + 0.5) / n.max(1) as f64),
+                    );
+                tokio::time::sleep_until(at.into()).await;
+                let what = faults::inject(f, &cluster, &proxies).await;
+                done.lock().expect("not poisoned").push(what);
+            }
+            proxies
+        })
+    };
+    // Wait for every client, then for every job to end.
+    for t in tasks {
+        let _ = t.await;
+    }
+    let proxies = fault_task.await.map_err(err)?;
+    let (all, round) = wait_all_ended(s, deadline, progress).await?;
+    stop_sampling.store(true, std::sync::atomic::Ordering::Relaxed);
+    let quota_waits = match sampler {
+        Some(s) => Some(s.await.map_err(err)?),
+        None => None,
+    };
+    drop(proxies);
+    let accepted = std::mem::take(&mut *accepted.lock().expect("not poisoned"));
+    let latencies = std::mem::take(&mut *latencies.lock().expect("not poisoned"));
+    let refused = std::mem::take(&mut *refused.lock().expect("not poisoned"));
+    let faults = std::mem::take(&mut *done_faults.lock().expect("not poisoned"));
+    Ok(Outcome {
+        accepted,
+        latencies,
+        refused,
+        faults,
+        all,
+        round,
+        quota_waits,
+    })
+}
+
+/// Waits for every job to end (or the deadline), the scheduler alive;
+/// returns every job and the scheduler's round p50 and largest p99.
+async fn wait_all_ended(
+    s: &Started,
+    deadline: Instant,
+    progress: &mut dyn FnMut(String),
+) -> Result<(Vec<JobInfo>, (f64, f64)), SoakError> {
+    let (cluster, start) = (&s.cluster, s.start);
+    let mut client = s.users.scheduler_client(&s.addr).map_err(err)?;
+    let mut round = (0.0f64, 0.0f64);
+    let mut last_note = Instant::now();
+    loop {
+        {
+            let mut c = cluster.lock().expect("not poisoned");
+            c.scheduler.check_alive("the scheduler")?;
+        }
+        let unfinished = match count_unfinished(&mut client).await {
+            Ok((n, p50, p99)) => {
+                round = (p50, round.1.max(p99));
+                Some(n)
+            }
+            Err(_) => None,
         };
-        drop(proxies);
-        let accepted = std::mem::take(&mut *accepted.lock().expect("not poisoned"));
-        let latencies = std::mem::take(&mut *latencies.lock().expect("not poisoned"));
-        let refused = std::mem::take(&mut *refused.lock().expect("not poisoned"));
-        let faults = std::mem::take(&mut *done_faults.lock().expect("not poisoned"));
-        Ok::<_, SoakError>((
-            accepted,
-            latencies,
-            refused,
-            faults,
-            all,
-            round,
-            quota_waits,
-        ))
-    });
+        if unfinished == Some(0) || Instant::now() >= deadline {
+            break;
+        }
+        if last_note.elapsed() > Duration::from_secs(30) {
+            progress(format!(
+                "soak: {:.0} s, {} jobs not ended yet",
+                start.elapsed().as_secs_f64(),
+                unfinished.map_or("?".into(), |n| n.to_string())
+            ));
+            last_note = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok((all_jobs(&mut client).await?, round))
+}
+
+/// Stops every process before the journal is read (no job writes after
+/// this); where jobs ran as other uids, returns how many of their processes
+/// outlived a sweep by each worker started once more.
+fn stop_all(cfg: &SoakConfig, s: &Started, progress: &mut dyn FnMut(String)) -> usize {
+    let cluster = &s.cluster;
     // Stop everything before reading the journal: no job writes after this.
     {
         let mut c = cluster.lock().expect("not poisoned");
@@ -400,7 +351,7 @@ worker_timeout_s = 4
     // process group; started again, it kills that before anything else.
     // Each is started once more, given that time, and killed.
     #[cfg(unix)]
-    let escaped = if iso.attackers {
+    let escaped = if s.iso.attackers {
         {
             let mut c = cluster.lock().expect("not poisoned");
             for w in &mut c.workers {
@@ -427,57 +378,9 @@ worker_timeout_s = 4
     } else {
         0
     };
-    let (accepted, latencies, refused, faults, all, round, quota_waits) = outcome?;
-    let huge_accepted = huge.load(std::sync::atomic::Ordering::Relaxed);
-    // With every worker gone, nothing a job started may be left (a
-    // launch's guardian kills its group when its worker dies).
-    let leftover = {
-        let t = Instant::now();
-        loop {
-            let n = job_processes_under(&dir);
-            if n == 0 || t.elapsed() > Duration::from_secs(5) {
-                break n;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    let seen = journal::check(&journal_file).map_err(err)?;
-    let mut report = tally(accepted, latencies, refused, all, &seen);
-    report.leftover_processes = leftover;
-    #[cfg(unix)]
-    if iso.attackers {
-        let tokens: Vec<String> = ["user-token", "worker-token"]
-            .iter()
-            .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
-            .collect();
-        let mut a = blox_runtime::toy::attack::check(&dir, &tokens);
-        a.escaped = escaped;
-        if let Some(d) = &decoys {
-            let changed = d.changed();
-            for c in changed.iter().take(5) {
-                progress(format!("soak: a decoy changed: {c}"));
-            }
-            a.decoys_changed = changed.len();
-        }
-        a.budgets_exceeded += huge_accepted;
-        report.attacks = Some(a);
-    }
-    report.round_p50_s = round.0;
-    report.round_p99_s = round.1;
-    report.faults = faults;
-    report.quota_waits = quota_waits;
-    report.wall_s = start.elapsed().as_secs_f64();
-    for (job, a, b) in seen.overlaps.iter().take(5) {
-        progress(format!(
-            "soak: job {job}: generation {a} still ran when {b} started"
-        ));
-    }
-    for (job, g, at, before) in seen.regressions.iter().take(5) {
-        progress(format!(
-            "soak: job {job}: generation {g} resumed at iteration {at}, but {before} was checkpointed before"
-        ));
-    }
-    Ok(report)
+    #[cfg(not(unix))]
+    let escaped = 0;
+    escaped
 }
 
 /// One submission in this many is preceded by a huge one (refused).
@@ -646,47 +549,6 @@ async fn submit(
             return Err(format!("the run ended first; its last answer: {last}"));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-async fn wait_for_gpus(
-    users: &Security,
-    addr: &str,
-    gpus: u32,
-    cluster: &Arc<Mutex<Cluster>>,
-) -> Result<(), SoakError> {
-    let mut client = users.scheduler_client(addr).map_err(err)?;
-    let t = Instant::now();
-    loop {
-        {
-            let mut c = cluster.lock().expect("not poisoned");
-            c.scheduler.check_alive("the scheduler")?;
-            for (i, w) in c.workers.iter_mut().enumerate() {
-                w.check_alive(&format!("worker w{i}"))?;
-            }
-        }
-        if let Ok(s) = client
-            .status(StatusRequest {
-                limit: 1,
-                ..Default::default()
-            })
-            .await
-        {
-            let s = s.into_inner();
-            let have: usize = s
-                .workers
-                .iter()
-                .filter(|w| w.alive)
-                .map(|w| w.gpus.len())
-                .sum();
-            if have as u32 >= gpus && s.rounds >= 2 {
-                return Ok(());
-            }
-        }
-        if t.elapsed() > Duration::from_secs(60) {
-            return Err(err("the workers did not register within 60 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
