@@ -195,11 +195,18 @@ fn stalled(lp: &RoundLoop, r: &RoundReport) -> SimError {
     if n > waiting.len() {
         waiting.push(format!("{} more", n - waiting.len()));
     }
+    // The first one's wait in the loop's words (a placement's reason for
+    // holding it back, what it waits for).
+    let first = lp.jobs.queued().chain(lp.waiting()).next();
+    let words = first
+        .and_then(|j| Some((j.id(), lp.explain_wait(j)?)))
+        .map(|(id, w)| format!("; {id}: {w}"))
+        .unwrap_or_default();
     SimError::Stalled {
         round: r.round,
         time_h: r.time_s / 3600.0,
         gpus: r.total_gpus,
-        detail: format!("{n} jobs wait: {}", waiting.join(", ")),
+        detail: format!("{n} jobs wait: {}{words}", waiting.join(", ")),
         policies: lp.policies.names.clone(),
     }
 }

@@ -450,6 +450,11 @@ impl ClusterState {
         self.max_gpus = gpus;
     }
 
+    /// Whether the cluster may grow past its nodes ([`Self::set_max_gpus`]).
+    pub fn is_elastic(&self) -> bool {
+        self.max_gpus.is_some()
+    }
+
     /// The most GPUs the cluster can have: its size now (counting nodes
     /// down for repair or in quarantine, which come back; not the spares),
     /// or more if elastic. A job asking for more can never run.

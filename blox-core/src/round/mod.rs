@@ -550,12 +550,28 @@ impl RoundLoop {
                     .to_string(),
             );
         }
-        (!self.policies.placement.places_jobs_without_gpus()).then(|| {
-            format!(
+        if !self.policies.placement.places_jobs_without_gpus() {
+            return Some(format!(
                 "asks for 0 GPUs, and placement `{}` places only jobs with GPUs (`fgd` and `share` place jobs without)",
                 self.policies.names.placement
-            )
-        })
+            ));
+        }
+        // As a job asking for more GPUs than the cluster has: no node of
+        // the table (offline ones come back) could hold it even empty.
+        let (cpus, mem) = job.spec.host_in_all();
+        let nodes = self.cluster.nodes();
+        let fits = |n: &&crate::cluster::Node| {
+            cpus <= n.spec.cpus as f64 + 1e-9 && mem <= n.spec.host_mem_gb + 1e-9
+        };
+        if self.cluster.is_elastic() || nodes.is_empty() || nodes.iter().any(|n| fits(&n)) {
+            return None;
+        }
+        let most = |f: fn(&crate::cluster::Node) -> f64| nodes.iter().map(f).fold(0.0, f64::max);
+        Some(format!(
+            "asks for 0 GPUs, {cpus} CPUs and {mem} GB of memory on one node, but no node has both (the most CPUs a node has: {}; the most memory: {} GB)",
+            most(|n| n.spec.cpus as f64),
+            most(|n| n.spec.host_mem_gb)
+        ))
     }
 
     /// Rejects `job` (never admitted) for `reason`, and records it.

@@ -187,29 +187,35 @@ fn a_cpu_only_job_needing_nothing_runs_anywhere_in_any_number() {
 }
 
 #[test]
-fn a_cpu_only_job_bigger_than_any_node_stalls_the_run_as_a_gpu_job_would() {
-    // Observation (not asserted as a bug): unlike a job asking more GPUs
-    // than the cluster has (rejected at submission), a job without GPUs
-    // asking more CPUs than any node has is held back every round with the
-    // placement's words, and the run ends in a stall error once nothing
-    // else runs -- as a GPU job with too large a host_need does under fgd
-    // (`for_comparison_a_gpu_job_whose_host_need_no_node_has`).
+fn a_cpu_only_job_bigger_than_any_node_is_rejected_at_submission() {
+    // As a job asking for more GPUs than the cluster has: rejected with
+    // the largest node's figures, the rest of the run unaffected. Too many
+    // CPUs, too much memory, or each fitting a different node.
     let d = tempfile::tempdir().unwrap();
-    let p = write_cfg(d.path(), "huge", &[(2, 8, 64.0, 2)], "");
+    let p = write_cfg(d.path(), "huge", &[(2, 8, 64.0, 2), (1, 16, 512.0, 1)], "");
     let cfg = load_config(&p, None, &[]).unwrap();
     let jobs = vec![
         cpu_job(0, 0.0, 1e300, 1.0, 60.0),
         job(1, 0.0, 1, None, 1.0, 1.0, 60.0),
+        cpu_job(2, 0.0, 1.0, 513.0, 60.0),
+        cpu_job(3, 0.0, 17.0, 100.0, 60.0),
+        cpu_job(4, 0.0, 16.0, 512.0, 60.0),
     ];
     let s = Simulation::with_jobs(&cfg, jobs).unwrap();
-    let Err(e) = s.run_to_end() else {
-        panic!("stalls")
-    };
-    let e = e.to_string();
-    assert!(
-        e.contains("no progress is possible") && e.contains("job-0 (0 GPUs"),
-        "{e}"
-    );
+    let r = run_checked(s).unwrap();
+    for name in ["j0", "j2", "j3"] {
+        let j = row(&r, name);
+        assert_eq!(j.status, JobStatus::Rejected, "{name}: {j:?}");
+        assert!(
+            j.reason.contains("no node has both")
+                && j.reason.contains("the most CPUs a node has: 16"),
+            "{name}: {}",
+            j.reason
+        );
+    }
+    assert_eq!(row(&r, "j1").status, JobStatus::Finished);
+    // Exactly the largest node's CPUs and memory: it runs there.
+    assert_eq!(row(&r, "j4").status, JobStatus::Finished);
 }
 
 #[test]
@@ -268,14 +274,21 @@ fn for_comparison_a_gpu_job_whose_host_need_no_node_has() {
         job(1, 0.0, 1, None, 1.0, 1.0, 60.0),
     ];
     let s = Simulation::with_jobs(&cfg, jobs).unwrap();
-    match s.run_to_end() {
-        Ok(r) => eprintln!(
-            "gpu huge: {:?} {}",
-            row(&r, "j0").status,
-            row(&r, "j0").reason
-        ),
-        Err(e) => eprintln!("gpu huge: run failed: {e}"),
-    }
+    // Not rejected at submission (a GPU job's host need is per GPU, and
+    // whether a placement honours it is the placement's): held back every
+    // round, and the run ends in the stall error naming it once nothing
+    // else runs.
+    let Err(e) = s.run_to_end() else {
+        panic!("a GPU job no node can host ran")
+    };
+    let e = e.to_string();
+    eprintln!("{e}");
+    assert!(
+        e.contains("no progress is possible")
+            && e.contains("job-0 (1 GPUs")
+            && e.contains("; job-0: "),
+        "{e}"
+    );
 }
 
 // ---------------------------------------------------------------------
