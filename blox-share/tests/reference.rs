@@ -201,3 +201,22 @@ fn dot_product_on_gpuspec33_places_the_first_tasks_as_the_reference() {
 fn best_fit_on_gpushare40_places_the_first_tasks_as_the_reference() {
     assert!(check_first("gpushare40", "best-fit", 43) > 1000);
 }
+
+/// The CPU family (tasks' CPU demands scaled; lists the other runs do not
+/// touch), every policy on lists of its own, the first tasks of runs
+/// stopped after 8 minutes: `cpu050` FGD 42, `cpu250` best fit 43.
+#[test]
+fn the_cpu_lists_place_the_first_tasks_as_the_reference() {
+    assert!(check_first("cpu050", "fgd", 42) > 2000);
+    assert!(check_first("cpu250", "best-fit", 43) > 2000);
+}
+
+/// `gpushare100` GPU packing 42, `multigpu20` dot product 43, `gpuspec10`
+/// GPU clustering 42: one list of each family besides the ones run in
+/// full, the first tasks of runs stopped after 8 minutes.
+#[test]
+fn other_lists_of_each_family_place_the_first_tasks_as_the_reference() {
+    assert!(check_first("gpushare100", "gpu-packing", 42) > 2000);
+    assert!(check_first("multigpu20", "dot-product", 43) > 2000);
+    assert!(check_first("gpuspec10", "gpu-clustering", 42) > 1000);
+}
