@@ -477,7 +477,9 @@ pub trait PlacementPolicy: Send {
     /// empty), if so: e.g. a job that must stay within one rack asking more
     /// GPUs than any rack has. The loop holds such a job before admission
     /// with these words instead of admitting it to wait for ever; it is
-    /// offered again when the cluster changes. Default: every job that fits
+    /// offered again when the cluster changes; a driver that knows it can
+    /// no longer change rejects it with these words
+    /// ([`crate::RoundLoop::reject_held_next_round`]). Default: every job that fits
     /// the cluster's GPU count can be placed.
     fn never_places(&self, job: &Job, cluster: &ClusterState) -> Option<String> {
         let _ = (job, cluster);

@@ -93,6 +93,19 @@ impl Driver<SimBackend> for SimRounds<'_> {
             && r.busy_gpus == 0
             && r.queued_jobs + r.waiting_jobs > 0
             && !backend.has_pending_events();
+        // Nothing can change any more (no node to come back or be added):
+        // the jobs the placement could never place are rejected next round,
+        // saying why, and the run ends with the others' results.
+        if stuck
+            && r.queued_jobs == 0
+            && !lp.cluster.is_elastic()
+            && lp
+                .waiting()
+                .iter()
+                .all(|j| lp.placement_hold(j.id()).is_some())
+        {
+            lp.reject_held_next_round();
+        }
         self.st.stalled_rounds = if stuck { self.st.stalled_rounds + 1 } else { 0 };
         if self.st.stalled_rounds >= STALL_ROUNDS {
             return Err(stalled(lp, &r));

@@ -1,7 +1,9 @@
 //! Step 5 of a round: admission. Jobs the placement could never place on
 //! the cluster as it is ([`crate::PlacementPolicy::never_places`]) are held
-//! back, with its words, before the admission policy sees the others; the
-//! admission policy's decision is checked and carried out.
+//! back, with its words, before the admission policy sees the others (or
+//! rejected, when the driver knows the cluster can no longer change:
+//! [`RoundLoop::reject_held_next_round`]); the admission policy's decision
+//! is checked and carried out.
 
 use super::events::What;
 use super::{LoopError, RoundLoop};
@@ -81,7 +83,22 @@ impl RoundLoop {
                 return Err(e);
             }
         };
-        let mut remaining: Indexed = held;
+        let mut remaining: Indexed = Vec::new();
+        let give_up = std::mem::take(&mut self.reject_holds);
+        for (i, mut job) in held {
+            if !give_up {
+                remaining.push((i, job));
+                continue;
+            }
+            let why = self.holds.remove(&job.id()).unwrap_or_default();
+            let reason = format!(
+                "placement `{}` could never place it: {why}",
+                self.policies.names.placement
+            );
+            self.jobs.metrics().remove_job(job.id());
+            self.end_unadmitted(&mut job, info.now_s, reason);
+            self.jobs.record_ended(job);
+        }
         for (i, mut job) in order.into_iter().zip(offered) {
             match verdict.remove(&job.id()) {
                 None => remaining.push((i, job)),

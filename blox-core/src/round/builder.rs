@@ -175,6 +175,7 @@ impl LoopBuilder {
             round_s: self.round_s,
             last_start_s: None,
             holds: HashMap::new(),
+            reject_holds: false,
             failed_out: Vec::new(),
             id_marks: Default::default(),
         }

@@ -205,6 +205,9 @@ pub struct RoundLoop {
     /// Jobs held before admission because the placement could never place
     /// them, with its words.
     holds: HashMap<JobId, String>,
+    /// Whether the next admission rejects the jobs it holds
+    /// ([`RoundLoop::reject_held_next_round`]).
+    reject_holds: bool,
     /// Jobs a node failure stopped this round, with the GPUs they held
     /// (for the spares, `round/resilience.rs`).
     failed_out: Vec<(JobId, Vec<GpuId>)>,
@@ -258,6 +261,15 @@ impl RoundLoop {
     /// Submitted jobs waiting for admission.
     pub fn waiting(&self) -> &[Job] {
         &self.waiting
+    }
+
+    /// Has the next round's admission reject, with the placement's words,
+    /// every job the placement holds then because it could never place it
+    /// on the cluster as it is ([`crate::PlacementPolicy::never_places`]).
+    /// For a driver that knows the cluster can no longer change (no node
+    /// to come back, none to be added): those jobs would wait for ever.
+    pub fn reject_held_next_round(&mut self) {
+        self.reject_holds = true;
     }
 
     /// No admitted job and nobody waiting for admission.

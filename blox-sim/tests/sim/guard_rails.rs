@@ -265,7 +265,8 @@ fn a_policy_that_never_starts_anything_is_a_stall_not_a_hang() {
     assert!(
         e.contains("no progress is possible")
             && e.contains("scheduling `broken`")
-            && e.contains("job-0 (1 GPUs, admitted)"),
+            && e.contains("job-0 (1 GPUs, admitted)")
+            && e.contains("; job-0: "),
         "{e}"
     );
 }

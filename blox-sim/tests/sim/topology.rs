@@ -71,6 +71,25 @@ fn a_sensitive_job_no_rack_holds_is_held_before_admission_and_others_run() {
 }
 
 #[test]
+fn a_sensitive_job_no_rack_holds_is_rejected_with_those_words_once_the_rest_has_run() {
+    let s = sim(vec![
+        job(0, 12, 600.0, "vgg16"),
+        job(1, 12, 600.0, "resnet50"),
+    ]);
+    let r = s.run_to_end().expect("ends, not a stall");
+    let by_id = |id: u64| r.jobs.iter().find(|j| j.job_id == id).unwrap();
+    let (held, other) = (by_id(0), by_id(1));
+    assert_eq!(other.status, JobStatus::Finished);
+    assert_eq!(held.status, JobStatus::Rejected);
+    assert_eq!(
+        held.reason,
+        "placement `topology` could never place it: it must stay within one rack and the largest has 8 GPUs; it asks for 12"
+    );
+    assert!(held.finish_s >= other.finish_s, "{held:?}");
+    assert_eq!(r.summary.jobs_finished, 1);
+}
+
+#[test]
 fn jobs_stay_in_a_rack_when_one_holds_them_and_fragmentation_is_reported() {
     // Two 6-GPU jobs: each fits one rack (8 GPUs), neither spans.
     let mut s = sim(vec![

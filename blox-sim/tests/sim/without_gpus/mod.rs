@@ -265,29 +265,34 @@ fn a_job_without_gpus_and_without_host_need_is_rejected_not_fatal() {
 }
 
 #[test]
-fn for_comparison_a_gpu_job_whose_host_need_no_node_has() {
+fn a_gpu_job_whose_host_need_no_node_has_is_rejected_once_nothing_else_can_change() {
     let d = tempfile::tempdir().unwrap();
     let p = write_cfg(d.path(), "huge_gpu", &[(2, 8, 64.0, 2)], "");
     let cfg = load_config(&p, None, &[]).unwrap();
     let jobs = vec![
         job(0, 0.0, 1, None, 100.0, 1.0, 60.0),
-        job(1, 0.0, 1, None, 1.0, 1.0, 60.0),
+        job(1, 0.0, 1, None, 1.0, 1.0, 2.0 * 3600.0),
     ];
     let s = Simulation::with_jobs(&cfg, jobs).unwrap();
     // Not rejected at submission (a GPU job's host need is per GPU, and
-    // whether a placement honours it is the placement's): held back every
-    // round, and the run ends in the stall error naming it once nothing
-    // else runs.
-    let Err(e) = s.run_to_end() else {
-        panic!("a GPU job no node can host ran")
-    };
-    let e = e.to_string();
-    eprintln!("{e}");
+    // whether a placement honours it is the placement's): held back with
+    // the placement's words while anything else runs, then rejected with
+    // them once nothing can change (no node to come back or be added); the
+    // run ends with the other job's results, not in a stall.
+    let r = run_checked(s).unwrap();
+    let held = row(&r, "j0");
+    assert_eq!(held.status, JobStatus::Rejected, "{held:?}");
     assert!(
-        e.contains("no progress is possible")
-            && e.contains("job-0 (1 GPUs")
-            && e.contains("; job-0: "),
-        "{e}"
+        held.reason
+            .starts_with("placement `fgd` could never place it: no node could hold it even empty"),
+        "{}",
+        held.reason
+    );
+    let other = row(&r, "j1");
+    assert_eq!(other.status, JobStatus::Finished);
+    assert!(
+        held.finish_s.unwrap() >= other.finish_s.unwrap(),
+        "{held:?}"
     );
 }
 
