@@ -129,22 +129,110 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
     for r in rows {
         grids.entry(r.grid.clone()).or_default().push(r);
     }
-    let mut written = Vec::new();
-    let mut md = String::new();
+    let mut out = Out {
+        dir,
+        written: Vec::new(),
+        md: String::new(),
+    };
     for (grid, rows) in &grids {
-        // Policies in first-seen order.
+        let g = Grid::new(grid, rows);
+        out.jct_cdf(&g)?;
+        let _ = writeln!(out.md, "## {grid}\n");
+        if g.loads.is_empty() {
+            out.by_workload(&g)?;
+        } else {
+            out.by_load(&g)?;
+        }
+        if rows.iter().any(|r| r.interruptions > 0) {
+            out.failures(&g)?;
+        }
+        out.over_time(&g)?;
+        out.md.push('\n');
+    }
+    let path = dir.join("summary.md");
+    std::fs::write(&path, &out.md).map_err(ReportError::io(&path))?;
+    out.written.push(path);
+    Ok(out.written)
+}
+
+/// One grid's cells: its policies in first-seen order, its loads sorted.
+struct Grid<'a> {
+    name: &'a str,
+    rows: &'a [SweepRow],
+    policies: Vec<String>,
+    loads: Vec<f64>,
+}
+
+impl<'a> Grid<'a> {
+    fn new(name: &'a str, rows: &'a [SweepRow]) -> Self {
         let mut policies: Vec<String> = Vec::new();
         for r in rows {
             if !policies.contains(&r.policy) {
                 policies.push(r.policy.clone());
             }
         }
-        // JCT CDF, every cell of the policy pooled.
+        let mut loads: Vec<f64> = rows.iter().filter_map(|r| r.jobs_per_hour).collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        Grid {
+            name,
+            rows,
+            policies,
+            loads,
+        }
+    }
+
+    /// The cells of policy `p`.
+    fn of<'b>(&'b self, p: &'b str) -> impl Iterator<Item = &'a SweepRow> + 'b {
+        self.rows.iter().filter(move |r| r.policy == p)
+    }
+
+    /// The cells of policy `p` at load `l`.
+    fn at<'b>(&'b self, p: &'b str, l: f64) -> impl Iterator<Item = &'a SweepRow> + 'b {
+        self.of(p).filter(move |r| r.jobs_per_hour == Some(l))
+    }
+
+    /// A file of this grid in `dir`: `<grid>-<file>.svg`.
+    fn svg(&self, dir: &Path, file: &str) -> PathBuf {
+        dir.join(format!("{}-{file}.svg", slug(self.name)))
+    }
+}
+
+/// The mean of `f` over `rows`.
+fn mean_of(rows: &[&SweepRow], f: fn(&SweepRow) -> f64) -> f64 {
+    mean(&rows.iter().map(|r| f(r)).collect::<Vec<_>>())
+}
+
+/// What the report writes: the plots so far, and `summary.md`'s text.
+struct Out<'d> {
+    dir: &'d Path,
+    written: Vec<PathBuf>,
+    md: String,
+}
+
+impl Out<'_> {
+    /// A line chart, linear scales unless `log_x`.
+    fn chart(
+        &mut self,
+        path: PathBuf,
+        title: &str,
+        x: &str,
+        y: &str,
+        series: &Series,
+        log_x: bool,
+    ) -> Result<(), ReportError> {
+        line_chart(&path, title, x, y, series, log_x).map_err(plot_err(&path))?;
+        self.written.push(path);
+        Ok(())
+    }
+
+    /// The JCT CDF per policy, every cell of the policy pooled.
+    fn jct_cdf(&mut self, g: &Grid) -> Result<(), ReportError> {
         let mut cdf: Series = Vec::new();
-        for p in &policies {
+        for p in &g.policies {
             let mut all = Vec::new();
-            for r in rows.iter().filter(|r| &r.policy == p) {
-                all.extend(jcts_h(&dir.join(&r.dir))?);
+            for r in g.of(p) {
+                all.extend(jcts_h(&self.dir.join(&r.dir))?);
             }
             all.sort_by(f64::total_cmp);
             let n = all.len().max(1) as f64;
@@ -156,227 +244,206 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                     .collect(),
             ));
         }
-        let path = dir.join(format!("{}-jct-cdf.svg", slug(grid)));
-        line_chart(
-            &path,
-            &format!("{grid}: JCT CDF (all cells pooled)"),
+        let path = g.svg(self.dir, "jct-cdf");
+        self.chart(
+            path,
+            &format!("{}: JCT CDF (all cells pooled)", g.name),
             "job completion time (hours, log scale)",
             "fraction of jobs",
             &cdf,
             true,
         )
-        .map_err(plot_err(&path))?;
-        written.push(path);
-        let loads: Vec<f64> = {
-            let mut l: Vec<f64> = rows.iter().filter_map(|r| r.jobs_per_hour).collect();
-            l.sort_by(f64::total_cmp);
-            l.dedup();
-            l
-        };
-        let _ = writeln!(md, "## {grid}\n");
-        if !loads.is_empty() {
-            for (metric, file, label) in [
-                ("jct", "jct-vs-load", "average JCT (hours)"),
-                ("resp", "resp-vs-load", "average responsiveness (hours)"),
-            ] {
-                let series: Series = policies
-                    .iter()
-                    .map(|p| {
-                        let pts = loads
-                            .iter()
-                            .map(|l| {
-                                let v: Vec<f64> = rows
-                                    .iter()
-                                    .filter(|r| &r.policy == p && r.jobs_per_hour == Some(*l))
-                                    .map(|r| if metric == "jct" { r.avg_jct_s } else { r.avg_responsiveness_s } / 3600.0)
-                                    .collect();
-                                (*l, mean(&v))
-                            })
-                            .collect();
-                        (p.clone(), pts)
-                    })
-                    .collect();
-                let path = dir.join(format!("{}-{file}.svg", slug(grid)));
-                line_chart(
-                    &path,
-                    &format!("{grid}: {label} vs load"),
-                    "load (jobs per hour)",
-                    label,
-                    &series,
-                    false,
-                )
-                .map_err(plot_err(&path))?;
-                written.push(path);
-            }
-            let _ = writeln!(
-                md,
-                "Average JCT (hours) by load (jobs/hour); p99 JCT, responsiveness and makespan at the highest load.\n"
-            );
-            let mut head = "| policy |".to_string();
-            for l in &loads {
-                let _ = write!(head, " {l} |");
-            }
-            let hi = *loads.last().expect("non-empty");
-            let _ = writeln!(
-                md,
-                "{head} p99 JCT @{hi} | avg resp. @{hi} | makespan @{hi} | finished |"
-            );
-            let _ = writeln!(md, "|---|{}---|---|---|---|", "---|".repeat(loads.len()));
-            for p in &policies {
-                let mut line = format!("| {p} |");
-                for l in &loads {
-                    let v: Vec<f64> = rows
-                        .iter()
-                        .filter(|r| &r.policy == p && r.jobs_per_hour == Some(*l))
-                        .map(|r| r.avg_jct_s / 3600.0)
-                        .collect();
-                    let _ = write!(line, " {:.3} |", mean(&v));
-                }
-                let at: Vec<&SweepRow> = rows
-                    .iter()
-                    .filter(|r| &r.policy == p && r.jobs_per_hour == Some(hi))
-                    .collect();
-                let m =
-                    |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
-                let _ = writeln!(
-                    line,
-                    " {:.2} | {:.3} | {:.1} h | {:.0}/{:.0} |",
-                    m(|r| r.p99_jct_s / 3600.0),
-                    m(|r| r.avg_responsiveness_s / 3600.0),
-                    m(|r| r.makespan_s / 3600.0),
-                    m(|r| r.finished as f64),
-                    m(|r| r.jobs as f64)
-                );
-                md.push_str(&line);
-            }
-        } else {
-            let workloads: Vec<String> = {
-                let mut w: Vec<String> = Vec::new();
-                for r in rows {
-                    if !w.contains(&r.workload) {
-                        w.push(r.workload.clone());
-                    }
-                }
-                w
-            };
-            let series: Series = policies
-                .iter()
+    }
+
+    /// A grid with loads: JCT and responsiveness against load, and the
+    /// table of JCT by load with the highest load's other figures.
+    fn by_load(&mut self, g: &Grid) -> Result<(), ReportError> {
+        let grid = g.name;
+        for (metric, file, label) in [
+            ("jct", "jct-vs-load", "average JCT (hours)"),
+            ("resp", "resp-vs-load", "average responsiveness (hours)"),
+        ] {
+            let series: Series = (g.policies.iter())
                 .map(|p| {
-                    let pts = workloads
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, w)| {
-                            rows.iter()
-                                .find(|r| &r.policy == p && &r.workload == w)
-                                .map(|r| ((i + 1) as f64, r.avg_jct_s / 3600.0))
+                    let pts = (g.loads.iter())
+                        .map(|l| {
+                            let v: Vec<f64> = g
+                                .at(p, *l)
+                                .map(|r| match metric {
+                                    "jct" => r.avg_jct_s,
+                                    _ => r.avg_responsiveness_s,
+                                })
+                                .map(|s| s / 3600.0)
+                                .collect();
+                            (*l, mean(&v))
                         })
                         .collect();
                     (p.clone(), pts)
                 })
                 .collect();
-            let path = dir.join(format!("{}-jct-by-workload.svg", slug(grid)));
-            line_chart(
-                &path,
-                &format!("{grid}: average JCT per workload"),
-                "workload (index in the sweep)",
-                "average JCT (hours)",
+            let path = g.svg(self.dir, file);
+            self.chart(
+                path,
+                &format!("{grid}: {label} vs load"),
+                "load (jobs per hour)",
+                label,
                 &series,
                 false,
-            )
-            .map_err(plot_err(&path))?;
-            written.push(path);
-            if workloads.len() > 1 {
-                let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
+            )?;
+        }
+        let md = &mut self.md;
+        let _ = writeln!(
+            md,
+            "Average JCT (hours) by load (jobs/hour); p99 JCT, responsiveness and makespan at the highest load.\n"
+        );
+        let mut head = "| policy |".to_string();
+        for l in &g.loads {
+            let _ = write!(head, " {l} |");
+        }
+        let hi = *g.loads.last().expect("non-empty");
+        let _ = writeln!(
+            md,
+            "{head} p99 JCT @{hi} | avg resp. @{hi} | makespan @{hi} | finished |"
+        );
+        let _ = writeln!(md, "|---|{}---|---|---|---|", "---|".repeat(g.loads.len()));
+        for p in &g.policies {
+            let mut line = format!("| {p} |");
+            for l in &g.loads {
+                let v: Vec<f64> = g.at(p, *l).map(|r| r.avg_jct_s / 3600.0).collect();
+                let _ = write!(line, " {:.3} |", mean(&v));
             }
-            let _ = writeln!(md, "| policy | avg JCT (h) | p99 JCT (h) | avg responsiveness (h) | makespan (h) | GPU util. | preemptions | finished |");
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-            for p in &policies {
-                let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
-                let m =
-                    |f: fn(&SweepRow) -> f64| mean(&at.iter().map(|r| f(r)).collect::<Vec<_>>());
-                let _ = writeln!(
-                    md,
-                    "| {p} | {:.3} | {:.2} | {:.3} | {:.2} | {:.1} % | {:.0} | {:.0}/{:.0} |",
-                    m(|r| r.avg_jct_s / 3600.0),
-                    m(|r| r.p99_jct_s / 3600.0),
-                    m(|r| r.avg_responsiveness_s / 3600.0),
-                    m(|r| r.makespan_s / 3600.0),
-                    m(|r| 100.0 * r.gpu_utilisation),
-                    m(|r| r.preemptions as f64),
-                    m(|r| r.finished as f64),
-                    m(|r| r.jobs as f64)
-                );
+            let at: Vec<&SweepRow> = g.at(p, hi).collect();
+            let _ = writeln!(
+                line,
+                " {:.2} | {:.3} | {:.1} h | {:.0}/{:.0} |",
+                mean_of(&at, |r| r.p99_jct_s / 3600.0),
+                mean_of(&at, |r| r.avg_responsiveness_s / 3600.0),
+                mean_of(&at, |r| r.makespan_s / 3600.0),
+                mean_of(&at, |r| r.finished as f64),
+                mean_of(&at, |r| r.jobs as f64)
+            );
+            md.push_str(&line);
+        }
+        Ok(())
+    }
+
+    /// A grid over workloads: average JCT per workload, and the table of
+    /// means over them.
+    fn by_workload(&mut self, g: &Grid) -> Result<(), ReportError> {
+        let mut workloads: Vec<String> = Vec::new();
+        for r in g.rows {
+            if !workloads.contains(&r.workload) {
+                workloads.push(r.workload.clone());
             }
         }
-        // Failures: interruptions and ETTR, overall and by job size.
-        if rows.iter().any(|r| r.interruptions > 0) {
-            let sizes: Vec<&str> = crate::report::summary::SIZE_BUCKETS
+        let series: Series = (g.policies.iter())
+            .map(|p| {
+                let pts = (workloads.iter().enumerate())
+                    .filter_map(|(i, w)| {
+                        g.of(p)
+                            .find(|r| &r.workload == w)
+                            .map(|r| ((i + 1) as f64, r.avg_jct_s / 3600.0))
+                    })
+                    .collect();
+                (p.clone(), pts)
+            })
+            .collect();
+        let path = g.svg(self.dir, "jct-by-workload");
+        self.chart(
+            path,
+            &format!("{}: average JCT per workload", g.name),
+            "workload (index in the sweep)",
+            "average JCT (hours)",
+            &series,
+            false,
+        )?;
+        let md = &mut self.md;
+        if workloads.len() > 1 {
+            let _ = writeln!(md, "Means over the {} workloads.\n", workloads.len());
+        }
+        let _ = writeln!(md, "| policy | avg JCT (h) | p99 JCT (h) | avg responsiveness (h) | makespan (h) | GPU util. | preemptions | finished |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        for p in &g.policies {
+            let at: Vec<&SweepRow> = g.of(p).collect();
+            let _ = writeln!(
+                md,
+                "| {p} | {:.3} | {:.2} | {:.3} | {:.2} | {:.1} % | {:.0} | {:.0}/{:.0} |",
+                mean_of(&at, |r| r.avg_jct_s / 3600.0),
+                mean_of(&at, |r| r.p99_jct_s / 3600.0),
+                mean_of(&at, |r| r.avg_responsiveness_s / 3600.0),
+                mean_of(&at, |r| r.makespan_s / 3600.0),
+                mean_of(&at, |r| 100.0 * r.gpu_utilisation),
+                mean_of(&at, |r| r.preemptions as f64),
+                mean_of(&at, |r| r.finished as f64),
+                mean_of(&at, |r| r.jobs as f64)
+            );
+        }
+        Ok(())
+    }
+
+    /// Where nodes failed: interruptions and ETTR, overall and by job
+    /// size, as a table and a plot.
+    fn failures(&mut self, g: &Grid) -> Result<(), ReportError> {
+        let sizes: Vec<&str> = crate::report::summary::SIZE_BUCKETS
+            .iter()
+            .map(|(l, _, _)| *l)
+            .filter(|l| (g.rows.iter()).any(|r| r.ettr_sizes().iter().any(|(x, _)| x == l)))
+            .collect();
+        let ettr_at = |at: &[&SweepRow], size: &str| -> Option<f64> {
+            let v: Vec<f64> = at
                 .iter()
-                .map(|(l, _, _)| *l)
-                .filter(|l| {
-                    rows.iter()
-                        .any(|r| r.ettr_sizes().iter().any(|(x, _)| x == l))
-                })
+                .filter_map(|r| r.ettr_sizes().into_iter().find(|(x, _)| x == size))
+                .map(|(_, e)| e)
                 .collect();
-            let ettr_at = |at: &[&SweepRow], size: &str| -> Option<f64> {
-                let v: Vec<f64> = at
-                    .iter()
-                    .filter_map(|r| r.ettr_sizes().into_iter().find(|(x, _)| x == size))
-                    .map(|(_, e)| e)
-                    .collect();
-                (!v.is_empty()).then(|| mean(&v))
-            };
+            (!v.is_empty()).then(|| mean(&v))
+        };
+        let md = &mut self.md;
+        let _ = writeln!(
+            md,
+            "\nETTR (productive time over time since submission, GPU-time weighted; means over cells) by job size:\n"
+        );
+        let _ = writeln!(
+            md,
+            "| policy | interruptions | ETTR | {} |",
+            sizes.join(" | ")
+        );
+        let _ = writeln!(md, "|---|---|---|{}", "---|".repeat(sizes.len()));
+        let mut series: Series = Vec::new();
+        for p in &g.policies {
+            let at: Vec<&SweepRow> = g.of(p).collect();
+            let ints = mean_of(&at, |r| r.interruptions as f64);
+            let all: Vec<f64> = at.iter().filter_map(|r| r.ettr).collect();
+            let fmt = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{e:.4}"));
+            let by: Vec<String> = sizes.iter().map(|sz| fmt(ettr_at(&at, sz))).collect();
             let _ = writeln!(
                 md,
-                "\nETTR (productive time over time since submission, GPU-time weighted; means over cells) by job size:\n"
+                "| {p} | {ints:.0} | {} | {} |",
+                fmt((!all.is_empty()).then(|| mean(&all))),
+                by.join(" | ")
             );
-            let _ = writeln!(
-                md,
-                "| policy | interruptions | ETTR | {} |",
-                sizes.join(" | ")
-            );
-            let _ = writeln!(md, "|---|---|---|{}", "---|".repeat(sizes.len()));
-            let mut series: Series = Vec::new();
-            for p in &policies {
-                let at: Vec<&SweepRow> = rows.iter().filter(|r| &r.policy == p).collect();
-                let ints = mean(
-                    &at.iter()
-                        .map(|r| r.interruptions as f64)
-                        .collect::<Vec<_>>(),
-                );
-                let all: Vec<f64> = at.iter().filter_map(|r| r.ettr).collect();
-                let fmt = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{e:.4}"));
-                let by: Vec<String> = sizes.iter().map(|sz| fmt(ettr_at(&at, sz))).collect();
-                let _ = writeln!(
-                    md,
-                    "| {p} | {ints:.0} | {} | {} |",
-                    fmt((!all.is_empty()).then(|| mean(&all))),
-                    by.join(" | ")
-                );
-                let pts = sizes
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, sz)| ettr_at(&at, sz).map(|e| ((i + 1) as f64, e)))
-                    .collect();
-                series.push((p.clone(), pts));
-            }
-            let path = dir.join(format!("{}-ettr-by-size.svg", slug(grid)));
-            line_chart(
-                &path,
-                &format!("{grid}: ETTR by job size ({})", sizes.join(", ")),
-                "job size (bucket, smallest first)",
-                "ETTR",
-                &series,
-                false,
-            )
-            .map_err(plot_err(&path))?;
-            written.push(path);
+            let pts = (sizes.iter().enumerate())
+                .filter_map(|(i, sz)| ettr_at(&at, sz).map(|e| ((i + 1) as f64, e)))
+                .collect();
+            series.push((p.clone(), pts));
         }
-        // GPU utilisation and queue length over time: the highest load (or the
-        // first workload) of each policy.
-        let pick = |p: &String| -> Option<&SweepRow> {
-            let mut mine = rows.iter().filter(|r| &r.policy == p);
-            match loads.last() {
+        let path = g.svg(self.dir, "ettr-by-size");
+        self.chart(
+            path,
+            &format!("{}: ETTR by job size ({})", g.name, sizes.join(", ")),
+            "job size (bucket, smallest first)",
+            "ETTR",
+            &series,
+            false,
+        )
+    }
+
+    /// GPU utilisation and queue length over time, of the highest load (or
+    /// the first workload) of each policy; the synthesizer's policy
+    /// timeline where the policy changed.
+    fn over_time(&mut self, g: &Grid) -> Result<(), ReportError> {
+        let pick = |p: &str| -> Option<&SweepRow> {
+            let mut mine = g.of(p);
+            match g.loads.last() {
                 Some(hi) => mine.find(|r| r.jobs_per_hour == Some(*hi)),
                 None => mine.next(),
             }
@@ -384,59 +451,29 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
         let mut util: Series = Vec::new();
         let mut queue: Series = Vec::new();
         let mut at = String::new();
-        for p in &policies {
+        for p in &g.policies {
             let Some(r) = pick(p) else { continue };
             at = match r.jobs_per_hour {
                 Some(l) => format!("{l} jobs/hour"),
                 None => r.workload.clone(),
             };
-            let pts = rounds_of(&dir.join(&r.dir))?;
+            let pts = rounds_of(&self.dir.join(&r.dir))?;
             let u: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.util_pct)).collect();
             let q: Vec<(f64, f64)> = pts.iter().map(|x| (x.t_h, x.queue)).collect();
             util.push((p.clone(), downsample(&u, 600)));
             queue.push((p.clone(), downsample(&q, 600)));
-            // The synthesizer's policy timeline, where the policy changed.
             let distinct: std::collections::BTreeSet<&str> =
                 pts.iter().map(|x| x.policy.as_str()).collect();
             if distinct.len() > 1 {
-                for c in rows.iter().filter(|c| &c.policy == p) {
-                    let pts = rounds_of(&dir.join(&c.dir))?;
-                    let tag = match c.jobs_per_hour {
-                        Some(l) => format!("{l}jph"),
-                        None if c.workload.is_empty() => "default".to_string(),
-                        None => c.workload.clone(),
-                    };
-                    let file = format!("{}-{}-{}-timeline.svg", slug(grid), slug(p), slug(&tag));
-                    let path = dir.join(&file);
-                    let tl: Vec<PolicyPoint> = pts
-                        .iter()
-                        .map(|x| PolicyPoint {
-                            t_h: x.t_h,
-                            policy: x.policy.clone(),
-                        })
-                        .collect();
-                    timeline_chart(
-                        &path,
-                        &format!("{grid}: {p} ({tag}), policies chosen over time"),
-                        &tl,
-                    )
-                    .map_err(plot_err(&path))?;
-                    written.push(path);
-                    let _ = writeln!(
-                        md,
-                        "\n{p} ({tag}) switched policies {} times: ![timeline]({file})",
-                        pts.windows(2)
-                            .filter(|w| w[0].policy != w[1].policy)
-                            .count()
-                    );
-                }
+                self.timelines(g, p)?;
             }
         }
+        let grid = g.name;
         for (series, file, label) in [
             (&util, "util-over-time", "GPU utilisation (%)"),
             (&queue, "queue-over-time", "jobs waiting for GPUs"),
         ] {
-            let path = dir.join(format!("{}-{file}.svg", slug(grid)));
+            let path = g.svg(self.dir, file);
             line_chart_scaled(
                 &path,
                 &format!("{grid}: {label} over time ({at})"),
@@ -447,12 +484,45 @@ pub fn report_sweep(dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
                 false,
             )
             .map_err(plot_err(&path))?;
-            written.push(path);
+            self.written.push(path);
         }
-        md.push('\n');
+        Ok(())
     }
-    let path = dir.join("summary.md");
-    std::fs::write(&path, md).map_err(ReportError::io(&path))?;
-    written.push(path);
-    Ok(written)
+
+    /// The synthesizer's policy timeline of each cell of policy `p`.
+    fn timelines(&mut self, g: &Grid, p: &str) -> Result<(), ReportError> {
+        let grid = g.name;
+        for c in g.of(p) {
+            let pts = rounds_of(&self.dir.join(&c.dir))?;
+            let tag = match c.jobs_per_hour {
+                Some(l) => format!("{l}jph"),
+                None if c.workload.is_empty() => "default".to_string(),
+                None => c.workload.clone(),
+            };
+            let file = format!("{}-{}-{}-timeline.svg", slug(grid), slug(p), slug(&tag));
+            let path = self.dir.join(&file);
+            let tl: Vec<PolicyPoint> = pts
+                .iter()
+                .map(|x| PolicyPoint {
+                    t_h: x.t_h,
+                    policy: x.policy.clone(),
+                })
+                .collect();
+            timeline_chart(
+                &path,
+                &format!("{grid}: {p} ({tag}), policies chosen over time"),
+                &tl,
+            )
+            .map_err(plot_err(&path))?;
+            self.written.push(path);
+            let _ = writeln!(
+                self.md,
+                "\n{p} ({tag}) switched policies {} times: ![timeline]({file})",
+                pts.windows(2)
+                    .filter(|w| w[0].policy != w[1].policy)
+                    .count()
+            );
+        }
+        Ok(())
+    }
 }
