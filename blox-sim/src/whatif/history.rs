@@ -1,6 +1,6 @@
 //! The state a replay starts from ([`History`]), from an event log.
 
-use super::live_log::{join_runs, measured_startups};
+use super::live_log::{join_runs, measured_startups, Joined};
 use blox_core::round::events::{Event, GpuPlace, What};
 use blox_core::*;
 use blox_eventlog::EventLogError;
@@ -145,11 +145,7 @@ impl History {
         round_s: f64,
         checkpoint_interval_s: Option<f64>,
     ) -> Result<History, EventLogError> {
-        let overheads = (sim.launch_overhead_s, sim.restart_overhead_s);
-        // A scheduler that restarted starts its clock and rounds again. A
-        // live log's runs are joined on the Unix clock its events carry
-        // (`join_runs`); without it only the log of the last run is one
-        // history.
+        // A scheduler that restarted starts its clock and rounds again.
         let restarts: Vec<usize> = (1..events.len())
             .filter(|&i| {
                 events[i].round < events[i - 1].round || events[i].time_s < events[i - 1].time_s
@@ -157,95 +153,31 @@ impl History {
             .collect();
         let mut notes = Vec::new();
         let joined = join_runs(events, &restarts, round_s);
-        let mut boundaries: Vec<(usize, f64)> = Vec::new();
-        let events: &[Event] = match (&joined, restarts.last()) {
-            (Some(j), _) => {
-                boundaries = j.boundaries.clone();
-                notes.push(j.note.clone());
-                &j.events
-            }
-            (None, Some(&i)) => {
-                notes.push(format!(
-                    "the log spans {} scheduler restarts (its clock starts again at each); only the part after the last ({} of {} events) is replayed",
-                    restarts.len(),
-                    events.len() - i,
-                    events.len()
-                ));
-                &events[i..]
-            }
-            (None, None) => events,
-        };
+        let (events, boundaries) = one_history(events, &joined, &restarts, &mut notes);
         let startup = measured_startups(events);
-        let first_t = events.first().map_or(0.0, |e| e.time_s);
-        let want = at_s.unwrap_or(first_t);
-        // The start is the log's first round at or after `at_s`: one with
-        // events, or one between them on the grid of `round_s`.
-        let from = events
-            .iter()
-            .position(|e| e.time_s >= want)
-            .unwrap_or(events.len());
-        let (mut at, mut start_round) = match events.get(from) {
-            Some(e) => (e.time_s, e.round),
-            None => (want, events.last().map_or(0, |e| e.round + 1)),
-        };
-        if let Some(prev) = from.checked_sub(1).map(|i| &events[i]) {
-            let n = ((want - prev.time_s) / round_s).ceil().max(1.0);
-            let t = prev.time_s + n * round_s;
-            if t < at || from == events.len() {
-                at = t;
-                start_round = prev.round + n as u64;
-            }
-        }
-        // A live scheduler's rounds keep to a grid of `round_s` but each
-        // starts a little late (milliseconds; more when a round waits): the
-        // replay's grid is the log's least late rounds', not that of the
-        // round it starts at (a job submitted just after that round's
-        // grid time is seen by the next round, as it was).
-        if !startup.is_empty() || events.iter().any(|e| e.unix_s.is_some()) {
-            let late = |t: f64| {
-                let k = (t - at) / round_s;
-                (k - k.round()) * round_s
-            };
-            // The grid of the scheduler run the start falls in (each run
-            // of a restarted scheduler keeps its own).
-            let run_start = boundaries
-                .iter()
-                .map(|&(b, _)| b)
-                .filter(|&b| b <= from)
-                .max()
-                .unwrap_or(0);
-            let run_end = boundaries
-                .iter()
-                .map(|&(b, _)| b)
-                .find(|&b| b > from)
-                .unwrap_or(events.len());
-            at += events[run_start..run_end]
-                .iter()
-                .map(|e| late(e.time_s))
-                .fold(0.0_f64, f64::min);
-        }
-        // A live log's cluster changes take effect in their round, at its
-        // time on the grid (the round that saw a node join placed on it).
         let live = !startup.is_empty() || events.iter().any(|e| e.unix_s.is_some());
-        let on_grid = |t: f64| {
-            if live {
-                at + ((t - at) / round_s).round() * round_s
-            } else {
-                t
-            }
+        let first_t = events.first().map_or(0.0, |e| e.time_s);
+        let (from, at, start_round) =
+            start_of(events, at_s.unwrap_or(first_t), round_s, &boundaries, live);
+        let mut walk = Walk {
+            sim,
+            overheads: (sim.launch_overhead_s, sim.restart_overhead_s),
+            checkpoint_interval_s,
+            round_s,
+            live,
+            h: History {
+                at_s: at,
+                first_s: first_t,
+                start_round,
+                tail: events[from..].to_vec(),
+                notes,
+                ..History::default()
+            },
+            jobs: BTreeMap::new(),
+            unknown: BTreeMap::new(),
+            nodes: Vec::new(),
+            typeless: 0,
         };
-        let mut h = History {
-            at_s: at,
-            first_s: first_t,
-            start_round,
-            tail: events[from..].to_vec(),
-            notes,
-            ..History::default()
-        };
-        let mut jobs: BTreeMap<JobId, Tracked> = BTreeMap::new();
-        let mut unknown: BTreeMap<JobId, usize> = BTreeMap::new();
-        let mut nodes: Vec<Option<HistoryNode>> = Vec::new();
-        let mut typeless = 0;
         let mut last_t = first_t;
         let mut next_boundary = boundaries.iter().peekable();
         for (i, e) in events.iter().enumerate() {
@@ -256,125 +188,268 @@ impl History {
                     break;
                 }
                 next_boundary.next();
-                // Jobs the next run adopts ran on through the restart.
-                let end = boundaries
-                    .iter()
-                    .map(|&(x, _)| x)
+                let end = (boundaries.iter().map(|&(x, _)| x))
                     .find(|&x| x > b)
                     .unwrap_or(events.len());
-                let mut adopted = std::collections::HashSet::new();
-                let mut relaunched = std::collections::HashSet::new();
-                for e in &events[b..end] {
-                    match (&e.what, e.job) {
-                        (What::Adopted { .. }, Some(j)) if !relaunched.contains(&j) => {
-                            adopted.insert(j);
-                        }
-                        (What::Launched { .. }, Some(j)) => {
-                            relaunched.insert(j);
-                        }
-                        _ => {}
-                    }
-                }
-                for (id, t) in jobs.iter_mut() {
-                    if !adopted.contains(id) {
-                        t.restarted(stopped_at, at);
-                    }
-                }
+                walk.scheduler_restarted(&events[b..end], stopped_at);
             }
             last_t = last_t.max(e.time_s);
-            match &e.what {
-                What::NodeJoined {
-                    node, gpus, spec, ..
-                } => {
-                    let n = *node as usize;
-                    if nodes.len() <= n {
-                        nodes.resize(n + 1, None);
-                    }
-                    let spec = match spec {
-                        Some(s) => (**s).clone(),
-                        None => {
-                            typeless += 1;
-                            NodeSpec::with_gpus(*gpus)
-                        }
-                    };
-                    // A node that joined again after a restart is the
-                    // node it was (the runs are joined).
-                    if nodes[n].as_ref().is_some_and(|x| x.left_s.is_none()) {
-                        continue;
-                    }
-                    nodes[n] = Some(HistoryNode {
-                        spec,
-                        joined_s: on_grid(e.time_s),
-                        left_s: None,
-                    });
-                    continue;
+            if !walk.cluster_event(e) {
+                walk.job_event(e, &startup);
+            }
+        }
+        Ok(walk.finish(startup, last_t))
+    }
+}
+
+/// The part of a log that is one history: a live log's runs joined on the
+/// Unix clock its events carry (`joined`, with where each later run
+/// starts), or else the last run only.
+fn one_history<'a>(
+    events: &'a [Event],
+    joined: &'a Option<Joined>,
+    restarts: &[usize],
+    notes: &mut Vec<String>,
+) -> (&'a [Event], Vec<(usize, f64)>) {
+    match (joined, restarts.last()) {
+        (Some(j), _) => {
+            notes.push(j.note.clone());
+            (&j.events, j.boundaries.clone())
+        }
+        (None, Some(&i)) => {
+            notes.push(format!(
+                "the log spans {} scheduler restarts (its clock starts again at each); only the part after the last ({} of {} events) is replayed",
+                restarts.len(),
+                events.len() - i,
+                events.len()
+            ));
+            (&events[i..], Vec::new())
+        }
+        (None, None) => (events, Vec::new()),
+    }
+}
+
+/// Where a replay from `want` starts: the index of the first event from
+/// then on, the time and the round number. It is the log's first round at
+/// or after `want`: one with events, or one between them on the grid of
+/// `round_s`.
+fn start_of(
+    events: &[Event],
+    want: f64,
+    round_s: f64,
+    boundaries: &[(usize, f64)],
+    live: bool,
+) -> (usize, f64, u64) {
+    let from = events
+        .iter()
+        .position(|e| e.time_s >= want)
+        .unwrap_or(events.len());
+    let (mut at, mut start_round) = match events.get(from) {
+        Some(e) => (e.time_s, e.round),
+        None => (want, events.last().map_or(0, |e| e.round + 1)),
+    };
+    if let Some(prev) = from.checked_sub(1).map(|i| &events[i]) {
+        let n = ((want - prev.time_s) / round_s).ceil().max(1.0);
+        let t = prev.time_s + n * round_s;
+        if t < at || from == events.len() {
+            at = t;
+            start_round = prev.round + n as u64;
+        }
+    }
+    // A live scheduler's rounds keep to a grid of `round_s` but each
+    // starts a little late (milliseconds; more when a round waits): the
+    // replay's grid is the log's least late rounds', not that of the
+    // round it starts at (a job submitted just after that round's grid
+    // time is seen by the next round, as it was).
+    if live {
+        let late = |t: f64| {
+            let k = (t - at) / round_s;
+            (k - k.round()) * round_s
+        };
+        // The grid of the scheduler run the start falls in (each run of a
+        // restarted scheduler keeps its own).
+        let run_start = (boundaries.iter().map(|&(b, _)| b))
+            .filter(|&b| b <= from)
+            .max()
+            .unwrap_or(0);
+        let run_end = (boundaries.iter().map(|&(b, _)| b))
+            .find(|&b| b > from)
+            .unwrap_or(events.len());
+        at += events[run_start..run_end]
+            .iter()
+            .map(|e| late(e.time_s))
+            .fold(0.0_f64, f64::min);
+    }
+    (from, at, start_round)
+}
+
+/// The walk over a log's events: each job tracked, the cluster's nodes and
+/// outages, into the history it fills.
+struct Walk<'s> {
+    sim: &'s crate::SimConfig,
+    /// The start-up of a launch and of a restart (the config's `[sim]`).
+    overheads: (f64, f64),
+    checkpoint_interval_s: Option<f64>,
+    round_s: f64,
+    /// A live cluster's log (measured start-ups or Unix times).
+    live: bool,
+    h: History,
+    jobs: BTreeMap<JobId, Tracked>,
+    /// Jobs with decisions but no `submitted` event: how many events.
+    unknown: BTreeMap<JobId, usize>,
+    nodes: Vec<Option<HistoryNode>>,
+    /// Nodes that joined without their GPU type.
+    typeless: usize,
+}
+
+impl Walk<'_> {
+    /// A live log's cluster changes take effect in their round, at its
+    /// time on the grid (the round that saw a node join placed on it).
+    fn on_grid(&self, t: f64) -> f64 {
+        if self.live {
+            let at = self.h.at_s;
+            at + ((t - at) / self.round_s).round() * self.round_s
+        } else {
+            t
+        }
+    }
+
+    /// The scheduler stopped at `stopped_at` and its next run logged
+    /// `run`: what ran stopped with it, but the jobs that run adopted
+    /// (before launching them again) ran on through the restart.
+    fn scheduler_restarted(&mut self, run: &[Event], stopped_at: f64) {
+        let mut adopted = std::collections::HashSet::new();
+        let mut relaunched = std::collections::HashSet::new();
+        for e in run {
+            match (&e.what, e.job) {
+                (What::Adopted { .. }, Some(j)) if !relaunched.contains(&j) => {
+                    adopted.insert(j);
                 }
-                What::NodeLeft { node } => {
-                    if let Some(Some(n)) = nodes.get_mut(*node as usize) {
-                        n.left_s = Some(on_grid(e.time_s));
-                    }
-                    continue;
-                }
-                What::NodeFailed { node } => {
-                    h.outages.push(Outage {
-                        node: *node,
-                        failed_s: on_grid(e.time_s),
-                        repaired_s: None,
-                    });
-                    continue;
-                }
-                What::NodeRepaired { node } => {
-                    if let Some(o) = h
-                        .outages
-                        .iter_mut()
-                        .rev()
-                        .find(|o| o.node == *node && o.repaired_s.is_none())
-                    {
-                        o.repaired_s = Some(on_grid(e.time_s));
-                    }
-                    continue;
+                (What::Launched { .. }, Some(j)) => {
+                    relaunched.insert(j);
                 }
                 _ => {}
             }
-            let Some(id) = e.job else { continue };
-            if let What::Submitted { spec } = &e.what {
-                // Submitted again by a restarted scheduler: the job it was.
-                if jobs.contains_key(&id) {
-                    continue;
-                }
-                if e.time_s >= at {
-                    h.future.push((**spec).clone());
-                }
-                let mut t = Tracked::new((**spec).clone(), e.time_s);
-                t.every = t.job.checkpoint_interval_s().or(checkpoint_interval_s);
-                jobs.insert(id, t);
-                continue;
-            }
-            let Some(t) = jobs.get_mut(&id) else {
-                *unknown.entry(id).or_default() += 1;
-                continue;
-            };
-            if let What::Launched { gpus, .. } | What::Adopted { gpus } = &e.what {
-                // Its speed on the GPUs it got (the slowest's type, by the
-                // config's `[sim]` speeds): its work is time at speed 1.
-                let default = NodeSpec::with_gpus(1).gpu_type;
-                t.speed = gpus
-                    .iter()
-                    .map(|g| {
-                        let ty = nodes
-                            .get(g.node as usize)
-                            .and_then(|n| n.as_ref())
-                            .map_or(default.as_str(), |n| n.spec.gpu_type.as_str());
-                        sim.speed(t.job.spec.model.as_deref(), ty)
-                    })
-                    .fold(f64::INFINITY, f64::min);
-                if !t.speed.is_finite() || t.speed <= 0.0 {
-                    t.speed = 1.0;
-                }
-            }
-            let own = startup.get(&id).map(|&s| (s, s));
-            t.apply(e, at, own.unwrap_or(overheads));
         }
+        let at = self.h.at_s;
+        for (id, t) in self.jobs.iter_mut() {
+            if !adopted.contains(id) {
+                t.restarted(stopped_at, at);
+            }
+        }
+    }
+
+    /// A node joined, left, failed or was repaired: taken in, and true;
+    /// false for any other event.
+    fn cluster_event(&mut self, e: &Event) -> bool {
+        match &e.what {
+            What::NodeJoined {
+                node, gpus, spec, ..
+            } => {
+                let n = *node as usize;
+                if self.nodes.len() <= n {
+                    self.nodes.resize(n + 1, None);
+                }
+                let spec = match spec {
+                    Some(s) => (**s).clone(),
+                    None => {
+                        self.typeless += 1;
+                        NodeSpec::with_gpus(*gpus)
+                    }
+                };
+                // A node that joined again after a restart is the node it
+                // was (the runs are joined).
+                if self.nodes[n].as_ref().is_some_and(|x| x.left_s.is_none()) {
+                    return true;
+                }
+                self.nodes[n] = Some(HistoryNode {
+                    spec,
+                    joined_s: self.on_grid(e.time_s),
+                    left_s: None,
+                });
+            }
+            What::NodeLeft { node } => {
+                let t = self.on_grid(e.time_s);
+                if let Some(Some(n)) = self.nodes.get_mut(*node as usize) {
+                    n.left_s = Some(t);
+                }
+            }
+            What::NodeFailed { node } => {
+                let failed_s = self.on_grid(e.time_s);
+                self.h.outages.push(Outage {
+                    node: *node,
+                    failed_s,
+                    repaired_s: None,
+                });
+            }
+            What::NodeRepaired { node } => {
+                let t = self.on_grid(e.time_s);
+                if let Some(o) = (self.h.outages.iter_mut().rev())
+                    .find(|o| o.node == *node && o.repaired_s.is_none())
+                {
+                    o.repaired_s = Some(t);
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// A job's event: its submission starts tracking it, the others are
+    /// applied to it (`startup`: a live log's measured start-ups).
+    fn job_event(&mut self, e: &Event, startup: &HashMap<JobId, f64>) {
+        let Some(id) = e.job else { return };
+        if let What::Submitted { spec } = &e.what {
+            // Submitted again by a restarted scheduler: the job it was.
+            if self.jobs.contains_key(&id) {
+                return;
+            }
+            if e.time_s >= self.h.at_s {
+                self.h.future.push((**spec).clone());
+            }
+            let mut t = Tracked::new((**spec).clone(), e.time_s);
+            t.every = t.job.checkpoint_interval_s().or(self.checkpoint_interval_s);
+            self.jobs.insert(id, t);
+            return;
+        }
+        let Some(t) = self.jobs.get_mut(&id) else {
+            *self.unknown.entry(id).or_default() += 1;
+            return;
+        };
+        if let What::Launched { gpus, .. } | What::Adopted { gpus } = &e.what {
+            // Its speed on the GPUs it got (the slowest's type, by the
+            // config's `[sim]` speeds): its work is time at speed 1.
+            let default = NodeSpec::with_gpus(1).gpu_type;
+            t.speed = gpus
+                .iter()
+                .map(|g| {
+                    let ty = (self.nodes.get(g.node as usize))
+                        .and_then(|n| n.as_ref())
+                        .map_or(default.as_str(), |n| n.spec.gpu_type.as_str());
+                    self.sim.speed(t.job.spec.model.as_deref(), ty)
+                })
+                .fold(f64::INFINITY, f64::min);
+            if !t.speed.is_finite() || t.speed <= 0.0 {
+                t.speed = 1.0;
+            }
+        }
+        let own = startup.get(&id).map(|&s| (s, s));
+        t.apply(e, self.h.at_s, own.unwrap_or(self.overheads));
+    }
+
+    /// The history at the start: each job's state then, its work and what
+    /// happened after, with notes on what the log lacks (`last_t`: its
+    /// last event's time).
+    fn finish(self, startup: HashMap<JobId, f64>, last_t: f64) -> History {
+        let Walk {
+            mut h,
+            jobs,
+            unknown,
+            nodes,
+            typeless,
+            ..
+        } = self;
+        let at = h.at_s;
         h.startup = startup;
         if typeless > 0 {
             let d = NodeSpec::with_gpus(1);
@@ -430,7 +505,7 @@ impl History {
             ));
         }
         h.future.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
-        Ok(h)
+        h
     }
 }
 
