@@ -15,6 +15,7 @@
 mod history;
 mod live;
 mod live_log;
+mod resume;
 mod table;
 
 pub use history::{Actual, History, HistoryNode, Outage, Work};
@@ -66,175 +67,41 @@ pub fn replay(
     label: &str,
     events: Option<&Path>,
 ) -> Result<Replay, SimError> {
-    let policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
-    let sim = SimConfig::from_section(&cfg.section("sim"))?;
+    let mut policies = registry::build_policies(&cfg.admission, &cfg.scheduling, &cfg.placement)?;
+    policies.names = blox_core::PolicyNames::new(
+        cfg.admission.policy.clone(),
+        cfg.scheduling.policy.clone(),
+        cfg.placement.policy.clone(),
+    );
     let sim = SimConfig {
         start_after_first_round: false,
-        ..sim
+        ..SimConfig::from_section(&cfg.section("sim"))?
     };
     let round_s = cfg.run.round_s.get();
     let mut notes = Vec::new();
-    let (mut cluster, mut planned) = match &h.nodes {
-        Some(nodes) => history_cluster(nodes, h.at_s, cfg)?,
-        None if !cfg.has_section("cluster") && !cfg.has_section("runtime") => {
-            return Err(SimError::Config(ConfigError::Parse {
-                file: cfg.file.clone(),
-                message: "missing [cluster] section: the history names no nodes (a simulation's log: its starting nodes are its config's), so the replay needs the config's cluster (e.g. nodes = 16, gpus_per_node = 4)".into(),
-            }))
-        }
-        None => (cfg.cluster_state()?, Vec::new()),
-    };
-    outages(h, cfg, &mut cluster, &mut planned, &mut notes);
+    let (mut cluster, planned) = replay_cluster(h, cfg, &mut notes)?;
     let work = |j: &JobSpec| h.work_of(j.id).map_or(UNKNOWN_WORK_S, |w| w.duration_s);
     // A job the config's own workload has, submitted exactly as the history
     // shows it (a simulation's log replayed under the config that ran),
     // keeps the trace's work: a profile-driven job its model, batch and
     // target, not the GPU-seconds it took under the policy that ran.
     let (traced, host) = traced_jobs(cfg, &cluster, h);
-    // Jobs still to be admitted, and those arriving later, arrive in order.
-    let mut trace: Vec<SimJob> = h
-        .waiting
-        .iter()
-        .map(|j| &j.spec)
-        .chain(&h.future)
-        .map(|spec| match traced.get(&spec.id.0) {
-            Some(j) => j.clone(),
-            None => SimJob {
-                startup_s: h.startup.get(&spec.id).copied(),
-                converge_at: None,
-                spec: spec.clone(),
-                work: WorkModel::Duration {
-                    duration_s: work(spec),
-                },
-            },
-        })
-        .collect();
-    trace.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s));
+    let trace = arrivals(h, &traced, work);
     let mut run = cfg.run.clone();
     run.track_jobs = None;
-    let mut policies = policies;
-    policies.names = blox_core::PolicyNames::new(
-        cfg.admission.policy.clone(),
-        cfg.scheduling.policy.clone(),
-        cfg.placement.policy.clone(),
-    );
     let hosts_jobs = policies.placement.places_jobs_without_gpus();
     let mut s = Simulation::new(policies, cluster.clone(), run, sim.clone(), Vec::new())?;
     // The jobs active at the start keep their GPUs where the cluster has them.
-    let mut jobs = JobState::new();
-    let mut running = Vec::new();
     let profile = cfg.profile()?;
-    for (job, places) in &h.active {
-        let mut job = job.clone();
-        // As the loop's intake does for every job it takes in: the
-        // checkpointing plugin's cost and interval for jobs that name none,
-        // and the spec's metrics in the store the policies read.
-        profile.checkpointing.at_submission(&mut job);
-        for (k, v) in &job.spec.metrics {
-            jobs.metrics().set(job.id(), k, *v);
-        }
-        if job.without_gpus() && !hosts_jobs {
-            notes.push(format!(
-                "{} asks for no GPU, and placement `{}` places no such job: it is left out",
-                job.id(),
-                cfg.placement.policy
-            ));
-            continue;
-        }
-        if job.is_running() {
-            let gpus: Option<Vec<GpuId>> = places
-                .iter()
-                .map(|p| {
-                    let node = cluster.nodes().get(p.node as usize)?;
-                    node.gpus.get(p.gpu as usize).copied()
-                })
-                .collect();
-            let take_gpus =
-                |cluster: &mut ClusterState, g: &[GpuId]| match (h.shares.get(&job.id()), g) {
-                    (Some(&m), &[gpu]) => {
-                        let host = job
-                            .spec
-                            .host_need
-                            .unwrap_or_else(|| cluster.share_host(gpu, m));
-                        cluster.assign_share(job.id(), gpu, m, host).is_ok()
-                    }
-                    // A job with host needs of its own (the openb trace's) had
-                    // them from the placements that share GPUs, which give
-                    // them; the log does not say.
-                    _ => cluster
-                        .assign_with_host(job.id(), g, job.spec.host_need)
-                        .is_ok(),
-                };
-            // Within its nodes' CPUs and memory (another cluster may have
-            // fewer), or not at all.
-            let fits = |cluster: &ClusterState, nodes: &[NodeId]| {
-                nodes.iter().all(|n| {
-                    let (c, m) = cluster.host_free(*n);
-                    c >= -blox_core::cluster::HOST_EPS && m >= -blox_core::cluster::HOST_EPS
-                })
-            };
-            let take = |cluster: &mut ClusterState, g: &[GpuId]| {
-                let nodes: Vec<NodeId> = g.iter().filter_map(|x| cluster.node_of(*x)).collect();
-                let ok = take_gpus(cluster, g);
-                if ok && !fits(cluster, &nodes) {
-                    cluster.release_job(job.id());
-                    return false;
-                }
-                ok
-            };
-            // A job without GPUs takes its CPUs on its node again.
-            let hosted = |cluster: &mut ClusterState| match (job.host_node, job.spec.host_need) {
-                (Some(n), Some(h)) if places.is_empty() => {
-                    let ok = cluster
-                        .assign_host(job.id(), n, h.cpus_per_gpu, h.mem_gb_per_gpu)
-                        .is_ok();
-                    if ok && !fits(cluster, &[n]) {
-                        cluster.release_job(job.id());
-                        return false;
-                    }
-                    ok
-                }
-                _ => false,
-            };
-            match gpus {
-                Some(g) if g.is_empty() && hosted(&mut cluster) => running.push(job.id()),
-                Some(g) if !g.is_empty() && take(&mut cluster, &g) => {
-                    job.gpu_share = cluster.share_of(job.id()).map(|s| s.milli);
-                    job.host_share = job.spec.host_need;
-                    job.allocation = g;
-                    running.push(job.id());
-                }
-                _ => {
-                    notes.push(format!(
-                        "{} ran on GPUs (or CPUs) the cluster of `{label}` does not have free; it starts queued",
-                        job.id()
-                    ));
-                    job.status = JobStatus::Queued;
-                    job.allocation.clear();
-                    job.host_node = None;
-                }
-            }
-        }
-        jobs.insert(job);
-    }
-    // A profile-driven job active at the start continues as a job of the
-    // work it took (its goodput model and batch tuner's state are not in
-    // the log): a policy that reads goodput decides otherwise for it.
-    let profiled = h
-        .active
-        .iter()
-        .filter(|(j, _)| {
-            traced
-                .get(&j.id().0)
-                .is_some_and(|t| matches!(t.work, WorkModel::Profile { .. }))
-        })
-        .count();
-    if profiled > 0 {
-        notes.push(format!(
-            "{profiled} job(s) active at {:.0} s ran on goodput profiles: the log does not keep their models' state (progress per epoch, batch tuner, throughput fits), so they carry on as jobs of the GPU time they still need at their requested size; decisions about them can differ from the log's. Replay from the log's start (no --at) to keep their profiles",
-            h.at_s
-        ));
-    }
+    let resumed = resume::Resume {
+        h,
+        profile: &profile,
+        hosts_jobs,
+        placement: &cfg.placement.policy,
+        label,
+    };
+    let jobs = resumed.active_jobs(&mut cluster, &mut notes);
+    profiled_note(h, &traced, &mut notes);
     let mut backend = crate::SimBackend::new(sim, round_s, trace, &cluster);
     if let Some(host) = host {
         backend = backend.with_host_profiles(host);
@@ -285,6 +152,77 @@ pub fn replay(
         events,
         round_s,
     })
+}
+
+/// The replay's cluster: the history's nodes where it knows them, else
+/// the config's `[cluster]`; with the history's outages (and the nodes
+/// joining or leaving later, planned).
+fn replay_cluster(
+    h: &History,
+    cfg: &Config,
+    notes: &mut Vec<String>,
+) -> Result<(ClusterState, Vec<(f64, ClusterEvent)>), SimError> {
+    let (mut cluster, mut planned) = match &h.nodes {
+        Some(nodes) => history_cluster(nodes, h.at_s, cfg)?,
+        None if !cfg.has_section("cluster") && !cfg.has_section("runtime") => {
+            return Err(SimError::Config(ConfigError::Parse {
+                file: cfg.file.clone(),
+                message: "missing [cluster] section: the history names no nodes (a simulation's log: its starting nodes are its config's), so the replay needs the config's cluster (e.g. nodes = 16, gpus_per_node = 4)".into(),
+            }))
+        }
+        None => (cfg.cluster_state()?, Vec::new()),
+    };
+    outages(h, cfg, &mut cluster, &mut planned, notes);
+    Ok((cluster, planned))
+}
+
+/// Jobs still to be admitted, and those arriving later, in order of
+/// arrival: the trace's job where `traced` has it, else one of the work
+/// the history shows (`work`).
+fn arrivals(
+    h: &History,
+    traced: &std::collections::HashMap<u64, SimJob>,
+    work: impl Fn(&JobSpec) -> f64,
+) -> Vec<SimJob> {
+    let mut trace: Vec<SimJob> = (h.waiting.iter().map(|j| &j.spec))
+        .chain(&h.future)
+        .map(|spec| match traced.get(&spec.id.0) {
+            Some(j) => j.clone(),
+            None => SimJob {
+                startup_s: h.startup.get(&spec.id).copied(),
+                converge_at: None,
+                spec: spec.clone(),
+                work: WorkModel::Duration {
+                    duration_s: work(spec),
+                },
+            },
+        })
+        .collect();
+    trace.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s));
+    trace
+}
+
+/// A profile-driven job active at the start continues as a job of the
+/// work it took (its goodput model and batch tuner's state are not in the
+/// log): a policy that reads goodput decides otherwise for it. Says so.
+fn profiled_note(
+    h: &History,
+    traced: &std::collections::HashMap<u64, SimJob>,
+    notes: &mut Vec<String>,
+) {
+    let profiled = (h.active.iter())
+        .filter(|(j, _)| {
+            traced
+                .get(&j.id().0)
+                .is_some_and(|t| matches!(t.work, WorkModel::Profile { .. }))
+        })
+        .count();
+    if profiled > 0 {
+        notes.push(format!(
+            "{profiled} job(s) active at {:.0} s ran on goodput profiles: the log does not keep their models' state (progress per epoch, batch tuner, throughput fits), so they carry on as jobs of the GPU time they still need at their requested size; decisions about them can differ from the log's. Replay from the log's start (no --at) to keep their profiles",
+            h.at_s
+        ));
+    }
 }
 
 /// The jobs of `cfg`'s own workload that the history submitted exactly as
