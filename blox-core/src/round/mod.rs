@@ -10,6 +10,7 @@ mod cluster_events;
 pub mod events;
 mod fork;
 mod holding;
+mod intake;
 mod policies;
 mod resilience;
 mod startup;
@@ -215,6 +216,10 @@ pub struct RoundLoop {
     id_marks: checks::IdMarks,
 }
 
+/// What a round's steps 5–8 did: jobs launched and preempted, and the
+/// words of an invalid decision it skipped.
+type StepsDone = (Vec<JobId>, Vec<JobId>, Option<String>);
+
 impl RoundLoop {
     pub fn round_s(&self) -> f64 {
         self.round_s
@@ -306,138 +311,22 @@ impl RoundLoop {
         b.collect_metrics(&info, &mut self.jobs)
             .map_err(backend("metric collection"))?;
         // 3. Prune finished jobs, freeing their GPUs.
-        // Jobs a backend sent back to the queue while they held GPUs (a crashed
-        // process to be retried) are found in the same pass, and give their
-        // GPUs back below.
-        let (ended, requeued) = self.jobs.prune_finished_and_requeued();
-        // The pruned jobs are the newest ended records, in the same order.
-        let records = self.jobs.finished();
-        // (An ended record keeps its copy of the GPUs it held last.)
-        for j in &records[records.len() - ended.len()..] {
-            self.cluster.release_job(j.id());
-        }
-        self.events.ended(&self.jobs, &ended);
-        for id in requeued {
-            self.note_stopped(id, Stopped::Ended);
-            if let Some(j) = self.jobs.get(id) {
-                let reason = j.end_reason.clone().unwrap_or_else(|| "crashed".into());
-                let what = What::Requeued { reason };
-                self.events.job(j, what);
-            }
-            self.unhold(id);
-        }
+        let ended = self.prune();
         // Jobs a failure stopped resume on spares (after the prune: a job
         // that ended as its node failed is not relaunched).
         self.call_spares(&info, b)?;
         // 4. Pop newly submitted jobs; impossible requests are rejected here.
-        for spec in b
-            .poll_submissions(&info)
-            .map_err(backend("job submission"))?
-        {
-            let mut job = Job::new(spec);
-            if self.events.on() {
-                let spec = Box::new(job.spec.clone());
-                self.events.job(&job, What::Submitted { spec });
-            }
-            let want = job.requested_gpus();
-            let problem = job.spec.share_problem().or_else(|| match want {
-                0 => self.without_gpus_problem(&job),
-                w if w > self.cluster.max_gpus() => Some(format!(
-                    "asks for {want} GPUs but the cluster has {}",
-                    self.cluster.max_gpus()
-                )),
-                _ => None,
-            });
-            if let Some(reason) = problem {
-                tracing::warn!(job = %job.id(), "rejected: {reason}");
-                self.end_unadmitted(&mut job, info.now_s, reason);
-                self.jobs.record_ended(job);
-            } else {
-                self.checkpoint_rules(&mut job);
-                for (k, v) in &job.spec.metrics {
-                    self.jobs.metrics().set(job.id(), k, *v);
-                }
-                self.waiting.push(job);
-            }
-        }
+        self.take_submissions(&info, b)?;
         timings.metrics_s = lap(&mut clock);
         // 4½. Policy selection (synthesis).
-        if let Some(mut sel) = self.selector.take() {
-            let r = sel.select(
-                &info,
-                &self.jobs,
-                &self.cluster,
-                &self.waiting,
-                &self.policies,
-            );
-            let name = sel.name().to_string();
-            self.selector = Some(sel);
-            match r {
-                Ok(Some(p)) => {
-                    tracing::info!(from = %self.policies.label(), to = %p.label(), "policies switched");
-                    let what = What::PolicySwitched {
-                        from: self.policies.label(),
-                        to: p.label(),
-                    };
-                    self.events.other(what);
-                    self.policies = p;
-                }
-                Ok(None) => {}
-                Err(source) => {
-                    let e = LoopError::Selector {
-                        module: name,
-                        source: Box::new(source),
-                    };
-                    if self.on_invalid == OnInvalidDecision::Fail {
-                        return Err(e);
-                    }
-                    tracing::error!("{}; keeping {}", error_chain(&e), self.policies.label());
-                }
-            }
-        }
+        self.select_policies(&info)?;
         // 5.–8. Admission, scheduling, placement, preemption and launch.
         self.note = None;
-        let (launched, preempted, invalid) =
-            match self.decide_and_execute(&info, b, &mut timings, clock) {
-                Ok((l, p)) => (l, p, None),
-                Err(e @ LoopError::InvalidDecision { .. })
-                    if self.on_invalid == OnInvalidDecision::SkipRound =>
-                {
-                    let text = e.to_string();
-                    // Logged when it first appears, not again every round.
-                    if self.last_invalid.as_deref() != Some(text.as_str()) {
-                        tracing::error!(
-                            round = info.round,
-                            "{text}; this round's decision is dropped"
-                        );
-                    } else {
-                        tracing::debug!(
-                            round = info.round,
-                            "{text}; this round's decision is dropped"
-                        );
-                    }
-                    self.last_invalid = Some(text.clone());
-                    self.decided.dropped = true;
-                    (Vec::new(), Vec::new(), Some(text))
-                }
-                Err(e) => return Err(e),
-            };
+        let (launched, preempted, invalid) = self.decide_or_skip(&info, b, &mut timings, clock)?;
         if let Some(e) = self.livelock.take() {
             return Err(e);
         }
-        if self.check_invariants {
-            // Over what the round changed, and in full every so many
-            // rounds. Debug builds (the tests) run both every round: the
-            // check of changes must pass wherever the full one does.
-            if cfg!(debug_assertions) {
-                self.cluster.check_changes(&self.jobs)?;
-                self.cluster.check_all(&self.jobs)?;
-            } else if self.round.is_multiple_of(FULL_CHECK_EVERY) {
-                self.cluster.check_all(&self.jobs)?;
-            } else {
-                self.cluster.check_changes(&self.jobs)?;
-            }
-        }
+        self.check_after_round()?;
         self.decided.preempted.extend(preempted.iter().copied());
         if self.wait_reasons {
             self.set_wait_reasons(info.now_s);
@@ -475,6 +364,102 @@ impl RoundLoop {
         b.wait_round(self.round_s, self.is_idle())
             .map_err(backend("wait"))?;
         Ok(report)
+    }
+
+    /// Step 4½: policy selection (synthesis): the selector may switch the
+    /// loop to other policies; its failure is an error, or logged and the
+    /// policies kept, as `on_invalid` says.
+    fn select_policies(&mut self, info: &RoundInfo) -> Result<(), LoopError> {
+        if let Some(mut sel) = self.selector.take() {
+            let r = sel.select(
+                info,
+                &self.jobs,
+                &self.cluster,
+                &self.waiting,
+                &self.policies,
+            );
+            let name = sel.name().to_string();
+            self.selector = Some(sel);
+            match r {
+                Ok(Some(p)) => {
+                    tracing::info!(from = %self.policies.label(), to = %p.label(), "policies switched");
+                    let what = What::PolicySwitched {
+                        from: self.policies.label(),
+                        to: p.label(),
+                    };
+                    self.events.other(what);
+                    self.policies = p;
+                }
+                Ok(None) => {}
+                Err(source) => {
+                    let e = LoopError::Selector {
+                        module: name,
+                        source: Box::new(source),
+                    };
+                    if self.on_invalid == OnInvalidDecision::Fail {
+                        return Err(e);
+                    }
+                    tracing::error!("{}; keeping {}", error_chain(&e), self.policies.label());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps 5–8, or, for an invalid decision under
+    /// [`OnInvalidDecision::SkipRound`], nothing of this round's decision
+    /// (its words returned): launched and preempted jobs.
+    fn decide_or_skip<B: Backend + ?Sized>(
+        &mut self,
+        info: &RoundInfo,
+        b: &mut B,
+        timings: &mut RoundTimings,
+        clock: std::time::Instant,
+    ) -> Result<StepsDone, LoopError> {
+        let done = match self.decide_and_execute(info, b, timings, clock) {
+            Ok((l, p)) => (l, p, None),
+            Err(e @ LoopError::InvalidDecision { .. })
+                if self.on_invalid == OnInvalidDecision::SkipRound =>
+            {
+                let text = e.to_string();
+                // Logged when it first appears, not again every round.
+                if self.last_invalid.as_deref() != Some(text.as_str()) {
+                    tracing::error!(
+                        round = info.round,
+                        "{text}; this round's decision is dropped"
+                    );
+                } else {
+                    tracing::debug!(
+                        round = info.round,
+                        "{text}; this round's decision is dropped"
+                    );
+                }
+                self.last_invalid = Some(text.clone());
+                self.decided.dropped = true;
+                (Vec::new(), Vec::new(), Some(text))
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(done)
+    }
+
+    /// The cluster's invariants after a round: over what the round changed,
+    /// and in full every so many rounds.
+    fn check_after_round(&mut self) -> Result<(), LoopError> {
+        if self.check_invariants {
+            // Over what the round changed, and in full every so many
+            // rounds. Debug builds (the tests) run both every round: the
+            // check of changes must pass wherever the full one does.
+            if cfg!(debug_assertions) {
+                self.cluster.check_changes(&self.jobs)?;
+                self.cluster.check_all(&self.jobs)?;
+            } else if self.round.is_multiple_of(FULL_CHECK_EVERY) {
+                self.cluster.check_all(&self.jobs)?;
+            } else {
+                self.cluster.check_changes(&self.jobs)?;
+            }
+        }
+        Ok(())
     }
 
     /// Steps 5–8: every policy's decision is checked before any of it runs.
@@ -551,50 +536,6 @@ impl RoundLoop {
         let done = self.execute(info, placement, b);
         timings.launch_s = lap(&mut clock);
         done
-    }
-
-    /// Why `job`, which asks for no GPU, cannot run here, if so: it names
-    /// no CPUs or memory, or the placement places only jobs with GPUs.
-    fn without_gpus_problem(&self, job: &Job) -> Option<String> {
-        if job.spec.host_need.is_none() {
-            return Some(
-                "asks for 0 GPUs and names no CPUs or memory (`host_need`): nothing to run on"
-                    .to_string(),
-            );
-        }
-        if !self.policies.placement.places_jobs_without_gpus() {
-            return Some(format!(
-                "asks for 0 GPUs, and placement `{}` places only jobs with GPUs (`fgd` and `share` place jobs without)",
-                self.policies.names.placement
-            ));
-        }
-        // As a job asking for more GPUs than the cluster has: no node of
-        // the table (offline ones come back) could hold it even empty.
-        let (cpus, mem) = job.spec.host_in_all();
-        let nodes = self.cluster.nodes();
-        let fits = |n: &&crate::cluster::Node| {
-            cpus <= n.spec.cpus as f64 + 1e-9 && mem <= n.spec.host_mem_gb + 1e-9
-        };
-        if self.cluster.is_elastic() || nodes.is_empty() || nodes.iter().any(|n| fits(&n)) {
-            return None;
-        }
-        let most = |f: fn(&crate::cluster::Node) -> f64| nodes.iter().map(f).fold(0.0, f64::max);
-        Some(format!(
-            "asks for 0 GPUs, {cpus} CPUs and {mem} GB of memory on one node, but no node has both (the most CPUs a node has: {}; the most memory: {} GB)",
-            most(|n| n.spec.cpus as f64),
-            most(|n| n.spec.host_mem_gb)
-        ))
-    }
-
-    /// Rejects `job` (never admitted) for `reason`, and records it.
-    fn end_unadmitted(&mut self, job: &mut Job, now_s: f64, reason: String) {
-        let what = What::Rejected {
-            reason: reason.clone(),
-        };
-        self.events.job(job, what);
-        job.status = JobStatus::Rejected;
-        job.finish_s = Some(now_s);
-        job.end_reason = Some(reason);
     }
 
     fn execute<B: Backend + ?Sized>(
