@@ -7,211 +7,258 @@ use super::*;
 /// scheduler does not know this worker (after revoking every job here).
 /// When no heartbeat got through for the lease the scheduler gave, every job
 /// here is fenced ([`fence`]).
-pub(super) async fn heartbeat_loop(sh: Arc<Shared>, mut client: SchedulerClient) {
-    let mut period = Duration::from_secs(1);
-    let mut lease: Option<(Duration, Duration)> = None;
-    let mut probe_path: Option<PathBuf> = None;
-    let mut warned = false;
+pub(super) async fn heartbeat_loop(sh: Arc<Shared>, client: SchedulerClient) {
+    let mut b = Beats {
+        sh,
+        client,
+        period: Duration::from_secs(1),
+        lease: None,
+        probe_path: None,
+        warned: false,
+    };
     loop {
-        let id = sh.lock().worker_id.clone();
+        let id = b.sh.lock().worker_id.clone();
         // A call never waits longer than a beat (or half the lease): a cut
         // network must not hold the loop past the lease.
-        let call_timeout = lease.map_or(Duration::from_secs(5), |(l, _)| (l / 2).max(period));
-        match id {
-            None => {
-                let req = RegisterRequest {
-                    name: sh.cfg.name.clone(),
-                    address: sh.address.clone(),
-                    gpus: sh.gpus.clone(),
-                    cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-                    host_mem_gb: host_mem_gb(),
-                    running: sh.lock().reports(),
-                    labels: sh.cfg.labels.clone().into_iter().collect(),
-                    containment: sh
-                        .containment
-                        .as_ref()
-                        .map_or_else(|| "none".to_string(), |c| c.summary.clone()),
-                    job_uid_first: sh.job_uids.map_or(0, |r| r.0),
-                    job_uid_last: sh.job_uids.map_or(0, |r| r.1),
-                    shares_gpus: true,
-                };
-                let sent = Instant::now();
-                let r = tokio::time::timeout(call_timeout, client.register(req))
-                    .await
-                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
-                match r {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        tracing::info!(worker = %r.worker_id, "registered with the scheduler");
-                        if let Ok(p) = Duration::try_from_secs_f64(r.heartbeat_s) {
-                            if !p.is_zero() {
-                                period = p.min(Duration::from_secs(3600));
-                            }
-                        }
-                        lease = match (
-                            Duration::try_from_secs_f64(r.lease_s),
-                            Duration::try_from_secs_f64(r.fence_grace_s),
-                        ) {
-                            (Ok(l), Ok(g)) if !l.is_zero() && l < Duration::from_secs(86_400) => {
-                                Some((l, g.min(Duration::from_secs(86_400))))
-                            }
-                            _ => None,
-                        };
-                        probe_path = (!r.checkpoint_probe_path.is_empty())
-                            .then(|| PathBuf::from(&r.checkpoint_probe_path));
-                        if r.worker_secret.is_empty() {
-                            refuse(
-                                &sh,
-                                "registering",
-                                &Status::failed_precondition(
-                                    "the scheduler issued no worker credential (an older scheduler): upgrade it",
-                                ),
-                            );
-                            return;
-                        }
-                        let mut st = sh.lock();
-                        st.worker_id = Some(r.worker_id);
-                        st.secret = Some(r.worker_secret);
-                        match lease {
-                            Some((l, _)) => st.renew_lease(sent + l),
-                            None => st.lease_until = None,
-                        }
-                        st.fence_grace = lease.map_or(Duration::ZERO, |(_, g)| g);
-                        st.publish_lease(st.fence_grace);
-                        warned = false;
-                        // Beat at once: the first heartbeat carries the
-                        // checkpoint probe that lets this worker in.
-                        continue;
-                    }
-                    Err(e) if unfixable(e.code()) => {
-                        refuse(&sh, "registering", &e);
-                        return;
-                    }
-                    Err(e) => {
-                        if !warned {
-                            tracing::warn!(
-                                "cannot register with {}: {}",
-                                sh.cfg.scheduler,
-                                e.message()
-                            );
-                            warned = true;
-                        }
-                        // Jobs kept from an earlier registration are
-                        // fenced when the lease it gave runs out.
-                        if let Some((l, grace)) = lease {
-                            if sh.lock().fenced() {
-                                fence(&sh, l, grace).await;
-                            }
-                        }
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                }
+        let call_timeout = (b.lease).map_or(Duration::from_secs(5), |(l, _)| (l / 2).max(b.period));
+        let next = match id {
+            None => b.register(call_timeout).await,
+            Some(id) => b.beat(id, call_timeout).await,
+        };
+        match next {
+            Next::Stop => return,
+            Next::AtOnce => continue,
+            Next::Retry => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
             }
-            Some(id) => {
-                let (running, secret, lease_epoch, busy_uids, kept) = {
+            Next::Beat => {}
+        }
+        b.fence_if_lapsed().await;
+        tokio::time::sleep(b.period).await;
+    }
+}
+
+/// What the heartbeat loop does after a call.
+enum Next {
+    /// Stops: the scheduler refused this worker for good.
+    Stop,
+    /// Calls again at once (registered: the first beat; or unknown to the
+    /// scheduler: register again).
+    AtOnce,
+    /// Registers again after a short pause.
+    Retry,
+    /// Beats again after the period.
+    Beat,
+}
+
+/// The heartbeat loop's state: what the scheduler's registration said.
+struct Beats {
+    sh: Arc<Shared>,
+    client: SchedulerClient,
+    period: Duration,
+    /// The lease and the grace before fencing, as the scheduler gave them.
+    lease: Option<(Duration, Duration)>,
+    /// Where the checkpoint probe is read, until the scheduler accepts it.
+    probe_path: Option<PathBuf>,
+    /// A failure was logged: the same one is not logged again every beat.
+    warned: bool,
+}
+
+impl Beats {
+    /// Every job here is fenced when no heartbeat got through for the lease.
+    async fn fence_if_lapsed(&self) {
+        if let Some((l, grace)) = self.lease {
+            if self.sh.lock().fenced() {
+                fence(&self.sh, l, grace).await;
+            }
+        }
+    }
+
+    /// Registers with the scheduler, reporting the jobs running here.
+    async fn register(&mut self, call_timeout: Duration) -> Next {
+        let sh = &self.sh;
+        let req = RegisterRequest {
+            name: sh.cfg.name.clone(),
+            address: sh.address.clone(),
+            gpus: sh.gpus.clone(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            host_mem_gb: host_mem_gb(),
+            running: sh.lock().reports(),
+            labels: sh.cfg.labels.clone().into_iter().collect(),
+            containment: sh
+                .containment
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |c| c.summary.clone()),
+            job_uid_first: sh.job_uids.map_or(0, |r| r.0),
+            job_uid_last: sh.job_uids.map_or(0, |r| r.1),
+            shares_gpus: true,
+        };
+        let sent = Instant::now();
+        let r = tokio::time::timeout(call_timeout, self.client.register(req))
+            .await
+            .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+        match r {
+            Ok(r) => self.registered(r.into_inner(), sent),
+            Err(e) if unfixable(e.code()) => {
+                refuse(&self.sh, "registering", &e);
+                Next::Stop
+            }
+            Err(e) => {
+                if !self.warned {
+                    tracing::warn!(
+                        "cannot register with {}: {}",
+                        self.sh.cfg.scheduler,
+                        e.message()
+                    );
+                    self.warned = true;
+                }
+                // Jobs kept from an earlier registration are fenced when
+                // the lease it gave runs out.
+                self.fence_if_lapsed().await;
+                Next::Retry
+            }
+        }
+    }
+
+    /// Takes in the scheduler's registration (sent at `sent`): the period,
+    /// the lease, the probe and the credential.
+    fn registered(&mut self, r: RegisterReply, sent: Instant) -> Next {
+        tracing::info!(worker = %r.worker_id, "registered with the scheduler");
+        if let Ok(p) = Duration::try_from_secs_f64(r.heartbeat_s) {
+            if !p.is_zero() {
+                self.period = p.min(Duration::from_secs(3600));
+            }
+        }
+        self.lease = match (
+            Duration::try_from_secs_f64(r.lease_s),
+            Duration::try_from_secs_f64(r.fence_grace_s),
+        ) {
+            (Ok(l), Ok(g)) if !l.is_zero() && l < Duration::from_secs(86_400) => {
+                Some((l, g.min(Duration::from_secs(86_400))))
+            }
+            _ => None,
+        };
+        self.probe_path =
+            (!r.checkpoint_probe_path.is_empty()).then(|| PathBuf::from(&r.checkpoint_probe_path));
+        if r.worker_secret.is_empty() {
+            refuse(
+                &self.sh,
+                "registering",
+                &Status::failed_precondition(
+                    "the scheduler issued no worker credential (an older scheduler): upgrade it",
+                ),
+            );
+            return Next::Stop;
+        }
+        let mut st = self.sh.lock();
+        st.worker_id = Some(r.worker_id);
+        st.secret = Some(r.worker_secret);
+        match self.lease {
+            Some((l, _)) => st.renew_lease(sent + l),
+            None => st.lease_until = None,
+        }
+        st.fence_grace = self.lease.map_or(Duration::ZERO, |(_, g)| g);
+        st.publish_lease(st.fence_grace);
+        self.warned = false;
+        // Beat at once: the first heartbeat carries the checkpoint probe
+        // that lets this worker in.
+        Next::AtOnce
+    }
+
+    /// One heartbeat of registered worker `id`: what runs here, the probe,
+    /// the lease's epoch; the reply's stops and take-backs carried out.
+    async fn beat(&mut self, id: String, call_timeout: Duration) -> Next {
+        let (running, secret, lease_epoch, busy_uids, kept) = {
+            let mut st = self.sh.lock();
+            (
+                st.running(),
+                st.secret.clone().unwrap_or_default(),
+                st.lease_epoch,
+                st.busy_uids(),
+                st.kept_refs(),
+            )
+        };
+        // Read on every beat until accepted: an operator may mount the
+        // storage meanwhile.
+        let checkpoint_probe = (self.probe_path.as_deref())
+            .and_then(read_probe)
+            .unwrap_or_default();
+        let sent = Instant::now();
+        let r = tokio::time::timeout(
+            call_timeout,
+            self.client.heartbeat(with_credential(
+                HeartbeatRequest {
+                    worker_id: id.clone(),
+                    running,
+                    checkpoint_probe,
+                    lease_epoch,
+                    busy_uids,
+                    kept,
+                },
+                &secret,
+            )),
+        )
+        .await
+        .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
+        let sh = &self.sh;
+        match r {
+            Ok(r) => {
+                if let Some((l, g)) = self.lease {
                     let mut st = sh.lock();
-                    (
-                        st.running(),
-                        st.secret.clone().unwrap_or_default(),
-                        st.lease_epoch,
-                        st.busy_uids(),
-                        st.kept_refs(),
-                    )
-                };
-                // Read on every beat until accepted: an operator may mount
-                // the storage meanwhile.
-                let checkpoint_probe = probe_path
-                    .as_deref()
-                    .and_then(read_probe)
-                    .unwrap_or_default();
-                let sent = Instant::now();
-                let r = tokio::time::timeout(
-                    call_timeout,
-                    client.heartbeat(with_credential(
-                        HeartbeatRequest {
-                            worker_id: id.clone(),
-                            running,
-                            checkpoint_probe,
-                            lease_epoch,
-                            busy_uids,
-                            kept,
-                        },
-                        &secret,
-                    )),
-                )
-                .await
-                .unwrap_or_else(|_| Err(Status::deadline_exceeded("no reply")));
-                match r {
-                    Ok(r) => {
-                        if let Some((l, g)) = lease {
-                            let mut st = sh.lock();
-                            // Through again after the lease ran out: what
-                            // the scheduler sent before is stale.
-                            if st.fenced() {
-                                st.lease_epoch += 1;
-                                tracing::info!(epoch = st.lease_epoch, "heard from the scheduler again after the lease ran out: launches sent before are refused");
-                            }
-                            st.renew_lease(sent + l);
-                            st.publish_lease(g);
-                        }
-                        // The scheduler checks the probe until it once
-                        // matches; a new registration names it again.
-                        probe_path = None;
-                        let r = r.into_inner();
-                        for l in r.stop {
-                            stop_launch(&sh, l).await;
-                        }
-                        take_back(&sh, &r.take_back).await;
-                        warned = false;
+                    // Through again after the lease ran out: what the
+                    // scheduler sent before is stale.
+                    if st.fenced() {
+                        st.lease_epoch += 1;
+                        tracing::info!(epoch = st.lease_epoch, "heard from the scheduler again after the lease ran out: launches sent before are refused");
                     }
-                    Err(e) if e.code() == Code::NotFound => {
-                        let mut st = sh.lock();
-                        tracing::warn!(worker = %id, jobs = st.launches.len(), "the scheduler does not know this worker any more ({}); registering again with the jobs running here (it adopts them or revokes them)", e.message());
-                        // The jobs run on under the lease the last
-                        // acknowledged heartbeat renewed: if registering
-                        // takes longer, they are fenced.
-                        st.worker_id = None;
-                        st.secret = None;
-                        // Exits of launches before this point: the new
-                        // registration reports what still runs instead.
-                        st.exits.clear();
-                        continue;
-                    }
-                    Err(e)
-                        if matches!(e.code(), Code::Unauthenticated | Code::PermissionDenied) =>
-                    {
-                        // The token changed under a registered worker.
-                        refuse(&sh, "a heartbeat", &e);
-                        return;
-                    }
-                    Err(e) if e.code() == Code::FailedPrecondition => {
-                        // Not taken into the cluster; beating still renews
-                        // nothing, so it runs no job meanwhile.
-                        if !warned {
-                            tracing::error!("{}", e.message());
-                            warned = true;
-                        }
-                    }
-                    Err(e) => {
-                        if !warned {
-                            tracing::warn!(
-                                "heartbeat to {} failed: {}",
-                                sh.cfg.scheduler,
-                                e.message()
-                            );
-                            warned = true;
-                        }
-                    }
+                    st.renew_lease(sent + l);
+                    st.publish_lease(g);
+                }
+                // The scheduler checks the probe until it once matches; a
+                // new registration names it again.
+                self.probe_path = None;
+                let r = r.into_inner();
+                for l in r.stop {
+                    stop_launch(sh, l).await;
+                }
+                take_back(sh, &r.take_back).await;
+                self.warned = false;
+            }
+            Err(e) if e.code() == Code::NotFound => {
+                let mut st = sh.lock();
+                tracing::warn!(worker = %id, jobs = st.launches.len(), "the scheduler does not know this worker any more ({}); registering again with the jobs running here (it adopts them or revokes them)", e.message());
+                // The jobs run on under the lease the last acknowledged
+                // heartbeat renewed: if registering takes longer, they are
+                // fenced.
+                st.worker_id = None;
+                st.secret = None;
+                // Exits of launches before this point: the new
+                // registration reports what still runs instead.
+                st.exits.clear();
+                return Next::AtOnce;
+            }
+            Err(e) if matches!(e.code(), Code::Unauthenticated | Code::PermissionDenied) => {
+                // The token changed under a registered worker.
+                refuse(sh, "a heartbeat", &e);
+                return Next::Stop;
+            }
+            Err(e) if e.code() == Code::FailedPrecondition => {
+                // Not taken into the cluster; beating still renews nothing,
+                // so it runs no job meanwhile.
+                if !self.warned {
+                    tracing::error!("{}", e.message());
+                    self.warned = true;
+                }
+            }
+            Err(e) => {
+                if !self.warned {
+                    tracing::warn!("heartbeat to {} failed: {}", sh.cfg.scheduler, e.message());
+                    self.warned = true;
                 }
             }
         }
-        if let Some((l, grace)) = lease {
-            if sh.lock().fenced() {
-                fence(&sh, l, grace).await;
-            }
-        }
-        tokio::time::sleep(period).await;
+        Next::Beat
     }
 }
 
