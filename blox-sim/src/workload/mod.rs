@@ -234,43 +234,11 @@ pub fn load_for(
     cluster: Option<&blox_core::ClusterState>,
 ) -> Result<Vec<SimJob>, WorkloadError> {
     let cfg = WorkloadConfig::from_section(section)?;
-    let c = &cfg.common;
-    let path = &cfg.path;
-    let mut jobs = match &cfg.kind {
+    let (c, path) = (&cfg.common, &cfg.path);
+    let jobs = match &cfg.kind {
         WorkloadKind::Csv(_) => trace::read_generic(&CsvTable::read(path)?)?,
         WorkloadKind::BloxCsv(k) => trace::read_blox(&CsvTable::read(path)?, &k.iteration_s)?,
-        WorkloadKind::Pollux(p) => {
-            let traces = match &p.traces_dir {
-                Some(d) => section.resolve_path(d),
-                None => blox_goodput::profiles_beside(path),
-            };
-            let opt = pollux::PolluxOptions {
-                profile_driven: p.model == ProgressModel::Profile,
-                agent_pollux: p.batch_agent == AgentKind::Pollux,
-                batch_search: p.batch_search.unwrap_or_default(),
-                fit_tol: p.fit_tol.map(|t| t.get()),
-                gpus_per_node: p.gpus_per_node.unwrap_or(4),
-            };
-            if blox_goodput::typed::is_per_type(&traces) {
-                let mut cache = blox_goodput::TypedCache::open(&traces)
-                    .map_err(|e| WorkloadError::Invalid(e.to_string()))?;
-                let types = match cluster {
-                    Some(c) => sia::cluster_types(c),
-                    None => cache
-                        .profiled_types()
-                        .into_iter()
-                        .map(|name| sia::GpuTypeInfo {
-                            name,
-                            gpus_per_node: opt.gpus_per_node,
-                            gpus: 64,
-                        })
-                        .collect(),
-                };
-                sia::read_workload(&CsvTable::read(path)?, &mut cache, &types, opt)?
-            } else {
-                pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?
-            }
-        }
+        WorkloadKind::Pollux(p) => read_pollux(section, path, p, cluster)?,
         WorkloadKind::Philly(p) => philly::retimed(&CsvTable::read(path)?, p, c.num_jobs, seed)?,
         WorkloadKind::BloxRecipe(r) => {
             philly::blox_recipe(path, r.jobs_per_hour.get(), c.num_jobs, seed)?
@@ -306,6 +274,64 @@ pub fn load_for(
             jobs
         }
     };
+    common_keys(section, &cfg, seed, jobs)
+}
+
+/// A Pollux-format workload: each job's throughput profiles from `traces_dir`
+/// (default: beside the workload), per GPU type for `cluster`'s types where
+/// the profiles are typed.
+fn read_pollux(
+    section: &Section,
+    path: &Path,
+    p: &PolluxKeys,
+    cluster: Option<&blox_core::ClusterState>,
+) -> Result<Vec<SimJob>, WorkloadError> {
+    let traces = match &p.traces_dir {
+        Some(d) => section.resolve_path(d),
+        None => blox_goodput::profiles_beside(path),
+    };
+    let opt = pollux::PolluxOptions {
+        profile_driven: p.model == ProgressModel::Profile,
+        agent_pollux: p.batch_agent == AgentKind::Pollux,
+        batch_search: p.batch_search.unwrap_or_default(),
+        fit_tol: p.fit_tol.map(|t| t.get()),
+        gpus_per_node: p.gpus_per_node.unwrap_or(4),
+    };
+    if blox_goodput::typed::is_per_type(&traces) {
+        let mut cache = blox_goodput::TypedCache::open(&traces)
+            .map_err(|e| WorkloadError::Invalid(e.to_string()))?;
+        let types = match cluster {
+            Some(c) => sia::cluster_types(c),
+            None => cache
+                .profiled_types()
+                .into_iter()
+                .map(|name| sia::GpuTypeInfo {
+                    name,
+                    gpus_per_node: opt.gpus_per_node,
+                    gpus: 64,
+                })
+                .collect(),
+        };
+        Ok(sia::read_workload(
+            &CsvTable::read(path)?,
+            &mut cache,
+            &types,
+            opt,
+        )?)
+    } else {
+        Ok(pollux::read_workload(&CsvTable::read(path)?, &traces, opt)?)
+    }
+}
+
+/// The `[workload]` keys every kind has, applied to its jobs: `num_jobs`,
+/// convergence, `force_gpus`, bursts and models.
+fn common_keys(
+    section: &Section,
+    cfg: &WorkloadConfig,
+    seed: u64,
+    mut jobs: Vec<SimJob>,
+) -> Result<Vec<SimJob>, WorkloadError> {
+    let (c, path) = (&cfg.common, &cfg.path);
     if let Some(n) = c.num_jobs {
         if n > jobs.len() {
             tracing::warn!(
@@ -316,6 +342,33 @@ pub fn load_for(
         }
         jobs.truncate(n);
     }
+    converge(section, c, seed, &mut jobs)?;
+    if let Some(g) = c.force_gpus {
+        for j in &mut jobs {
+            j.spec.requested_gpus = g;
+        }
+    }
+    bursts(section, cfg, seed, &mut jobs)?;
+    if !c.assign_models.is_empty() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e);
+        for j in &mut jobs {
+            if j.spec.model.is_none() {
+                let k = rng.random_range(0..c.assign_models.len());
+                j.spec.model = Some(c.assign_models[k].clone());
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// `converge_fraction` of the jobs converge at `converge_at` of their work.
+fn converge(
+    section: &Section,
+    c: &CommonKeys,
+    seed: u64,
+    jobs: &mut [SimJob],
+) -> Result<(), WorkloadError> {
     if let Some(f) = c.converge_fraction {
         if !(0.0..=1.0).contains(&f) {
             return Err(section
@@ -330,7 +383,7 @@ pub fn load_for(
         }
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x1055);
-        for j in &mut jobs {
+        for j in jobs.iter_mut() {
             j.converge_at = Some(if rng.random_bool(f) { at } else { 1.0 });
         }
     } else if c.converge_at.is_some() {
@@ -341,11 +394,18 @@ pub fn load_for(
             )
             .into());
     }
-    if let Some(g) = c.force_gpus {
-        for j in &mut jobs {
-            j.spec.requested_gpus = g;
-        }
-    }
+    Ok(())
+}
+
+/// Bursts of short jobs added every `burst_every_s`, or an error naming a
+/// burst key given without it.
+fn bursts(
+    section: &Section,
+    cfg: &WorkloadConfig,
+    seed: u64,
+    jobs: &mut Vec<SimJob>,
+) -> Result<(), WorkloadError> {
+    let c = &cfg.common;
     if let Some(every) = c.burst_every_s.map(Positive::get) {
         let length = c
             .burst_length_s
@@ -385,7 +445,7 @@ pub fn load_for(
                 )
                 .into());
         }
-        add_bursts(&mut jobs, every, length, rate, (lo, hi), seed);
+        add_bursts(jobs, every, length, rate, (lo, hi), seed);
     } else if let Some(k) = [
         ("burst_length_s", c.burst_length_s),
         ("burst_jobs_per_hour", c.burst_jobs_per_hour),
@@ -403,17 +463,7 @@ pub fn load_for(
             )
             .into());
     }
-    if !c.assign_models.is_empty() {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5e7e);
-        for j in &mut jobs {
-            if j.spec.model.is_none() {
-                let k = rng.random_range(0..c.assign_models.len());
-                j.spec.model = Some(c.assign_models[k].clone());
-            }
-        }
-    }
-    Ok(jobs)
+    Ok(())
 }
 
 /// The most burst windows plus jobs a workload may take (the jobs: about
