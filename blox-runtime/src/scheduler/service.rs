@@ -24,8 +24,8 @@ mod callers;
 mod submission;
 
 use callers::{caller, worker_known, WORKER};
-pub(super) use submission::{check_memory, check_submission, spec_of};
-use submission::{retry_after, table_unavailable};
+pub(super) use submission::spec_of;
+use submission::{retried, submit_as, table_unavailable, Bounds};
 
 /// A copy of job `id`'s record (it exists: checked by the caller).
 fn rec_of(h: &Hub, id: u64) -> JobRecord {
@@ -62,127 +62,20 @@ impl Scheduler for Service {
         let r = req.into_inner();
         validate::submit(&r)?;
         let mut j = r.job.expect("checked by validate::submit");
-        // A tenant submits as themselves (an admin as anyone); a reader
-        // submits nothing.
-        match (&who.user, who.role) {
-            (_, Role::Reader) => {
-                return Err(Status::permission_denied(
-                    "a reader's token reads /metrics and the dashboard; it submits no job",
-                ))
-            }
-            (Some(me), Role::User) => match j.user.as_deref() {
-                Some(u) if !u.is_empty() && u != me => {
-                    return Err(Status::permission_denied(format!(
-                        "user: this token is `{me}`'s; it submits as `{me}` only (leave `user` unset)"
-                    )))
-                }
-                _ => j.user = Some(me.clone()),
-            },
-            (Some(me), Role::Admin) => {
-                if j.user.as_deref().is_none_or(str::is_empty) {
-                    j.user = Some(me.clone());
-                }
-            }
-            (None, _) => {}
-        }
+        submit_as(&who, &mut j)?;
         // Keys are each user's own: another user's key is another key.
         let key = (!j.idempotency_key.is_empty())
             .then(|| super::key_of(j.user.as_deref(), &j.idempotency_key));
         let id = {
             let mut h = lock(&self.hub);
-            if let Some(k) = &key {
-                if let Some(&id) = h.keys.get(k) {
-                    return match h.jobs.get(&id).and_then(|r| r.job.as_ref()) {
-                        Some(first) if *first == j => {
-                            tracing::info!(
-                                job = id,
-                                "submission retried with the same idempotency key"
-                            );
-                            Ok(Response::new(SubmitReply { job_id: id }))
-                        }
-                        Some(_) => Err(Status::already_exists(format!(
-                            "idempotency_key: already used for job {id}, a different submission"
-                        ))),
-                        None => Err(retry_after(
-                            Status::unavailable(format!(
-                                "idempotency_key: job {id} with this key is being written; retry"
-                            )),
-                            20,
-                        )),
-                    };
-                }
+            if let Some(answer) = key.as_ref().and_then(|k| retried(&h, k, &j)) {
+                return answer.map(|id| Response::new(SubmitReply { job_id: id }));
             }
-            // Workers in the cluster (alive, and seeing the checkpoints).
-            let alive = h.workers.values().filter(|w| w.alive && w.verified).count();
-            let gpus: u32 = h
-                .workers
-                .values()
-                .filter(|w| w.alive && w.verified)
-                .map(|w| w.gpus.len() as u32)
-                .sum();
-            check_submission(&j, gpus, alive)?;
-            let size = prost::Message::encoded_len(&j);
-            if size > self.cfg.max_job_bytes {
-                let command: usize = j.command.iter().map(String::len).sum();
-                return Err(Status::invalid_argument(format!(
-                    "job: {size} bytes ({command} of them its command's {} arguments), at most {} ([runtime] max_job_bytes)",
-                    j.command.len(),
-                    self.cfg.max_job_bytes
-                )));
-            }
-            let largest = h
-                .workers
-                .values()
-                .filter(|w| w.alive && w.verified)
-                .map(|w| w.host_mem_gb)
-                .fold(0.0, f64::max);
-            check_memory(&j, largest)?;
-            // Bounded: what waits, in all and per user (as of the last
-            // round, plus what arrived since).
-            let total = h.waiting_total + h.submissions.len();
-            if total >= self.cfg.max_waiting_jobs {
-                return Err(retry_after(
-                    Status::resource_exhausted(format!(
-                        "{total} jobs wait already, the most this scheduler holds ([runtime] max_waiting_jobs = {}); retry once some have started (in a round: retry-after-ms)",
-                        self.cfg.max_waiting_jobs
-                    )),
-                    (self.round_s * 1e3) as u64,
-                ));
-            }
-            let user = j.user.as_deref().unwrap_or("");
-            let (queued, queued_bytes) = h.submissions.of_user(user);
-            let mine = h.waiting_by_user.get(user).copied().unwrap_or(0) + queued;
-            if mine >= self.cfg.max_waiting_per_user {
-                return Err(retry_after(
-                    Status::resource_exhausted(format!(
-                        "user `{user}` has {mine} jobs waiting already, the most one user may ([runtime] max_waiting_per_user = {}); retry once some have started (in a round: retry-after-ms)",
-                        self.cfg.max_waiting_per_user
-                    )),
-                    (self.round_s * 1e3) as u64,
-                ));
-            }
-            // And in bytes (per user, and in all).
-            let size = prost::Message::encoded_len(&j);
-            let my_bytes = h.waiting_bytes_by_user.get(user).copied().unwrap_or(0) + queued_bytes;
-            let all_bytes = h.waiting_bytes + h.submissions.bytes();
-            if my_bytes + size as u64 > self.cfg.max_waiting_bytes_per_user as u64 {
-                return Err(retry_after(
-                    Status::resource_exhausted(format!(
-                        "user `{user}` has {my_bytes} bytes of submissions waiting already; this one ({size} bytes) would pass [runtime] max_waiting_bytes_per_user = {}; retry once some have started (in a round: retry-after-ms)",
-                        self.cfg.max_waiting_bytes_per_user
-                    )),
-                    (self.round_s * 1e3) as u64,
-                ));
-            }
-            if all_bytes + size as u64 > self.cfg.max_waiting_bytes as u64 {
-                return Err(retry_after(
-                    Status::resource_exhausted(format!(
-                        "{all_bytes} bytes of submissions wait already; this one ({size} bytes) would pass [runtime] max_waiting_bytes = {}; retry once some have started (in a round: retry-after-ms)",
-                        self.cfg.max_waiting_bytes
-                    )),
-                    (self.round_s * 1e3) as u64,
-                ));
-            }
+            let bounds = Bounds {
+                cfg: &self.cfg,
+                round_s: self.round_s,
+            };
+            bounds.check(&h, &j)?;
             h.next_job_id += 1;
             let id = h.next_job_id - 1;
             if let Some(k) = &key {
