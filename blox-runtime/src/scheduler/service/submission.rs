@@ -1,6 +1,8 @@
-//! What a submission is checked against (the cluster as it is, the largest
-//! node's memory), the job spec it becomes, and how refusals read (a retry
-//! hint, a job table that cannot be written).
+//! What a submission is checked against: whom it runs as, a key used
+//! before, the cluster as it is (its GPUs, the largest node's memory) and
+//! what may wait (jobs and bytes, in all and per user); the job spec it
+//! becomes, and how refusals read (a retry hint, a job table that cannot be
+//! written).
 
 use super::super::{Hub, RuntimeConfig};
 use crate::auth::{Principal, Role};
@@ -136,11 +138,7 @@ impl Bounds<'_> {
 /// Checks a submission against the cluster as it is (the handler has
 /// checked it on its own with [`validate::submit`]); the error names the
 /// field.
-fn check_submission(
-    j: &JobSubmission,
-    cluster_gpus: u32,
-    workers: usize,
-) -> Result<(), Status> {
+fn check_submission(j: &JobSubmission, cluster_gpus: u32, workers: usize) -> Result<(), Status> {
     if workers == 0 {
         return Err(Status::failed_precondition(
             "no worker has registered yet: the cluster has no GPUs",
@@ -157,10 +155,7 @@ fn check_submission(
 
 /// A job's memory against the largest node's (`max_node_gb`, 0: no worker
 /// reported its memory).
-fn check_memory(
-    j: &JobSubmission,
-    max_node_gb: f64,
-) -> Result<(), Status> {
+fn check_memory(j: &JobSubmission, max_node_gb: f64) -> Result<(), Status> {
     match j.memory_gb {
         Some(m) if max_node_gb > 0.0 && m > max_node_gb => Err(Status::invalid_argument(format!(
             "memory_gb: asks for {m} GB on each node, but the largest node has {max_node_gb:.1} GB"
