@@ -38,6 +38,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
 pub mod artifact;
+mod rounds;
 
 /// Parameters: `heterogeneity_aware` (default true) — false gives the
 /// paper's "LAS" baseline: the same program and rounds with every job's
@@ -320,171 +321,32 @@ impl SchedulingPolicy for Gavel {
     fn schedule(&mut self, round: &RoundInfo, jobs: &JobState, cluster: &ClusterState) -> Schedule {
         let mut order: Vec<&Job> = jobs.runnable().collect();
         super::fifo::sort_by_arrival(&mut order);
-        // Online GPUs by type, and free ones by node.
+        // Online GPUs by type.
         let mut types: BTreeMap<String, u32> = BTreeMap::new();
         for n in cluster.nodes().iter().filter(|n| n.online) {
             *types.entry(n.spec.gpu_type.clone()).or_default() += n.gpus.len() as u32;
         }
-        let type_list: Vec<(String, u32)> = types.clone().into_iter().collect();
         if order.is_empty() {
             self.solved_for.clear();
             return Schedule::default();
         }
         if self.params.rounds == Rounds::SiaArtifact {
-            // Types in the order the cluster lists them, as the artifact does.
-            let mut in_order: Vec<(String, u32)> = Vec::new();
-            for n in cluster.nodes().iter().filter(|n| n.online) {
-                if !in_order.iter().any(|t| t.0 == n.spec.gpu_type) {
-                    in_order.push((n.spec.gpu_type.clone(), types[&n.spec.gpu_type]));
-                }
-            }
-            self.refresh(&order, jobs, &in_order);
-            let entries = self.artifact.schedule(
-                self.params.objective,
-                self.alloc.clone(),
-                round,
-                &order,
-                jobs,
-                cluster,
-                &in_order,
-            );
-            return Schedule {
-                entries,
-                ..Schedule::default()
-            };
+            return self.artifact_round(round, &order, jobs, cluster, &types);
         }
+        // 1. The allocation X, solved again when the jobs changed.
+        let type_list: Vec<(String, u32)> = types.clone().into_iter().collect();
         self.refresh(&order, jobs, &type_list);
         self.rounds
             .retain(|id, _| jobs.get(*id).is_some_and(|j| !j.status.is_terminal()));
-        // Priorities X_jk / (share of rounds received on k).
-        let mut pairs: Vec<(f64, usize, String)> = Vec::new();
-        for (i, job) in order.iter().enumerate() {
-            let (total, on) = self.rounds.entry(job.id()).or_default();
-            *total += 1;
-            let Some(x) = self.alloc.get(&job.id()) else {
-                continue;
-            };
-            for (k, &xk) in x {
-                if xk <= 1e-9 {
-                    continue;
-                }
-                let got = on.get(k).copied().unwrap_or(0) as f64 / *total as f64;
-                let p = if got == 0.0 { f64::INFINITY } else { xk / got };
-                pairs.push((p, i, k.clone()));
-            }
-        }
-        // Highest priority first; ties to earlier jobs.
-        pairs.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let mut free: BTreeMap<String, u32> = types;
-        let mut chosen: Vec<Option<String>> = vec![None; order.len()];
-        for (_, i, k) in pairs {
-            let need = order[i].requested_gpus();
-            if chosen[i].is_some() {
-                continue;
-            }
-            if k == MIXED {
-                if free.values().sum::<u32>() >= need {
-                    // Take from the types with the most free GPUs first.
-                    let mut left = need;
-                    while left > 0 {
-                        let f = free.values_mut().max().expect("some free GPUs");
-                        let take = (*f).min(left);
-                        *f -= take;
-                        left -= take;
-                    }
-                    chosen[i] = Some(k);
-                }
-            } else if let Some(f) = free.get_mut(&k) {
-                if *f >= need {
-                    *f -= need;
-                    chosen[i] = Some(k);
-                }
-            }
-        }
-        // Work-conserving: GPUs left over go to jobs still without any (in
-        // arrival order), each on its fastest type with room.
-        for (i, job) in order.iter().enumerate() {
-            if chosen[i].is_some() {
-                continue;
-            }
-            let need = job.requested_gpus();
-            let mut fits: Vec<(&String, f64)> = free
-                .iter()
-                .filter(|(_, f)| **f >= need)
-                .map(|(k, _)| (k, speed(self.params.heterogeneity_aware, jobs, job.id(), k)))
-                .collect();
-            fits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-            if let Some(k) = fits.first().map(|f| f.0.clone()) {
-                *free.get_mut(&k).expect("listed above") -= need;
-                chosen[i] = Some(k);
-            }
-        }
-        // Concrete GPUs: stayers keep theirs, movers pack by most-free node.
-        let type_of = |g: GpuId| {
-            cluster
-                .gpu(g)
-                .and_then(|x| cluster.node(x.node))
-                .map(|n| n.spec.gpu_type.clone())
-        };
-        let mut taken: std::collections::HashSet<GpuId> = Default::default();
-        let mut entries = Vec::new();
-        let mut movers = Vec::new();
-        for (i, job) in order.iter().enumerate() {
-            let Some(k) = &chosen[i] else { continue };
-            let stays = job.is_running()
-                && job.allocation.len() as u32 == job.requested_gpus()
-                && (k == MIXED
-                    || job
-                        .allocation
-                        .iter()
-                        .all(|g| type_of(*g).as_ref() == Some(k)));
-            if stays {
-                taken.extend(job.allocation.iter().copied());
-                entries.push((i, job.allocation.clone()));
-            } else {
-                movers.push(i);
-            }
-        }
-        for i in movers {
-            let job = order[i];
-            let k = chosen[i].as_ref().expect("chosen");
-            let mut nodes: Vec<(usize, Vec<GpuId>)> = cluster
-                .nodes()
-                .iter()
-                .filter(|n| n.online && (&n.spec.gpu_type == k || k == MIXED))
-                .map(|n| {
-                    let f: Vec<GpuId> = n
-                        .gpus
-                        .iter()
-                        .copied()
-                        // Stayers' GPUs are taken; the rest are released or free.
-                        .filter(|g| !taken.contains(g) && cluster.gpu(*g).is_some_and(|x| x.online))
-                        .collect();
-                    (f.len(), f)
-                })
-                .collect();
-            nodes.sort_by_key(|n| std::cmp::Reverse(n.0));
-            let mut gpus = Vec::new();
-            for (_, f) in nodes {
-                for g in f {
-                    if gpus.len() as u32 >= job.requested_gpus() {
-                        break;
-                    }
-                    gpus.push(g);
-                }
-            }
-            if gpus.len() as u32 == job.requested_gpus() {
-                taken.extend(gpus.iter().copied());
-                entries.push((i, gpus));
-            }
-        }
-        entries.sort_by_key(|e| e.0);
-        for (i, _) in &entries {
-            if let Some(k) = &chosen[*i] {
-                let on = &mut self.rounds.get_mut(&order[*i].id()).expect("tracked").1;
-                *on.entry(k.clone()).or_default() += 1;
-            }
-        }
+        // 2. Job–type pairs served by priority, then the GPUs left over to
+        // jobs without any.
+        let pairs = self.priorities(&order);
+        let mut free = types;
+        let mut chosen = rounds::by_priority(&order, pairs, &mut free);
+        self.fill_idle(&order, jobs, &mut free, &mut chosen);
+        // 3. Concrete GPUs, and the rounds each job got on its type.
+        let entries = rounds::concrete_gpus(&order, &chosen, cluster);
+        self.count_rounds(&order, &chosen, &entries);
         Schedule {
             min_run_s: None,
             note: None,
