@@ -50,174 +50,240 @@ pub fn place_type(
     wants: &[Want],
     current: &HashMap<JobId, Vec<GpuId>>,
 ) -> Placed {
-    let mut left_out: Vec<(JobId, u32)> = Vec::new();
-    let mut slots: Vec<NodeSlots> = nodes
-        .iter()
-        .filter_map(|&id| cluster.node(id))
-        .map(|n| {
-            let free: Vec<GpuId> = n
-                .gpus
-                .iter()
-                .copied()
-                .filter(|g| cluster.gpu(*g).is_some_and(|x| x.online))
-                .collect();
-            NodeSlots {
-                id: n.id,
-                size: free.len(),
-                free,
-            }
-        })
-        .collect();
-    let per_node = slots.iter().map(|s| s.size).max().unwrap_or(0);
-    let slot_of: HashMap<NodeId, usize> =
-        slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
-    let node_of = |g: &GpuId| cluster.gpu(*g).and_then(|x| slot_of.get(&x.node).copied());
-    let mut placed: HashMap<JobId, Vec<GpuId>> = HashMap::new();
+    let mut p = TypePlacer::new(cluster, nodes, wants);
     // 1. Keep the GPUs of jobs whose count on this type does not change.
-    for w in wants {
-        let Some(gpus) = current.get(&w.job) else {
-            continue;
-        };
-        if gpus.len() as u32 != w.gpus || !gpus.iter().all(|g| node_of(g).is_some()) {
-            continue;
+    p.keep_unchanged(current);
+    // 2. Jobs of whole nodes.
+    p.whole_nodes();
+    // 3. Single-node jobs, largest first; evicted ones join the queue.
+    p.single_nodes();
+    p.finish()
+}
+
+/// One type's placement as it goes: the nodes' free GPUs, the jobs placed,
+/// evicted and left out.
+struct TypePlacer<'a> {
+    cluster: &'a ClusterState,
+    wants: &'a [Want],
+    slots: Vec<NodeSlots>,
+    /// The most GPUs a node of the type has: jobs of at least that many
+    /// take whole nodes.
+    per_node: usize,
+    slot_of: HashMap<NodeId, usize>,
+    placed: HashMap<JobId, Vec<GpuId>>,
+    /// Single-node jobs cleared off a node for a job of whole nodes, to be
+    /// placed again.
+    evicted: Vec<Want>,
+    left_out: Vec<(JobId, u32)>,
+}
+
+impl<'a> TypePlacer<'a> {
+    fn new(cluster: &'a ClusterState, nodes: &[NodeId], wants: &'a [Want]) -> Self {
+        let slots: Vec<NodeSlots> = nodes
+            .iter()
+            .filter_map(|&id| cluster.node(id))
+            .map(|n| {
+                let free: Vec<GpuId> = n
+                    .gpus
+                    .iter()
+                    .copied()
+                    .filter(|g| cluster.gpu(*g).is_some_and(|x| x.online))
+                    .collect();
+                NodeSlots {
+                    id: n.id,
+                    size: free.len(),
+                    free,
+                }
+            })
+            .collect();
+        let per_node = slots.iter().map(|s| s.size).max().unwrap_or(0);
+        let slot_of = slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        TypePlacer {
+            cluster,
+            wants,
+            slots,
+            per_node,
+            slot_of,
+            placed: HashMap::new(),
+            evicted: Vec::new(),
+            left_out: Vec::new(),
         }
-        for g in gpus {
-            let s = &mut slots[node_of(g).expect("checked")];
-            s.free.retain(|x| x != g);
-        }
-        placed.insert(w.job, gpus.clone());
     }
-    let distributed = |w: &Want| per_node > 0 && w.gpus as usize >= per_node;
-    let mut evicted: Vec<Want> = Vec::new();
-    let release = |slots: &mut Vec<NodeSlots>, gpus: &[GpuId]| {
+
+    /// The slot of GPU `g`'s node, if it is one of the type's.
+    fn node_of(&self, g: &GpuId) -> Option<usize> {
+        (self.cluster.gpu(*g)).and_then(|x| self.slot_of.get(&x.node).copied())
+    }
+
+    /// A job of at least a node's GPUs: it takes whole nodes.
+    fn distributed(&self, w: &Want) -> bool {
+        self.per_node > 0 && w.gpus as usize >= self.per_node
+    }
+
+    /// `gpus` free again on their nodes.
+    fn release(&mut self, gpus: &[GpuId]) {
         for g in gpus {
-            if let Some(i) = node_of(g) {
-                slots[i].free.push(*g);
-                slots[i].free.sort_unstable();
+            if let Some(i) = self.node_of(g) {
+                self.slots[i].free.push(*g);
+                self.slots[i].free.sort_unstable();
             }
         }
-    };
-    // Single-node jobs placed on slot `i` (not distributed ones).
-    let singles_on = |placed: &HashMap<JobId, Vec<GpuId>>, i: usize| -> Vec<(JobId, u32)> {
-        let mut v: Vec<(JobId, u32)> = wants
-            .iter()
-            .filter(|w| !distributed(w))
+    }
+
+    /// Single-node jobs placed on slot `i` (not distributed ones), smallest
+    /// first.
+    fn singles_on(&self, i: usize) -> Vec<(JobId, u32)> {
+        let mut v: Vec<(JobId, u32)> = (self.wants.iter())
+            .filter(|w| !self.distributed(w))
             .filter_map(|w| {
-                let g = placed.get(&w.job)?;
+                let g = self.placed.get(&w.job)?;
                 g.iter()
-                    .any(|x| node_of(x) == Some(i))
+                    .any(|x| self.node_of(x) == Some(i))
                     .then_some((w.job, w.gpus))
             })
             .collect();
         v.sort_by_key(|x| (x.1, x.0));
         v
-    };
-    // 2. Jobs of whole nodes.
-    let whole: Vec<Want> = wants
-        .iter()
-        .filter(|w| distributed(w) && !placed.contains_key(&w.job))
-        .copied()
-        .collect();
-    for w in &whole {
-        let need_nodes = (w.gpus as usize).div_ceil(per_node);
-        let mut taken: Vec<usize> = Vec::new();
-        let mut cleared = 0;
-        loop {
-            for i in (0..slots.len()).rev() {
-                if taken.len() < need_nodes
-                    && !taken.contains(&i)
-                    && slots[i].size == per_node
-                    && slots[i].free.len() == per_node
-                {
-                    taken.push(i);
-                }
-            }
-            if taken.len() >= need_nodes || cleared >= slots.len() {
-                break;
-            }
-            // Clear the node with the most free GPUs of its single-node jobs.
-            let Some(i) = (0..slots.len())
-                .filter(|i| !taken.contains(i) && slots[*i].size == per_node)
-                .filter(|i| !singles_on(&placed, *i).is_empty())
-                .max_by_key(|i| (slots[*i].free.len(), std::cmp::Reverse(*i)))
-            else {
-                break;
+    }
+
+    /// Step 1: a job keeping its GPU count on this type keeps its GPUs.
+    fn keep_unchanged(&mut self, current: &HashMap<JobId, Vec<GpuId>>) {
+        for w in self.wants {
+            let Some(gpus) = current.get(&w.job) else {
+                continue;
             };
-            for (job, gpus) in singles_on(&placed, i) {
-                if let Some(g) = placed.remove(&job) {
-                    release(&mut slots, &g);
-                }
-                evicted.push(Want { job, gpus });
+            if gpus.len() as u32 != w.gpus || !gpus.iter().all(|g| self.node_of(g).is_some()) {
+                continue;
             }
-            cleared += 1;
+            for g in gpus {
+                let i = self.node_of(g).expect("checked");
+                self.slots[i].free.retain(|x| x != g);
+            }
+            self.placed.insert(w.job, gpus.clone());
         }
-        if taken.len() < need_nodes {
-            tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no whole nodes free for the job this round");
-            left_out.push((w.job, w.gpus));
-            continue;
-        }
-        let mut gpus = Vec::new();
-        for i in taken {
-            let take = (w.gpus as usize - gpus.len()).min(slots[i].free.len());
-            gpus.extend(slots[i].free.drain(..take));
-        }
-        placed.insert(w.job, gpus);
     }
-    // 3. Single-node jobs, largest first; evicted ones join the queue.
-    let mut queue: Vec<Want> = wants
-        .iter()
-        .filter(|w| !distributed(w) && !placed.contains_key(&w.job))
-        .copied()
-        .collect();
-    queue.append(&mut evicted);
-    queue.sort_by_key(|w| std::cmp::Reverse(w.gpus));
-    let mut budget = 4 * (wants.len() + slots.len()) + 16;
-    while !queue.is_empty() && budget > 0 {
-        budget -= 1;
-        let w = queue.remove(0);
-        let need = w.gpus as usize;
-        let fit = (0..slots.len())
-            .filter(|&i| slots[i].free.len() >= need)
-            .min_by_key(|&i| (slots[i].free.len(), i));
-        let i = match fit {
-            Some(i) => i,
-            None => {
-                // Clear the node closest to fitting, smallest jobs first.
-                let Some(i) = (0..slots.len())
-                    .filter(|&i| slots[i].size >= need && !singles_on(&placed, i).is_empty())
-                    .min_by_key(|&i| (need - slots[i].free.len().min(need), i))
+
+    /// Step 2: each job of whole nodes takes free whole nodes, from the last
+    /// node down; short of them, the node with the most free GPUs is
+    /// cleared of its single-node jobs (evicted, placed again in step 3).
+    fn whole_nodes(&mut self) {
+        let per_node = self.per_node;
+        let whole: Vec<Want> = (self.wants.iter())
+            .filter(|w| self.distributed(w) && !self.placed.contains_key(&w.job))
+            .copied()
+            .collect();
+        for w in &whole {
+            let need_nodes = (w.gpus as usize).div_ceil(per_node);
+            let mut taken: Vec<usize> = Vec::new();
+            let mut cleared = 0;
+            loop {
+                for i in (0..self.slots.len()).rev() {
+                    if taken.len() < need_nodes
+                        && !taken.contains(&i)
+                        && self.slots[i].size == per_node
+                        && self.slots[i].free.len() == per_node
+                    {
+                        taken.push(i);
+                    }
+                }
+                if taken.len() >= need_nodes || cleared >= self.slots.len() {
+                    break;
+                }
+                // Clear the node with the most free GPUs of its single-node jobs.
+                let Some(i) = (0..self.slots.len())
+                    .filter(|i| !taken.contains(i) && self.slots[*i].size == per_node)
+                    .filter(|i| !self.singles_on(*i).is_empty())
+                    .max_by_key(|i| (self.slots[*i].free.len(), std::cmp::Reverse(*i)))
                 else {
-                    tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no node fits the job this round");
-                    left_out.push((w.job, w.gpus));
-                    continue;
+                    break;
                 };
-                for (job, gpus) in singles_on(&placed, i) {
-                    if slots[i].free.len() >= need {
-                        break;
+                for (job, gpus) in self.singles_on(i) {
+                    if let Some(g) = self.placed.remove(&job) {
+                        self.release(&g);
                     }
-                    if let Some(g) = placed.remove(&job) {
-                        release(&mut slots, &g);
-                    }
-                    queue.push(Want { job, gpus });
+                    self.evicted.push(Want { job, gpus });
                 }
-                queue.sort_by_key(|w| std::cmp::Reverse(w.gpus));
-                if slots[i].free.len() < need {
-                    continue;
-                }
-                i
+                cleared += 1;
             }
-        };
-        let gpus: Vec<GpuId> = slots[i].free.drain(..need).collect();
-        placed.insert(w.job, gpus);
+            if taken.len() < need_nodes {
+                tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no whole nodes free for the job this round");
+                self.left_out.push((w.job, w.gpus));
+                continue;
+            }
+            let mut gpus = Vec::new();
+            for i in taken {
+                let take = (w.gpus as usize - gpus.len()).min(self.slots[i].free.len());
+                gpus.extend(self.slots[i].free.drain(..take));
+            }
+            self.placed.insert(w.job, gpus);
+        }
     }
-    // The clearing steps ran out: what is still queued waits this round.
-    left_out.extend(queue.iter().map(|w| (w.job, w.gpus)));
-    left_out.sort_unstable();
-    left_out.dedup();
-    left_out.retain(|(j, _)| !placed.contains_key(j));
-    Placed {
-        gpus: placed,
-        left_out,
+
+    /// Step 3: the single-node jobs (evicted ones too), largest first, each
+    /// on the fullest node it fits; where none fits, the node closest to
+    /// fitting is cleared of its smallest jobs until it does, and those go
+    /// back in the queue. Bounded: what is still queued when the clearing
+    /// steps run out waits this round.
+    fn single_nodes(&mut self) {
+        let mut queue: Vec<Want> = (self.wants.iter())
+            .filter(|w| !self.distributed(w) && !self.placed.contains_key(&w.job))
+            .copied()
+            .collect();
+        queue.append(&mut self.evicted);
+        queue.sort_by_key(|w| std::cmp::Reverse(w.gpus));
+        let mut budget = 4 * (self.wants.len() + self.slots.len()) + 16;
+        while !queue.is_empty() && budget > 0 {
+            budget -= 1;
+            let w = queue.remove(0);
+            let need = w.gpus as usize;
+            let fit = (0..self.slots.len())
+                .filter(|&i| self.slots[i].free.len() >= need)
+                .min_by_key(|&i| (self.slots[i].free.len(), i));
+            let i = match fit {
+                Some(i) => i,
+                None => {
+                    // Clear the node closest to fitting, smallest jobs first.
+                    let Some(i) = (0..self.slots.len())
+                        .filter(|&i| self.slots[i].size >= need && !self.singles_on(i).is_empty())
+                        .min_by_key(|&i| (need - self.slots[i].free.len().min(need), i))
+                    else {
+                        tracing::debug!(job = %w.job, gpus = w.gpus, "sia: no node fits the job this round");
+                        self.left_out.push((w.job, w.gpus));
+                        continue;
+                    };
+                    for (job, gpus) in self.singles_on(i) {
+                        if self.slots[i].free.len() >= need {
+                            break;
+                        }
+                        if let Some(g) = self.placed.remove(&job) {
+                            self.release(&g);
+                        }
+                        queue.push(Want { job, gpus });
+                    }
+                    queue.sort_by_key(|w| std::cmp::Reverse(w.gpus));
+                    if self.slots[i].free.len() < need {
+                        continue;
+                    }
+                    i
+                }
+            };
+            let gpus: Vec<GpuId> = self.slots[i].free.drain(..need).collect();
+            self.placed.insert(w.job, gpus);
+        }
+        // The clearing steps ran out: what is still queued waits this round.
+        self.left_out.extend(queue.iter().map(|w| (w.job, w.gpus)));
+    }
+
+    /// What was placed, and the jobs left out (once each, none placed).
+    fn finish(self) -> Placed {
+        let (placed, mut left_out) = (self.placed, self.left_out);
+        left_out.sort_unstable();
+        left_out.dedup();
+        left_out.retain(|(j, _)| !placed.contains_key(j));
+        Placed {
+            gpus: placed,
+            left_out,
+        }
     }
 }
 
