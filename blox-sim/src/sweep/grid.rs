@@ -85,23 +85,97 @@ fn stem(p: &Path) -> String {
 /// The cells of a grid file, in order; every cell's config is read and
 /// checked here.
 pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
-    let invalid = |message: String| SweepError::Invalid {
+    let file: GridFile = toml::from_str(text).map_err(|e| SweepError::Invalid {
         path: path.to_path_buf(),
-        message,
-    };
-    let file: GridFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        message: e.to_string(),
+    })?;
     let lines = key_lines(text);
-    let at = |key: &str| format!("{}:{}", path.display(), lines.line(key).unwrap_or(0));
-    let base = path.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
     for (gi, g) in file.grid.iter().enumerate() {
-        let gk = format!("grid.{gi}");
-        if g.configs.is_empty() {
-            return Err(invalid(format!("grid `{}` lists no configs", g.name)));
+        let ctx = GridCtx {
+            path,
+            lines: &lines,
+            base: path.parent().unwrap_or(Path::new(".")),
+            key: format!("grid.{gi}"),
+            g,
+        };
+        ctx.cells(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// One `[[grid]]` of a sweep file, its cells made.
+struct GridCtx<'a> {
+    path: &'a Path,
+    lines: &'a blox_config::KeyLines,
+    /// The sweep file's folder: paths are relative to it.
+    base: &'a Path,
+    /// The grid's key in the file (`grid.<i>`).
+    key: String,
+    g: &'a Grid,
+}
+
+impl GridCtx<'_> {
+    fn invalid(&self, message: String) -> SweepError {
+        SweepError::Invalid {
+            path: self.path.to_path_buf(),
+            message,
         }
-        let names: Vec<String> = g
-            .configs
-            .iter()
+    }
+
+    /// `file:line` of `key` in the sweep file.
+    fn at(&self, key: &str) -> String {
+        format!(
+            "{}:{}",
+            self.path.display(),
+            self.lines.line(key).unwrap_or(0)
+        )
+    }
+
+    /// `table`'s overrides, each naming its line (`key`: the table's key).
+    fn set(&self, table: &BTreeMap<String, String>, key: &str) -> Vec<Override> {
+        (table.iter())
+            .map(|(k, v)| {
+                Override::set(k, v).with_origin(format!(
+                    "{} (grid `{}`, {key}.\"{k}\")",
+                    self.at(&format!("{key}.{k}")),
+                    self.g.name
+                ))
+            })
+            .collect()
+    }
+
+    /// The sections the grid replaces in every config.
+    fn sections(&self) -> Result<Vec<SectionSource>, SweepError> {
+        let mut sections = Vec::new();
+        for (name, v) in &self.g.sections {
+            let key = format!("{}.sections.{name}", self.key);
+            let Some(table) = v.as_table() else {
+                return Err(self.invalid(format!(
+                    "{}: sections.{name} must be a table",
+                    self.at(&key)
+                )));
+            };
+            sections.push(SectionSource {
+                name: name.clone(),
+                table: table.clone(),
+                file: self.path.display().to_string(),
+                lines: self.lines.under(&key),
+                line: self.lines.line(&key).unwrap_or(0),
+                base_dir: self.base.to_path_buf(),
+            });
+        }
+        Ok(sections)
+    }
+
+    /// Every cell of the grid: configs × variants × workloads × loads ×
+    /// seeds, in that order.
+    fn cells(&self, out: &mut Vec<Cell>) -> Result<(), SweepError> {
+        let (g, gk) = (self.g, &self.key);
+        if g.configs.is_empty() {
+            return Err(self.invalid(format!("grid `{}` lists no configs", g.name)));
+        }
+        let names: Vec<String> = (g.configs.iter())
             .map(|c| {
                 c.file_name()
                     .map(|s| s.to_string_lossy().into_owned())
@@ -109,107 +183,58 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
             })
             .collect();
         if let Some(k) = g.set_for.keys().find(|k| !names.contains(k)) {
-            return Err(invalid(format!(
+            return Err(self.invalid(format!(
                 "{}: grid `{}`: set_for.\"{k}\" names no config of the grid (it has {})",
-                at(&format!("{gk}.set_for.{k}")),
+                self.at(&format!("{gk}.set_for.{k}")),
                 g.name,
                 names.join(", ")
             )));
         }
-        let mut sections = Vec::new();
-        for (name, v) in &g.sections {
-            let Some(table) = v.as_table() else {
-                return Err(invalid(format!(
-                    "{}: sections.{name} must be a table",
-                    at(&format!("{gk}.sections.{name}"))
-                )));
-            };
-            let key = format!("{gk}.sections.{name}");
-            sections.push(SectionSource {
-                name: name.clone(),
-                table: table.clone(),
-                file: path.display().to_string(),
-                lines: lines.under(&key),
-                line: lines.line(&key).unwrap_or(0),
-                base_dir: base.to_path_buf(),
-            });
-        }
-        let workloads: Vec<PathBuf> = g.workloads.iter().map(|w| base.join(w)).collect();
+        let sections = self.sections()?;
+        let workloads: Vec<PathBuf> = g.workloads.iter().map(|w| self.base.join(w)).collect();
         let labels = workload_labels(&workloads);
-        let workload_axis: Vec<Option<usize>> = if workloads.is_empty() {
-            vec![None]
-        } else {
-            (0..workloads.len()).map(Some).collect()
-        };
-        let loads: Vec<Option<f64>> = if g.jobs_per_hour.is_empty() {
-            vec![None]
-        } else {
-            g.jobs_per_hour.iter().map(|l| Some(*l)).collect()
-        };
-        let seeds: Vec<Option<u64>> = if g.seeds.is_empty() {
-            vec![None]
-        } else {
-            g.seeds.iter().map(|s| Some(*s)).collect()
-        };
-        let variants: Vec<Option<(usize, &Variant)>> = if g.variants.is_empty() {
-            vec![None]
-        } else {
-            g.variants.iter().enumerate().map(Some).collect()
-        };
-        let set = |table: &BTreeMap<String, String>, key: &str| -> Vec<Override> {
-            table
-                .iter()
-                .map(|(k, v)| {
-                    Override::set(k, v).with_origin(format!(
-                        "{} (grid `{}`, {key}.\"{k}\")",
-                        at(&format!("{key}.{k}")),
-                        g.name
-                    ))
-                })
-                .collect()
+        let axis = |n: usize| -> Vec<Option<usize>> {
+            match n {
+                0 => vec![None],
+                n => (0..n).map(Some).collect(),
+            }
         };
         for (ci, c) in g.configs.iter().enumerate() {
-            let config = base.join(c);
-            for v in &variants {
+            let config = self.base.join(c);
+            for v in axis(g.variants.len()) {
                 let policy = match v {
                     None => stem(&config),
-                    Some((_, v)) if g.configs.len() == 1 => v.name.clone(),
-                    Some((_, v)) => format!("{}-{}", stem(&config), v.name),
+                    Some(vi) if g.configs.len() == 1 => g.variants[vi].name.clone(),
+                    Some(vi) => format!("{}-{}", stem(&config), g.variants[vi].name),
                 };
-                for w in &workload_axis {
-                    for l in &loads {
-                        for s in &seeds {
-                            let mut overrides = set(&g.set, &format!("{gk}.set"));
+                for w in axis(workloads.len()) {
+                    for l in axis(g.jobs_per_hour.len())
+                        .into_iter()
+                        .map(|i| i.map(|i| g.jobs_per_hour[i]))
+                    {
+                        for s in axis(g.seeds.len())
+                            .into_iter()
+                            .map(|i| i.map(|i| g.seeds[i]))
+                        {
+                            let mut overrides = self.set(&g.set, &format!("{gk}.set"));
                             if let Some(extra) = g.set_for.get(&names[ci]) {
-                                overrides
-                                    .extend(set(extra, &format!("{gk}.set_for.{}", names[ci])));
-                            }
-                            if let Some((vi, v)) = v {
-                                overrides.extend(set(&v.set, &format!("{gk}.variants.{vi}.set")));
-                            }
-                            if let Some(l) = l {
-                                overrides.push(
-                                    Override::set("workload.jobs_per_hour", &l.to_string())
-                                        .with_origin(format!(
-                                            "{} (grid `{}`, jobs_per_hour = {l})",
-                                            at(&format!("{gk}.jobs_per_hour")),
-                                            g.name
-                                        )),
+                                overrides.extend(
+                                    self.set(extra, &format!("{gk}.set_for.{}", names[ci])),
                                 );
                             }
-                            if let Some(s) = s {
-                                overrides.push(
-                                    Override::set("run.seed", &s.to_string()).with_origin(format!(
-                                        "{} (grid `{}`, seeds)",
-                                        at(&format!("{gk}.seeds")),
-                                        g.name
-                                    )),
+                            if let Some(vi) = v {
+                                overrides.extend(
+                                    self.set(
+                                        &g.variants[vi].set,
+                                        &format!("{gk}.variants.{vi}.set"),
+                                    ),
                                 );
                             }
+                            overrides.extend(self.axes_overrides(l, s));
                             let workload_origin = w.map(|i| {
                                 format!(
                                     "{} (grid `{}`, workloads)",
-                                    at(&format!("{gk}.workloads.{i}")),
+                                    self.at(&format!("{gk}.workloads.{i}")),
                                     g.name
                                 )
                             });
@@ -221,22 +246,9 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                                 .sections(sections.clone())
                                 .overrides(overrides);
                             let workload = w.map(|i| labels[i].clone()).unwrap_or_default();
-                            let mut leaf = workload.clone();
-                            if let Some(l) = l {
-                                if !leaf.is_empty() {
-                                    leaf.push('-');
-                                }
-                                leaf.push_str(&format!("{l}jph"));
-                            }
-                            if leaf.is_empty() {
-                                leaf.push_str("default");
-                            }
-                            if let Some(s) = s {
-                                leaf.push_str(&format!("-s{s}"));
-                            }
                             let dir = PathBuf::from(slug(&g.name))
                                 .join(slug(&policy))
-                                .join(slug(&leaf));
+                                .join(slug(&leaf(&workload, l, s)));
                             let config = request.load().map_err(|source| SweepError::Cell {
                                 cell: format!("grid `{}`, cell {}", g.name, dir.display()),
                                 source: Box::new(source),
@@ -245,8 +257,8 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                                 grid: g.name.clone(),
                                 policy: policy.clone(),
                                 workload,
-                                jobs_per_hour: *l,
-                                seed: *s,
+                                jobs_per_hour: l,
+                                seed: s,
                                 dir,
                                 config,
                             });
@@ -255,6 +267,50 @@ pub fn cells(path: &Path, text: &str) -> Result<Vec<Cell>, SweepError> {
                 }
             }
         }
+        Ok(())
     }
-    Ok(out)
+
+    /// A cell's load and seed as overrides, naming the grid's lines.
+    fn axes_overrides(&self, load: Option<f64>, seed: Option<u64>) -> Vec<Override> {
+        let (g, gk) = (self.g, &self.key);
+        let mut out = Vec::new();
+        if let Some(l) = load {
+            out.push(
+                Override::set("workload.jobs_per_hour", &l.to_string()).with_origin(format!(
+                    "{} (grid `{}`, jobs_per_hour = {l})",
+                    self.at(&format!("{gk}.jobs_per_hour")),
+                    g.name
+                )),
+            );
+        }
+        if let Some(s) = seed {
+            out.push(
+                Override::set("run.seed", &s.to_string()).with_origin(format!(
+                    "{} (grid `{}`, seeds)",
+                    self.at(&format!("{gk}.seeds")),
+                    g.name
+                )),
+            );
+        }
+        out
+    }
+}
+
+/// A cell's folder under its policy's: `<workload or load>-s<seed>`
+/// (`default` with neither).
+fn leaf(workload: &str, load: Option<f64>, seed: Option<u64>) -> String {
+    let mut leaf = workload.to_string();
+    if let Some(l) = load {
+        if !leaf.is_empty() {
+            leaf.push('-');
+        }
+        leaf.push_str(&format!("{l}jph"));
+    }
+    if leaf.is_empty() {
+        leaf.push_str("default");
+    }
+    if let Some(s) = seed {
+        leaf.push_str(&format!("-s{s}"));
+    }
+    leaf
 }
