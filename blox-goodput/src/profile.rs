@@ -205,6 +205,143 @@ fn lerp2(a: (f64, f64), b: (f64, f64), w: f64) -> (f64, f64) {
     (a.0 + w * (b.0 - a.0), a.1 + w * (b.1 - a.1))
 }
 
+/// What a profile's placements file gives: its step curves per placement
+/// code and per (nodes, replicas) shape, the artifact's interpolation points
+/// (placements averaged per nodes, replicas and batch, sorted), and the
+/// batch sizes' range.
+struct Placements {
+    placements: HashMap<u64, StepCurve>,
+    by_shape: BTreeMap<(u32, u32), StepCurve>,
+    points: Vec<delaunay::Point>,
+    bmin: f64,
+    bmax: f64,
+}
+
+/// Reads a placements file (`placement`, `local_bsz`, `step_time`,
+/// `sync_time`).
+fn read_placements(path: &Path) -> Result<Placements, ProfileError> {
+    let mut placements: HashMap<u64, StepCurve> = HashMap::new();
+    let t = Table::read(path, &["placement", "local_bsz", "step_time", "sync_time"])?;
+    let (mut bmin, mut bmax) = (f64::INFINITY, 0.0f64);
+    let mut sums: BTreeMap<(u32, u32, u64), (f64, f64, u32)> = BTreeMap::new();
+    for r in 0..t.rows.len() {
+        let b = t.f64(r, "local_bsz")?;
+        let code = t.u64(r, "placement")?;
+        let (step, sync) = (t.f64(r, "step_time")?, t.f64(r, "sync_time")?);
+        bmin = bmin.min(b);
+        bmax = bmax.max(b);
+        placements.entry(code).or_default().push((b, step, sync));
+        let digits: Vec<u32> = code
+            .to_string()
+            .bytes()
+            .map(|d| (d - b'0') as u32)
+            .collect();
+        let key = (digits.len() as u32, digits.iter().sum(), b.to_bits());
+        let e = sums.entry(key).or_insert((0.0, 0.0, 0));
+        e.0 += step;
+        e.1 += sync;
+        e.2 += 1;
+    }
+    let mut by_shape: BTreeMap<(u32, u32), StepCurve> = BTreeMap::new();
+    // The artifact's interpolation points, in its order: placements
+    // averaged per (nodes, replicas, batch), sorted, then scalability rows.
+    let mut points: Vec<delaunay::Point> = Vec::new();
+    for (&(n, r, b), &(step, sync, k)) in &sums {
+        points.push((
+            [n as f64, r as f64, f64::from_bits(b)],
+            (step / k as f64, sync / k as f64),
+        ));
+    }
+    for ((n, r, b), (step, sync, k)) in sums {
+        by_shape.entry((n, r)).or_default().push((
+            f64::from_bits(b),
+            step / k as f64,
+            sync / k as f64,
+        ));
+    }
+    Ok(Placements {
+        placements,
+        by_shape,
+        points,
+        bmin,
+        bmax,
+    })
+}
+
+/// Reads a scalability file (`num_nodes`, `num_replicas`, `local_bsz`,
+/// `step_time`, `sync_time`) into the curves per shape and the
+/// interpolation points (after the placements'); the largest batch per shape.
+fn read_scalability(
+    path: &Path,
+    by_shape: &mut BTreeMap<(u32, u32), StepCurve>,
+    points: &mut Vec<delaunay::Point>,
+) -> Result<BTreeMap<(u32, u32), u32>, ProfileError> {
+    let t = Table::read(
+        path,
+        &[
+            "num_nodes",
+            "num_replicas",
+            "local_bsz",
+            "step_time",
+            "sync_time",
+        ],
+    )?;
+    let mut scalability_bmax: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+    for r in 0..t.rows.len() {
+        let shape = (
+            t.u64(r, "num_nodes")? as u32,
+            t.u64(r, "num_replicas")? as u32,
+        );
+        let b = t.f64(r, "local_bsz")?;
+        let m = scalability_bmax.entry(shape).or_default();
+        *m = (*m).max(b as u32);
+        let (step, sync) = (t.f64(r, "step_time")?, t.f64(r, "sync_time")?);
+        by_shape.entry(shape).or_default().push((b, step, sync));
+        points.push(([shape.0 as f64, shape.1 as f64, b], (step, sync)));
+    }
+    Ok(scalability_bmax)
+}
+
+/// The `validation-<batch>.csv` files of a profile's folder, by batch size.
+fn read_validation(dir: &Path) -> Result<Vec<(u32, Vec<EpochStats>)>, ProfileError> {
+    let mut validation = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| ProfileError::Io {
+        path: dir.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(bs) = name
+            .strip_prefix("validation-")
+            .and_then(|s| s.strip_suffix(".csv"))
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let t = Table::read(
+            &entry.path(),
+            &["progress", "iteration", "grad_sqr", "grad_var"],
+        )?;
+        let mut rows = Vec::with_capacity(t.rows.len());
+        for r in 0..t.rows.len() {
+            rows.push(EpochStats {
+                progress: t.f64(r, "progress")?,
+                iteration: t.f64(r, "iteration")?,
+                grad_sqr: t.f64(r, "grad_sqr")?,
+                grad_var: t.f64(r, "grad_var")?,
+                metric: if t.index.contains_key("metric") {
+                    t.f64(r, "metric")?
+                } else {
+                    f64::NAN
+                },
+            });
+        }
+        validation.push((bs, rows));
+    }
+    validation.sort_by_key(|v| v.0);
+    Ok(validation)
+}
+
 impl AppProfile {
     /// Loads `<traces>/<app>/{placements,scalability,validation-*}.csv`.
     pub fn load(traces: &Path, app: &str) -> Result<Self, ProfileError> {
@@ -239,71 +376,15 @@ impl AppProfile {
         scalability_file: &str,
     ) -> Result<Self, ProfileError> {
         let dir = traces.join(app);
-        let mut placements: HashMap<u64, StepCurve> = HashMap::new();
-        let t = Table::read(
-            &dir.join(placements_file),
-            &["placement", "local_bsz", "step_time", "sync_time"],
-        )?;
-        let (mut bmin, mut bmax) = (f64::INFINITY, 0.0f64);
-        let mut sums: BTreeMap<(u32, u32, u64), (f64, f64, u32)> = BTreeMap::new();
-        for r in 0..t.rows.len() {
-            let b = t.f64(r, "local_bsz")?;
-            let code = t.u64(r, "placement")?;
-            let (step, sync) = (t.f64(r, "step_time")?, t.f64(r, "sync_time")?);
-            bmin = bmin.min(b);
-            bmax = bmax.max(b);
-            placements.entry(code).or_default().push((b, step, sync));
-            let digits: Vec<u32> = code
-                .to_string()
-                .bytes()
-                .map(|d| (d - b'0') as u32)
-                .collect();
-            let key = (digits.len() as u32, digits.iter().sum(), b.to_bits());
-            let e = sums.entry(key).or_insert((0.0, 0.0, 0));
-            e.0 += step;
-            e.1 += sync;
-            e.2 += 1;
-        }
-        let mut by_shape: BTreeMap<(u32, u32), StepCurve> = BTreeMap::new();
-        // The artifact's interpolation points, in its order: placements
-        // averaged per (nodes, replicas, batch), sorted, then scalability rows.
-        let mut points: Vec<delaunay::Point> = Vec::new();
-        for (&(n, r, b), &(step, sync, k)) in &sums {
-            points.push((
-                [n as f64, r as f64, f64::from_bits(b)],
-                (step / k as f64, sync / k as f64),
-            ));
-        }
-        for ((n, r, b), (step, sync, k)) in sums {
-            by_shape.entry((n, r)).or_default().push((
-                f64::from_bits(b),
-                step / k as f64,
-                sync / k as f64,
-            ));
-        }
-        let t = Table::read(
-            &dir.join(scalability_file),
-            &[
-                "num_nodes",
-                "num_replicas",
-                "local_bsz",
-                "step_time",
-                "sync_time",
-            ],
-        )?;
-        let mut scalability_bmax: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-        for r in 0..t.rows.len() {
-            let shape = (
-                t.u64(r, "num_nodes")? as u32,
-                t.u64(r, "num_replicas")? as u32,
-            );
-            let b = t.f64(r, "local_bsz")?;
-            let m = scalability_bmax.entry(shape).or_default();
-            *m = (*m).max(b as u32);
-            let (step, sync) = (t.f64(r, "step_time")?, t.f64(r, "sync_time")?);
-            by_shape.entry(shape).or_default().push((b, step, sync));
-            points.push(([shape.0 as f64, shape.1 as f64, b], (step, sync)));
-        }
+        let Placements {
+            mut placements,
+            mut by_shape,
+            mut points,
+            bmin,
+            bmax,
+        } = read_placements(&dir.join(placements_file))?;
+        let scalability_bmax =
+            read_scalability(&dir.join(scalability_file), &mut by_shape, &mut points)?;
         // Shipped for the artifact's own file names only (Sia's typed
         // profiles interpolate on the grid).
         let tetrahedra = if placements_file == "placements.csv" {
@@ -321,41 +402,7 @@ impl AppProfile {
         for c in placements.values_mut().chain(by_shape.values_mut()) {
             c.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        let mut validation = Vec::new();
-        let entries = std::fs::read_dir(&dir).map_err(|e| ProfileError::Io {
-            path: dir.clone(),
-            message: e.to_string(),
-        })?;
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            let Some(bs) = name
-                .strip_prefix("validation-")
-                .and_then(|s| s.strip_suffix(".csv"))
-                .and_then(|s| s.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let t = Table::read(
-                &entry.path(),
-                &["progress", "iteration", "grad_sqr", "grad_var"],
-            )?;
-            let mut rows = Vec::with_capacity(t.rows.len());
-            for r in 0..t.rows.len() {
-                rows.push(EpochStats {
-                    progress: t.f64(r, "progress")?,
-                    iteration: t.f64(r, "iteration")?,
-                    grad_sqr: t.f64(r, "grad_sqr")?,
-                    grad_var: t.f64(r, "grad_var")?,
-                    metric: if t.index.contains_key("metric") {
-                        t.f64(r, "metric")?
-                    } else {
-                        f64::NAN
-                    },
-                });
-            }
-            validation.push((bs, rows));
-        }
-        validation.sort_by_key(|v| v.0);
+        let validation = read_validation(&dir)?;
         if validation.is_empty() || placements.is_empty() {
             return Err(ProfileError::Invalid(format!(
                 "{}: no validation-*.csv or placements.csv for application `{app}`",
