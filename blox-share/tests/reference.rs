@@ -220,3 +220,11 @@ fn other_lists_of_each_family_place_the_first_tasks_as_the_reference() {
     assert!(check_first("multigpu20", "dot-product", 43) > 2000);
     assert!(check_first("gpuspec10", "gpu-clustering", 42) > 1000);
 }
+
+/// GPU packing and dot product on the default list, seed 42, run in full
+/// (2026-12-02): every task on the reference's node and GPU indices.
+#[test]
+fn gpu_packing_and_dot_product_on_the_default_trace_place_every_task_as_the_reference() {
+    check("default", "gpu-packing", 42);
+    check("default", "dot-product", 42);
+}
