@@ -1,7 +1,7 @@
 //! The GPU table's invariants, checked by the loop after every round: in
 //! full, or over what the round changed.
 
-use super::{ClusterError, ClusterState, HOST_EPS};
+use super::{ClusterError, ClusterState};
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job_state::JobState;
 
@@ -269,7 +269,7 @@ impl ClusterState {
             }
             if self.custom_host {
                 let (c, m) = self.host_used(node.id);
-                if c > node.spec.cpus as f64 + HOST_EPS || m > node.spec.host_mem_gb + HOST_EPS {
+                if node.spec.over_host(c, m) {
                     return Err(ClusterError::Invariant(format!(
                         "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
                         node.id, node.spec.cpus, node.spec.host_mem_gb
@@ -403,7 +403,7 @@ impl ClusterState {
             h.1 += m;
         }
         for (n, &(c, m)) in self.nodes.iter().zip(&host) {
-            if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {
+            if n.spec.over_host(c, m) {
                 return Err(ClusterError::Invariant(format!(
                     "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
                     n.id, n.spec.cpus, n.spec.host_mem_gb

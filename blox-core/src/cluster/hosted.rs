@@ -8,7 +8,7 @@
 //! came, whenever one comes or goes: the same holders give the same sums
 //! whatever came and went before (no drift from subtracting).
 
-use super::{ClusterError, ClusterState, HOST_EPS};
+use super::{ClusterError, ClusterState};
 use crate::ids::{JobId, NodeId};
 use crate::job_state::JobState;
 use rustc_hash::FxHashMap;
@@ -249,7 +249,7 @@ impl ClusterState {
             return Err(ClusterError::NoSuchNode { node });
         };
         let (c, m) = self.host_used(node);
-        if c > n.spec.cpus as f64 + HOST_EPS || m > n.spec.host_mem_gb + HOST_EPS {
+        if n.spec.over_host(c, m) {
             return Err(ClusterError::Invariant(format!(
                 "{} gives out {c} CPUs and {m} GiB of its {} CPUs and {} GiB",
                 n.id, n.spec.cpus, n.spec.host_mem_gb

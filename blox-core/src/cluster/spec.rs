@@ -91,6 +91,13 @@ impl HostShare {
 }
 
 impl NodeSpec {
+    /// True if `cpus` CPUs and `mem_gb` GiB of host memory are more than
+    /// this node has (beyond [`super::HOST_EPS`], the rounding the
+    /// cluster's checks allow).
+    pub fn over_host(&self, cpus: f64, mem_gb: f64) -> bool {
+        cpus > self.cpus as f64 + super::HOST_EPS || mem_gb > self.host_mem_gb + super::HOST_EPS
+    }
+
     /// The GPU-proportional share of this node: its CPUs and host memory split
     /// evenly over its GPUs (what every job gets unless a policy says otherwise).
     pub fn proportional_share(&self) -> HostShare {

@@ -4,7 +4,7 @@
 //! an error naming the policy and the job.
 
 use super::{LoopError, RoundLoop};
-use crate::cluster::{ClusterState, GPU_MILLI, HOST_EPS};
+use crate::cluster::{ClusterState, GPU_MILLI};
 use crate::ids::{GpuId, JobId, NodeId};
 use crate::job::JobStatus;
 use crate::job_state::JobState;
@@ -468,8 +468,7 @@ impl PlacementCheck<'_> {
         }
         Ok(host.into_iter().find_map(|(node, (c, m))| {
             let spec = &self.cluster.nodes()[node.index()].spec;
-            (c > spec.cpus as f64 + HOST_EPS || m > spec.host_mem_gb + HOST_EPS)
-                .then_some((node, c, m))
+            spec.over_host(c, m).then_some((node, c, m))
         }))
     }
 

@@ -96,10 +96,10 @@ impl RoundLoop {
         // the table (offline ones come back) could hold it even empty.
         let (cpus, mem) = job.spec.host_in_all();
         let nodes = self.cluster.nodes();
-        let fits = |n: &&crate::cluster::Node| {
-            cpus <= n.spec.cpus as f64 + 1e-9 && mem <= n.spec.host_mem_gb + 1e-9
-        };
-        if self.cluster.is_elastic() || nodes.is_empty() || nodes.iter().any(|n| fits(&n)) {
+        if self.cluster.is_elastic()
+            || nodes.is_empty()
+            || nodes.iter().any(|n| !n.spec.over_host(cpus, mem))
+        {
             return None;
         }
         let most = |f: fn(&crate::cluster::Node) -> f64| nodes.iter().map(f).fold(0.0, f64::max);

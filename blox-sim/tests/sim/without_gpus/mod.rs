@@ -200,6 +200,8 @@ fn a_cpu_only_job_bigger_than_any_node_is_rejected_at_submission() {
         cpu_job(2, 0.0, 1.0, 513.0, 60.0),
         cpu_job(3, 0.0, 17.0, 100.0, 60.0),
         cpu_job(4, 0.0, 16.0, 512.0, 60.0),
+        // Over by less than the cluster's checks allow (HOST_EPS): it fits.
+        cpu_job(5, 0.0, 16.0 + 5e-7, 512.0, 60.0),
     ];
     let s = Simulation::with_jobs(&cfg, jobs).unwrap();
     let r = run_checked(s).unwrap();
@@ -216,6 +218,12 @@ fn a_cpu_only_job_bigger_than_any_node_is_rejected_at_submission() {
     assert_eq!(row(&r, "j1").status, JobStatus::Finished);
     // Exactly the largest node's CPUs and memory: it runs there.
     assert_eq!(row(&r, "j4").status, JobStatus::Finished);
+    assert_eq!(
+        row(&r, "j5").status,
+        JobStatus::Finished,
+        "{:?}",
+        row(&r, "j5")
+    );
 }
 
 #[test]
